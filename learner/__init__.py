@@ -1,0 +1,5 @@
+"""Learning: optimizers and their wrappers, Learner, Task, trainer."""
+
+from learner.var_grad import VarGrad
+from learner.base_optimizer import BaseOptimizer
+from learner.base_optimizer import SGD

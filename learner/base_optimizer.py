@@ -1,0 +1,221 @@
+"""BaseOptimizer: turns (lr, var_grads) into an update of the variables.
+
+Contract (DESIGN.md, "Optimizer"):
+  * `Bind(vmap)` creates every slot for the variables the optimizer will
+    update, at once (never lazily at the first step), so a checkpoint
+    restores slots before training.
+  * `Apply(lr, var_grads)` applies one update: `lr` a float32 scalar tensor
+    (already scheduled by the learner), `var_grads` a NestedMap of
+    `VarGrad(var, grad)`; entries whose grad is None are left alone.
+  * `num_updates` counts applied updates in a checkpointed int64 variable.
+  * Decoupled weight decay (Loshchilov & Hutter, "Decoupled Weight Decay
+    Regularization", ICLR 2019): `w <- w - lr * wd * w_old`, with the
+    scheduled rate and the weights from before this step's update.
+  * Sparse gradients (tf.IndexedSlices): duplicate indices are merged first;
+    by default they are densified (same result as a dense gradient);
+    `lazy_sparse_updates=True` updates only the rows present (TF1 semantics)
+    through `_ApplySparse`.
+
+Subclasses implement `_CreateSlots(var)` -> {slot_name: initial value or
+None} and `_ApplyDense(lr, var, grad, slots)`; optionally `_ApplySparse`.
+"""
+
+import re
+
+from absl import logging
+import tensorflow as tf
+
+from params import BaseLayer
+from params import NestedMap
+from learner import var_grad as var_grad_lib
+
+
+class BaseOptimizer(BaseLayer):
+  """Base class of optimizers and optimizer wrappers.
+
+  Raises:
+    ValueError: `Apply` on a variable that was not bound.
+  """
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.name = 'optimizer'
+    p.Define(
+        'decoupled_weight_decay', 0.0,
+        'Decoupled weight decay wd: w <- w - lr*wd*w_old each update (uses '
+        'the scheduled rate). 0 disables it.')
+    p.Define(
+        'weight_decay_exclude', [],
+        'Regexes (re.search on variable names) of variables that get no '
+        'decoupled weight decay, e.g. [\'LayerNorm\', \'bias\'].')
+    p.Define(
+        'lazy_sparse_updates', False,
+        'For tf.IndexedSlices gradients: if True only rows present in the '
+        'batch are updated (their slots too), as in TF1; if False (default) '
+        'the gradient is densified, identical to a dense gradient.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    self._num_updates = self.CreateVariable(
+        'num_updates', [], init=0, trainable=False, dtype=tf.int64)
+    self._slots = {}
+    self._bound = {}
+    self._decay_mask = {}
+
+  @property
+  def num_updates(self):
+    """int64 variable: updates this optimizer applied."""
+    return self._num_updates
+
+  # ---- binding ---------------------------------------------------------------
+
+  def Bind(self, vmap):
+    """Creates the slots of every variable in `vmap` (NestedMap or list).
+
+    Idempotent for variables already bound.
+    """
+    variables = vmap.Flatten() if isinstance(vmap, NestedMap) else list(vmap)
+    new = []
+    for var in variables:
+      name = var_grad_lib.VarName(var)
+      if name in self._bound:
+        continue
+      self._bound[name] = var
+      new.append(var)
+      with tf.init_scope():
+        slots = {}
+        for slot_name, init in self._CreateSlots(var).items():
+          slots[slot_name] = _CreateSlotVariable(self, var, slot_name, init)
+        self._slots[var_grad_lib.SanitizedName(name)] = slots
+    self._BindWeightDecay(new)
+    return self
+
+  def _BindWeightDecay(self, variables):
+    p = self.params
+    if not p.decoupled_weight_decay:
+      return
+    names = [var_grad_lib.VarName(v) for v in variables]
+    for regex in p.weight_decay_exclude:
+      if not any(re.search(regex, n) for n in names):
+        logging.warning(
+            '%s: weight_decay_exclude regex %r matches no variable; '
+            'variables: %s', self.path, regex, names)
+    for n in names:
+      self._decay_mask[n] = not any(
+          re.search(r, n) for r in p.weight_decay_exclude)
+
+  def _CreateSlots(self, var):
+    """Returns {slot_name: initial value (tensor/number) or None for zeros}."""
+    del var
+    return {}
+
+  def GetSlots(self, var):
+    """Returns {slot_name: slot variable} of a bound variable."""
+    return self._slots[var_grad_lib.SanitizedName(var_grad_lib.VarName(var))]
+
+  @property
+  def bound_variables(self):
+    """{variable name: variable} of the variables bound so far."""
+    return dict(self._bound)
+
+  # ---- applying ----------------------------------------------------------
+
+  def Apply(self, lr, var_grads):
+    """Applies one update; returns the update op (None when eager).
+
+    Args:
+      lr: float32 scalar tensor, the scheduled learning rate.
+      var_grads: NestedMap of VarGrad(var, grad); grad None means "leave".
+
+    Raises:
+      ValueError: if a variable was not bound with `Bind`.
+    """
+    lr = tf.convert_to_tensor(lr, tf.float32)
+    ops = []
+    for vg in var_grads.Flatten():
+      if vg.grad is None:
+        continue
+      name = var_grad_lib.VarName(vg.var)
+      if name not in self._bound:
+        raise ValueError(
+            '%s: variable %r was not bound; call Bind() with every variable '
+            'before Apply(). Bound: %s' % (self.path, name,
+                                           sorted(self._bound)))
+      ops.append(self._ApplyOne(lr, vg.var, vg.grad))
+    ops = [o for o in ops if o is not None]
+    with tf.control_dependencies(ops):
+      inc = self._num_updates.assign_add(1)
+    return tf.group(ops + [inc]) if not tf.executing_eagerly() else None
+
+  def _ApplyOne(self, lr, var, grad):
+    """Applies decoupled weight decay and the update to one variable."""
+    wd = self.params.decoupled_weight_decay
+    decay = None
+    if wd and self._decay_mask.get(var_grad_lib.VarName(var), True):
+      decay = tf.cast(lr * wd, var.dtype) * tf.identity(var.read_value())
+    slots = self.GetSlots(var)
+    if isinstance(grad, tf.IndexedSlices):
+      grad = var_grad_lib.MergeDuplicateIndices(grad)
+      if self.params.lazy_sparse_updates and not _InXla():
+        op = self._ApplySparse(lr, var, grad, slots)
+      else:
+        op = self._ApplyDense(lr, var, tf.convert_to_tensor(grad), slots)
+    else:
+      op = self._ApplyDense(lr, var, grad, slots)
+    if decay is None:
+      return op
+    with tf.control_dependencies([op] if op is not None else []):
+      return var.assign_sub(decay)
+
+  def _ApplyDense(self, lr, var, grad, slots):
+    raise NotImplementedError('%s must implement _ApplyDense.' %
+                              type(self).__name__)
+
+  def _ApplySparse(self, lr, var, grad, slots):
+    """Lazy sparse update; default densifies (subclasses may override)."""
+    return self._ApplyDense(lr, var, tf.convert_to_tensor(grad), slots)
+
+
+def _CreateSlotVariable(opt, var, slot_name, init):
+  """Creates one slot variable like `var` (same shape, dtype, placement)."""
+  name = '%s/%s/%s' % (opt.path, var_grad_lib.VarName(var), slot_name)
+  if init is None:
+    initial = tf.zeros(var.shape, var.dtype)
+  elif isinstance(init, (int, float)):
+    initial = tf.fill(var.shape, tf.constant(init, var.dtype))
+  else:
+    initial = init
+  return tf.Variable(initial, name=name, trainable=False)
+
+
+def _InXla():
+  """True while tracing a function compiled with jit_compile=True."""
+  try:
+    from tensorflow.python.framework import ops  # pylint: disable=g-import-not-at-top
+    from tensorflow.python.ops import control_flow_util  # pylint: disable=g-import-not-at-top
+    graph = ops.get_default_graph()
+    ctxt = graph._get_control_flow_context()  # pylint: disable=protected-access
+    if control_flow_util.GetContainingXLAContext(ctxt) is not None:
+      return True
+    return bool(getattr(graph, '_xla_compile', False))
+  except Exception:  # pylint: disable=broad-except
+    return False
+
+
+class SGD(BaseOptimizer):
+  """Plain gradient descent: w <- w - lr * g (TF's ResourceApplyGradientDescent)."""
+
+  def _ApplyDense(self, lr, var, grad, slots):
+    del slots
+    return tf.raw_ops.ResourceApplyGradientDescent(
+        var=var.handle, alpha=tf.cast(lr, var.dtype), delta=grad,
+        use_locking=False)
+
+  def _ApplySparse(self, lr, var, grad, slots):
+    del slots
+    return var.scatter_sub(
+        tf.IndexedSlices(grad.values * tf.cast(lr, var.dtype), grad.indices,
+                         grad.dense_shape))
+

@@ -1,0 +1,8 @@
+"""Configuration and composition: Params, NestedMap, BaseLayer, the registry."""
+
+from params.hyperparams import InstantiableParams
+from params.hyperparams import Params
+from params.hyperparams import TextSerializable
+from params.nested_map import NestedMap
+from params.base_layer import BaseLayer
+from params import registry

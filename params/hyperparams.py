@@ -1,0 +1,703 @@
+"""Params: the typed, documented, text-round-trippable configuration object.
+
+Every component in this framework is built from a `Params` object: a set of
+named, documented values (`Define`), changed with attribute assignment or
+`Set`, copied deeply with `Copy`, frozen with `Freeze`, and written to and read
+from text with `ToText` / `FromText`. `InstantiableParams` also carries the
+class to build (`cls`) and builds it with `Instantiate()`.
+
+Design after Lingvo's `lingvo/core/hyperparams.py`, with these differences:
+  * `Freeze()` freezes every nested Params too, not only the top level.
+  * The text form covers lists/dicts of Params, classes, functions, enums,
+    `tf.DType` and self-describing objects (see `TextSerializable`), and it is
+    parsed by a small safe reader: nothing is ever `eval`-ed or unpickled.
+  * Values with no text form (lambdas, arbitrary objects) are written as a
+    marker that `FromText` refuses with a clear error.
+"""
+
+import ast
+import copy
+import difflib
+import enum
+import importlib
+import re
+
+_NAME_RE = re.compile(r'^[a-z_][a-z0-9_]*$')
+_NO_TEXT_MARKER = '<no text form: '
+_KEY_SEGMENT_RE = re.compile(r'^([a-z_][a-z0-9_]*)((?:\[\d+\])*)$')
+
+
+def _ClosestNames(name, names, n=3):
+  """Returns up to n defined names close to `name`, best first."""
+  close = difflib.get_close_matches(name, list(names), n=n, cutoff=0.5)
+  return close
+
+
+def _UnknownNameMessage(kind, name, names):
+  msg = '%s %r is not defined.' % (kind, name)
+  close = _ClosestNames(name, names)
+  if close:
+    msg += ' Did you mean %s?' % ' or '.join(repr(c) for c in close)
+  msg += ' Defined names: %s.' % sorted(names)
+  return msg
+
+
+class TextSerializable:
+  """Protocol for objects that have a text form inside Params.
+
+  An object whose class defines `TextSpec()` returning
+  `(import_path, kwargs)` is written as `Object('import.path', k=v, ...)` and
+  read back by importing `import_path` (a callable) and calling it with the
+  keyword arguments (which must themselves have a text form). This lets
+  packages above `params` (e.g. `learner.get_optimizer_fn`) round-trip their
+  objects without `params` importing them. Subclassing this class is optional:
+  any object with a `TextSpec` method qualifies.
+  """
+
+  def TextSpec(self):
+    """Returns (import_path: str, kwargs: dict) that rebuild this object."""
+    raise NotImplementedError
+
+
+def ImportPath(obj):
+  """Returns 'module.qualname' for a class or function, or None if it has none.
+
+  Lambdas and functions defined inside functions have no import path.
+  """
+  module = getattr(obj, '__module__', None)
+  qualname = getattr(obj, '__qualname__', None)
+  if not module or not qualname or '<' in qualname:
+    return None
+  return '%s.%s' % (module, qualname)
+
+
+def ResolveImportPath(path):
+  """Imports 'pkg.module.Name[.Inner]' and returns the named object.
+
+  Raises:
+    ValueError: if no prefix of the path is an importable module, or the
+      module has no such attribute.
+  """
+  parts = path.split('.')
+  for i in range(len(parts) - 1, 0, -1):
+    module_name = '.'.join(parts[:i])
+    try:
+      obj = importlib.import_module(module_name)
+    except ImportError:
+      continue
+    try:
+      for attr in parts[i:]:
+        obj = getattr(obj, attr)
+    except AttributeError:
+      raise ValueError('Cannot resolve %r: module %r has no attribute %r.' %
+                       (path, module_name, '.'.join(parts[i:])))
+    return obj
+  raise ValueError('Cannot resolve %r: no importable module in it.' % path)
+
+
+class _Param:
+  """One defined value: name, value and its documentation."""
+
+  def __init__(self, name, default, doc):
+    self.name = name
+    self.value = default
+    self.doc = doc
+
+
+class Params:
+  """A set of named, documented hyper-parameters.
+
+  Usage:
+    p = Params()
+    p.Define('learning_rate', 0.1, 'Base learning rate.')
+    p.learning_rate = 0.2
+    p.Set(learning_rate=0.3)
+
+  Raises:
+    AttributeError: on get or set of an undefined name (the message lists the
+      closest defined names), and on any change to frozen params.
+    ValueError: on a malformed name or a redefinition in `Define`.
+  """
+
+  def __init__(self):
+    self.__dict__['_params'] = {}
+    self.__dict__['_immutable'] = False
+
+  # ---- definition and access ----------------------------------------------
+
+  def Define(self, name, default_value, description):
+    """Defines a new param `name` (matching [a-z_][a-z0-9_]*) with a default.
+
+    Raises:
+      AttributeError: if the params are frozen.
+      ValueError: if the name is malformed or already defined.
+    """
+    self._CheckMutable(name)
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+      raise ValueError('Param name %r must match [a-z_][a-z0-9_]*.' % (name,))
+    if name in self._params:
+      raise ValueError('Param %r is already defined (doc: %r).' %
+                       (name, self._params[name].doc))
+    self._params[name] = _Param(name, default_value, description)
+
+  def __getattr__(self, name):
+    if name.startswith('__') and name.endswith('__'):
+      raise AttributeError(name)
+    params = self.__dict__['_params']
+    if name not in params:
+      raise AttributeError(_UnknownNameMessage('Param', name, params))
+    return params[name].value
+
+  def __setattr__(self, name, value):
+    self._CheckMutable(name)
+    if name not in self._params:
+      raise AttributeError(_UnknownNameMessage('Param', name, self._params))
+    self._params[name].value = value
+
+  def __dir__(self):
+    return sorted(list(self._params.keys()) + list(super().__dir__()))
+
+  def __contains__(self, name):
+    return name in self._params
+
+  def __len__(self):
+    return len(self._params)
+
+  def __eq__(self, other):
+    if not isinstance(other, Params) or type(self) is not type(other):
+      return False
+    if set(self._params) != set(other._params):
+      return False
+    return all(
+        _ValuesEqual(self._params[k].value, other._params[k].value)
+        for k in self._params)
+
+  def __ne__(self, other):
+    return not self == other
+
+  __hash__ = None
+
+  def __repr__(self):
+    return self.ToText()
+
+  def IterParams(self):
+    """Yields (name, value) for each defined param, in definition order."""
+    for name, param in self._params.items():
+      yield name, param.value
+
+  def GetDoc(self, name):
+    """Returns the documentation string of param `name`."""
+    if name not in self._params:
+      raise AttributeError(_UnknownNameMessage('Param', name, self._params))
+    return self._params[name].doc
+
+  def _CheckMutable(self, name):
+    if self.__dict__['_immutable']:
+      raise AttributeError(
+          'Params are frozen; cannot change %r. Make a mutable copy with '
+          'p.Copy(frozen=False) and change that.' % (name,))
+
+  # ---- dotted paths --------------------------------------------------------
+
+  def _Resolve(self, key):
+    """Returns (container, last_name, last_indices) for a dotted key."""
+    segments = key.split('.')
+    obj = self
+    for seg_i, seg in enumerate(segments):
+      m = _KEY_SEGMENT_RE.match(seg)
+      if not m:
+        raise AttributeError('Malformed key %r (segment %r).' % (key, seg))
+      name, idx_text = m.group(1), m.group(2)
+      indices = [int(i) for i in re.findall(r'\[(\d+)\]', idx_text)]
+      if not isinstance(obj, Params):
+        raise AttributeError('Key %r: %r is not a Params (it is a %s).' %
+                             (key, '.'.join(segments[:seg_i]),
+                              type(obj).__name__))
+      if name not in obj._params:
+        raise AttributeError(
+            'Key %r: ' % key +
+            _UnknownNameMessage('Param', name, obj._params))
+      if seg_i == len(segments) - 1:
+        return obj, name, indices
+      obj = obj._params[name].value
+      for i in indices:
+        try:
+          obj = obj[i]
+        except (IndexError, TypeError, KeyError):
+          raise AttributeError('Key %r: index [%d] is out of range.' % (key, i))
+    raise AttributeError('Empty key.')
+
+  def Get(self, key):
+    """Returns the value at a dotted key such as 'optimizer.beta1' or 'a[0].b'.
+
+    Raises:
+      AttributeError: naming the key and close names if it does not exist.
+    """
+    parent, name, indices = self._Resolve(key)
+    value = parent._params[name].value
+    for i in indices:
+      try:
+        value = value[i]
+      except (IndexError, TypeError, KeyError):
+        raise AttributeError('Key %r: index [%d] is out of range.' % (key, i))
+    return value
+
+  def Set(self, **kwargs):
+    """Sets params by name or dotted key; returns self (chainable).
+
+    `p.Set(**{'optimizer.beta1': 0.8})` sets a nested param.
+
+    Raises:
+      AttributeError: if a key does not exist or the params are frozen.
+    """
+    for key, value in kwargs.items():
+      self._SetKey(key, value)
+    return self
+
+  def _SetKey(self, key, value):
+    parent, name, indices = self._Resolve(key)
+    if not indices:
+      setattr(parent, name, value)
+      return
+    container = parent._params[name].value
+    for i in indices[:-1]:
+      container = container[i]
+    parent._CheckMutable(name)
+    if isinstance(container, tuple):
+      raise AttributeError('Key %r: cannot assign into a tuple.' % key)
+    try:
+      container[indices[-1]] = value
+    except IndexError:
+      raise AttributeError('Key %r: index [%d] is out of range.' %
+                           (key, indices[-1]))
+
+  def Delete(self, *names):
+    """Removes the named params; returns self.
+
+    Raises:
+      AttributeError: if a name is not defined or the params are frozen.
+    """
+    for name in names:
+      self._CheckMutable(name)
+      if name not in self._params:
+        raise AttributeError(_UnknownNameMessage('Param', name, self._params))
+      del self._params[name]
+    return self
+
+  # ---- copy and freeze -----------------------------------------------------
+
+  def Copy(self, frozen=None):
+    """Returns a deep copy that shares no mutable state with this one.
+
+    Args:
+      frozen: None keeps this object's frozen state; False returns a mutable
+        copy (the documented way to change frozen params); True a frozen one.
+    """
+    res = type(self).__new__(type(self))
+    res.__dict__['_params'] = {}
+    res.__dict__['_immutable'] = False
+    for name, param in self._params.items():
+      res._params[name] = _Param(name, _CopyValue(param.value), param.doc)
+    for k, v in self.__dict__.items():
+      if k not in ('_params', '_immutable'):
+        res.__dict__[k] = copy.deepcopy(v)
+    if frozen is None:
+      frozen = self._immutable
+    if frozen:
+      res.Freeze()
+    else:
+      res._Thaw()
+    return res
+
+  def __deepcopy__(self, memo):
+    return self.Copy()
+
+  def Freeze(self):
+    """Makes these params and every nested Params read-only; returns self."""
+    self.__dict__['_immutable'] = True
+    for _, value in self.IterParams():
+      for sub in _NestedParams(value):
+        sub.Freeze()
+    return self
+
+  def _Thaw(self):
+    self.__dict__['_immutable'] = False
+    for _, value in self.IterParams():
+      for sub in _NestedParams(value):
+        sub._Thaw()
+
+  @property
+  def is_frozen(self):
+    return self._immutable
+
+  # ---- text -----------------------------------------------------------------
+
+  def _FlatItems(self, prefix=''):
+    """Yields (dotted_key, value) with nested Params and lists of them flattened."""
+    for name, value in sorted(self.IterParams()):
+      key = prefix + name
+      if isinstance(value, Params):
+        if len(value) == 0:
+          yield key, value
+        else:
+          yield from value._FlatItems(key + '.')
+      elif (isinstance(value, list) and value and
+            all(isinstance(v, Params) and len(v) for v in value)):
+        for i, v in enumerate(value):
+          yield from v._FlatItems('%s[%d].' % (key, i))
+      else:
+        yield key, value
+
+  def ToText(self):
+    """Returns the params as sorted 'dotted.key : value' lines.
+
+    Nested Params and lists of Params are flattened into dotted keys
+    ('train.learner[0].learning_rate'); other values are written with
+    `EncodeValue`.
+    """
+    lines = ['%s : %s' % (k, EncodeValue(v)) for k, v in self._FlatItems()]
+    return '\n'.join(sorted(lines)) + ('\n' if lines else '')
+
+  def FromText(self, text):
+    """Applies 'dotted.key : value' lines to these params; returns self.
+
+    Lines may be separated by newlines or ';'. Blank lines and '#' comments
+    are ignored.
+
+    Raises:
+      ValueError: naming the line and key if a line is malformed, the key
+        does not exist (with close names), the value has no text form, or the
+        value's type does not match the current value.
+    """
+    for line_no, line in _SplitLines(text):
+      if ':' not in line:
+        raise ValueError('Line %d %r: expected "key : value".' %
+                         (line_no, line))
+      key, value_text = line.split(':', 1)
+      key, value_text = key.strip(), value_text.strip()
+      try:
+        current = self.Get(key)
+      except AttributeError as e:
+        raise ValueError('Line %d %r: unknown key %r. %s' %
+                         (line_no, line, key, e)) from None
+      if value_text.startswith(_NO_TEXT_MARKER):
+        raise ValueError(
+            'Line %d: key %r holds a value with no text form (%s); it must be '
+            'set in code, not in text.' % (line_no, key, value_text))
+      try:
+        value = DecodeValue(value_text)
+      except ValueError as e:
+        raise ValueError('Line %d %r: cannot read the value of %r: %s' %
+                         (line_no, line, key, e)) from None
+      err = _TypeMismatch(current, value)
+      if err:
+        raise ValueError('Line %d %r: wrong type for %r: %s' %
+                         (line_no, line, key, err))
+      try:
+        self._SetKey(key, value)
+      except AttributeError as e:
+        raise ValueError('Line %d %r: cannot set %r: %s' %
+                         (line_no, line, key, e)) from None
+    return self
+
+  def TextDiff(self, other):
+    """Returns a readable diff of two params: only keys that differ.
+
+    Lines: '  key : mine -> theirs' for changed values, '- key : v' for keys
+    only here, '+ key : v' for keys only in `other`. Empty string if equal.
+    """
+    mine = {k: EncodeValue(v) for k, v in self._FlatItems()}
+    theirs = {k: EncodeValue(v) for k, v in other._FlatItems()}
+    out = []
+    for k in sorted(set(mine) | set(theirs)):
+      if k not in theirs:
+        out.append('- %s : %s' % (k, mine[k]))
+      elif k not in mine:
+        out.append('+ %s : %s' % (k, theirs[k]))
+      elif mine[k] != theirs[k]:
+        out.append('  %s : %s -> %s' % (k, mine[k], theirs[k]))
+    return '\n'.join(out) + ('\n' if out else '')
+
+
+class InstantiableParams(Params):
+  """Params that carry the class to build in `cls`.
+
+  `p.Instantiate(*args, **kwargs)` returns `p.cls(p, *args, **kwargs)`.
+  """
+
+  def __init__(self, cls=None):
+    super().__init__()
+    self.Define('cls', cls, 'Class that these params build.')
+
+  def Instantiate(self, *args, **kwargs):
+    """Builds `self.cls(self, ...)`.
+
+    Raises:
+      ValueError: if `cls` is not set.
+    """
+    if self.cls is None:
+      raise ValueError('Cannot Instantiate params whose cls is None.')
+    return self.cls(self, *args, **kwargs)
+
+
+# ---- helpers on values --------------------------------------------------------
+
+
+def _NestedParams(value):
+  """Yields every Params directly inside value (itself, or in containers)."""
+  if isinstance(value, Params):
+    yield value
+  elif isinstance(value, (list, tuple)):
+    for v in value:
+      yield from _NestedParams(v)
+  elif isinstance(value, dict):
+    for v in value.values():
+      yield from _NestedParams(v)
+
+
+def _CopyValue(value):
+  if isinstance(value, Params):
+    return value.Copy()
+  if isinstance(value, list):
+    return [_CopyValue(v) for v in value]
+  if isinstance(value, tuple):
+    return type(value)(*[_CopyValue(v) for v in value]) if hasattr(
+        value, '_fields') else tuple(_CopyValue(v) for v in value)
+  if isinstance(value, dict):
+    return type(value)((k, _CopyValue(v)) for k, v in value.items())
+  if isinstance(value, type) or callable(value) and not hasattr(
+      value, '__dict__'):
+    return value
+  try:
+    return copy.deepcopy(value)
+  except Exception:  # pylint: disable=broad-except
+    return value
+
+
+def _ValuesEqual(a, b):
+  if isinstance(a, Params) or isinstance(b, Params):
+    return a == b
+  if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+    return (type(a) is type(b) and len(a) == len(b) and
+            all(_ValuesEqual(x, y) for x, y in zip(a, b)))
+  if isinstance(a, dict) and isinstance(b, dict):
+    return (set(a) == set(b) and
+            all(_ValuesEqual(a[k], b[k]) for k in a))
+  if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+    return True
+  try:
+    return bool(a == b)
+  except Exception:  # pylint: disable=broad-except
+    return a is b
+
+
+def _TypeMismatch(current, value):
+  """Returns a message if `value` may not replace `current`, else None."""
+  if current is None or value is None:
+    return None
+  if isinstance(current, bool) or isinstance(value, bool):
+    if isinstance(current, bool) and isinstance(value, bool):
+      return None
+    return 'expected %s, got %r' % (type(current).__name__, value)
+  if isinstance(current, (int, float)) and isinstance(value, (int, float)):
+    if isinstance(current, int) and isinstance(value, float):
+      return 'expected an int, got the float %r' % value
+    return None
+  if isinstance(current, str) != isinstance(value, str):
+    return 'expected %s, got %r' % (type(current).__name__, value)
+  if isinstance(current, Params) != isinstance(value, Params):
+    return 'expected %s, got %r' % (type(current).__name__, value)
+  if isinstance(current, (list, tuple)) and not isinstance(value,
+                                                            (list, tuple)):
+    return 'expected a %s, got %r' % (type(current).__name__, value)
+  if isinstance(current, dict) and not isinstance(value, dict):
+    return 'expected a dict, got %r' % (value,)
+  if isinstance(current, (int, float, str, list, tuple, dict)) and callable(
+      value):
+    return 'expected %s, got %r' % (type(current).__name__, value)
+  return None
+
+
+def _SplitLines(text):
+  """Yields (line_number, stripped line) for non-empty, non-comment lines."""
+  line_no = 0
+  for raw in text.split('\n'):
+    line_no += 1
+    for part in _SplitOutsideQuotes(raw, ';'):
+      s = part.strip()
+      if not s or s.startswith('#'):
+        continue
+      yield line_no, s
+
+
+def _SplitOutsideQuotes(line, sep):
+  """Splits on `sep` outside quotes and stops at a '#' outside quotes."""
+  parts, cur, quote, escape = [], [], None, False
+  for ch in line:
+    if quote:
+      cur.append(ch)
+      if escape:
+        escape = False
+      elif ch == '\\':
+        escape = True
+      elif ch == quote:
+        quote = None
+      continue
+    if ch in ('"', "'"):
+      quote = ch
+      cur.append(ch)
+    elif ch == '#':
+      break
+    elif ch == sep:
+      parts.append(''.join(cur))
+      cur = []
+    else:
+      cur.append(ch)
+  parts.append(''.join(cur))
+  return parts
+
+
+# ---- value encoding ------------------------------------------------------------
+
+
+def EncodeValue(value):
+  """Returns the text form of one value (one line, no newline).
+
+  Literals use Python literal syntax; classes are `Class('mod.Name')`,
+  functions `Function('mod.fn')`, enum members `Enum('mod.E', 'NAME')`,
+  `tf.DType`s `DType('float32')`, Params inside containers
+  `Params(cls=..., key=value, ...)`, self-describing objects
+  `Object('mod.factory', k=v)`. Anything else is a '<no text form: ...>'
+  marker.
+  """
+  try:
+    return _Encode(value)
+  except _NoTextForm as e:
+    return '%s%s>' % (_NO_TEXT_MARKER, e)
+
+
+class _NoTextForm(Exception):
+  pass
+
+
+def _Encode(value):
+  if value is None or isinstance(value, (bool, int, str)):
+    return repr(value)
+  if isinstance(value, enum.Enum):
+    path = ImportPath(type(value))
+    if path is None:
+      raise _NoTextForm(repr(value))
+    return 'Enum(%r, %r)' % (path, value.name)
+  if isinstance(value, float):
+    if value != value:
+      return "float('nan')"
+    if value in (float('inf'), float('-inf')):
+      return "float('%s')" % ('inf' if value > 0 else '-inf')
+    return repr(value)
+  if isinstance(value, Params):
+    items = ['%s=%s' % (k, _Encode(v)) for k, v in value.IterParams()]
+    return 'Params(%s)' % ', '.join(items)
+  if isinstance(value, list):
+    return '[%s]' % ', '.join(_Encode(v) for v in value)
+  if isinstance(value, tuple):
+    if len(value) == 1:
+      return '(%s,)' % _Encode(value[0])
+    return '(%s)' % ', '.join(_Encode(v) for v in value)
+  if isinstance(value, dict):
+    return '{%s}' % ', '.join(
+        '%s: %s' % (_Encode(k), _Encode(v)) for k, v in value.items())
+  if _IsDType(value):
+    return 'DType(%r)' % value.name
+  if hasattr(type(value), 'TextSpec') and not isinstance(value, type):
+    path, kwargs = value.TextSpec()
+    items = ''.join(', %s=%s' % (k, _Encode(v)) for k, v in kwargs.items())
+    return 'Object(%r%s)' % (path, items)
+  if isinstance(value, type):
+    path = ImportPath(value)
+    if path is None:
+      raise _NoTextForm('class %r' % value)
+    return 'Class(%r)' % path
+  if callable(value) and hasattr(value, '__qualname__'):
+    path = ImportPath(value)
+    if path is None:
+      raise _NoTextForm('%s %s' % (type(value).__name__, value.__qualname__))
+    return 'Function(%r)' % path
+  raise _NoTextForm('%s object %r' % (type(value).__name__, value))
+
+
+def _IsDType(value):
+  t = type(value)
+  return t.__name__ == 'DType' and t.__module__.startswith('tensorflow')
+
+
+def DecodeValue(text):
+  """Reads a value written by `EncodeValue`; never evaluates code.
+
+  Raises:
+    ValueError: if the text is not a valid encoded value.
+  """
+  try:
+    tree = ast.parse(text.strip(), mode='eval')
+  except SyntaxError as e:
+    raise ValueError('not a valid value (%s)' % e.msg) from None
+  return _Decode(tree.body)
+
+
+def _Decode(node):
+  if isinstance(node, ast.Constant):
+    return node.value
+  if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub,
+                                                            ast.UAdd)):
+    v = _Decode(node.operand)
+    if not isinstance(v, (int, float)) or isinstance(v, bool):
+      raise ValueError('unary sign on a non-number')
+    return -v if isinstance(node.op, ast.USub) else v
+  if isinstance(node, ast.List):
+    return [_Decode(e) for e in node.elts]
+  if isinstance(node, ast.Tuple):
+    return tuple(_Decode(e) for e in node.elts)
+  if isinstance(node, ast.Dict):
+    return {_Decode(k): _Decode(v) for k, v in zip(node.keys, node.values)}
+  if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+    fn = node.func.id
+    args = [_Decode(a) for a in node.args]
+    kwargs = {kw.arg: _Decode(kw.value) for kw in node.keywords}
+    if fn == 'float' and len(args) == 1 and args[0] in ('nan', 'inf',
+                                                        '-inf'):
+      return float(args[0])
+    if fn in ('Class', 'Function') and len(args) == 1:
+      obj = ResolveImportPath(args[0])
+      if fn == 'Class' and not isinstance(obj, type):
+        raise ValueError('%r is not a class' % args[0])
+      return obj
+    if fn == 'Enum' and len(args) == 2:
+      enum_cls = ResolveImportPath(args[0])
+      try:
+        return enum_cls[args[1]]
+      except (KeyError, TypeError):
+        raise ValueError('%r has no member %r' % (args[0], args[1])) from None
+    if fn == 'DType' and len(args) == 1:
+      import tensorflow as tf  # pylint: disable=g-import-not-at-top
+      return tf.as_dtype(args[0])
+    if fn == 'Object' and len(args) == 1:
+      factory = ResolveImportPath(args[0])
+      return factory(**kwargs)
+    if fn == 'Params' and not args:
+      return _BuildParams(kwargs)
+  raise ValueError('unsupported expression %r' % ast.dump(node)[:80])
+
+
+def _BuildParams(kwargs):
+  cls = kwargs.get('cls')
+  if cls is not None and hasattr(cls, 'Params'):
+    p = cls.Params()
+  elif 'cls' in kwargs:
+    p = InstantiableParams(cls)
+  else:
+    p = Params()
+  for k, v in kwargs.items():
+    if k in p:
+      setattr(p, k, v)
+    else:
+      p.Define(k, v, '')
+  return p

@@ -1,0 +1,125 @@
+"""The experiment registry: named experiment params, loaded from `configs/`.
+
+An experiment is a class with methods `Task()`, `Train()` (the train input
+params) and `Eval()` (the eval input params), registered with `@Register`.
+Its key is its module path under `configs/` plus the class name, e.g. the
+class `MlpMomentum` in `configs/digits.py` is `digits.MlpMomentum`.
+
+This is the one place where `params` refers upward: `GetParams` imports
+`configs.<module>` by name when asked for a key that is not yet registered.
+"""
+
+import difflib
+import importlib
+import pkgutil
+
+from params import hyperparams
+
+_CONFIGS_PACKAGE = 'configs'
+
+# The registry itself: key -> experiment class. Explicit and tested.
+_REGISTRY = {}
+
+
+def _KeyOf(cls):
+  module = cls.__module__
+  prefix = _CONFIGS_PACKAGE + '.'
+  if module.startswith(prefix):
+    module = module[len(prefix):]
+  return '%s.%s' % (module, cls.__name__)
+
+
+def Register(cls):
+  """Class decorator: registers an experiment under '<module>.<ClassName>'.
+
+  Raises:
+    ValueError: if the key is already registered by another class, or the
+      class lacks Task/Train/Eval.
+  """
+  for method in ('Task', 'Train', 'Eval'):
+    if not callable(getattr(cls, method, None)):
+      raise ValueError('Experiment %s must define %s().' %
+                       (cls.__name__, method))
+  key = _KeyOf(cls)
+  existing = _REGISTRY.get(key)
+  if existing is not None and existing is not cls and (
+      existing.__qualname__ != cls.__qualname__ or
+      existing.__module__ != cls.__module__):
+    raise ValueError('Experiment key %r is already registered (by %s.%s).' %
+                     (key, existing.__module__, existing.__qualname__))
+  _REGISTRY[key] = cls
+  return cls
+
+
+def _ImportAllConfigs():
+  try:
+    package = importlib.import_module(_CONFIGS_PACKAGE)
+  except ImportError:
+    return
+  for info in pkgutil.walk_packages(package.__path__, _CONFIGS_PACKAGE + '.'):
+    importlib.import_module(info.name)
+
+
+def _ImportFor(key):
+  module = key.rsplit('.', 1)[0] if '.' in key else key
+  try:
+    importlib.import_module('%s.%s' % (_CONFIGS_PACKAGE, module))
+  except ImportError:
+    pass
+
+
+def GetAllRegisteredKeys():
+  """Returns the sorted keys of every experiment under `configs/`."""
+  _ImportAllConfigs()
+  return sorted(_REGISTRY)
+
+
+def GetClass(key):
+  """Returns the experiment class registered under `key`.
+
+  Raises:
+    LookupError: naming the key and the closest registered keys.
+  """
+  if key not in _REGISTRY:
+    _ImportFor(key)
+  if key not in _REGISTRY:
+    keys = GetAllRegisteredKeys()
+    if key in _REGISTRY:
+      return _REGISTRY[key]
+    close = difflib.get_close_matches(key, keys, n=3, cutoff=0.4)
+    msg = 'Experiment %r is not registered.' % key
+    if close:
+      msg += ' Did you mean %s?' % ' or '.join(repr(c) for c in close)
+    msg += ' Registered: %s.' % keys
+    raise LookupError(msg)
+  return _REGISTRY[key]
+
+
+def GetParams(key, overrides=None):
+  """Returns the experiment's params: a Params with task/train_input/eval_input.
+
+  Args:
+    key: a registry key, e.g. 'digits.MlpMomentum'.
+    overrides: optional text ('a.b : 1; c : 2' or one per line) applied with
+      `Params.FromText`, rooted at the returned params (so keys start with
+      'task.', 'train_input.' or 'eval_input.').
+
+  Raises:
+    LookupError: unknown key (with close matches).
+    ValueError: a bad override (naming the line, the key and close names).
+  """
+  cls = GetClass(key)
+  experiment = cls()
+  p = hyperparams.Params()
+  p.Define('task', experiment.Task(), 'The task params.')
+  p.Define('train_input', experiment.Train(), 'The training input params.')
+  p.Define('eval_input', experiment.Eval(), 'The evaluation input params.')
+  if overrides:
+    p.FromText(overrides)
+  return p
+
+
+def Describe(key):
+  """Returns the first line of the experiment class's docstring."""
+  doc = (GetClass(key).__doc__ or '').strip()
+  return doc.split('\n', 1)[0] if doc else ''
