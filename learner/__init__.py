@@ -3,3 +3,4 @@
 from learner.var_grad import VarGrad
 from learner.base_optimizer import BaseOptimizer
 from learner.base_optimizer import SGD
+from learner.grad_norm_tracker import GradNormTracker

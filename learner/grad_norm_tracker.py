@@ -1,0 +1,171 @@
+"""GradNormTracker: rejects steps whose gradient norm is an outlier.
+
+Lingvo's `GradNormTracker` (lingvo/core/layers.py), in TF2 form. It keeps
+exponential moving averages of log(1 + grad_norm) and of its square, and
+rejects a step whose log norm is more than `clip_threshold` standard
+deviations above the mean, once the averages have enough weight.
+"""
+
+import tensorflow as tf
+
+from params import BaseLayer
+
+# Lingvo triggers only once the moving averages' total weight exceeds this.
+_WARMUP_WEIGHT = 0.75
+_EPS = 1e-6
+
+
+class GradNormTracker(BaseLayer):
+  """Tracks gradient-norm statistics and rejects outlier steps.
+
+  With `decay` d, each accepted or rejected finite step updates, for
+  x = log(1 + max(grad_norm, grad_norm_lower_cap)):
+
+    cap          = max(mean + clip_threshold * std, log(1 + grad_norm_clip_cap_min))
+    x_c          = min(x, cap)
+    log_mean         += (1 - d) * (x_c   - log_mean)
+    log_mean_squared += (1 - d) * (x_c^2 - log_mean_squared)
+    total_weight     += (1 - d) * (1     - total_weight)
+
+  where mean = log_mean / max(total_weight, 1e-6) (the bias-corrected moving
+  average), var = log_mean_squared / max(total_weight, 1e-6) - mean^2 and
+  std = sqrt(max(var, 1e-6)), all from before this step's update. After n
+  updates total_weight = 1 - d^n, so the warm-up (total_weight > 0.75) lasts
+  ceil(log(0.25) / log(d)) steps (277 for d = 0.995), during which no step is
+  rejected for its norm. A step is rejected when it is past warm-up and
+  x > cap, or when `has_nan` is true; a step with has_nan leaves the moving
+  averages unchanged. Every rejected step adds 1 to `total_rejections`. With
+  `dry_run` the tracker does all of this but `Check` always returns True.
+
+  Variables (float32 scalars, trainable=False, checkpointed with the layer):
+  `log_mean`, `log_mean_squared`, `total_weight`; `total_rejections` (int64).
+  They are created with aggregation ONLY_FIRST_REPLICA, so `Check` may run in
+  a tf.distribute replica context as long as every replica passes the same
+  inputs (the learner calls it after the all-reduce).
+
+  Source: Lingvo, lingvo/core/layers.py `GradNormTracker`.
+
+  Raises:
+    ValueError: at construction, if `decay` is not in (0, 1), `clip_threshold`
+      is not > 0, or `grad_norm_lower_cap` / `grad_norm_clip_cap_min` < 0.
+  """
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.name = 'grad_norm_tracker'
+    p.Define('decay', 0.995,
+             'Decay of the moving averages of the log gradient norm, in (0, '
+             '1), per checked step.')
+    p.Define('grad_norm_lower_cap', 1e-2,
+             'Gradient norms below this are raised to it before the log; '
+             '>= 0.')
+    p.Define(
+        'clip_threshold', 4.0,
+        'A step is rejected when its log(1 + norm) is more than this many '
+        'standard deviations above the moving mean; > 0.')
+    p.Define(
+        'grad_norm_clip_cap_min', 0.0,
+        'Never reject a step whose gradient norm is at most this value '
+        '(the cap in log space is at least log(1 + this)); >= 0.')
+    p.Define(
+        'dry_run', False,
+        'If True, statistics and total_rejections are updated as usual but '
+        'Check() always accepts, to observe what the tracker would do.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    p = self.params
+    if not 0.0 < p.decay < 1.0:
+      raise ValueError(
+          'GradNormTracker %r: decay=%r must be in (0, 1), e.g. 0.995.' %
+          (self.path, p.decay))
+    if not p.clip_threshold > 0.0:
+      raise ValueError(
+          'GradNormTracker %r: clip_threshold=%r must be > 0 (a number of '
+          'standard deviations, e.g. 4.0).' % (self.path, p.clip_threshold))
+    if p.grad_norm_lower_cap < 0.0:
+      raise ValueError(
+          'GradNormTracker %r: grad_norm_lower_cap=%r must be >= 0.' %
+          (self.path, p.grad_norm_lower_cap))
+    if p.grad_norm_clip_cap_min < 0.0:
+      raise ValueError(
+          'GradNormTracker %r: grad_norm_clip_cap_min=%r must be >= 0.' %
+          (self.path, p.grad_norm_clip_cap_min))
+    kw = dict(trainable=False,
+              aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+    self._log_mean = self.CreateVariable(
+        'log_mean', [], init=0.0, dtype=tf.float32, **kw)
+    self._log_mean_squared = self.CreateVariable(
+        'log_mean_squared', [], init=0.0, dtype=tf.float32, **kw)
+    self._total_weight = self.CreateVariable(
+        'total_weight', [], init=0.0, dtype=tf.float32, **kw)
+    self._total_rejections = self.CreateVariable(
+        'total_rejections', [], init=0, dtype=tf.int64, **kw)
+
+  @property
+  def total_rejections(self):
+    """int64 scalar variable: the number of rejected steps so far."""
+    return self._total_rejections
+
+  def Statistics(self):
+    """Returns a dict of float32 scalars: mean, std and cap of log(1+norm).
+
+    `mean` and `std` are those of log(1 + grad_norm); `cap` is the log-space
+    threshold the next `Check` compares against. Read-only.
+    """
+    mean, std, cap = self._Stats()
+    return {'log_grad_norm_mean': mean, 'log_grad_norm_std': std,
+            'log_grad_norm_cap': cap}
+
+  def _Stats(self):
+    p = self.params
+    total_weight = tf.maximum(self._total_weight.read_value(), _EPS)
+    mean = self._log_mean.read_value() / total_weight
+    var = self._log_mean_squared.read_value() / total_weight - mean * mean
+    std = tf.sqrt(tf.maximum(var, _EPS))
+    cap = tf.maximum(mean + std * p.clip_threshold,
+                     tf.math.log(tf.constant(1.0 + p.grad_norm_clip_cap_min,
+                                             tf.float32)))
+    return mean, std, cap
+
+  def Check(self, grad_norm, has_nan=None):
+    """Updates the statistics with this step and says whether to apply it.
+
+    Args:
+      grad_norm: a float scalar tensor (any float dtype; cast to float32),
+        the global gradient norm of the step. A non-finite norm is treated as
+        has_nan=True.
+      has_nan: optional bool scalar tensor, True if the step's gradients
+        contain NaN/Inf.
+
+    Returns:
+      A bool scalar tensor: True to apply the step, False to skip it (always
+      True with dry_run).
+    """
+    p = self.params
+    grad_norm = tf.cast(tf.convert_to_tensor(grad_norm), tf.float32)
+    bad = tf.logical_not(tf.math.is_finite(grad_norm))
+    if has_nan is not None:
+      bad = tf.logical_or(bad, tf.cast(has_nan, tf.bool))
+    # Keep the arithmetic finite; a bad step does not touch the averages.
+    safe_norm = tf.where(bad, tf.zeros_like(grad_norm), grad_norm)
+    safe_norm = tf.maximum(safe_norm, p.grad_norm_lower_cap)
+    log_norm = tf.math.log(safe_norm + 1.0)
+
+    _, _, cap = self._Stats()
+    total_weight = self._total_weight.read_value()
+    reject = tf.logical_and(log_norm > cap, total_weight > _WARMUP_WEIGHT)
+    reject = tf.logical_or(reject, bad)
+    capped = tf.minimum(log_norm, cap)
+
+    rate = tf.where(bad, 0.0, 1.0 - p.decay)
+    self._log_mean.assign_add(rate * (capped - self._log_mean))
+    self._log_mean_squared.assign_add(rate *
+                                      (capped * capped - self._log_mean_squared))
+    self._total_weight.assign_add(rate * (1.0 - total_weight))
+    self._total_rejections.assign_add(tf.cast(reject, tf.int64))
+    if p.dry_run:
+      return tf.constant(True)
+    return tf.logical_not(reject)
