@@ -4,3 +4,6 @@ from learner.var_grad import VarGrad
 from learner.base_optimizer import BaseOptimizer
 from learner.base_optimizer import SGD
 from learner.grad_norm_tracker import GradNormTracker
+from learner.gradient_combiner import BaseGradientCombiner
+from learner.gradient_combiner import GradientSum
+from learner.gradient_combiner import PCGrad
