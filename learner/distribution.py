@@ -1,0 +1,458 @@
+"""Synchronous data parallelism on tf.distribute: strategies, input, roles.
+
+This module is the one place where the trainer meets `tf.distribute`
+(DESIGN.md, "Distribution"); we write no cluster code of our own.
+
+  * `CreateStrategy(name)` builds the strategy for the trainer's
+    `--strategy=default|mirrored|multi_worker|tpu` flag. It must be called
+    before any other TensorFlow op in the process (multi-worker collectives
+    can only be configured at start-up); it checks this and says so.
+  * `CheckReplicasToAggregate(replicas_to_aggregate, num_replicas)` maps
+    TF1's `SyncReplicasOptimizer(replicas_to_aggregate, total_num_replicas)`
+    onto TF2: every replica aggregates every step; backup workers (fewer
+    replicas to aggregate than replicas) are refused.
+  * `DistributeDataset(strategy, dataset_fn, ...)` gives each worker its own
+    shard (`ShardForWorker`), batched per replica, and skips the batches a
+    resumed run already consumed (distributed iterators are not
+    checkpointable in TF 2.21, so resume is by deterministic skip).
+  * `IsChief`, `WorkerLogdir`, `RemoveWorkerLogdir`: the chief writes
+    checkpoints and summaries to the real logdir; other workers write to a
+    temporary directory, as TF's multi-worker tutorial documents.
+
+The gradient all-reduce itself (Σ weight·grad / Σ weight, once per applied
+update) lives in `learner/cross_replica.py`, next to the Learner.
+
+Reference: TF guide "Multi-worker training with Keras / custom training
+loop" and `tf.distribute.MultiWorkerMirroredStrategy` documentation.
+"""
+
+import difflib
+import json
+import os
+import shutil
+
+from absl import logging
+import tensorflow as tf
+
+STRATEGY_NAMES = ('default', 'mirrored', 'multi_worker', 'tpu')
+
+# Seconds a collective op may wait for its peers before failing: a worker
+# whose peer died fails with DeadlineExceeded/Unavailable instead of hanging.
+DEFAULT_TIMEOUT_SECONDS = 60.0
+
+_COMMUNICATION = {
+    'auto': 'AUTO',
+    'ring': 'RING',
+    'nccl': 'NCCL',
+}
+
+
+def _RuntimeInitialized():
+  """True once the TF eager runtime has been initialised by some op."""
+  # pylint: disable=protected-access
+  from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
+  return context.context()._context_handle is not None
+  # pylint: enable=protected-access
+
+
+def ParseTfConfig(environ=None):
+  """Returns the parsed `TF_CONFIG` environment variable (a dict).
+
+  Args:
+    environ: mapping to read from; default `os.environ`.
+
+  Returns:
+    dict with 'cluster' ({job: [host:port, ...]}) and 'task'
+    ({'type': str, 'index': int}).
+
+  Raises:
+    ValueError: TF_CONFIG is unset, not JSON, or lacks 'cluster' / 'task'.
+  """
+  environ = os.environ if environ is None else environ
+  text = environ.get('TF_CONFIG', '')
+  how = ('Start the workers with `python -m learner.launcher --num_workers=N '
+         '-- <trainer args>`, which writes TF_CONFIG for each, or set it by '
+         'hand (see docs/distributed.md).')
+  if not text.strip():
+    raise ValueError('--strategy=multi_worker needs the TF_CONFIG environment '
+                     'variable, which is unset. ' + how)
+  try:
+    config = json.loads(text)
+  except ValueError as e:
+    raise ValueError('TF_CONFIG is not valid JSON (%s): %r. %s' %
+                     (e, text, how)) from e
+  for key in ('cluster', 'task'):
+    if not isinstance(config, dict) or key not in config:
+      raise ValueError(
+          'TF_CONFIG lacks the key %r; expected {"cluster": {"worker": '
+          '["host:port", ...]}, "task": {"type": "worker", "index": i}}, got '
+          '%r. %s' % (key, text, how))
+  return config
+
+
+def CreateStrategy(name='default',
+                   timeout_seconds=DEFAULT_TIMEOUT_SECONDS,
+                   communication='auto',
+                   devices=None,
+                   tpu_address=None):
+  """Creates the tf.distribute strategy named by the trainer's --strategy.
+
+  Call it first in the process, before any other TensorFlow op.
+
+  Args:
+    name: str, one of STRATEGY_NAMES:
+      'default': no distribution (`tf.distribute.get_strategy()`).
+      'mirrored': `MirroredStrategy` over this machine's devices (`devices`,
+        default every GPU, else every logical CPU device).
+      'multi_worker': `MultiWorkerMirroredStrategy`, cluster from the
+        `TF_CONFIG` environment variable (one process per worker; see
+        learner/launcher.py), with
+        `CommunicationOptions(implementation=communication,
+        timeout_seconds=timeout_seconds)`.
+      'tpu': `TPUStrategy`; raises a clear error when no TPU is reachable.
+    timeout_seconds: float seconds a collective may wait for its peers
+      (multi_worker only); a worker whose peer died fails with an error
+      after it instead of hanging forever. None or 0 waits forever.
+    communication: 'auto', 'ring' or 'nccl' (multi_worker only).
+    devices: optional list of device names for 'mirrored'.
+    tpu_address: optional TPU name or grpc address for 'tpu'.
+
+  Returns:
+    a `tf.distribute.Strategy`.
+
+  Raises:
+    ValueError: unknown `name` or `communication`; TF_CONFIG missing or
+      malformed for 'multi_worker'.
+    RuntimeError: 'multi_worker' requested after the TF runtime was
+      initialised by another op; 'tpu' with no TPU reachable.
+  """
+  if name not in STRATEGY_NAMES:
+    close = difflib.get_close_matches(str(name), STRATEGY_NAMES, n=1)
+    raise ValueError(
+        'Unknown strategy %r; expected one of %s%s. Set --strategy to one of '
+        'them.' % (name, list(STRATEGY_NAMES),
+                   (' (did you mean %r?)' % close[0]) if close else ''))
+  if name == 'default':
+    return tf.distribute.get_strategy()
+  if name == 'mirrored':
+    if devices is None:
+      # Every GPU, else every (logical) CPU: tests and CPU-only machines can
+      # split one CPU into several logical devices before TF starts.
+      devices = ([d.name for d in tf.config.list_logical_devices('GPU')] or
+                 [d.name for d in tf.config.list_logical_devices('CPU')])
+    return tf.distribute.MirroredStrategy(devices=devices)
+  if name == 'multi_worker':
+    return _CreateMultiWorker(timeout_seconds, communication)
+  return _CreateTpu(tpu_address)
+
+
+def _CreateMultiWorker(timeout_seconds, communication):
+  """MultiWorkerMirroredStrategy from TF_CONFIG; see CreateStrategy."""
+  if communication not in _COMMUNICATION:
+    raise ValueError(
+        'Unknown communication %r for --strategy=multi_worker; expected one '
+        'of %s.' % (communication, sorted(_COMMUNICATION)))
+  config = ParseTfConfig()
+  if _RuntimeInitialized():
+    raise RuntimeError(
+        '--strategy=multi_worker: the strategy must be created before any '
+        'other TensorFlow op in the process (collective ops are configured '
+        'at start-up), but the TF runtime is already initialised. Call '
+        'learner.distribution.CreateStrategy() first, e.g. at the top of '
+        'main(), before building params, layers or datasets.')
+  impl = getattr(tf.distribute.experimental.CommunicationImplementation,
+                 _COMMUNICATION[communication])
+  options = tf.distribute.experimental.CommunicationOptions(
+      implementation=impl, timeout_seconds=timeout_seconds or None)
+  logging.info('MultiWorkerMirroredStrategy: task %s of cluster %s, '
+               'collective timeout %s s', config['task'], config['cluster'],
+               timeout_seconds)
+  return tf.distribute.MultiWorkerMirroredStrategy(
+      cluster_resolver=(
+          tf.distribute.cluster_resolver.TFConfigClusterResolver()),
+      communication_options=options)
+
+
+def _CreateTpu(tpu_address):
+  """TPUStrategy, or a RuntimeError that says no TPU is reachable."""
+  if (tpu_address is None and not os.environ.get('TPU_NAME') and
+      not tf.config.list_logical_devices('TPU')):
+    # Checked here so that no TPU lookup (e.g. GCE metadata) leaves the host.
+    raise RuntimeError(
+        '--strategy=tpu: no TPU found (no local TPU device, no TPU_NAME '
+        'environment variable, no TPU address given). Run on a TPU VM or '
+        'pass the TPU name/address, or use --strategy=default|mirrored|'
+        'multi_worker on this machine.')
+  try:
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+        tpu=tpu_address)
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+  except Exception as e:  # pylint: disable=broad-except
+    raise RuntimeError(
+        '--strategy=tpu: no TPU is reachable from this machine (%s: %s). Run '
+        'on a TPU VM (or pass the TPU name/address), or use '
+        '--strategy=default|mirrored|multi_worker here.' %
+        (type(e).__name__, e)) from e
+  return tf.distribute.TPUStrategy(resolver)
+
+
+def NumReplicas(strategy=None):
+  """int: replicas that compute one global batch together (all workers)."""
+  strategy = strategy or tf.distribute.get_strategy()
+  return int(strategy.num_replicas_in_sync)
+
+
+def CheckReplicasToAggregate(replicas_to_aggregate, num_replicas):
+  """Maps TF1 SyncReplicasOptimizer's knob onto tf.distribute, or refuses it.
+
+  `SyncReplicasOptimizer(opt, replicas_to_aggregate=R,
+  total_num_replicas=N)` applied one update from the first R gradients of N
+  replicas; R < N meant N - R "backup workers" whose gradients were dropped.
+  TF2 collectives (all-reduce) need every replica at every step, so only
+  R == N (all replicas aggregate every step) exists here; to aggregate
+  more gradients per update than there are replicas, accumulate micro-batches
+  with `batch_gradients` (GradientAccumulation, num_batches = R / N).
+
+  Args:
+    replicas_to_aggregate: int or None (the trainer's
+      `p.train.replicas_to_aggregate`); None means all replicas.
+    num_replicas: int, `strategy.num_replicas_in_sync` (= total_num_replicas).
+
+  Returns:
+    int, the number of replicas aggregated per step (== num_replicas).
+
+  Raises:
+    ValueError: replicas_to_aggregate is not a positive int, is below
+      num_replicas (backup workers), or above it.
+  """
+  if replicas_to_aggregate is None:
+    return int(num_replicas)
+  if (isinstance(replicas_to_aggregate, bool) or
+      not isinstance(replicas_to_aggregate, int) or replicas_to_aggregate < 1):
+    raise ValueError(
+        'p.train.replicas_to_aggregate must be None (all replicas) or a '
+        'positive int, got %r.' % (replicas_to_aggregate,))
+  if replicas_to_aggregate < num_replicas:
+    raise ValueError(
+        'p.train.replicas_to_aggregate=%d is below the number of replicas '
+        '(%d): that asks for %d backup worker(s), as TF1\'s '
+        'SyncReplicasOptimizer allowed, but TF2 collectives (all-reduce) do '
+        'not support backup workers - every replica contributes to every '
+        'step. Set p.train.replicas_to_aggregate=None (or %d), or run fewer '
+        'workers.' % (replicas_to_aggregate, num_replicas,
+                      num_replicas - replicas_to_aggregate, num_replicas))
+  if replicas_to_aggregate > num_replicas:
+    raise ValueError(
+        'p.train.replicas_to_aggregate=%d is above the number of replicas '
+        '(%d); one step aggregates exactly one gradient per replica. To '
+        'average more gradients per update, use gradient accumulation '
+        '(get_optimizer_wrapper_fn(\'batch_gradients\', ..., num_batches=k)) '
+        'and set p.train.replicas_to_aggregate=None.' %
+        (replicas_to_aggregate, num_replicas))
+  return int(num_replicas)
+
+
+def ShardForWorker(dataset, input_context):
+  """Keeps this input pipeline's shard of `dataset` (every k-th element).
+
+  With k = input_context.num_input_pipelines (one per worker) and an
+  unbatched, deterministic dataset, worker i keeps elements i, i+k, ...;
+  batching each shard by the per-replica batch size then makes the union of
+  one step's per-replica batches exactly one global batch of the
+  single-process run (elements step·B .. step·B + B - 1 when there is one
+  replica per worker).
+
+  Args:
+    dataset: tf.data.Dataset of single examples (not yet batched).
+    input_context: tf.distribute.InputContext, or None for no sharding.
+
+  Returns:
+    tf.data.Dataset.
+  """
+  if input_context is None or input_context.num_input_pipelines == 1:
+    return dataset
+  return dataset.shard(input_context.num_input_pipelines,
+                       input_context.input_pipeline_id)
+
+
+def DistributeDataset(strategy, example_dataset_fn, global_batch_size,
+                      skip_batches=0, drop_remainder=True):
+  """A distributed dataset of per-replica batches, one shard per worker.
+
+  Args:
+    strategy: tf.distribute.Strategy (the default strategy is fine).
+    example_dataset_fn: callable() -> tf.data.Dataset of single examples,
+      deterministic (same order every call: shuffle with a fixed seed and
+      `reshuffle_each_iteration=False`, or before the call).
+    global_batch_size: int, examples per step over all replicas; must be a
+      multiple of the number of replicas.
+    skip_batches: int, global batches already consumed (the global step of a
+      resumed run); each replica skips as many per-replica batches.
+    drop_remainder: bool, drop a final incomplete batch (keeps shapes static).
+
+  Returns:
+    a `tf.distribute.DistributedDataset` (iterate it; per-replica values).
+
+  Raises:
+    ValueError: global_batch_size not a positive multiple of the replicas,
+      or skip_batches negative.
+  """
+  num_replicas = NumReplicas(strategy)
+  if (not isinstance(global_batch_size, int) or global_batch_size < 1 or
+      global_batch_size % num_replicas):
+    raise ValueError(
+        'global_batch_size=%r must be a positive multiple of the number of '
+        'replicas (%d); set the input\'s batch_size to a multiple of %d.' %
+        (global_batch_size, num_replicas, num_replicas))
+  if skip_batches < 0:
+    raise ValueError('skip_batches=%r must be >= 0 (the global batches '
+                     'already consumed).' % (skip_batches,))
+
+  return strategy.distribute_datasets_from_function(
+      lambda ctx: WorkerDataset(example_dataset_fn, ctx, global_batch_size,
+                                skip_batches, drop_remainder))
+
+
+def WorkerDataset(example_dataset_fn, input_context, global_batch_size,
+                  skip_batches=0, drop_remainder=True):
+  """One worker's input pipeline: its shard, in per-replica batches.
+
+  The `dataset_fn` of `DistributeDataset`, public so that a trainer with its
+  own input generator can reuse it.
+
+  Args:
+    example_dataset_fn: callable() -> deterministic tf.data.Dataset of
+      single examples.
+    input_context: tf.distribute.InputContext of this worker.
+    global_batch_size: int, examples per step over all replicas.
+    skip_batches: int, global steps already consumed.
+    drop_remainder: bool.
+
+  Returns:
+    tf.data.Dataset of per-replica batches.
+  """
+  ds = ShardForWorker(example_dataset_fn(), input_context)
+  per_replica = input_context.get_per_replica_batch_size(global_batch_size)
+  # The replicas of one worker share its pipeline and take batches in turn,
+  # so a worker with r replicas consumes r per-replica batches per step.
+  local_replicas = (input_context.num_replicas_in_sync //
+                    input_context.num_input_pipelines)
+  ds = ds.batch(per_replica, drop_remainder=drop_remainder)
+  if skip_batches:
+    ds = ds.skip(skip_batches * local_replicas)
+  return ds
+
+
+def _TaskOf(strategy):
+  """(task_type, task_id) of this process, or (None, None) when local."""
+  resolver = getattr(strategy, 'cluster_resolver', None)
+  extended = getattr(strategy, 'extended', None)
+  task_type = getattr(extended, '_task_type', None)
+  task_id = getattr(extended, '_task_id', None)
+  if task_type is None and resolver is not None:
+    task_type, task_id = resolver.task_type, resolver.task_id
+  return task_type, task_id
+
+
+def IsChief(strategy=None):
+  """bool: this process writes checkpoints and summaries.
+
+  True without a cluster; under multi_worker, for the 'chief' task, or for
+  worker 0 when the cluster has no chief (TF's convention).
+  """
+  strategy = strategy or tf.distribute.get_strategy()
+  task_type, task_id = _TaskOf(strategy)
+  if task_type is None:
+    return True
+  if task_type == 'chief':
+    return True
+  resolver = getattr(strategy, 'cluster_resolver', None)
+  jobs = resolver.cluster_spec().jobs if resolver is not None else []
+  return task_type == 'worker' and task_id == 0 and 'chief' not in jobs
+
+
+def WorkerLogdir(logdir, strategy=None):
+  """Directory this process writes checkpoints and summaries to.
+
+  The chief writes to `logdir`; every other worker must still take part in
+  saving (checkpoint saving runs collectives) but writes to
+  `logdir/worker_tmp/<task_type>_<task_id>`, which it should remove with
+  `RemoveWorkerLogdir` when done (TF multi-worker tutorial).
+
+  Args:
+    logdir: str, the run's log directory.
+    strategy: tf.distribute.Strategy; default the current one.
+
+  Returns:
+    str.
+  """
+  strategy = strategy or tf.distribute.get_strategy()
+  if IsChief(strategy):
+    return logdir
+  task_type, task_id = _TaskOf(strategy)
+  return os.path.join(logdir, 'worker_tmp', '%s_%s' % (task_type, task_id))
+
+
+def RemoveWorkerLogdir(logdir, strategy=None):
+  """Deletes a non-chief worker's temporary directory; no-op on the chief."""
+  path = WorkerLogdir(logdir, strategy)
+  if path != logdir:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# Errors a collective op raises when a peer worker died, hung or restarted.
+_PEER_FAILURE_ERRORS = (tf.errors.UnavailableError,
+                        tf.errors.DeadlineExceededError,
+                        tf.errors.FailedPreconditionError,
+                        tf.errors.AbortedError, tf.errors.CancelledError)
+
+
+class PeerFailureError(RuntimeError):
+  """A multi-worker run lost a peer: restart the whole group to resume."""
+
+
+class ReportPeerFailure:
+  """Context manager turning a collective's peer-failure error into a clear one.
+
+  Under `MultiWorkerMirroredStrategy`, when a worker dies the survivors'
+  collectives fail (measured here: UnavailableError about 10 s later, from
+  the coordination service's heartbeat check; at most the collective
+  timeout of `CreateStrategy`). Wrap the training loop in
+  `with ReportPeerFailure(strategy):` to re-raise such an error as
+  `PeerFailureError` saying what happened and how to resume. Without a
+  cluster it changes nothing.
+
+  Args:
+    strategy: tf.distribute.Strategy; default the current one.
+
+  Raises:
+    PeerFailureError: from the wrapped block, for a peer failure under
+      multi_worker (the original error is its __cause__).
+  """
+
+  def __init__(self, strategy=None):
+    self._strategy = strategy
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, exc_type, exc, tb):
+    strategy = self._strategy or tf.distribute.get_strategy()
+    task_type, task_id = _TaskOf(strategy)
+    if (exc is None or task_type is None or
+        not isinstance(exc, _PEER_FAILURE_ERRORS)):
+      return False
+    lines = [l.strip() for l in str(exc).splitlines() if l.strip()]
+    telling = [l for l in lines if any(
+        w in l.lower() for w in ('abort', 'unhealthy', 'deadline', 'timed out',
+                                 'timeout', 'unavailable', 'connect'))]
+    first_line = telling or lines
+    raise PeerFailureError(
+        'Worker %s:%s: a collective op failed with %s, which means another '
+        'worker of this multi-worker run stopped, restarted or is '
+        'unreachable (%s). Training cannot continue with a missing replica. '
+        'Restart the whole group (every worker, same TF_CONFIG cluster); it '
+        'resumes from the chief\'s last checkpoint.' %
+        (task_type, task_id, type(exc).__name__,
+         first_line[0] if first_line else '')) from exc
