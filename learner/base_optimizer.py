@@ -14,10 +14,13 @@ Contract (DESIGN.md, "Optimizer"):
   * Sparse gradients (tf.IndexedSlices): duplicate indices are merged first;
     by default they are densified (same result as a dense gradient);
     `lazy_sparse_updates=True` updates only the rows present (TF1 semantics)
-    through `_ApplySparse`.
+    through `_ApplySparse`, for optimizers with SUPPORTS_LAZY_SPARSE.
+    Under XLA (`jit_compile=True`) sparse gradients are always densified.
 
 Subclasses implement `_CreateSlots(var)` -> {slot_name: initial value or
-None} and `_ApplyDense(lr, var, grad, slots)`; optionally `_ApplySparse`.
+None} and `_ApplyDense(lr, var, grad, slots)`; optionally `_ApplySparse`
+(merged tf.IndexedSlices) with `SUPPORTS_LAZY_SPARSE = True`. Wrappers
+(Lars, Ema, Composite, KerasOptimizer) override `Bind` and `Apply`.
 """
 
 import re
@@ -32,6 +35,10 @@ from learner import var_grad as var_grad_lib
 
 class BaseOptimizer(BaseLayer):
   """Base class of optimizers and optimizer wrappers.
+
+  Class attribute SUPPORTS_LAZY_SPARSE: True when `_ApplySparse` updates only
+  the rows present (var and slots); otherwise `lazy_sparse_updates` is
+  ignored and sparse gradients are densified.
 
   Raises:
     ValueError: `Apply` on a variable that was not bound.
@@ -55,6 +62,8 @@ class BaseOptimizer(BaseLayer):
         'batch are updated (their slots too), as in TF1; if False (default) '
         'the gradient is densified, identical to a dense gradient.')
     return p
+
+  SUPPORTS_LAZY_SPARSE = False
 
   def __init__(self, params):
     super().__init__(params)
@@ -137,36 +146,60 @@ class BaseOptimizer(BaseLayer):
     for vg in var_grads.Flatten():
       if vg.grad is None:
         continue
-      name = var_grad_lib.VarName(vg.var)
-      if name not in self._bound:
-        raise ValueError(
-            '%s: variable %r was not bound; call Bind() with every variable '
-            'before Apply(). Bound: %s' % (self.path, name,
-                                           sorted(self._bound)))
+      self._CheckBound(vg.var)
       ops.append(self._ApplyOne(lr, vg.var, vg.grad))
     ops = [o for o in ops if o is not None]
     with tf.control_dependencies(ops):
       inc = self._num_updates.assign_add(1)
     return tf.group(ops + [inc]) if not tf.executing_eagerly() else None
 
+  def _CheckBound(self, var):
+    """Raises ValueError naming `var` if it was not bound with `Bind`."""
+    name = var_grad_lib.VarName(var)
+    if name not in self._bound:
+      raise ValueError(
+          '%s: variable %r was not bound; call Bind() with every variable '
+          'before Apply(). Bound: %s' % (self.path, name, sorted(self._bound)))
+
   def _ApplyOne(self, lr, var, grad):
-    """Applies decoupled weight decay and the update to one variable."""
+    """Applies decoupled weight decay and the update to one variable.
+
+    Sparse gradients: duplicate indices are merged before anything reads the
+    values; under XLA (`jit_compile=True`), where TF's sparse apply kernels
+    and `tf.unique` do not compile, they are densified (densifying sums
+    duplicate rows), whatever `lazy_sparse_updates` says. A lazy sparse
+    update decays only the rows present in the batch (as TF Addons'
+    decoupled weight decay does for sparse updates); otherwise every row.
+    """
+    slots = self.GetSlots(var)
+    lazy = False
+    if isinstance(grad, tf.IndexedSlices):
+      if _InXla():
+        grad = tf.convert_to_tensor(grad)
+      else:
+        grad = var_grad_lib.MergeDuplicateIndices(grad)
+        lazy = (self.params.lazy_sparse_updates and
+                self.SUPPORTS_LAZY_SPARSE)
+        if not lazy:
+          grad = tf.convert_to_tensor(grad)
     wd = self.params.decoupled_weight_decay
     decay = None
     if wd and self._decay_mask.get(var_grad_lib.VarName(var), True):
-      decay = tf.cast(lr * wd, var.dtype) * tf.identity(var.read_value())
-    slots = self.GetSlots(var)
-    if isinstance(grad, tf.IndexedSlices):
-      grad = var_grad_lib.MergeDuplicateIndices(grad)
-      if self.params.lazy_sparse_updates and not _InXla():
-        op = self._ApplySparse(lr, var, grad, slots)
+      rate = tf.cast(lr * wd, var.dtype)
+      if lazy:
+        decay = tf.IndexedSlices(rate * tf.gather(var, grad.indices),
+                                 grad.indices, grad.dense_shape)
       else:
-        op = self._ApplyDense(lr, var, tf.convert_to_tensor(grad), slots)
+        decay = rate * tf.identity(var.read_value())
+    if lazy:
+      op = self._ApplySparse(lr, var, grad, slots)
     else:
       op = self._ApplyDense(lr, var, grad, slots)
     if decay is None:
       return op
     with tf.control_dependencies([op] if op is not None else []):
+      if lazy:
+        return var.scatter_sub(decay)
       return var.assign_sub(decay)
 
   def _ApplyDense(self, lr, var, grad, slots):
@@ -174,8 +207,12 @@ class BaseOptimizer(BaseLayer):
                               type(self).__name__)
 
   def _ApplySparse(self, lr, var, grad, slots):
-    """Lazy sparse update; default densifies (subclasses may override)."""
-    return self._ApplyDense(lr, var, tf.convert_to_tensor(grad), slots)
+    """Lazy sparse update of the rows in `grad` (merged tf.IndexedSlices).
+
+    Called only when SUPPORTS_LAZY_SPARSE and lazy_sparse_updates are set.
+    """
+    raise NotImplementedError('%s must implement _ApplySparse.' %
+                              type(self).__name__)
 
 
 def _CreateSlotVariable(opt, var, slot_name, init):
@@ -191,21 +228,75 @@ def _CreateSlotVariable(opt, var, slot_name, init):
 
 
 def _InXla():
-  """True while tracing a function compiled with jit_compile=True."""
-  try:
-    from tensorflow.python.framework import ops  # pylint: disable=g-import-not-at-top
-    from tensorflow.python.ops import control_flow_util  # pylint: disable=g-import-not-at-top
-    graph = ops.get_default_graph()
-    ctxt = graph._get_control_flow_context()  # pylint: disable=protected-access
-    if control_flow_util.GetContainingXLAContext(ctxt) is not None:
-      return True
-    return bool(getattr(graph, '_xla_compile', False))
-  except Exception:  # pylint: disable=broad-except
+  """True while tracing a function compiled with `jit_compile=True`.
+
+  `tf.function(jit_compile=True)` enters an XLA control-flow context on the
+  graph it is called from; the traced FuncGraph (and any cond/while branch
+  or nested function inside it) reaches that context through its chain of
+  outer graphs. Eager execution and plain `tf.function` give False.
+  """
+  if tf.executing_eagerly():
     return False
+  # pylint: disable=g-import-not-at-top
+  from tensorflow.python.framework import ops
+  from tensorflow.python.ops import control_flow_util
+  # pylint: enable=g-import-not-at-top
+  return control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph())
+
+
+def InXla():
+  """Public form of `_InXla` for other modules (e.g. wrappers): see there."""
+  return _InXla()
+
+
+def CheckInnerOptimizerParams(owner, key, inner_params):
+  """Raises unless `inner_params` may be wrapped by the wrapper `owner`.
+
+  Args:
+    owner: the wrapper's class name (str), for the message.
+    key: the param holding the inner optimizer (e.g. 'optimizer'), for the
+      message.
+    inner_params: InstantiableParams of the inner optimizer.
+
+  Raises:
+    ValueError: if `inner_params` is not optimizer params, or its class is a
+      gradient accumulation (`IS_ACCUMULATION = True`): accumulation must be
+      the outermost wrapper.
+  """
+  cls = getattr(inner_params, 'cls', None) if inner_params is not None else None
+  if cls is None or not (isinstance(cls, type) and
+                         issubclass(cls, BaseOptimizer)):
+    raise ValueError(
+        '%s: params.%s must be the params of a BaseOptimizer subclass (e.g. '
+        'SGD.Params()), got %r.' % (owner, key, cls if cls else inner_params))
+  if getattr(cls, 'IS_ACCUMULATION', False):
+    raise ValueError(
+        '%s: params.%s is %s, a gradient accumulation; accumulation must be '
+        'the outermost wrapper. Put %s inside it instead: '
+        'GradientAccumulation.Params().Set(optimizer=%s.Params().Set('
+        'optimizer=...)).' % (owner, key, cls.__name__, owner, owner))
+
+
+def CheckNoWrapperDecay(layer):
+  """Raises ValueError if a wrapper's own decoupled_weight_decay is set.
+
+  A wrapper hands the update to inner optimizers, which apply decay
+  themselves; setting it on the wrapper would be silently ignored.
+  """
+  if layer.params.decoupled_weight_decay:
+    raise ValueError(
+        '%s (%s): decoupled_weight_decay=%r is set on a wrapper; set it on the '
+        'inner optimizer (params.optimizer.decoupled_weight_decay) instead.' %
+        (layer.path, type(layer).__name__, layer.params.decoupled_weight_decay))
 
 
 class SGD(BaseOptimizer):
-  """Plain gradient descent: w <- w - lr * g (TF's ResourceApplyGradientDescent)."""
+  """Plain gradient descent: w <- w - lr * g (TF's ResourceApplyGradientDescent).
+
+  Lazy sparse update: scatter_sub of lr * g on the rows present.
+  """
+
+  SUPPORTS_LAZY_SPARSE = True
 
   def _ApplyDense(self, lr, var, grad, slots):
     del slots

@@ -1,0 +1,451 @@
+"""Optimizers: Momentum, Adam, AdamW, Adagrad, RMSProp, AdaDelta, Adafactor,
+LAMB, Lion (and SGD, re-exported from base_optimizer).
+
+Each turns `(lr, var_grads)` into an update (see `BaseOptimizer`). Where TF
+has a fused kernel (`tf.raw_ops.ResourceApply*`, `ResourceSparseApply*`) it is
+used; Adafactor, LAMB, Lion and Adam's lazy sparse update are written out.
+
+Every optimizer counts its applied updates in `num_updates`; the step `t`
+used for bias correction is `num_updates + 1` at the time of the update.
+Sparse gradients give the dense result unless `lazy_sparse_updates=True`
+(then only the rows in the batch move, slots included, for the optimizers
+with a sparse update; the others densify, which the class docstring says).
+"""
+
+import tensorflow as tf
+
+from learner.base_optimizer import BaseOptimizer
+from learner.base_optimizer import SGD  # pylint: disable=unused-import
+
+
+def _C(x, var):
+  """Casts a Python number or tensor to the dtype of `var`."""
+  return tf.cast(x, var.dtype)
+
+
+class Momentum(BaseOptimizer):
+  """Momentum with Lingvo/TF1 semantics (TF's ResourceApplyMomentum).
+
+  v <- alpha * v + g;  w <- w - lr * v
+  use_nesterov: w <- w - lr * (g + alpha * v)  (v already updated).
+  The rate multiplies the whole velocity, so a drop in lr takes effect at
+  once (unlike Keras' SGD(momentum), where v absorbs the rate).
+  Slot: 'momentum' (zeros). Sparse: ResourceSparseApplyMomentum.
+  Source: Polyak 1964; Sutskever et al., ICML 2013 (Nesterov form).
+  """
+
+  SUPPORTS_LAZY_SPARSE = True
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('alpha', 0.9, 'Momentum coefficient alpha in [0, 1).')
+    p.Define('use_nesterov', False, 'Use Nesterov momentum.')
+    return p
+
+  def _CreateSlots(self, var):
+    return {'momentum': None}
+
+  def _ApplyDense(self, lr, var, grad, slots):
+    p = self.params
+    return tf.raw_ops.ResourceApplyMomentum(
+        var=var.handle, accum=slots['momentum'].handle, lr=_C(lr, var),
+        grad=grad, momentum=_C(p.alpha, var), use_locking=False,
+        use_nesterov=p.use_nesterov)
+
+  def _ApplySparse(self, lr, var, grad, slots):
+    p = self.params
+    return tf.raw_ops.ResourceSparseApplyMomentum(
+        var=var.handle, accum=slots['momentum'].handle, lr=_C(lr, var),
+        grad=grad.values, indices=grad.indices, momentum=_C(p.alpha, var),
+        use_locking=False, use_nesterov=p.use_nesterov)
+
+
+class Adam(BaseOptimizer):
+  """Adam in TF's form (ResourceApplyAdam).
+
+  t = num_updates + 1
+  m <- beta1 * m + (1 - beta1) * g;   v <- beta2 * v + (1 - beta2) * g^2
+  w <- w - lr * sqrt(1 - beta2^t) / (1 - beta1^t) * m / (sqrt(v) + epsilon)
+  The bias correction is folded into the step size, so `epsilon` is the
+  "epsilon hat" of Kingma & Ba (end of section 2), added to sqrt(v) before
+  bias correction; it equals the paper's epsilon times sqrt(1 - beta2^t).
+  Slots: 'm', 'v' (zeros). Lazy sparse update (`lazy_sparse_updates`):
+  only the rows in the batch move (TF1's LazyAdam); no fused kernel exists,
+  so it is written with gathers and scatters.
+  Source: Kingma & Ba, "Adam: A Method for Stochastic Optimization", ICLR
+  2015, Algorithm 1.
+  """
+
+  SUPPORTS_LAZY_SPARSE = True
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('beta1', 0.9, 'Decay of the first moment estimate.')
+    p.Define('beta2', 0.999, 'Decay of the second moment estimate.')
+    p.Define('epsilon', 1e-7,
+             'Epsilon hat: added to sqrt(v) (not bias corrected).')
+    return p
+
+  def _CreateSlots(self, var):
+    return {'m': None, 'v': None}
+
+  def _Powers(self, var):
+    p = self.params
+    t = tf.cast(self.num_updates + 1, var.dtype)
+    return tf.pow(_C(p.beta1, var), t), tf.pow(_C(p.beta2, var), t)
+
+  def _ApplyDense(self, lr, var, grad, slots):
+    p = self.params
+    b1p, b2p = self._Powers(var)
+    return tf.raw_ops.ResourceApplyAdam(
+        var=var.handle, m=slots['m'].handle, v=slots['v'].handle,
+        beta1_power=b1p, beta2_power=b2p, lr=_C(lr, var),
+        beta1=_C(p.beta1, var), beta2=_C(p.beta2, var),
+        epsilon=_C(p.epsilon, var), grad=grad, use_locking=False)
+
+  def _ApplySparse(self, lr, var, grad, slots):
+    p = self.params
+    b1p, b2p = self._Powers(var)
+    lr_t = _C(lr, var) * tf.sqrt(1. - b2p) / (1. - b1p)
+    idx, g = grad.indices, grad.values
+    m_rows = p.beta1 * tf.gather(slots['m'], idx) + (1. - p.beta1) * g
+    v_rows = p.beta2 * tf.gather(slots['v'], idx) + (1. - p.beta2) * g * g
+    ops = [
+        slots['m'].scatter_update(tf.IndexedSlices(m_rows, idx)),
+        slots['v'].scatter_update(tf.IndexedSlices(v_rows, idx)),
+        var.scatter_sub(tf.IndexedSlices(
+            lr_t * m_rows / (tf.sqrt(v_rows) + p.epsilon), idx)),
+    ]
+    return tf.group(ops) if not tf.executing_eagerly() else None
+
+
+class AdamW(Adam):
+  """Adam with decoupled weight decay on by default (0.01).
+
+  Exactly `Adam` with `decoupled_weight_decay` (see BaseOptimizer):
+  w <- w - lr * adam_step - lr * wd * w_old, with the scheduled rate.
+  Source: Loshchilov & Hutter, "Decoupled Weight Decay Regularization", ICLR
+  2019, Algorithm 2.
+  """
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.decoupled_weight_decay = 0.01
+    return p
+
+
+class Adagrad(BaseOptimizer):
+  """Adagrad (TF's ResourceApplyAdagradV2).
+
+  a <- a + g^2;  w <- w - lr * g / (sqrt(a) + epsilon)
+  Slot: 'accumulator' (initial_accumulator_value). Sparse:
+  ResourceSparseApplyAdagradV2.
+  Source: Duchi, Hazan & Singer, JMLR 2011.
+
+  Raises:
+    ValueError: at construction if initial_accumulator_value < 0.
+  """
+
+  SUPPORTS_LAZY_SPARSE = True
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('initial_accumulator_value', 0.1,
+             'Starting value of the squared-gradient accumulator (>= 0).')
+    p.Define('epsilon', 1e-7, 'Added to sqrt(accumulator).')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    if self.params.initial_accumulator_value < 0:
+      raise ValueError(
+          '%s: initial_accumulator_value=%r must be >= 0.' %
+          (self.path, self.params.initial_accumulator_value))
+
+  def _CreateSlots(self, var):
+    return {'accumulator': float(self.params.initial_accumulator_value)}
+
+  def _ApplyDense(self, lr, var, grad, slots):
+    return tf.raw_ops.ResourceApplyAdagradV2(
+        var=var.handle, accum=slots['accumulator'].handle, lr=_C(lr, var),
+        epsilon=_C(self.params.epsilon, var), grad=grad, use_locking=False,
+        update_slots=True)
+
+  def _ApplySparse(self, lr, var, grad, slots):
+    return tf.raw_ops.ResourceSparseApplyAdagradV2(
+        var=var.handle, accum=slots['accumulator'].handle, lr=_C(lr, var),
+        epsilon=_C(self.params.epsilon, var), grad=grad.values,
+        indices=grad.indices, use_locking=False, update_slots=True)
+
+
+class RMSProp(BaseOptimizer):
+  """RMSProp (TF's ResourceApply[Centered]RMSProp).
+
+  ms <- decay * ms + (1 - decay) * g^2
+  centered: mg <- decay * mg + (1 - decay) * g;  denom = ms - mg^2
+  mom <- momentum * mom + lr * g / sqrt(denom + epsilon);  w <- w - mom
+  Note epsilon is inside the square root. Slots 'ms', 'mom' (and 'mg' when
+  centered) start at zero, as in Keras (TF1's RMSPropOptimizer started ms at
+  one). Sparse: ResourceSparseApply[Centered]RMSProp.
+  Source: Tieleman & Hinton, COURSERA Neural Networks lecture 6.5, 2012;
+  centered form: Graves, "Generating Sequences With RNNs", 2013, eq. 38-45.
+  """
+
+  SUPPORTS_LAZY_SPARSE = True
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('decay', 0.9, 'Decay (Keras: rho) of the mean square.')
+    p.Define('momentum', 0.0, 'Momentum coefficient.')
+    p.Define('epsilon', 1e-7, 'Added to the mean square inside the sqrt.')
+    p.Define('centered', False,
+             'Normalise by the centered second moment (variance estimate).')
+    return p
+
+  def _CreateSlots(self, var):
+    slots = {'ms': None, 'mom': None}
+    if self.params.centered:
+      slots['mg'] = None
+    return slots
+
+  def _Args(self, lr, var, slots):
+    p = self.params
+    args = dict(var=var.handle, ms=slots['ms'].handle,
+                mom=slots['mom'].handle, lr=_C(lr, var),
+                rho=_C(p.decay, var), momentum=_C(p.momentum, var),
+                epsilon=_C(p.epsilon, var), use_locking=False)
+    if p.centered:
+      args['mg'] = slots['mg'].handle
+    return args
+
+  def _ApplyDense(self, lr, var, grad, slots):
+    args = self._Args(lr, var, slots)
+    if self.params.centered:
+      return tf.raw_ops.ResourceApplyCenteredRMSProp(grad=grad, **args)
+    return tf.raw_ops.ResourceApplyRMSProp(grad=grad, **args)
+
+  def _ApplySparse(self, lr, var, grad, slots):
+    args = self._Args(lr, var, slots)
+    if self.params.centered:
+      return tf.raw_ops.ResourceSparseApplyCenteredRMSProp(
+          grad=grad.values, indices=grad.indices, **args)
+    return tf.raw_ops.ResourceSparseApplyRMSProp(
+        grad=grad.values, indices=grad.indices, **args)
+
+
+class AdaDelta(BaseOptimizer):
+  """AdaDelta (TF's ResourceApplyAdadelta).
+
+  a <- rho * a + (1 - rho) * g^2
+  u = sqrt(au + epsilon) / sqrt(a + epsilon) * g
+  w <- w - lr * u;  au <- rho * au + (1 - rho) * u^2
+  Slots 'accum', 'accum_update' (zeros). With lr = 1 this is the paper's
+  method. Sparse: ResourceSparseApplyAdadelta.
+  Source: Zeiler, "ADADELTA: An Adaptive Learning Rate Method", 2012, Alg. 1.
+  """
+
+  SUPPORTS_LAZY_SPARSE = True
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('rho', 0.95, 'Decay of both accumulators.')
+    p.Define('epsilon', 1e-7, 'Added inside both square roots.')
+    return p
+
+  def _CreateSlots(self, var):
+    return {'accum': None, 'accum_update': None}
+
+  def _Args(self, lr, var, slots):
+    p = self.params
+    return dict(var=var.handle, accum=slots['accum'].handle,
+                accum_update=slots['accum_update'].handle, lr=_C(lr, var),
+                rho=_C(p.rho, var), epsilon=_C(p.epsilon, var),
+                use_locking=False)
+
+  def _ApplyDense(self, lr, var, grad, slots):
+    return tf.raw_ops.ResourceApplyAdadelta(grad=grad,
+                                            **self._Args(lr, var, slots))
+
+  def _ApplySparse(self, lr, var, grad, slots):
+    return tf.raw_ops.ResourceSparseApplyAdadelta(
+        grad=grad.values, indices=grad.indices, **self._Args(lr, var, slots))
+
+
+def _Rms(x):
+  return tf.sqrt(tf.reduce_mean(tf.square(x)))
+
+
+class Adafactor(BaseOptimizer):
+  """Adafactor: factored second moments, update clipping, relative step.
+
+  t = num_updates + 1;  beta2_t = 1 - t^(-decay_rate)
+  G = g^2 + epsilon1
+  factored (rank >= 2, last two dims >= min_dim_size_to_factor):
+    vr <- beta2_t * vr + (1 - beta2_t) * mean(G, axis=-1)
+    vc <- beta2_t * vc + (1 - beta2_t) * mean(G, axis=-2)
+    u = g / sqrt(vr / mean(vr, -1) [..., None] * vc[..., None, :])
+  else: v <- beta2_t * v + (1 - beta2_t) * G;  u = g / sqrt(v)
+  u <- u / max(1, RMS(u) / clipping_threshold)          (update clipping)
+  step = lr * max(epsilon2, RMS(w_old)) if multiply_by_parameter_scale
+         else lr                                          (relative step)
+  beta1 > 0: m <- beta1 * m + (1 - beta1) * step * u; w <- w - m
+  else:      w <- w - step * u
+  The learner's scheduled rate is the paper's rho_t (e.g. use an
+  inverse-sqrt schedule for min(1e-2, 1/sqrt(t))). No fused kernel exists;
+  sparse gradients are always densified.
+  Slots: 'vr', 'vc' (factored) or 'v'; 'm' when beta1 > 0.
+  Source: Shazeer & Stern, "Adafactor: Adaptive Learning Rates with
+  Sublinear Memory Cost", ICML 2018, Algorithms 4-5 and section 6-8.
+  """
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('beta1', 0.0,
+             'First-moment decay; 0 keeps no first moment (saves memory).')
+    p.Define('decay_rate', 0.8,
+             'beta2_t = 1 - t^(-decay_rate), t counting applied updates.')
+    p.Define('clipping_threshold', 1.0,
+             'Update clipping threshold d (None or 0 disables clipping).')
+    p.Define('multiply_by_parameter_scale', True,
+             'Relative step: scale the rate by max(epsilon2, RMS(w)).')
+    p.Define('factored', True, 'Factor the second moment of matrices.')
+    p.Define('min_dim_size_to_factor', 128,
+             'Factor only when the last two dimensions are both >= this.')
+    p.Define('epsilon1', 1e-30, 'Added to the squared gradient.')
+    p.Define('epsilon2', 1e-3, 'Lower bound of the parameter scale RMS(w).')
+    return p
+
+  def _Factored(self, var):
+    p = self.params
+    shape = var.shape.as_list()
+    return (p.factored and len(shape) >= 2 and
+            min(shape[-2:]) >= p.min_dim_size_to_factor)
+
+  def _CreateSlots(self, var):
+    shape = var.shape.as_list()
+    slots = {}
+    if self._Factored(var):
+      slots['vr'] = tf.zeros(shape[:-1], var.dtype)
+      slots['vc'] = tf.zeros(shape[:-2] + shape[-1:], var.dtype)
+    else:
+      slots['v'] = None
+    if self.params.beta1:
+      slots['m'] = None
+    return slots
+
+  def _ApplyDense(self, lr, var, grad, slots):
+    p = self.params
+    t = tf.cast(self.num_updates + 1, var.dtype)
+    beta2 = 1. - tf.pow(t, -p.decay_rate)
+    sq = tf.square(grad) + p.epsilon1
+    w_old = tf.identity(var.read_value())
+    ops = []
+    if self._Factored(var):
+      vr = beta2 * slots['vr'] + (1. - beta2) * tf.reduce_mean(sq, -1)
+      vc = beta2 * slots['vc'] + (1. - beta2) * tf.reduce_mean(sq, -2)
+      ops += [slots['vr'].assign(vr), slots['vc'].assign(vc)]
+      row = tf.math.rsqrt(vr / tf.reduce_mean(vr, -1, keepdims=True))
+      col = tf.math.rsqrt(vc)
+      u = grad * tf.expand_dims(row, -1) * tf.expand_dims(col, -2)
+    else:
+      v = beta2 * slots['v'] + (1. - beta2) * sq
+      ops.append(slots['v'].assign(v))
+      u = grad * tf.math.rsqrt(v)
+    if p.clipping_threshold:
+      u /= tf.maximum(1., _Rms(u) / p.clipping_threshold)
+    step = _C(lr, var)
+    if p.multiply_by_parameter_scale:
+      step *= tf.maximum(_C(p.epsilon2, var), _Rms(w_old))
+    delta = step * u
+    if p.beta1:
+      delta = p.beta1 * slots['m'] + (1. - p.beta1) * delta
+      ops.append(slots['m'].assign(delta))
+    ops.append(var.assign_sub(delta))
+    return tf.group(ops) if not tf.executing_eagerly() else None
+
+
+
+def _TrustRatio(w_norm, u_norm):
+  """w_norm / u_norm, or 1 when either norm is zero (LAMB eq. in Alg. 2)."""
+  ok = tf.logical_and(w_norm > 0., u_norm > 0.)
+  return tf.where(ok, w_norm / tf.where(ok, u_norm, 1.), tf.ones_like(w_norm))
+
+
+class LAMB(BaseOptimizer):
+  """LAMB: Adam with a per-variable trust ratio.
+
+  t = num_updates + 1
+  m <- beta1 m + (1-beta1) g;  v <- beta2 v + (1-beta2) g^2
+  r = (m / (1-beta1^t)) / (sqrt(v / (1-beta2^t)) + epsilon) + weight_decay*w
+  w <- w - lr * (||w|| / ||r||) * r   (ratio 1 when either norm is 0)
+  `weight_decay` is LAMB's own decay inside the trust ratio (not scaled by
+  lr separately); `decoupled_weight_decay` is still available on top.
+  Sparse gradients are densified. Slots: 'm', 'v' (zeros).
+  Source: You et al., "Large Batch Optimization for Deep Learning: Training
+  BERT in 76 minutes", ICLR 2020, Algorithm 2 (phi = identity).
+  """
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('beta1', 0.9, 'Decay of the first moment.')
+    p.Define('beta2', 0.999, 'Decay of the second moment.')
+    p.Define('epsilon', 1e-6, 'Added to the bias-corrected sqrt(v).')
+    p.Define('weight_decay', 0.0, 'LAMB weight decay lambda inside r.')
+    return p
+
+  def _CreateSlots(self, var):
+    return {'m': None, 'v': None}
+
+  def _ApplyDense(self, lr, var, grad, slots):
+    p = self.params
+    t = tf.cast(self.num_updates + 1, var.dtype)
+    m = p.beta1 * slots['m'] + (1. - p.beta1) * grad
+    v = p.beta2 * slots['v'] + (1. - p.beta2) * tf.square(grad)
+    w_old = tf.identity(var.read_value())
+    m_hat = m / (1. - tf.pow(_C(p.beta1, var), t))
+    v_hat = v / (1. - tf.pow(_C(p.beta2, var), t))
+    r = m_hat / (tf.sqrt(v_hat) + p.epsilon) + p.weight_decay * w_old
+    ratio = _TrustRatio(tf.norm(w_old), tf.norm(r))
+    ops = [slots['m'].assign(m), slots['v'].assign(v),
+           var.assign_sub(_C(lr, var) * ratio * r)]
+    return tf.group(ops) if not tf.executing_eagerly() else None
+
+
+
+class Lion(BaseOptimizer):
+  """Lion: sign of an interpolated momentum.
+
+  c = beta1 m + (1-beta1) g;  w <- w - lr * sign(c)
+  m <- beta2 m + (1-beta2) g
+  Weight decay is the base class's `decoupled_weight_decay` (the paper's
+  lambda, scaled by lr). Sparse gradients are densified. Slot: 'm' (zeros).
+  Source: Chen et al., "Symbolic Discovery of Optimization Algorithms",
+  NeurIPS 2023, Program 1.
+  """
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('beta1', 0.9, 'Interpolation of momentum and gradient.')
+    p.Define('beta2', 0.99, 'Decay of the momentum.')
+    return p
+
+  def _CreateSlots(self, var):
+    return {'m': None}
+
+  def _ApplyDense(self, lr, var, grad, slots):
+    p = self.params
+    m = slots['m']
+    c = p.beta1 * m + (1. - p.beta1) * grad
+    ops = [var.assign_sub(_C(lr, var) * tf.sign(c)),
+           m.assign(p.beta2 * m + (1. - p.beta2) * grad)]
+    return tf.group(ops) if not tf.executing_eagerly() else None
+

@@ -1,0 +1,177 @@
+"""Independent numpy (float32) references of the optimizers, for the tests.
+
+Each `Ref<Name>(p)` has `slots(w)` -> {slot name: initial array} (the same
+slot names as the optimizer) and `step(t, lr, w, g, s)` -> new w, updating
+the slot dict `s` in place; t counts updates from 1.
+"""
+
+import numpy as np
+
+F = np.float32
+
+
+def _f(x):
+  return np.asarray(x, F)
+
+
+class RefSGD:
+
+  def __init__(self, p):
+    self.p = p
+
+  def slots(self, w):
+    return {}
+
+  def step(self, t, lr, w, g, s):
+    return _f(w - F(lr) * g)
+
+
+class RefMomentum(RefSGD):
+
+  def slots(self, w):
+    return {'momentum': np.zeros_like(w)}
+
+  def step(self, t, lr, w, g, s):
+    a = F(self.p.alpha)
+    s['momentum'] = _f(a * s['momentum'] + g)
+    if self.p.use_nesterov:
+      return _f(w - F(lr) * (g + a * s['momentum']))
+    return _f(w - F(lr) * s['momentum'])
+
+
+class RefAdam(RefSGD):
+
+  def slots(self, w):
+    return {'m': np.zeros_like(w), 'v': np.zeros_like(w)}
+
+  def step(self, t, lr, w, g, s):
+    b1, b2, eps = F(self.p.beta1), F(self.p.beta2), F(self.p.epsilon)
+    s['m'] = _f(b1 * s['m'] + (1 - b1) * g)
+    s['v'] = _f(b2 * s['v'] + (1 - b2) * g * g)
+    lr_t = F(lr) * np.sqrt(1 - b2**t) / (1 - b1**t)
+    new = _f(w - lr_t * s['m'] / (np.sqrt(s['v']) + eps))
+    if self.p.decoupled_weight_decay:
+      new = _f(new - F(lr) * F(self.p.decoupled_weight_decay) * w)
+    return new
+
+
+class RefAdagrad(RefSGD):
+
+  def slots(self, w):
+    return {'accumulator': np.full_like(w, self.p.initial_accumulator_value)}
+
+  def step(self, t, lr, w, g, s):
+    s['accumulator'] = _f(s['accumulator'] + g * g)
+    return _f(w - F(lr) * g / (np.sqrt(s['accumulator']) + F(self.p.epsilon)))
+
+
+class RefRMSProp(RefSGD):
+
+  def slots(self, w):
+    s = {'ms': np.zeros_like(w), 'mom': np.zeros_like(w)}
+    if self.p.centered:
+      s['mg'] = np.zeros_like(w)
+    return s
+
+  def step(self, t, lr, w, g, s):
+    d = F(self.p.decay)
+    s['ms'] = _f(d * s['ms'] + (1 - d) * g * g)
+    denom = s['ms']
+    if self.p.centered:
+      s['mg'] = _f(d * s['mg'] + (1 - d) * g)
+      denom = s['ms'] - s['mg'] * s['mg']
+    s['mom'] = _f(F(self.p.momentum) * s['mom'] +
+                  F(lr) * g / np.sqrt(denom + F(self.p.epsilon)))
+    return _f(w - s['mom'])
+
+
+class RefAdaDelta(RefSGD):
+
+  def slots(self, w):
+    return {'accum': np.zeros_like(w), 'accum_update': np.zeros_like(w)}
+
+  def step(self, t, lr, w, g, s):
+    rho, eps = F(self.p.rho), F(self.p.epsilon)
+    s['accum'] = _f(rho * s['accum'] + (1 - rho) * g * g)
+    u = np.sqrt(s['accum_update'] + eps) / np.sqrt(s['accum'] + eps) * g
+    s['accum_update'] = _f(rho * s['accum_update'] + (1 - rho) * u * u)
+    return _f(w - F(lr) * u)
+
+
+def _rms(x):
+  return np.sqrt(np.mean(np.square(x)))
+
+
+class RefAdafactor(RefSGD):
+
+  def factored(self, w):
+    return (self.p.factored and w.ndim >= 2 and
+            min(w.shape[-2:]) >= self.p.min_dim_size_to_factor)
+
+  def slots(self, w):
+    s = {}
+    if self.factored(w):
+      s['vr'] = np.zeros(w.shape[:-1], F)
+      s['vc'] = np.zeros(w.shape[:-2] + w.shape[-1:], F)
+    else:
+      s['v'] = np.zeros_like(w)
+    if self.p.beta1:
+      s['m'] = np.zeros_like(w)
+    return s
+
+  def step(self, t, lr, w, g, s):
+    p = self.p
+    beta2 = F(1. - F(t)**F(-p.decay_rate))
+    sq = g * g + F(p.epsilon1)
+    if self.factored(w):
+      s['vr'] = _f(beta2 * s['vr'] + (1 - beta2) * sq.mean(-1))
+      s['vc'] = _f(beta2 * s['vc'] + (1 - beta2) * sq.mean(-2))
+      r = s['vr'] / s['vr'].mean(-1, keepdims=True)
+      u = g / np.sqrt(r[..., :, None] * s['vc'][..., None, :])
+    else:
+      s['v'] = _f(beta2 * s['v'] + (1 - beta2) * sq)
+      u = g / np.sqrt(s['v'])
+    if p.clipping_threshold:
+      u = u / max(1., _rms(u) / p.clipping_threshold)
+    step = F(lr)
+    if p.multiply_by_parameter_scale:
+      step = step * max(F(p.epsilon2), _rms(w))
+    delta = step * u
+    if p.beta1:
+      s['m'] = _f(F(p.beta1) * s['m'] + (1 - F(p.beta1)) * delta)
+      delta = s['m']
+    return _f(w - delta)
+
+
+class RefLAMB(RefSGD):
+
+  def slots(self, w):
+    return {'m': np.zeros_like(w), 'v': np.zeros_like(w)}
+
+  def step(self, t, lr, w, g, s):
+    p = self.p
+    b1, b2 = F(p.beta1), F(p.beta2)
+    s['m'] = _f(b1 * s['m'] + (1 - b1) * g)
+    s['v'] = _f(b2 * s['v'] + (1 - b2) * g * g)
+    m_hat = s['m'] / (1 - b1**t)
+    v_hat = s['v'] / (1 - b2**t)
+    r = m_hat / (np.sqrt(v_hat) + F(p.epsilon)) + F(p.weight_decay) * w
+    wn, rn = np.linalg.norm(w), np.linalg.norm(r)
+    ratio = wn / rn if wn > 0 and rn > 0 else 1.
+    return _f(w - F(lr) * ratio * r)
+
+
+class RefLion(RefSGD):
+
+  def slots(self, w):
+    return {'m': np.zeros_like(w)}
+
+  def step(self, t, lr, w, g, s):
+    p = self.p
+    b1, b2 = F(p.beta1), F(p.beta2)
+    c = b1 * s['m'] + (1 - b1) * g
+    s['m'] = _f(b2 * s['m'] + (1 - b2) * g)
+    new = w - F(lr) * np.sign(c)
+    if p.decoupled_weight_decay:
+      new = new - F(lr) * F(p.decoupled_weight_decay) * w
+    return _f(new)

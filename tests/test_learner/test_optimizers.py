@@ -1,0 +1,211 @@
+"""Tests of learner/optimizers.py against numpy references and the O cases."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import optimizer_references as refs
+from learner import optimizers
+from learner.var_grad import VarGrad
+from params import NestedMap
+
+RTOL, ATOL = 1e-5, 1e-7
+
+
+def _Build(p, values):
+  """Returns (optimizer, [variables]) bound to fresh variables."""
+  variables = [tf.Variable(np.asarray(v, np.float32), name='v%d' % i)
+               for i, v in enumerate(values)]
+  opt = p.Copy().Set(name='opt').Instantiate()
+  opt.Bind(variables)
+  return opt, variables
+
+
+def _Step(opt, variables, grads, lr):
+  opt.Apply(tf.constant(lr, tf.float32), NestedMap(
+      {'v%d' % i: VarGrad(v, g) for i, (v, g) in enumerate(zip(variables,
+                                                                 grads))}))
+
+
+def _ScalarCase(p, steps, lr=0.1):
+  """The cases' default: a = b = 0, loss 3a + b, values after `steps`."""
+  opt, (a, b) = _Build(p, [0.0, 0.0])
+  for _ in range(steps):
+    _Step(opt, [a, b], [tf.constant(3.0), tf.constant(1.0)], lr)
+  return np.array([a.numpy(), b.numpy()])
+
+
+def test_o1_sgd_one_step():
+  np.testing.assert_allclose(_ScalarCase(optimizers.SGD.Params(), 1),
+                             [-0.3, -0.1], rtol=RTOL)
+
+
+def test_o2_adam_eps_1e6_one_and_two_steps():
+  p = optimizers.Adam.Params().Set(beta1=0.9, beta2=0.999, epsilon=1e-6)
+  np.testing.assert_allclose(_ScalarCase(p, 1), [-0.099999, -0.0999968],
+                             rtol=RTOL)
+  np.testing.assert_allclose(_ScalarCase(p, 2), [-0.1999982, -0.1999946],
+                             rtol=RTOL)
+
+
+def test_o2_adam_beta2_0997_eps_1e9_steps_are_lr():
+  p = optimizers.Adam.Params().Set(beta1=0.9, beta2=0.997, epsilon=1e-9)
+  np.testing.assert_allclose(_ScalarCase(p, 1), [-0.1, -0.1], rtol=RTOL)
+  np.testing.assert_allclose(_ScalarCase(p, 2), [-0.2, -0.2], rtol=RTOL)
+
+
+def test_o3_momentum_lingvo_semantics():
+  # v = 3, then 0.9*3 + 3 = 5.7: a = -0.3 - 0.57 = -0.87.
+  p = optimizers.Momentum.Params().Set(alpha=0.9)
+  np.testing.assert_allclose(_ScalarCase(p, 1), [-0.3, -0.1], rtol=RTOL)
+  np.testing.assert_allclose(_ScalarCase(p, 2), [-0.87, -0.29], rtol=RTOL)
+
+
+def test_momentum_rate_drop_takes_effect_at_once():
+  # Lingvo/TF1 form: w -= lr * v, so with lr 0 the second step moves nothing
+  # although the velocity is 5.7 (Keras' form would keep moving).
+  opt, (a,) = _Build(optimizers.Momentum.Params().Set(alpha=0.9), [0.0])
+  _Step(opt, [a], [tf.constant(3.0)], 0.1)
+  _Step(opt, [a], [tf.constant(3.0)], 0.0)
+  np.testing.assert_allclose(a.numpy(), -0.3, rtol=RTOL)
+  np.testing.assert_allclose(opt.GetSlots(a)['momentum'].numpy(), 5.7,
+                             rtol=RTOL)
+
+
+# ---- numpy references -------------------------------------------------------
+
+_CASES = [
+    ('sgd', optimizers.SGD.Params(), refs.RefSGD),
+    ('momentum', optimizers.Momentum.Params().Set(alpha=0.8), refs.RefMomentum),
+    ('nesterov', optimizers.Momentum.Params().Set(alpha=0.9,
+                                                  use_nesterov=True),
+     refs.RefMomentum),
+    ('adam', optimizers.Adam.Params().Set(beta1=0.8, beta2=0.99,
+                                          epsilon=1e-3), refs.RefAdam),
+    ('adamw', optimizers.AdamW.Params().Set(decoupled_weight_decay=0.1),
+     refs.RefAdam),
+    ('adagrad', optimizers.Adagrad.Params(), refs.RefAdagrad),
+    ('rmsprop', optimizers.RMSProp.Params(), refs.RefRMSProp),
+    ('rmsprop_centered', optimizers.RMSProp.Params().Set(
+        centered=True, momentum=0.5, epsilon=1e-3), refs.RefRMSProp),
+    ('adadelta', optimizers.AdaDelta.Params().Set(epsilon=1e-3),
+     refs.RefAdaDelta),
+    ('adafactor_factored', optimizers.Adafactor.Params().Set(
+        min_dim_size_to_factor=2, clipping_threshold=0.5),
+     refs.RefAdafactor),
+    ('adafactor_beta1_unfactored', optimizers.Adafactor.Params().Set(
+        beta1=0.9, factored=False, multiply_by_parameter_scale=False),
+     refs.RefAdafactor),
+    ('lamb', optimizers.LAMB.Params().Set(weight_decay=0.01), refs.RefLAMB),
+    ('lion', optimizers.Lion.Params().Set(decoupled_weight_decay=0.1),
+     refs.RefLion),
+]
+
+_IDS = [c[0] for c in _CASES]
+
+
+def _Data(seed=0, steps=3):
+  rng = np.random.RandomState(seed)
+  values = [rng.randn(2, 3).astype(np.float32),
+            rng.randn(3).astype(np.float32)]
+  grads = [[rng.randn(*v.shape).astype(np.float32) for v in values]
+           for _ in range(steps)]
+  return values, grads
+
+
+@pytest.mark.parametrize('name,p,ref_cls', _CASES, ids=_IDS)
+def test_one_and_three_steps_match_numpy_reference(name, p, ref_cls):
+  del name
+  values, grads = _Data()
+  opt, variables = _Build(p, values)
+  ref = ref_cls(opt.params)
+  ws = [v.copy() for v in values]
+  slots = [ref.slots(w) for w in ws]
+  lrs = [0.1, 0.05, 0.2]
+  for t in range(1, 4):
+    _Step(opt, variables, [tf.constant(g) for g in grads[t - 1]], lrs[t - 1])
+    ws = [ref.step(t, lrs[t - 1], w, g, s)
+          for w, g, s in zip(ws, grads[t - 1], slots)]
+    if t in (1, 3):
+      for var, w, s in zip(variables, ws, slots):
+        np.testing.assert_allclose(var.numpy(), w, rtol=RTOL, atol=ATOL,
+                                   err_msg='step %d' % t)
+        got = opt.GetSlots(var)
+        assert sorted(got) == sorted(s)
+        for k in s:
+          np.testing.assert_allclose(got[k].numpy(), s[k], rtol=RTOL,
+                                     atol=ATOL, err_msg='slot %s' % k)
+  assert int(opt.num_updates.numpy()) == 3
+
+
+# ---- sparse gradients ---------------------------------------------------------
+
+# Optimizers whose lazy sparse update keeps absent rows (var and slots).
+_LAZY = {'sgd', 'momentum', 'nesterov', 'adam', 'adamw', 'adagrad', 'rmsprop',
+         'rmsprop_centered', 'adadelta'}
+
+
+def _Sparse(values, indices, rows):
+  return tf.IndexedSlices(tf.constant(values, tf.float32),
+                          tf.constant(indices, tf.int64),
+                          tf.constant([rows, 2], tf.int64))
+
+
+def _Snapshot(opt, var):
+  return {'var': var.numpy().copy(),
+          **{k: s.numpy().copy() for k, s in opt.GetSlots(var).items()}}
+
+
+@pytest.mark.parametrize('name,p,ref_cls', _CASES, ids=_IDS)
+def test_sparse_gradients_agree_with_dense_and_lazy_differs_where_it_should(
+    name, p, ref_cls):
+  del ref_cls
+  init = np.arange(8, dtype=np.float32).reshape(4, 2) / 4. - 1.
+  first = tf.constant(np.full((4, 2), 0.5, np.float32))
+  # Row 0 twice (merged: 0.25 + 0.5), row 2 once; rows 1 and 3 absent.
+  sparse = _Sparse([[0.25, -0.5], [1.0, 2.0], [0.5, 0.5]], [0, 2, 0], 4)
+  dense = tf.convert_to_tensor(sparse)
+  np.testing.assert_allclose(dense.numpy()[0], [0.75, 0.0])
+  runs = {}
+  for mode in ('dense', 'sparse', 'lazy'):
+    q = p.Copy().Set(lazy_sparse_updates=(mode == 'lazy'))
+    opt, (var,) = _Build(q, [init])
+    _Step(opt, [var], [first], 0.1)
+    before = _Snapshot(opt, var)
+    _Step(opt, [var], [dense if mode == 'dense' else sparse], 0.1)
+    runs[mode] = (before, _Snapshot(opt, var))
+  before, dense_after = runs['dense']
+  for k in dense_after:
+    np.testing.assert_allclose(runs['sparse'][1][k], dense_after[k],
+                               rtol=RTOL, atol=ATOL, err_msg=k)
+  lazy_after = runs['lazy'][1]
+  for k in dense_after:
+    if name in _LAZY:
+      # Present rows as dense; absent rows exactly as before the step.
+      np.testing.assert_allclose(lazy_after[k][[0, 2]],
+                                 dense_after[k][[0, 2]], rtol=RTOL,
+                                 atol=ATOL, err_msg=k)
+      np.testing.assert_array_equal(lazy_after[k][[1, 3]],
+                                    before[k][[1, 3]], err_msg=k)
+    else:
+      # No lazy form: densified, identical to dense.
+      np.testing.assert_allclose(lazy_after[k], dense_after[k], rtol=RTOL,
+                                 atol=ATOL, err_msg=k)
+  moved = {'momentum': 'var', 'adam': 'var', 'adamw': 'var', 'rmsprop': 'ms',
+           'adadelta': 'accum'}
+  if name in moved:
+    # The dense form moves absent rows (a slot decays, or the velocity
+    # keeps moving the weights), so lazy really differs there.
+    k = moved[name]
+    assert not np.array_equal(dense_after[k][[1, 3]], lazy_after[k][[1, 3]])
+
+
+def test_adagrad_negative_initial_accumulator_is_refused():
+  with pytest.raises(ValueError, match='initial_accumulator_value'):
+    optimizers.Adagrad.Params().Set(
+        name='adagrad', initial_accumulator_value=-1.0).Instantiate()
+
+
+def test_sgd_importable_from_optimizers():
+  from learner import base_optimizer  # pylint: disable=g-import-not-at-top
+  assert optimizers.SGD is base_optimizer.SGD
