@@ -3,6 +3,11 @@
 import tensorflow as tf
 
 from params import BaseLayer
+from params import Params
+
+# Name given to a schedule built on its own (Lingvo uses 'LRSched'); a parent
+# that builds schedules as children renames them after their slot.
+DEFAULT_NAME = 'lr_schedule'
 
 
 class BaseSchedule(BaseLayer):
@@ -12,20 +17,31 @@ class BaseSchedule(BaseLayer):
   DESIGN.md, "Words with one meaning"). Subclasses implement `FProp(theta,
   step)` where `step` is already an int64 scalar tensor; `Value` converts the
   step and casts the result, so each schedule works eagerly, inside
-  `tf.function` and under `jit_compile=True`.
+  `tf.function` and under `jit_compile=True`. Subclasses compute in float64
+  (exact for any step below 2**53) and `Value` rounds once to float32.
+
+  Subclasses validate their params in `__init__` and raise `ValueError`
+  naming the offending parameter (see `_Fail`).
   """
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.name = DEFAULT_NAME
+    return p
 
   def Value(self, step):
     """Returns the schedule's value at `step`.
 
     Args:
-      step: a Python int, or an int32/int64 scalar tensor.
+      step: a Python int, or an int32/int64 scalar tensor (a count of applied
+        updates unless the learner says otherwise).
 
     Returns:
       A float32 scalar tensor.
 
     Raises:
-      TypeError: if `step` is a floating point tensor.
+      TypeError: if `step` is a floating point or non-scalar tensor.
     """
     step = ToInt64Step(step)
     return tf.cast(self.FProp(self.theta, step), tf.float32)
@@ -34,6 +50,100 @@ class BaseSchedule(BaseLayer):
     """Returns the value at the int64 scalar tensor `step`."""
     raise NotImplementedError('%s must implement FProp(theta, step).' %
                               type(self).__name__)
+
+  def Boundaries(self):
+    """Returns the sorted steps (Python ints) where the schedule changes phase.
+
+    Used by `python -m schedules.plot` to print the value at each boundary
+    (end of warmup, decay start/end, piecewise boundaries). The base class
+    has none.
+    """
+    return []
+
+  # ---- helpers for subclasses -------------------------------------------------
+
+  def _Fail(self, param, problem, fix):
+    """Raises ValueError naming this schedule and the parameter `param`.
+
+    Args:
+      param: name of the offending parameter.
+      problem: what is wrong, e.g. 'must be > 0'.
+      fix: how to fix it.
+    """
+    value = self.params.Get(param) if param in self.params else None
+    raise ValueError('%s %r: %s=%r %s. %s' %
+                     (type(self).__name__, self.params.name, param, value,
+                      problem, fix))
+
+  def _CheckBoundaries(self, param='boundaries', allow_empty=True):
+    """Checks that params.<param> is a strictly increasing list of numbers."""
+    b = self.params.Get(param)
+    if b is None:
+      b = []
+    if not isinstance(b, (list, tuple)):
+      self._Fail(param, 'must be a list of steps', 'Set e.g. [1000, 2000].')
+    if not allow_empty and not b:
+      self._Fail(param, 'must not be empty', 'Give at least one step.')
+    for x in b:
+      if isinstance(x, bool) or not isinstance(x, (int, float)):
+        self._Fail(param, 'must hold numbers only', 'Use steps such as 1000.')
+    for a, c in zip(b[:-1], b[1:]):
+      if not a < c:
+        self._Fail(param, 'must be strictly increasing (%r is followed by %r)'
+                   % (a, c), 'Sort the boundaries and remove duplicates.')
+    return list(b)
+
+  def _CheckPositive(self, param, allow_zero=False):
+    """Checks that params.<param> is a number > 0 (or >= 0)."""
+    v = self.params.Get(param)
+    ok = (isinstance(v, (int, float)) and not isinstance(v, bool) and
+          (v >= 0 if allow_zero else v > 0))
+    if not ok:
+      self._Fail(param, 'must be a number %s 0' % ('>=' if allow_zero else '>'),
+                 'Set a %s value.' % ('non-negative' if allow_zero else
+                                      'positive'))
+    return v
+
+  def _CheckScheduleParams(self, param, value=None, what='must be'):
+    """Checks that `value` (default params.<param>) is a schedule's params."""
+    value = self.params.Get(param) if value is None else value
+    cls = getattr(value, 'cls', None) if isinstance(value, Params) else None
+    if not (isinstance(cls, type) and issubclass(cls, BaseSchedule)):
+      self._Fail(param, '%s the params of a BaseSchedule subclass (got %s)' %
+                 (what, type(value).__name__ if cls is None else cls.__name__),
+                 'Use e.g. schedules.Constant.Params().')
+
+  def _CheckScheduleList(self, param):
+    """Checks that params.<param> is a non-empty list of schedule params."""
+    value = self.params.Get(param)
+    if not isinstance(value, (list, tuple)) or not value:
+      self._Fail(param, 'must be a non-empty list of schedule params',
+                 'Set e.g. [schedules.LinearSchedule.Params().Set(...)].')
+    for v in value:
+      self._CheckScheduleParams(param, v, 'must hold only')
+    return list(value)
+
+  @staticmethod
+  def _ChildValue(child, child_theta, step):
+    """Returns float64 `child.FProp(child_theta, step)` (int64 `step`)."""
+    return tf.cast(child.FProp(child_theta, step), tf.float64)
+
+  def _CreateScheduleChild(self, name, params):
+    """CreateChild for a sub-schedule; a default-named child takes `name`."""
+    params = params.Copy(frozen=False)
+    if params.name == DEFAULT_NAME:
+      params.name = name
+    return self.CreateChild(name, params)
+
+  def _CreateScheduleChildren(self, name, params_list):
+    """CreateChildren for sub-schedules, named '<name>_<i>' unless named."""
+    fixed = []
+    for i, p in enumerate(params_list):
+      p = p.Copy(frozen=False)
+      if p.name == DEFAULT_NAME:
+        p.name = '%s_%d' % (name, i)
+      fixed.append(p)
+    return self.CreateChildren(name, fixed)
 
 
 def ToInt64Step(step):
@@ -46,26 +156,43 @@ def ToInt64Step(step):
     return tf.constant(step, tf.int64)
   step = tf.convert_to_tensor(step)
   if not step.dtype.is_integer:
-    raise TypeError('A schedule step must be an integer, got dtype %s.' %
-                    step.dtype.name)
+    raise TypeError('A schedule step must be an integer, got dtype %s. Pass '
+                    'a Python int or an int32/int64 tensor.' % step.dtype.name)
   if step.shape.rank not in (None, 0):
     raise TypeError('A schedule step must be a scalar, got shape %s.' %
                     step.shape)
   return tf.cast(step, tf.int64)
 
 
+def StepAsFloat(step):
+  """Returns the int64 `step` as a float64 tensor (exact below 2**53)."""
+  return tf.cast(step, tf.float64)
+
+
+def NumReplicasInSync():
+  """Returns the number of replicas of the current tf.distribute strategy.
+
+  1 outside any strategy scope. Used where Lingvo inferred the number of
+  splits from its cluster.
+  """
+  return tf.distribute.get_strategy().num_replicas_in_sync
+
+
 class Constant(BaseSchedule):
-  """A constant value at every step (Lingvo's `Constant`)."""
+  """A constant value at every step (Lingvo's `Constant`).
+
+  Value(step) = value.
+  """
 
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('value', 1.0, 'The constant value.')
+    p.Define('value', 1.0, 'The constant value (a multiplier, no unit).')
     return p
 
   def FProp(self, theta, step):
     del step
-    return tf.constant(self.params.value, tf.float32)
+    return tf.constant(self.params.value, tf.float64)
 
 
 class ConstantOne(Constant):

@@ -1,0 +1,142 @@
+"""Exponential schedules: interpolation in log space, half-lives, step decay."""
+
+import math
+
+import tensorflow as tf
+
+from schedules.base_schedule import BaseSchedule
+from schedules.base_schedule import StepAsFloat
+from schedules.polynomial import LinearSchedule
+
+
+class ExponentialSchedule(BaseSchedule):
+  """Exponential interpolation between `start` (x0, y0) and `limit` (x1, y1).
+
+  Value(step) = y0 before x0, y1 from x1 on, and in between
+    exp(log y0 + (step - x0) / (x1 - x0) * (log y1 - log y0)),
+  i.e. a straight line in log space. Steps count applied updates.
+  Source: Lingvo `lingvo/core/schedule.py` ExponentialSchedule.
+
+  Raises:
+    ValueError: at construction, if x0 >= x1 ('start' after 'limit') or if
+      y0 or y1 is not positive (the log is undefined), naming the parameter.
+  """
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('start', (0, 1.), '(x0, y0): step (applied updates) and value '
+             '(> 0) where the interpolation starts.')
+    p.Define('limit', (1, 0.5), '(x1, y1): step (applied updates, > x0) and '
+             'value (> 0) where it ends.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    p = self.params
+    for name in ('start', 'limit'):
+      v = p.Get(name)
+      if (not isinstance(v, (list, tuple)) or len(v) != 2 or
+          not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                  for x in v)):
+        self._Fail(name, 'must be a pair (step, value)',
+                   'Set e.g. %s=(1000, 0.1).' % name)
+      if not v[1] > 0:
+        self._Fail(name, 'has a non-positive value %r; an exponential '
+                   'schedule needs values > 0' % (v[1],),
+                   'Use a small positive value such as 1e-8 instead of 0, or '
+                   'use LinearSchedule.')
+    if not p.start[0] < p.limit[0]:
+      self._Fail('start', 'is not before limit=%r (start[0] must be < '
+                 'limit[0])' % (p.limit,),
+                 'Swap them or move the start step before the limit step.')
+    self.CreateChild(
+        'linear',
+        LinearSchedule.Params().Set(
+            name='linear',
+            start=(p.start[0], math.log(p.start[1])),
+            limit=(p.limit[0], math.log(p.limit[1]))))
+
+  def FProp(self, theta, step):
+    return tf.exp(self.linear.FProp(theta.get('linear'), step))
+
+  def Boundaries(self):
+    return self.linear.Boundaries()
+
+
+class ContinuousSchedule(BaseSchedule):
+  """Continuous exponential decay with a half-life, floored at `min`.
+
+  Value(step) = initial_value * max(0.5 ** ((step - start_step) /
+  half_life_steps), min) from start_step on, initial_value before it.
+  Steps count applied updates.
+  Source: Lingvo `lingvo/core/schedule.py` ContinuousSchedule.
+
+  Raises:
+    ValueError: at construction, if half_life_steps <= 0 or min is not in
+      (0, 1].
+  """
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('initial_value', 1.0, 'Value before and at start_step.')
+    p.Define('start_step', 400000,
+             'Step (applied updates) where the decay starts.')
+    p.Define('half_life_steps', 100000,
+             'The value halves every this many steps after start_step.')
+    p.Define('min', 0.01, 'Floor of the decay, relative to initial_value; '
+             'in (0, 1].')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    p = self.params
+    self._CheckPositive('half_life_steps')
+    if not (isinstance(p.min, (int, float)) and 0 < p.min <= 1):
+      self._Fail('min', 'must be in (0, 1]', 'Set e.g. min=0.01.')
+    end = p.start_step + p.half_life_steps * math.log(p.min) / math.log(0.5)
+    if p.min == 1:
+      end = p.start_step + 1
+    self.CreateChild(
+        'exp',
+        ExponentialSchedule.Params().Set(
+            name='exp', start=(p.start_step, 1.0), limit=(end, p.min)))
+
+  def FProp(self, theta, step):
+    return self.params.initial_value * self.exp.FProp(theta.get('exp'), step)
+
+  def Boundaries(self):
+    return self.exp.Boundaries()
+
+
+class StepwiseExponentialSchedule(BaseSchedule):
+  """Multiplies by `decay` every `num_steps_per_decay` steps.
+
+  Value(step) = decay ** floor(step / num_steps_per_decay), with integer
+  division of the int64 step (never a float division of a large step).
+  Steps count applied updates.
+  Source: Lingvo `lingvo/core/schedule.py` StepwiseExponentialSchedule.
+
+  Raises:
+    ValueError: at construction, if num_steps_per_decay <= 0 or decay <= 0.
+  """
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('decay', 0.99, 'Decay factor applied at each decay (> 0).')
+    p.Define('num_steps_per_decay', 1000,
+             'Applied updates between decays (> 0).')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    self._CheckPositive('num_steps_per_decay')
+    self._CheckPositive('decay')
+
+  def FProp(self, theta, step):
+    p = self.params
+    n = tf.math.floordiv(step, tf.constant(int(p.num_steps_per_decay),
+                                           tf.int64))
+    return tf.pow(tf.constant(float(p.decay), tf.float64), StepAsFloat(n))

@@ -1,0 +1,173 @@
+"""Inverse-square-root decays, with and without a linear ramp."""
+
+import tensorflow as tf
+
+from schedules.base_schedule import BaseSchedule
+from schedules.base_schedule import NumReplicasInSync
+from schedules.base_schedule import StepAsFloat
+
+
+class SqrtDecay(BaseSchedule):
+  """Inverse square root decay after a flat start.
+
+  Value(step) = multiplier * rsqrt(max(step - offset, warmup_steps)): flat at
+  multiplier / sqrt(warmup_steps) until warmup_steps (+ offset), then
+  multiplier / sqrt(step - offset). Steps count applied updates.
+  Source: Lingvo `lingvo/core/schedule.py` SqrtDecay.
+
+  Raises:
+    ValueError: at construction, if warmup_steps <= 0.
+  """
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('warmup_steps', 10000, 'Applied updates of the flat start; > 0.')
+    p.Define('multiplier', 1.0, 'Scale of the value.')
+    p.Define('offset', 0.0, 'Steps subtracted before the decay.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    self._CheckPositive('warmup_steps')
+
+  def FProp(self, theta, step):
+    p = self.params
+    s = StepAsFloat(step) - float(p.offset)
+    return p.multiplier * tf.math.rsqrt(tf.maximum(s, float(p.warmup_steps)))
+
+  def Boundaries(self):
+    return [int(self.params.warmup_steps + self.params.offset)]
+
+
+class SqrtDecayToZero(BaseSchedule):
+  """Inverse square root decay shifted and scaled to reach 0 at num_train_steps.
+
+  With W = warmup_steps, T = num_train_steps, s = min(max(step, W), T):
+    Value = multiplier * W**-0.5 * (s**-0.5 - T**-0.5) / (W**-0.5 - T**-0.5)
+  so it is flat at multiplier / sqrt(W) until W, follows the inverse square
+  root shifted down, and is 0 at T.
+
+  Fix of Lingvo's quirk: Lingvo's formula keeps decreasing after
+  num_train_steps and goes negative (a negative rate trains uphill); here the
+  step is clamped at num_train_steps, so the value is exactly 0 from T on.
+  Steps count applied updates.
+
+  Source: Lingvo `lingvo/core/schedule.py` SqrtDecayToZero.
+
+  Raises:
+    ValueError: at construction, if warmup_steps <= 0 or num_train_steps <=
+      warmup_steps.
+  """
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('warmup_steps', 10000, 'Applied updates of the flat start; > 0.')
+    p.Define('num_train_steps', 100000, 'Applied update at which the value '
+             'reaches 0 and stays there; > warmup_steps.')
+    p.Define('multiplier', 1.0, 'Scale of the value.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    p = self.params
+    self._CheckPositive('warmup_steps')
+    self._CheckPositive('num_train_steps')
+    if not p.num_train_steps > p.warmup_steps:
+      self._Fail('num_train_steps', 'must be > warmup_steps=%r' %
+                 p.warmup_steps, 'Train for longer than the flat start.')
+
+  def FProp(self, theta, step):
+    p = self.params
+    w, t = float(p.warmup_steps), float(p.num_train_steps)
+    s = tf.clip_by_value(StepAsFloat(step), w, t)
+    value = (p.multiplier * w**-0.5 * (tf.math.rsqrt(s) - t**-0.5) /
+             (w**-0.5 - t**-0.5))
+    return tf.maximum(value, 0.0)
+
+  def Boundaries(self):
+    return [int(self.params.warmup_steps), int(self.params.num_train_steps)]
+
+
+class LinearRampupSqrtDecay(BaseSchedule):
+  """Linear ramp to `peak` at warmup_steps, then inverse square root decay.
+
+  With s = max(step, 1) and W = warmup_steps:
+    Value = peak * min(s / W, sqrt(W / s))
+  so step 0 already gives peak / W (the value of step 1), the peak is at W,
+  and the value halves every 4x steps after it. Steps count applied updates.
+  Source: Lingvo `lingvo/core/schedule.py` LinearRampupSqrtDecay.
+
+  Raises:
+    ValueError: at construction, if warmup_steps <= 0.
+  """
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('warmup_steps', 10000, 'Applied updates of the linear ramp; > 0.')
+    p.Define('peak', 1.0, 'Value at warmup_steps.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    self._CheckPositive('warmup_steps')
+
+  def FProp(self, theta, step):
+    p = self.params
+    r = tf.maximum(StepAsFloat(step), 1.0) / float(p.warmup_steps)
+    return p.peak * tf.minimum(r, tf.math.rsqrt(r))
+
+  def Boundaries(self):
+    return [int(self.params.warmup_steps)]
+
+
+class LinearRampupSqrtDecayByBatchSizeAndReplicas(BaseSchedule):
+  """Transformer warmup/decay with the warmup measured in examples.
+
+  With W = warmup_examples / (batch_size * num_replicas) steps:
+    Value = min((step + 1) * W**-1.5, (step + 1)**-0.5)
+  (0 for step <= -1), peak sqrt(batch_size * num_replicas / warmup_examples)
+  at step W - 1. Steps count applied updates; batch_size is per replica.
+  Source: Lingvo `lingvo/core/schedule.py`
+  LinearRampupSqrtDecayByBatchSizeAndReplicas.
+
+  Raises:
+    ValueError: at construction, if batch_size is not positive, num_replicas
+      is set and not positive, or warmup_examples is not positive.
+  """
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('warmup_examples', 256 * 2**20, 'Examples seen during the '
+             'linear warmup; > 0.')
+    p.Define('batch_size', None, 'Per-replica batch size (examples); must be '
+             'set.')
+    p.Define('num_replicas', None, 'Number of replicas; None uses the '
+             'current tf.distribute strategy\'s num_replicas_in_sync at '
+             'construction.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    p = self.params
+    self._CheckPositive('warmup_examples')
+    if p.batch_size is None:
+      self._Fail('batch_size', 'must be set', 'Set the per-replica batch '
+                 'size, e.g. batch_size=128.')
+    self._CheckPositive('batch_size')
+    if p.num_replicas is not None:
+      self._CheckPositive('num_replicas')
+      self._num_replicas = p.num_replicas
+    else:
+      self._num_replicas = NumReplicasInSync()
+    self._warmup = p.warmup_examples / (p.batch_size * self._num_replicas)
+
+  def FProp(self, theta, step):
+    s1 = tf.maximum(StepAsFloat(step) + 1.0, 0.0)
+    return tf.minimum(s1 * self._warmup**-1.5, tf.pow(s1, -0.5))
+
+  def Boundaries(self):
+    return [int(round(self._warmup)) - 1]
