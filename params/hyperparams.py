@@ -20,6 +20,8 @@ import copy
 import difflib
 import enum
 import importlib
+import inspect
+import keyword
 import re
 
 _NAME_RE = re.compile(r'^[a-z_][a-z0-9_]*$')
@@ -52,6 +54,11 @@ class TextSerializable:
   packages above `params` (e.g. `learner.get_optimizer_fn`) round-trip their
   objects without `params` importing them. Subclassing this class is optional:
   any object with a `TextSpec` method qualifies.
+
+  For safety `FromText` calls the named factory only if it is a class with a
+  `TextSpec` method, a function decorated with `TextFactory`, or a callable
+  defined in one of this project's packages (params, schedules, learner,
+  configs, benchmarks); anything else is refused with a ValueError.
   """
 
   def TextSpec(self):
@@ -74,17 +81,32 @@ def ImportPath(obj):
 def ResolveImportPath(path):
   """Imports 'pkg.module.Name[.Inner]' and returns the named object.
 
+  Args:
+    path: str, a module path followed by attribute names.
+
+  Returns:
+    The object (class, function, ...) the path names.
+
   Raises:
-    ValueError: if no prefix of the path is an importable module, or the
-      module has no such attribute.
+    ValueError: if no prefix of the path is an importable module, the module
+      has no such attribute, or importing the module itself fails.
   """
+  if not isinstance(path, str) or not path:
+    raise ValueError('Import path must be a non-empty str, got %r.' % (path,))
   parts = path.split('.')
   for i in range(len(parts) - 1, 0, -1):
     module_name = '.'.join(parts[:i])
     try:
       obj = importlib.import_module(module_name)
-    except ImportError:
-      continue
+    except ModuleNotFoundError as e:
+      missing = e.name or ''
+      if module_name == missing or module_name.startswith(missing + '.'):
+        continue  # This prefix is not a module; try a shorter one.
+      raise ValueError('Cannot resolve %r: importing %r failed: %s' %
+                       (path, module_name, e)) from e
+    except ImportError as e:
+      raise ValueError('Cannot resolve %r: importing %r failed: %s' %
+                       (path, module_name, e)) from e
     try:
       for attr in parts[i:]:
         obj = getattr(obj, attr)
@@ -312,6 +334,10 @@ class Params:
   def __deepcopy__(self, memo):
     return self.Copy()
 
+  def __copy__(self):
+    # A shallow copy would share the value table; Params copies are deep.
+    return self.Copy()
+
   def Freeze(self):
     """Makes these params and every nested Params read-only; returns self."""
     self.__dict__['_immutable'] = True
@@ -369,6 +395,10 @@ class Params:
         does not exist (with close names), the value has no text form, or the
         value's type does not match the current value.
     """
+    if self._immutable:
+      raise AttributeError(
+          'Params are frozen; FromText cannot change them. Apply the text to '
+          'a mutable copy: p.Copy(frozen=False).FromText(text).')
     for line_no, line in _SplitLines(text):
       if ':' not in line:
         raise ValueError('Line %d %r: expected "key : value".' %
@@ -387,12 +417,19 @@ class Params:
       try:
         value = DecodeValue(value_text)
       except ValueError as e:
-        raise ValueError('Line %d %r: cannot read the value of %r: %s' %
-                         (line_no, line, key, e)) from None
+        hint = ''
+        if isinstance(current, str):
+          hint = (' %r holds a string: quote the value, e.g. %s : %r.' %
+                  (key, key, value_text))
+        raise ValueError('Line %d %r: cannot read the value of %r: %s.%s' %
+                         (line_no, line, key, e, hint)) from None
       err = _TypeMismatch(current, value)
       if err:
         raise ValueError('Line %d %r: wrong type for %r: %s' %
                          (line_no, line, key, err))
+      if (isinstance(current, float) and isinstance(value, int) and
+          not isinstance(value, bool)):
+        value = float(value)  # '1' for a float param means 1.0.
       try:
         self._SetKey(key, value)
       except AttributeError as e:
@@ -485,36 +522,66 @@ def _ValuesEqual(a, b):
             all(_ValuesEqual(a[k], b[k]) for k in a))
   if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
     return True
+  if a is b:
+    return True
   try:
-    return bool(a == b)
+    eq = a == b
+    if isinstance(eq, bool):
+      return eq
+    # Array-like values (numpy arrays, tensors) compare element-wise.
+    if getattr(a, 'shape', None) != getattr(b, 'shape', None):
+      return False
+    return bool(eq.all()) if hasattr(eq, 'all') else bool(eq)
   except Exception:  # pylint: disable=broad-except
-    return a is b
+    return False
 
 
 def _TypeMismatch(current, value):
-  """Returns a message if `value` may not replace `current`, else None."""
+  """Returns a message if `value` may not replace `current`, else None.
+
+  None on either side is always allowed (an unset param takes any value, and
+  any param may be unset). Otherwise the value must be of the same kind:
+  bool, int, float (an int is accepted), str, bytes, list/tuple, dict,
+  Params, a member of the same Enum, a DType, a class, a callable. Objects of
+  other types may be replaced by anything.
+  """
   if current is None or value is None:
     return None
-  if isinstance(current, bool) or isinstance(value, bool):
-    if isinstance(current, bool) and isinstance(value, bool):
-      return None
-    return 'expected %s, got %r' % (type(current).__name__, value)
-  if isinstance(current, (int, float)) and isinstance(value, (int, float)):
-    if isinstance(current, int) and isinstance(value, float):
-      return 'expected an int, got the float %r' % value
+  kind = _KindOf(current)
+  if kind is None:
+    if callable(current) and not callable(value):
+      return 'expected a callable, got %s %r' % (type(value).__name__, value)
     return None
-  if isinstance(current, str) != isinstance(value, str):
-    return 'expected %s, got %r' % (type(current).__name__, value)
-  if isinstance(current, Params) != isinstance(value, Params):
-    return 'expected %s, got %r' % (type(current).__name__, value)
-  if isinstance(current, (list, tuple)) and not isinstance(value,
-                                                            (list, tuple)):
-    return 'expected a %s, got %r' % (type(current).__name__, value)
-  if isinstance(current, dict) and not isinstance(value, dict):
-    return 'expected a dict, got %r' % (value,)
-  if isinstance(current, (int, float, str, list, tuple, dict)) and callable(
-      value):
-    return 'expected %s, got %r' % (type(current).__name__, value)
+  name, accepts = kind
+  if accepts(value):
+    return None
+  if name == 'an int' and isinstance(value, float):
+    return 'expected an int, got the float %r' % (value,)
+  return 'expected %s, got %s %r' % (name, type(value).__name__, value)
+
+
+def _IsNumber(v):
+  return isinstance(v, (int, float)) and not isinstance(v, (bool, enum.Enum))
+
+
+def _KindOf(current):
+  """(description, accepts(value)) for the kind of `current`, or None."""
+  if isinstance(current, bool):
+    return 'a bool', lambda v: isinstance(v, bool)
+  if isinstance(current, enum.Enum):
+    return ('a member of the enum %s' % type(current).__name__,
+            lambda v: isinstance(v, type(current)))
+  if isinstance(current, int):
+    return 'an int', lambda v: _IsNumber(v) and isinstance(v, int)
+  if isinstance(current, float):
+    return 'a float', _IsNumber
+  for types, name in ((str, 'a str'), (bytes, 'a bytes'),
+                      ((list, tuple), 'a list or tuple'), (dict, 'a dict'),
+                      (Params, 'Params'), (type, 'a class')):
+    if isinstance(current, types):
+      return name, lambda v, types=types: isinstance(v, types)
+  if _IsDType(current):
+    return 'a DType', _IsDType
   return None
 
 
@@ -559,6 +626,24 @@ def _SplitOutsideQuotes(line, sep):
 
 # ---- value encoding ------------------------------------------------------------
 
+# Packages of this project whose callables may appear in `Object(...)` text.
+# `params` names them without importing them, like the registry names
+# `configs`; any other factory must be a class with `TextSpec` or be marked
+# with `TextFactory`. This keeps `FromText` from calling arbitrary functions
+# (e.g. 'subprocess.run') named in a text file.
+_TRUSTED_FACTORY_PACKAGES = frozenset(
+    ['params', 'schedules', 'learner', 'configs', 'benchmarks'])
+
+
+def TextFactory(fn):
+  """Decorator: allows `fn` as the factory in `Object('path', ...)` text.
+
+  Needed only for factories outside this project's packages that are not
+  classes with a `TextSpec` method. Returns `fn` unchanged (marked).
+  """
+  fn.__text_factory__ = True
+  return fn
+
 
 def EncodeValue(value):
   """Returns the text form of one value (one line, no newline).
@@ -567,8 +652,15 @@ def EncodeValue(value):
   functions `Function('mod.fn')`, enum members `Enum('mod.E', 'NAME')`,
   `tf.DType`s `DType('float32')`, Params inside containers
   `Params(cls=..., key=value, ...)`, self-describing objects
-  `Object('mod.factory', k=v)`. Anything else is a '<no text form: ...>'
-  marker.
+  `Object('mod.factory', k=v)`. Anything else (a lambda, a bound method, a
+  nested function, an arbitrary object) is a '<no text form: ...>' marker,
+  which `Params.FromText` refuses.
+
+  Args:
+    value: any Python value.
+
+  Returns:
+    str, a single line.
   """
   try:
     return _Encode(value)
@@ -580,26 +672,58 @@ class _NoTextForm(Exception):
   pass
 
 
+def _EncodeKwargs(kwargs):
+  """Encodes keyword arguments; names that are Python keywords go in **{}."""
+  plain, special = [], []
+  for k, v in kwargs.items():
+    if isinstance(k, str) and k.isidentifier() and not keyword.iskeyword(k):
+      plain.append('%s=%s' % (k, _Encode(v)))
+    else:
+      special.append('%r: %s' % (k, _Encode(v)))
+  if special:
+    plain.append('**{%s}' % ', '.join(special))
+  return plain
+
+
+def _PathOf(value, kind):
+  """Import path of a class/function that resolves back to `value`."""
+  path = ImportPath(value)
+  if path is None:
+    raise _NoTextForm('%s %s' % (kind, getattr(value, '__qualname__', value)))
+  try:
+    resolved = ResolveImportPath(path)
+  except ValueError:
+    resolved = None
+  if resolved is not value and resolved != value:
+    raise _NoTextForm('%s %s (its import path %r names another object)' %
+                      (kind, value.__qualname__, path))
+  return path
+
+
 def _Encode(value):
-  if value is None or isinstance(value, (bool, int, str)):
-    return repr(value)
   if isinstance(value, enum.Enum):
-    path = ImportPath(type(value))
-    if path is None:
-      raise _NoTextForm(repr(value))
-    return 'Enum(%r, %r)' % (path, value.name)
+    return 'Enum(%r, %r)' % (_PathOf(type(value), 'enum'), value.name)
+  if value is None or isinstance(value, bool):
+    return repr(value)
+  if isinstance(value, int):
+    return int.__repr__(value)
+  if isinstance(value, str):
+    return str.__repr__(value)
+  if isinstance(value, bytes):
+    return bytes.__repr__(value)
   if isinstance(value, float):
     if value != value:
       return "float('nan')"
     if value in (float('inf'), float('-inf')):
       return "float('%s')" % ('inf' if value > 0 else '-inf')
-    return repr(value)
+    return float.__repr__(value)
   if isinstance(value, Params):
-    items = ['%s=%s' % (k, _Encode(v)) for k, v in value.IterParams()]
-    return 'Params(%s)' % ', '.join(items)
+    return 'Params(%s)' % ', '.join(_EncodeKwargs(dict(value.IterParams())))
   if isinstance(value, list):
     return '[%s]' % ', '.join(_Encode(v) for v in value)
   if isinstance(value, tuple):
+    if hasattr(value, '_fields'):
+      raise _NoTextForm('namedtuple %r' % (value,))
     if len(value) == 1:
       return '(%s,)' % _Encode(value[0])
     return '(%s)' % ', '.join(_Encode(v) for v in value)
@@ -608,20 +732,16 @@ def _Encode(value):
         '%s: %s' % (_Encode(k), _Encode(v)) for k, v in value.items())
   if _IsDType(value):
     return 'DType(%r)' % value.name
-  if hasattr(type(value), 'TextSpec') and not isinstance(value, type):
+  if not isinstance(value, type) and callable(
+      getattr(type(value), 'TextSpec', None)):
     path, kwargs = value.TextSpec()
-    items = ''.join(', %s=%s' % (k, _Encode(v)) for k, v in kwargs.items())
-    return 'Object(%r%s)' % (path, items)
+    return 'Object(%s)' % ', '.join([repr(path)] + _EncodeKwargs(kwargs))
   if isinstance(value, type):
-    path = ImportPath(value)
-    if path is None:
-      raise _NoTextForm('class %r' % value)
-    return 'Class(%r)' % path
+    return 'Class(%r)' % _PathOf(value, 'class')
+  if inspect.ismethod(value) and not isinstance(value.__self__, type):
+    raise _NoTextForm('method %s bound to an object' % value.__qualname__)
   if callable(value) and hasattr(value, '__qualname__'):
-    path = ImportPath(value)
-    if path is None:
-      raise _NoTextForm('%s %s' % (type(value).__name__, value.__qualname__))
-    return 'Function(%r)' % path
+    return 'Function(%r)' % _PathOf(value, type(value).__name__)
   raise _NoTextForm('%s object %r' % (type(value).__name__, value))
 
 
@@ -630,17 +750,68 @@ def _IsDType(value):
   return t.__name__ == 'DType' and t.__module__.startswith('tensorflow')
 
 
+_SUPPORTED_FORMS = (
+    "supported forms: Python literals (1, 2.5, 'str', True, None, [..], "
+    "(..), {..}), float('nan'|'inf'|'-inf'), Class('mod.Name'), "
+    "Function('mod.fn'), Enum('mod.Enum', 'MEMBER'), DType('float32'), "
+    "Params(k=v, ...), Object('mod.factory', k=v, ...)")
+
+
 def DecodeValue(text):
   """Reads a value written by `EncodeValue`; never evaluates code.
 
+  Only literal syntax and the named forms of `EncodeValue` are accepted;
+  `Object('mod.factory', ...)` calls the factory only if it is a class with
+  a `TextSpec` method, a function marked with `TextFactory`, or lives in one
+  of this project's packages.
+
+  Args:
+    text: str, one encoded value.
+
+  Returns:
+    The value.
+
   Raises:
-    ValueError: if the text is not a valid encoded value.
+    ValueError: if the text is not a valid encoded value, names an import
+      path that does not resolve, or a factory that is not allowed or fails.
   """
   try:
     tree = ast.parse(text.strip(), mode='eval')
-  except SyntaxError as e:
-    raise ValueError('not a valid value (%s)' % e.msg) from None
-  return _Decode(tree.body)
+  except (SyntaxError, ValueError) as e:
+    raise ValueError('not a valid value (%s)' % getattr(e, 'msg', e)) from None
+  try:
+    return _Decode(tree.body)
+  except (TypeError, KeyError, AttributeError) as e:
+    raise ValueError('cannot build the value: %s: %s' %
+                     (type(e).__name__, e)) from None
+
+
+def _DecodeKwargs(node):
+  kwargs = {}
+  for kw in node.keywords:
+    if kw.arg is None:
+      extra = _Decode(kw.value)
+      if not isinstance(extra, dict):
+        raise ValueError('** arguments must be a dict')
+      kwargs.update(extra)
+    else:
+      kwargs[kw.arg] = _Decode(kw.value)
+  return kwargs
+
+
+def _CheckFactory(path, factory):
+  if isinstance(factory, type) and callable(getattr(factory, 'TextSpec', None)):
+    return
+  if getattr(factory, '__text_factory__', False):
+    return
+  module = getattr(factory, '__module__', '') or ''
+  if module.split('.')[0] in _TRUSTED_FACTORY_PACKAGES:
+    return
+  raise ValueError(
+      'Object(%r, ...): the factory must be a class with a TextSpec() method, '
+      'a function decorated with params.hyperparams.TextFactory, or live in '
+      'one of %s; refusing to call it.' %
+      (path, sorted(_TRUSTED_FACTORY_PACKAGES)))
 
 
 def _Decode(node):
@@ -657,44 +828,56 @@ def _Decode(node):
   if isinstance(node, ast.Tuple):
     return tuple(_Decode(e) for e in node.elts)
   if isinstance(node, ast.Dict):
+    if any(k is None for k in node.keys):
+      raise ValueError('** inside a dict literal is not supported')
     return {_Decode(k): _Decode(v) for k, v in zip(node.keys, node.values)}
   if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
     fn = node.func.id
     args = [_Decode(a) for a in node.args]
-    kwargs = {kw.arg: _Decode(kw.value) for kw in node.keywords}
-    if fn == 'float' and len(args) == 1 and args[0] in ('nan', 'inf',
-                                                        '-inf'):
+    kwargs = _DecodeKwargs(node)
+    if fn == 'float' and len(args) == 1 and not kwargs and args[0] in (
+        'nan', 'inf', '-inf'):
       return float(args[0])
-    if fn in ('Class', 'Function') and len(args) == 1:
+    if fn in ('Class', 'Function') and len(args) == 1 and not kwargs:
       obj = ResolveImportPath(args[0])
       if fn == 'Class' and not isinstance(obj, type):
         raise ValueError('%r is not a class' % args[0])
+      if fn == 'Function' and not callable(obj):
+        raise ValueError('%r is not callable' % args[0])
       return obj
-    if fn == 'Enum' and len(args) == 2:
+    if fn == 'Enum' and len(args) == 2 and not kwargs:
       enum_cls = ResolveImportPath(args[0])
+      if not (isinstance(enum_cls, type) and issubclass(enum_cls, enum.Enum)):
+        raise ValueError('%r is not an Enum class' % args[0])
       try:
         return enum_cls[args[1]]
-      except (KeyError, TypeError):
+      except KeyError:
         raise ValueError('%r has no member %r' % (args[0], args[1])) from None
-    if fn == 'DType' and len(args) == 1:
+    if fn == 'DType' and len(args) == 1 and not kwargs:
       import tensorflow as tf  # pylint: disable=g-import-not-at-top
       return tf.as_dtype(args[0])
-    if fn == 'Object' and len(args) == 1:
+    if fn == 'Object' and len(args) == 1 and isinstance(args[0], str):
       factory = ResolveImportPath(args[0])
+      _CheckFactory(args[0], factory)
       return factory(**kwargs)
     if fn == 'Params' and not args:
       return _BuildParams(kwargs)
-  raise ValueError('unsupported expression %r' % ast.dump(node)[:80])
+  raise ValueError('unsupported expression %r; %s' %
+                   (ast.unparse(node)[:80], _SUPPORTED_FORMS))
 
 
 def _BuildParams(kwargs):
+  """Rebuilds an inline Params: cls.Params() if cls has one, with the keys."""
   cls = kwargs.get('cls')
-  if cls is not None and hasattr(cls, 'Params'):
+  if cls is not None and callable(getattr(cls, 'Params', None)):
     p = cls.Params()
   elif 'cls' in kwargs:
     p = InstantiableParams(cls)
   else:
     p = Params()
+  extra = [k for k, _ in p.IterParams() if k not in kwargs]
+  if extra:
+    p.Delete(*extra)  # The text lists every key the params had.
   for k, v in kwargs.items():
     if k in p:
       setattr(p, k, v)
