@@ -10,10 +10,10 @@ descend into dicts, lists and plain tuples, and treat namedtuples (such as
 `var_grads.Transform(lambda vg: ...)` sees whole (var, grad) pairs.
 """
 
+import copy
 import re
 
 _KEY_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
-_RESERVED = frozenset(dir(dict))
 _PATH_SEGMENT_RE = re.compile(r'^([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)$')
 
 
@@ -43,12 +43,23 @@ class NestedMap(dict):
     if not isinstance(key, str) or not _KEY_RE.match(key):
       raise ValueError('NestedMap key %r is not a valid identifier.' % (key,))
     if key in _RESERVED:
-      raise ValueError('NestedMap key %r clashes with a dict method; choose '
-                       'another name.' % key)
+      raise ValueError('NestedMap key %r clashes with a dict or NestedMap '
+                       'method or attribute; choose another name.' % key)
 
   def __setitem__(self, key, value):
     self.CheckKey(key)
     super().__setitem__(key, value)
+
+  def update(self, *args, **kwargs):  # pylint: disable=invalid-name
+    """dict.update that checks every key (see CheckKey)."""
+    for k, v in dict(*args, **kwargs).items():
+      self[k] = v
+
+  def setdefault(self, key, default=None):  # pylint: disable=invalid-name
+    """dict.setdefault that checks the key (see CheckKey)."""
+    if key not in self:
+      self[key] = default
+    return self[key]
 
   def __setattr__(self, name, value):
     self[name] = value
@@ -71,7 +82,10 @@ class NestedMap(dict):
     return NestedMap(self)
 
   def __deepcopy__(self, memo):
-    return self.DeepCopy()
+    # copy.deepcopy copies everything, leaves included; DeepCopy() is the
+    # cheap structural copy that shares leaves.
+    return NestedMap(
+        (k, copy.deepcopy(v, memo)) for k, v in self.items())
 
   def DeepCopy(self):
     """Copies every nested container; leaves are shared (tensors are immutable)."""
@@ -140,11 +154,14 @@ class NestedMap(dict):
     return self.Pack([fn(v) for v in self.Flatten()])
 
   def IsCompatible(self, other):
-    """True if `other` is a NestedMap with the same structure and keys."""
+    """True if `other` is a NestedMap with the same structure and keys.
+
+    Structure means the same dict keys, list/tuple lengths and leaf
+    positions, empty containers included; the leaf values do not matter.
+    """
     if not isinstance(other, NestedMap):
       return False
-    return ([k for k, _ in self.FlattenItems()] ==
-            [k for k, _ in other.FlattenItems()])
+    return _Structure(self) == _Structure(other)
 
   def FilterKeyVal(self, fn):
     """Returns a NestedMap with the leaves where fn(dotted_key, leaf) is true.
@@ -179,15 +196,23 @@ class NestedMap(dict):
   # ---- dotted access -------------------------------------------------------
 
   def _Walk(self, key, create):
+    """Returns (container, last key or index) for a dotted key."""
+    if not isinstance(key, str):
+      raise KeyError('NestedMap key %r must be a str.' % (key,))
     segments = key.split('.')
     obj = self
     for i, seg in enumerate(segments):
       m = _PATH_SEGMENT_RE.match(seg)
       if not m:
-        raise KeyError('Malformed key %r.' % key)
+        raise KeyError('Malformed key %r (segment %r); expected dotted '
+                       'identifiers with optional [i] indices, e.g. '
+                       '\'a.b[0].c\'.' % (key, seg))
       name = m.group(1)
       indices = [int(x) for x in re.findall(r'\[(\d+)\]', m.group(2))]
       last = i == len(segments) - 1
+      if not isinstance(obj, dict):
+        raise KeyError('%r: %r is a %s, not a map.' %
+                       (key, '.'.join(segments[:i]), type(obj).__name__))
       if last and not indices:
         return obj, name
       if name not in obj:
@@ -197,6 +222,9 @@ class NestedMap(dict):
         obj[name] = NestedMap()
       obj = obj[name]
       for j, idx in enumerate(indices):
+        if not isinstance(obj, (list, tuple)) or idx >= len(obj):
+          raise KeyError('%r: index [%d] of %r is out of range or not a list.'
+                         % (key, idx, seg))
         if last and j == len(indices) - 1:
           return obj, idx
         obj = obj[idx]
@@ -206,17 +234,25 @@ class NestedMap(dict):
     """Returns the value at a dotted key ('a.b', 'a.b[0].c').
 
     Raises:
-      KeyError: naming the missing part and the keys that exist.
+      KeyError: naming the key, the missing part and the keys that exist.
     """
     container, last = self._Walk(key, create=False)
     try:
       return container[last]
     except (KeyError, IndexError):
-      raise KeyError('%r: %r is not in the map.' % (key, last)) from None
+      raise KeyError('%r: %r is not in the map; keys: %s' %
+                     (key, last, sorted(container.keys()))) from None
 
   def Set(self, key, value):
-    """Sets the value at a dotted key, creating NestedMaps on the way."""
+    """Sets the value at a dotted key, creating NestedMaps on the way.
+
+    Raises:
+      KeyError: if the path goes through a leaf or a missing list index.
+      ValueError: if a new key clashes with a method (see CheckKey).
+    """
     container, last = self._Walk(key, create=True)
+    if isinstance(container, tuple):
+      raise KeyError('%r: cannot assign into a tuple.' % key)
     container[last] = value
 
 
@@ -225,3 +261,16 @@ class _Drop:
 
 
 _DROP = _Drop()
+
+
+def _Structure(v):
+  """A hashable description of v's containers, ignoring the leaf values."""
+  if isinstance(v, dict):
+    return ('dict', tuple((k, _Structure(v[k])) for k in sorted(v.keys())))
+  if _IsSeq(v):
+    return (type(v).__name__, tuple(_Structure(x) for x in v))
+  return 'leaf'
+
+
+# Keys that would hide a dict or NestedMap method or attribute.
+_RESERVED = frozenset(dir(NestedMap))
