@@ -1,0 +1,154 @@
+"""Composite: different optimizers for different groups of variables."""
+
+import re
+
+import tensorflow as tf
+
+from learner import base_optimizer
+from learner import var_grad as var_grad_lib
+from params import NestedMap
+
+DEFAULT_KEY = 'default_optimizer'
+
+
+class Composite(base_optimizer.BaseOptimizer):
+  """Sends each variable to the optimizer of the group whose regex matches.
+
+  `optimizer_map = {regex: (optimizer params, lr multiplier), ...}`, with an
+  optional `'default_optimizer': (params, multiplier)` for the variables no
+  regex matches. Regexes use `re.search` on the variable name (no ':0').
+  Each group's rate is the learner's scheduled rate times its multiplier
+  (Lingvo's CompositeOptimizer ignored the learner's rate; this one does
+  not). Every group's optimizer is applied once per update, so each
+  group's `num_updates` equals this wrapper's.
+  Groups are children named 'group_<i>' in the map's order, the default
+  group 'default'.
+
+  Raises:
+    ValueError: at construction, for an empty map, an entry that is not
+      (optimizer params, number), an invalid regex, or a gradient
+      accumulation inside (accumulation must be the outermost wrapper); at
+      `Bind`, for a variable matched by two regexes (naming it and both) or
+      by none when there is no 'default_optimizer' (naming it).
+  """
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.name = 'composite'
+    p.Define(
+        'optimizer_map', {},
+        'Dict {regex: (optimizer params, lr multiplier)}; the key '
+        '\'default_optimizer\' takes the variables no regex matches.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    p = self.params
+    base_optimizer.CheckNoWrapperDecay(self)
+    if not p.optimizer_map:
+      raise ValueError(
+          '%s: optimizer_map is empty; give {regex: (optimizer params, lr '
+          'multiplier)}, e.g. {\'enc/\': (SGD.Params(), 1.0)}.' % self.path)
+    self._regexes = []
+    self._multipliers = []
+    group_params = []
+    for key, entry in p.optimizer_map.items():
+      if (not isinstance(entry, (tuple, list)) or len(entry) != 2 or
+          isinstance(entry[1], bool) or
+          not isinstance(entry[1], (int, float))):
+        raise ValueError(
+            '%s: optimizer_map[%r] must be (optimizer params, lr multiplier),'
+            ' got %r.' % (self.path, key, entry))
+      base_optimizer.CheckInnerOptimizerParams(
+          'Composite', 'optimizer_map[%r]' % key, entry[0])
+      if key != DEFAULT_KEY:
+        try:
+          re.compile(key)
+        except re.error as e:
+          raise ValueError('%s: optimizer_map key %r is not a valid regex: %s'
+                           % (self.path, key, e)) from None
+      self._regexes.append(key)
+      self._multipliers.append(float(entry[1]))
+      group_params.append(entry[0])
+    self._groups = []
+    for i, (key, gp) in enumerate(zip(self._regexes, group_params)):
+      name = 'default' if key == DEFAULT_KEY else 'group_%d' % i
+      self._groups.append(self.CreateChild(name, gp))
+    self._assignment = {}
+
+  @property
+  def groups(self):
+    """List of (regex or 'default_optimizer', multiplier, optimizer)."""
+    return list(zip(self._regexes, self._multipliers, self._groups))
+
+  def _GroupOf(self, name):
+    matches = [i for i, r in enumerate(self._regexes)
+               if r != DEFAULT_KEY and re.search(r, name)]
+    if len(matches) > 1:
+      raise ValueError(
+          '%s: variable %r is matched by more than one optimizer_map regex: '
+          '%s. Make the regexes disjoint (e.g. anchor them with ^ or $).' %
+          (self.path, name, [self._regexes[i] for i in matches]))
+    if matches:
+      return matches[0]
+    if DEFAULT_KEY in self._regexes:
+      return self._regexes.index(DEFAULT_KEY)
+    raise ValueError(
+        '%s: variable %r is matched by no optimizer_map regex (%s) and there '
+        'is no \'default_optimizer\'. Add a regex for it or a '
+        '\'default_optimizer\': (params, multiplier) entry.' %
+        (self.path, name, [r for r in self._regexes]))
+
+  def Bind(self, vmap):
+    """Assigns each variable to its group and binds the group's optimizer.
+
+    Raises:
+      ValueError: double match or no match without a default (see class).
+    """
+    variables = vmap.Flatten() if isinstance(vmap, NestedMap) else list(vmap)
+    per_group = [[] for _ in self._groups]
+    assignment = {}
+    for var in variables:
+      name = var_grad_lib.VarName(var)
+      assignment[name] = self._GroupOf(name)
+      per_group[assignment[name]].append(var)
+    super().Bind(variables)
+    self._assignment.update(assignment)
+    for group, gvars in zip(self._groups, per_group):
+      if gvars:
+        group.Bind(gvars)
+    return self
+
+  def GroupOf(self, var):
+    """Returns the optimizer that updates the bound variable `var`."""
+    return self._groups[self._assignment[var_grad_lib.VarName(var)]]
+
+  def Apply(self, lr, var_grads):
+    """Applies each group's optimizer at lr * its multiplier.
+
+    Args:
+      lr: float32 scalar, the learner's scheduled rate.
+      var_grads: NestedMap of VarGrad; grad None leaves the variable alone.
+
+    Returns:
+      The update op (None when eager).
+
+    Raises:
+      ValueError: if a variable was not bound.
+    """
+    lr = tf.convert_to_tensor(lr, tf.float32)
+    per_group = [NestedMap() for _ in self._groups]
+    for key, vg in var_grads.FlattenItems():
+      if vg.grad is None:
+        continue
+      self._CheckBound(vg.var)
+      i = self._assignment[var_grad_lib.VarName(vg.var)]
+      per_group[i][var_grad_lib.SanitizedName(key)] = vg
+    ops = []
+    for group, mult, gvg in zip(self._groups, self._multipliers, per_group):
+      ops.append(group.Apply(lr * mult, gvg))
+    ops = [o for o in ops if o is not None]
+    with tf.control_dependencies(ops):
+      inc = self.num_updates.assign_add(1)
+    return None if tf.executing_eagerly() else tf.group(ops + [inc])

@@ -1,0 +1,139 @@
+"""Ema: exponential moving average of the weights, a wrapper around an optimizer."""
+
+import contextlib
+
+import tensorflow as tf
+
+from learner import base_optimizer
+from learner import var_grad as var_grad_lib
+
+
+class Ema(base_optimizer.BaseOptimizer):
+  """Keeps an exponential moving average of every bound variable.
+
+  After each update of the inner optimizer (`p.optimizer`):
+    avg <- decay * avg + (1 - decay) * w_new
+  for every variable given to `Bind` (a variable without a gradient this
+  step still moves its average toward its value). The averages are created
+  at `Bind`, start at the variables' values then, and are tracked by this
+  layer, so `tf.train.Checkpoint` saves and restores them.
+  `decay` is fixed, or `decay_schedule` (any BaseSchedule params, e.g.
+  `schedules.EmaDecaySchedule`) gives it as a function of this wrapper's
+  `num_updates` before the update (0 on the first update).
+  `SwapAverages()` is a context manager that puts the averages into the
+  variables (for evaluation) and the trained values back on exit.
+  Source: Polyak & Juditsky, "Acceleration of Stochastic Approximation by
+  Averaging", 1992; TF's ExponentialMovingAverage.
+
+  Raises:
+    ValueError: at construction, if decay is outside [0, 1], if
+      `p.optimizer` is not optimizer params or is a gradient accumulation
+      (accumulation must be the outermost wrapper), or if this wrapper's own
+      decoupled_weight_decay is set.
+  """
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.name = 'ema'
+    p.Define('optimizer', None, 'Params of the inner optimizer.')
+    p.Define('decay', 0.999,
+             'Fixed decay of the average, in [0, 1]; unused when '
+             'decay_schedule is set.')
+    p.Define('decay_schedule', None,
+             'Optional BaseSchedule params giving the decay at num_updates '
+             '(e.g. EmaDecaySchedule); overrides decay.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    p = self.params
+    base_optimizer.CheckInnerOptimizerParams('Ema', 'optimizer', p.optimizer)
+    base_optimizer.CheckNoWrapperDecay(self)
+    if p.decay_schedule is None and not 0.0 <= p.decay <= 1.0:
+      raise ValueError('%s: decay=%r must be in [0, 1] (e.g. 0.999).' %
+                       (self.path, p.decay))
+    self.CreateChild('optimizer', p.optimizer)
+    if p.decay_schedule is not None:
+      self.CreateChild('decay_schedule', p.decay_schedule)
+    self._averages = {}
+
+  def Bind(self, vmap):
+    """Binds the inner optimizer and creates an average per new variable."""
+    before = set(self.bound_variables)
+    super().Bind(vmap)
+    self.optimizer.Bind(vmap)
+    for name, var in self.bound_variables.items():
+      if name in before:
+        continue
+      with tf.init_scope():
+        self._averages[var_grad_lib.SanitizedName(name)] = tf.Variable(
+            var.read_value(), name='%s/%s/average' % (self.path, name),
+            trainable=False)
+    return self
+
+  def GetAverage(self, var):
+    """Returns the average variable of the bound variable `var`."""
+    return self._averages[var_grad_lib.SanitizedName(
+        var_grad_lib.VarName(var))]
+
+  def Decay(self):
+    """float32 scalar: the decay the next update will use."""
+    if self.params.decay_schedule is not None:
+      return self.decay_schedule.Value(self.num_updates)
+    return tf.constant(self.params.decay, tf.float32)
+
+  def Apply(self, lr, var_grads):
+    """Applies the inner update, then moves every average.
+
+    Args:
+      lr: float32 scalar, the learner's scheduled rate (passed through).
+      var_grads: NestedMap of VarGrad; grad None leaves the variable alone.
+
+    Returns:
+      The update op (None when eager).
+
+    Raises:
+      ValueError: if a variable was not bound.
+    """
+    for vg in var_grads.Flatten():
+      if vg.grad is not None:
+        self._CheckBound(vg.var)
+    decay = self.Decay()
+    op = self.optimizer.Apply(lr, var_grads)
+    ops = []
+    with tf.control_dependencies([op] if op is not None else []):
+      for name, var in self.bound_variables.items():
+        avg = self._averages[var_grad_lib.SanitizedName(name)]
+        d = tf.cast(decay, avg.dtype)
+        ops.append(avg.assign(d * avg + (1. - d) * var.read_value()))
+    with tf.control_dependencies(ops):
+      inc = self.num_updates.assign_add(1)
+    return None if tf.executing_eagerly() else tf.group(op, *ops, inc)
+
+  @contextlib.contextmanager
+  def SwapAverages(self):
+    """Context manager: variables hold their averages inside, values after.
+
+    Eager only (call it around evaluation, outside tf.function). Swapping
+    twice restores both exactly.
+
+    Raises:
+      RuntimeError: if called inside a tf.function.
+    """
+    if not tf.executing_eagerly():
+      raise RuntimeError(
+          '%s: SwapAverages() swaps values eagerly; call it outside '
+          'tf.function, around the evaluation loop.' % self.path)
+    self._Swap()
+    try:
+      yield self
+    finally:
+      self._Swap()
+
+  def _Swap(self):
+    for name, var in self.bound_variables.items():
+      avg = self._averages[var_grad_lib.SanitizedName(name)]
+      value = tf.identity(var.read_value())
+      var.assign(avg.read_value())
+      avg.assign(value)
