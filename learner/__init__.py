@@ -8,3 +8,6 @@ from learner.gradient_combiner import BaseGradientCombiner
 from learner.gradient_combiner import GradientSum
 from learner.gradient_combiner import PCGrad
 from learner.loss_scale import LossScale
+from learner.gradient_tape import GradientTape
+from learner.gradient_accumulation import GradientAccumulation
+from learner.learner import Learner

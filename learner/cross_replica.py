@@ -1,0 +1,121 @@
+"""The all-reduce of gradients under tf.distribute: the one place for it.
+
+Learners call `WeightedAllReduce` once per applied update (before clipping,
+DESIGN.md "One training step, as data"): every replica contributes
+`weight_r * grad_r` and `weight_r`, and gets back `sum_r weight_r * grad_r`
+and `sum_r weight_r`, so each replica clips and applies the same global
+gradient `sum weight*grad / sum weight`, also when replicas see batches of
+different sizes.
+
+Implementation: one `CollectiveReduceV2` over all tensors packed into a
+single float32 vector (one collective per update, however many variables).
+The collective op is used directly, not `ReplicaContext.all_reduce`,
+because the latter needs a `merge_call`, which MirroredStrategy refuses
+inside `tf.cond` - and under gradient accumulation the all-reduce lives in
+the branch of the micro-step that applies, so that a micro-step that only
+accumulates has no collective at all.
+
+Outside a replica context, or with one replica, everything here is the
+identity.
+"""
+
+import threading
+
+import tensorflow as tf
+
+# Registry of collective group keys, one per set of devices (explicit,
+# process-wide: the collective runtime requires one key per device group).
+_GROUP_KEY_BASE = 1000000
+_LOCK = threading.Lock()
+_GROUP_KEYS = {}
+_INSTANCE_COUNTERS = {}
+
+
+def NumReplicas():
+  """Replicas that run this code in sync: 1 outside a replica context.
+
+  Returns:
+    Python int. It is > 1 only inside `strategy.run` of a strategy with
+    several replicas (where `Learner.Apply` must be called).
+  """
+  if not tf.distribute.has_strategy():
+    return 1
+  if tf.distribute.in_cross_replica_context():
+    return 1
+  return tf.distribute.get_replica_context().num_replicas_in_sync
+
+
+def _Keys():
+  """(group_key, instance_key) for the next collective of this replica.
+
+  Every replica traces the same Learner code in the same order, so the n-th
+  collective of each replica gets the same instance key.
+  """
+  strategy = tf.distribute.get_strategy()
+  devices = tuple(strategy.extended.worker_devices)
+  ctx = tf.distribute.get_replica_context()
+  replica_id = tf.get_static_value(ctx.replica_id_in_sync_group)
+  if replica_id is None:
+    raise RuntimeError(
+        'cross_replica: the replica id is not static; WeightedAllReduce '
+        'needs a strategy whose replica ids are known at trace time '
+        '(MirroredStrategy).')
+  with _LOCK:
+    if devices not in _GROUP_KEYS:
+      _GROUP_KEYS[devices] = _GROUP_KEY_BASE + len(_GROUP_KEYS)
+    group_key = _GROUP_KEYS[devices]
+    counter_key = (group_key, int(replica_id))
+    instance = _INSTANCE_COUNTERS.get(counter_key, 0) + 1
+    _INSTANCE_COUNTERS[counter_key] = instance
+  return group_key, instance
+
+
+def AllReduceSum(tensors):
+  """Sums each tensor over the replicas, in one collective op.
+
+  Args:
+    tensors: list of float Tensors (any shapes, float dtypes).
+
+  Returns:
+    A list like `tensors` of the sums over replicas, same shapes and dtypes.
+    The identity with one replica or outside a replica context.
+  """
+  n = NumReplicas()
+  if n <= 1 or not tensors:
+    return list(tensors)
+  flat = [tf.reshape(tf.cast(t, tf.float32), [-1]) for t in tensors]
+  sizes = [tf.size(t) for t in flat]
+  packed = tf.concat(flat, axis=0) if len(flat) > 1 else flat[0]
+  group_key, instance_key = _Keys()
+  summed = tf.raw_ops.CollectiveReduceV2(
+      input=packed, group_size=n, group_key=group_key,
+      instance_key=instance_key, ordering_token=[], merge_op='Add',
+      final_op='Id')
+  parts = tf.split(summed, sizes) if len(flat) > 1 else [summed]
+  return [tf.cast(tf.reshape(p, tf.shape(t)), t.dtype)
+          for p, t in zip(parts, tensors)]
+
+
+def WeightedAllReduce(grads, weight, extras=()):
+  """Sums `weight * grad` and `weight` (and extras) over replicas.
+
+  Args:
+    grads: list of gradients (dense Tensors or tf.IndexedSlices, which are
+      densified) already multiplied by this replica's weight, or None.
+    weight: float32 scalar: this replica's total loss weight.
+    extras: more float tensors to sum along (e.g. counts of dropped
+      micro-batches), in the same collective.
+
+  Returns:
+    (summed_grads, summed_weight, summed_extras): lists like the inputs
+    (None stays None). Identity with one replica.
+  """
+  if NumReplicas() <= 1:
+    return list(grads), weight, list(extras)
+  present = [i for i, g in enumerate(grads) if g is not None]
+  dense = [tf.convert_to_tensor(grads[i]) for i in present]
+  summed = AllReduceSum(dense + [weight] + list(extras))
+  out = list(grads)
+  for i, g in zip(present, summed[:len(present)]):
+    out[i] = g
+  return out, summed[len(present)], summed[len(present) + 1:]

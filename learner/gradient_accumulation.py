@@ -1,0 +1,315 @@
+"""GradientAccumulation: apply one update every `num_batches` micro-batches.
+
+MoXing's `'batch_gradients'` wrapper (`get_optimizer_wrapper_fn`), with the
+weighting of a large batch: every micro-batch adds `weight * grad` and
+`weight` (its loss weight: examples or tokens) into accumulators, and the
+update applied on the micro-step that completes the window uses
+`sum(weight * grad) / sum(weight)`, exactly the gradient of one step on the
+union batch (acceptance case C-accum-weighted).
+
+The Learner drives the protocol (DESIGN.md, "One training step, as data"):
+
+  1. `Accumulate(weighted_grads, weight, is_finite)`: a finite micro-batch is
+     added; a non-finite one is dropped and counted in
+     `num_dropped_microbatches`. The micro-step counter advances.
+  2. `IsApplyStep()`: True on the micro-step that completes the window.
+  3. On that step only: `AccumulatedSums(vars)` gives the sums, the learner
+     averages (after the all-reduce under tf.distribute), checks, clips and
+     scales them once, and `ApplyInner(lr, var_grads)` lets the inner
+     optimizer apply them (its `num_updates` advances once per applied
+     update); then `Zero()` empties the window, also when the learner skipped
+     the update (the window is discarded).
+
+`Apply(lr, var_grads)` runs this protocol without a learner (no clipping,
+no all-reduce), for standalone use.
+
+Under tf.distribute, `sync_on_apply=True` (the default) keeps the
+accumulators per replica (`tf.VariableSynchronization.ON_READ`), so a
+micro-step that only accumulates communicates nothing and the learner
+all-reduces the sums once on the applying micro-step. `sync_on_apply=False`
+keeps mirrored accumulators and the learner all-reduces every micro-batch
+before adding it: the same result with num_batches times the traffic.
+
+The accumulators, the accumulated weight and the micro-step counter are
+variables of this layer, so `tf.train.Checkpoint` saves a partial window.
+"""
+
+from absl import logging
+import tensorflow as tf
+
+from learner import base_optimizer
+from learner import var_grad as var_grad_lib
+from params import NestedMap
+
+
+class GradientAccumulation(base_optimizer.BaseOptimizer):
+  """Accumulates weighted micro-batch gradients; the inner optimizer applies.
+
+  Raises:
+    ValueError: at construction, if `optimizer` is not optimizer params, is
+      itself a GradientAccumulation ("accumulation must be the outermost
+      wrapper"), if `num_batches` < 1, or if `decoupled_weight_decay` is set
+      on the wrapper (set it on the inner optimizer).
+  """
+
+  IS_ACCUMULATION = True
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.name = 'gradient_accumulation'
+    p.Define('optimizer', None,
+             'Params of the inner optimizer that applies the averaged '
+             'gradient once per window (e.g. Momentum, or Lars around it).')
+    p.Define('num_batches', 1,
+             'Micro-batches per applied update (window length, in train '
+             'steps); >= 1.')
+    p.Define(
+        'sync_on_apply', True,
+        'Under tf.distribute: True keeps per-replica accumulators and '
+        'all-reduces once per applied update; False all-reduces every '
+        'micro-batch (num_batches times the traffic).')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    p = self.params
+    inner = p.optimizer
+    cls = getattr(inner, 'cls', None)
+    if not (isinstance(cls, type) and
+            issubclass(cls, base_optimizer.BaseOptimizer)):
+      raise ValueError(
+          'GradientAccumulation %r: params.optimizer must be the params of an '
+          'optimizer (e.g. SGD.Params()), got %r.' % (self.path, inner))
+    if getattr(cls, 'IS_ACCUMULATION', False):
+      raise ValueError(
+          'GradientAccumulation %r: params.optimizer is %s, another gradient '
+          'accumulation; accumulation must be the outermost wrapper. Use one '
+          'GradientAccumulation with num_batches = the product.' %
+          (self.path, cls.__name__))
+    if (not isinstance(p.num_batches, int) or isinstance(p.num_batches, bool)
+        or p.num_batches < 1):
+      raise ValueError(
+          'GradientAccumulation %r: num_batches=%r; expected an int >= 1 '
+          '(micro-batches per applied update).' % (self.path, p.num_batches))
+    if p.decoupled_weight_decay:
+      raise ValueError(
+          'GradientAccumulation %r: decoupled_weight_decay=%r is set on the '
+          'wrapper, where it would be ignored; set '
+          'params.optimizer.decoupled_weight_decay instead.' %
+          (self.path, p.decoupled_weight_decay))
+    self.CreateChild('optimizer', inner)
+    if p.sync_on_apply:
+      per_replica = dict(synchronization=tf.VariableSynchronization.ON_READ,
+                         aggregation=tf.VariableAggregation.SUM)
+    else:
+      per_replica = {}
+    self._per_replica = per_replica
+    self._micro_step = self.CreateVariable(
+        'micro_step', [], init=0, trainable=False, dtype=tf.int64)
+    self._num_dropped = self.CreateVariable(
+        'num_dropped_microbatches', [], init=0, trainable=False,
+        dtype=tf.int64)
+    self._weight_sum = self.CreateVariable(
+        'accum_weight', [], init=0.0, trainable=False, dtype=tf.float32,
+        **per_replica)
+    self._window_dropped = self.CreateVariable(
+        'window_dropped', [], init=0.0, trainable=False, dtype=tf.float32,
+        **per_replica)
+    self._accums = {}
+    self._warned_sync = False
+
+  # ---- properties --------------------------------------------------------
+
+  @property
+  def inner(self):
+    """The inner optimizer (the child 'optimizer')."""
+    return self.optimizer
+
+  @property
+  def num_updates(self):
+    """int64 variable: updates applied (the inner optimizer's counter)."""
+    return self.optimizer.num_updates
+
+  @property
+  def micro_step(self):
+    """int64 variable: micro-batches in the current window (0..num_batches)."""
+    return self._micro_step
+
+  @property
+  def num_dropped_microbatches(self):
+    """int64 variable: non-finite micro-batches dropped so far."""
+    return self._num_dropped
+
+  @property
+  def accumulated_weight(self):
+    """float32 variable: sum of the weights added in this window."""
+    return self._weight_sum
+
+  def GetAccumulator(self, var):
+    """The accumulator variable (sum of weight*grad) of a bound variable."""
+    return self._accums[var_grad_lib.VarName(var)]
+
+  # ---- binding -----------------------------------------------------------
+
+  def Bind(self, vmap):
+    """Binds the inner optimizer and creates one accumulator per variable."""
+    super().Bind(vmap)
+    self.optimizer.Bind(vmap)
+    for name, var in self.bound_variables.items():
+      if name in self._accums:
+        continue
+      self._accums[name] = self.CreateVariable(
+          'accum_' + var_grad_lib.SanitizedName(name), var.shape.as_list(),
+          init=0.0, trainable=False, dtype=var.dtype, **self._per_replica)
+    strategy = tf.distribute.get_strategy()
+    if strategy.num_replicas_in_sync > 1:
+      self.WarnIfSyncEveryStep()
+    return self
+
+  def WarnIfSyncEveryStep(self):
+    """Logs once that sync_on_apply=False communicates every micro-step."""
+    if self.params.sync_on_apply or self._warned_sync:
+      return
+    self._warned_sync = True
+    logging.warning(
+        '%s: GradientAccumulation(sync_on_apply=False) under a distribution '
+        'strategy all-reduces the gradient of every micro-batch (%d times '
+        'the traffic of one all-reduce per update). Set sync_on_apply=True '
+        'to communicate only on the micro-step that applies.', self.path,
+        self.params.num_batches)
+
+  # ---- the protocol the learner drives -------------------------------------
+
+  def Accumulate(self, weighted_grads, weight, is_finite):
+    """Adds one micro-batch, or drops it if it is not finite.
+
+    Args:
+      weighted_grads: list of (var, weight * grad) pairs; grads are Tensors
+        (tf.IndexedSlices are densified) of the variable's shape.
+      weight: float32 scalar, the micro-batch's loss weight (summed over
+        replicas when the caller all-reduced the grads).
+      is_finite: bool scalar; False drops the micro-batch and counts it.
+
+    Returns:
+      The micro-step counter's new value (int64 scalar tensor).
+    """
+    weight = tf.cast(weight, tf.float32)
+
+    def _Add():
+      for var, wg in weighted_grads:
+        acc = self._accums[var_grad_lib.VarName(var)]
+        acc.assign_add(tf.cast(tf.convert_to_tensor(wg), acc.dtype))
+      self._weight_sum.assign_add(weight)
+      return tf.constant(True)
+
+    def _Drop():
+      self._num_dropped.assign_add(1)
+      self._window_dropped.assign_add(1.0)
+      return tf.constant(False)
+
+    tf.cond(is_finite, _Add, _Drop)
+    return self._micro_step.assign_add(1)
+
+  def IsApplyStep(self, micro_step=None):
+    """True (bool scalar) when the window is complete after Accumulate."""
+    if micro_step is None:
+      micro_step = self._micro_step.read_value()
+    return micro_step >= self.params.num_batches
+
+  def AccumulatedSums(self, variables):
+    """Reads the window: (sums, weight_sum, num_dropped_in_window).
+
+    Args:
+      variables: list of bound variables.
+
+    Returns:
+      sums: list like `variables` of sum(weight * grad) (local to this
+        replica under sync_on_apply); weight_sum and num_dropped_in_window:
+        float32 scalars.
+    """
+    sums = [self._accums[var_grad_lib.VarName(v)].read_value()
+            for v in variables]
+    return (sums, self._weight_sum.read_value(),
+            self._window_dropped.read_value())
+
+  def ApplyInner(self, lr, var_grads):
+    """The inner optimizer applies the averaged `var_grads` (one update)."""
+    return self.optimizer.Apply(lr, var_grads)
+
+  def Zero(self):
+    """Empties the window: accumulators, weight, counter back to zero."""
+    ops = [_AssignZero(acc) for acc in self._accums.values()]
+    ops += [_AssignZero(self._weight_sum), _AssignZero(self._window_dropped),
+            _AssignZero(self._micro_step)]
+    return None if tf.executing_eagerly() else tf.group(ops)
+
+  def Reset(self):
+    """Discards a partial window (e.g. at an epoch boundary).
+
+    Accumulators, accumulated weight and the micro-step counter become 0;
+    counters of dropped micro-batches and updates are kept. Works eagerly,
+    in tf.function, and in a strategy's cross-replica context.
+    """
+    return self.Zero()
+
+  # ---- standalone use ----------------------------------------------------
+
+  def Apply(self, lr, var_grads, weight=1.0):
+    """Runs one micro-step of the protocol without a learner.
+
+    Args:
+      lr: float32 scalar, the rate the inner optimizer uses when it applies.
+      var_grads: NestedMap of VarGrad (grad None = no gradient).
+      weight: the micro-batch's loss weight (float scalar).
+
+    Returns:
+      The update op in graph mode, None eagerly.
+
+    No clipping, no all-reduce: use it through a Learner for those.
+    """
+    vgs = [vg for vg in var_grads.Flatten() if vg.grad is not None]
+    for vg in vgs:
+      self._CheckBound(vg.var)
+    weight = tf.cast(weight, tf.float32)
+    dense = [tf.convert_to_tensor(vg.grad) for vg in vgs]
+    sq = [tf.reduce_sum(tf.square(tf.cast(g, tf.float32))) for g in dense]
+    is_finite = tf.math.is_finite(tf.add_n(sq) if sq else tf.constant(0.0))
+    weighted = [(vg.var, g * tf.cast(weight, g.dtype))
+                for vg, g in zip(vgs, dense)]
+    step = self.Accumulate(weighted, weight, is_finite)
+
+    def _ApplyWindow():
+      variables = [vg.var for vg in vgs]
+      sums, wsum, _ = self.AccumulatedSums(variables)
+      avg = NestedMap()
+      for i, (v, s) in enumerate(zip(variables, sums)):
+        avg['v%d' % i] = var_grad_lib.VarGrad(
+            v, tf.math.divide_no_nan(s, tf.cast(wsum, s.dtype)))
+
+      def _Inner():
+        self.ApplyInner(lr, avg)
+        return tf.constant(True)
+
+      tf.cond(wsum > 0, _Inner, lambda: tf.constant(False))
+      self.Zero()
+      return tf.constant(True)
+
+    tf.cond(self.IsApplyStep(step), _ApplyWindow,
+            lambda: tf.constant(False))
+    return None if tf.executing_eagerly() else tf.no_op()
+
+  def _CheckBound(self, var):
+    name = var_grad_lib.VarName(var)
+    if name not in self._accums:
+      raise ValueError(
+          '%s: variable %r was not bound; call Bind() with every variable '
+          'before Apply(). Bound: %s' % (self.path, name, sorted(self._accums)))
+
+
+def _AssignZero(var):
+  """Sets `var` to zeros; in cross-replica context, each replica's copy."""
+  if (tf.distribute.has_strategy() and tf.distribute.in_cross_replica_context()
+      and hasattr(var, 'values')):
+    return tf.group([v.assign(tf.zeros(v.shape, v.dtype)) for v in var.values])
+  return var.assign(tf.zeros(var.shape, var.dtype))

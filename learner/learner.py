@@ -1,0 +1,887 @@
+"""Learner: turns a task's metrics into one optimizer update of its variables.
+
+After Lingvo's `lingvo/core/learner.py`, in TF2 form. The data flow of one
+`Apply` is DESIGN.md's "One training step, as data":
+
+  losses      <- metrics[loss_name]        (several names need a combiner)
+  var_grads   <- gradients of the (scaled) losses w.r.t. the bound variables,
+                 unscaled; a combiner merges several losses' gradients
+  accumulate? <- GradientAccumulation: add weight*grad; unless this micro-step
+                 completes the window, stop (window metrics get weight 0)
+  all-reduce  <- under tf.distribute: sum(weight*grad) / sum(weight), once
+                 per applied update (learner/cross_replica.py)
+  var_grads   <- L1/L2 -> gradient_mask -> norms -> gradient_adjuster ->
+                 non-finite check -> grad_norm_tracker -> clip -> scale
+  lr          <- learning_rate * lr_schedule.Value(num_updates | global_step)
+  update      <- optimizer.Apply(lr, var_grads), inside tf.cond: a skipped
+                 step changes no model variable and no optimizer slot
+
+The gradient source (symbolic in tf.function, `learner.GradientTape()`
+eagerly) lives in learner/gradient_tape.py; the all-reduce in
+learner/cross_replica.py.
+"""
+
+import numbers
+import re
+
+from absl import logging
+import tensorflow as tf
+
+from learner import base_optimizer
+from learner import cross_replica
+from learner import gradient_tape
+from learner import var_grad as var_grad_lib
+from learner.var_grad import VarGrad
+from params import BaseLayer
+from params import NestedMap
+from schedules import base_schedule
+
+_CLIP_KEYS = ('clip_gradient_norm_to_value',
+              'clip_gradient_single_norm_to_value', 'clip_gradient_value',
+              'grad_norm_to_clip_to_zero', 'l1_regularizer_weight',
+              'l2_regularizer_weight')
+
+
+class Learner(BaseLayer):
+  """Computes gradients of a loss and applies one update (Lingvo's Learner).
+
+  Usage:
+    learner = Learner.Params().Set(
+        name='loss', learning_rate=0.1,
+        optimizer=SGD.Params()).Instantiate()
+    learner.Bind(task.vars)                       # creates every variable
+    with learner_lib.GradientTape():              # only needed eagerly
+      metrics = task.FProp(task.theta, batch)     # {name: (value, weight)}
+    losses, update_op, eval_metrics = learner.Apply(metrics, task.vars)
+
+  Steps of the schedule count applied updates (`num_updates`) unless
+  `lr_schedule_step='global_step'` (see DESIGN.md, "Words with one meaning").
+
+  Raises (at construction, each message names the offending param):
+    ValueError: a negative clipping value or regularizer weight; both
+      `clip_gradient_norm_to_value` and `clip_gradient_single_norm_to_value`
+      set; several loss names without `gradient_combiner`; both or neither of
+      `optimizer` and `optimizer_fn`; no learning rate anywhere; a bad
+      `lr_schedule_step` or `loss_scale`.
+    TypeError: `optimizer_fn` is an optimizer instance, not a callable.
+  """
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.name = 'loss'
+    p.Define(
+        'loss_name', None,
+        'Name of the loss in the metrics, or a list/tuple of names (then '
+        '`gradient_combiner` is required). None means the learner\'s name.')
+    p.Define('gradient_combiner', None,
+             'Params of a BaseGradientCombiner (GradientSum, PCGrad) that '
+             'merges the gradients of several losses.')
+    p.Define(
+        'learning_rate', None,
+        'Base learning rate; the applied rate is learning_rate x '
+        'lr_schedule.Value(step). None takes the rate of optimizer_fn (the '
+        'factory\'s learning_rate, or the Keras optimizer\'s own).')
+    p.Define('lr_schedule', base_schedule.ConstantOne.Params(),
+             'Params of a BaseSchedule: the multiplier of learning_rate.')
+    p.Define(
+        'lr_schedule_step', 'updates',
+        '\'updates\': the schedule sees num_updates (applied updates; the '
+        'default); \'global_step\': the task\'s global step, as in Lingvo '
+        '(pass it to Bind).')
+    p.Define('optimizer', None,
+             'Params of the optimizer (a BaseOptimizer, possibly a wrapper). '
+             'Set this or optimizer_fn, not both.')
+    p.Define(
+        'optimizer_fn', None,
+        'A factory from get_optimizer_fn / get_optimizer_wrapper_fn, or a '
+        'zero-argument callable returning a tf.keras optimizer (e.g. '
+        'lambda: tf.keras.optimizers.Lion(1e-4)). Set this or optimizer.')
+    p.Define('clip_gradient_norm_to_value', 0.0,
+             'If > 0, scale all gradients so that their global L2 norm is at '
+             'most this. 0 = off.')
+    p.Define('clip_gradient_single_norm_to_value', 0.0,
+             'If > 0, scale each variable\'s gradient so that its L2 norm is '
+             'at most this. 0 = off. Exclusive with '
+             'clip_gradient_norm_to_value.')
+    p.Define('clip_gradient_value', 0.0,
+             'If > 0, clip every gradient element to [-value, value], after '
+             'norm clipping. 0 = off.')
+    p.Define('grad_norm_to_clip_to_zero', 0.0,
+             'If > 0, skip the step when the global gradient norm is >= '
+             'this. 0 = off.')
+    p.Define('grad_norm_tracker', None,
+             'Params of a GradNormTracker that rejects outlier steps, or '
+             'None.')
+    p.Define('l1_regularizer_weight', 0.0,
+             'Coupled L1: wd*sign(w) is added to each gradient; l1_loss = '
+             'wd*sum|w| is reported. 0 = off.')
+    p.Define('l2_regularizer_weight', 0.0,
+             'Coupled L2: wd*w is added to each gradient; l2_loss = '
+             '0.5*wd*sum(w^2) is reported. 0 = off.')
+    p.Define('skip_lp_1d_vectors', False,
+             'If True, rank-1 variables (biases, norm scales) get no L1/L2.')
+    p.Define('bprop_variable_filter', None,
+             'Regex (re.search on variable names): only matching trainable '
+             'variables are updated. None = all.')
+    p.Define('bprop_variable_exclusion', None,
+             'Regex (re.search on variable names): matching variables are '
+             'not updated. None = none excluded.')
+    p.Define(
+        'loss_scale', None,
+        'None; a positive float (fixed loss scale); or \'dynamic\' (start '
+        '2**15, x2 after 2000 finite steps, /2 and skip on overflow). For '
+        'float16 computation.')
+    p.Define('per_variable_norm_metrics', False,
+             'If True, eval_metrics also has grad_norm/<var> and '
+             'var_norm/<var> for every variable.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    p = self.params
+    self._ValidateParams()
+    names = p.loss_name if p.loss_name is not None else p.name
+    self._loss_names = (list(names) if isinstance(names, (list, tuple)) else
+                        [names])
+    optimizer_params, base_lr = self._ResolveOptimizer()
+    self._base_lr = base_lr
+    self.CreateChild('optimizer', optimizer_params)
+    self.CreateChild('lr_schedule', p.lr_schedule)
+    if p.grad_norm_tracker is not None:
+      self.CreateChild('grad_norm_tracker', p.grad_norm_tracker)
+    if p.gradient_combiner is not None:
+      self.CreateChild('gradient_combiner', p.gradient_combiner)
+    if p.loss_scale is not None:
+      from learner import loss_scale as loss_scale_lib  # pylint: disable=g-import-not-at-top
+      ls = loss_scale_lib.LossScale.Params()
+      if p.loss_scale == 'dynamic':
+        ls.Set(mode='dynamic')
+      else:
+        ls.Set(mode='fixed', initial_scale=float(p.loss_scale))
+      self.CreateChild('loss_scale', ls)
+    self._num_updates = self.CreateVariable(
+        'num_updates', [], init=0, trainable=False, dtype=tf.int64)
+    self._num_skipped = self.CreateVariable(
+        'num_skipped_steps', [], init=0, trainable=False, dtype=tf.int64)
+    self._bound = None  # frozenset of bound variable names after Bind.
+    self._global_step = _Ref(None)  # Not tracked: the task checkpoints it.
+    self._warned_no_grad = set()
+    self._is_accum = getattr(type(self.optimizer), 'IS_ACCUMULATION', False)
+
+  # ---- construction checks --------------------------------------------------
+
+  def _ValidateParams(self):
+    p = self.params
+    for key in _CLIP_KEYS:
+      value = p.Get(key)
+      if not isinstance(value, numbers.Real) or value < 0:
+        raise ValueError(
+            'Learner %r: %s=%r; expected a number >= 0 (0 turns it off).' %
+            (self.path, key, value))
+    if p.clip_gradient_norm_to_value and p.clip_gradient_single_norm_to_value:
+      raise ValueError(
+          'Learner %r: clip_gradient_norm_to_value=%r and '
+          'clip_gradient_single_norm_to_value=%r are both set; they are '
+          'exclusive. Set one of them to 0.' %
+          (self.path, p.clip_gradient_norm_to_value,
+           p.clip_gradient_single_norm_to_value))
+    if isinstance(p.loss_name, (list, tuple)):
+      if not p.loss_name:
+        raise ValueError('Learner %r: loss_name is an empty list; give at '
+                         'least one metric name.' % self.path)
+      if len(p.loss_name) > 1 and p.gradient_combiner is None:
+        raise ValueError(
+            'Learner %r: loss_name=%r names several losses but '
+            'gradient_combiner is None. Set gradient_combiner='
+            'GradientSum.Params() (or PCGrad.Params()).' %
+            (self.path, list(p.loss_name)))
+    elif p.loss_name is not None and not isinstance(p.loss_name, str):
+      raise ValueError('Learner %r: loss_name=%r; expected a string, a list '
+                       'of strings or None.' % (self.path, p.loss_name))
+    if p.lr_schedule_step not in ('updates', 'global_step'):
+      raise ValueError(
+          'Learner %r: lr_schedule_step=%r; expected \'updates\' or '
+          '\'global_step\'.' % (self.path, p.lr_schedule_step))
+    ls = p.loss_scale
+    if ls is not None and ls != 'dynamic' and not (
+        isinstance(ls, numbers.Real) and not isinstance(ls, bool) and ls > 0):
+      raise ValueError(
+          'Learner %r: loss_scale=%r; expected None, a positive number (a '
+          'fixed scale) or \'dynamic\'.' % (self.path, ls))
+    if p.learning_rate is not None and (
+        not isinstance(p.learning_rate, numbers.Real) or p.learning_rate < 0):
+      raise ValueError('Learner %r: learning_rate=%r; expected a number >= 0 '
+                       'or None.' % (self.path, p.learning_rate))
+
+  def _ResolveOptimizer(self):
+    """Returns (optimizer params, base learning rate)."""
+    p = self.params
+    if p.optimizer is not None and p.optimizer_fn is not None:
+      raise ValueError(
+          'Learner %r: both optimizer and optimizer_fn are set; set only one '
+          '(optimizer=<params> or optimizer_fn=<factory or callable>).' %
+          self.path)
+    if p.optimizer is None and p.optimizer_fn is None:
+      raise ValueError(
+          'Learner %r: neither optimizer nor optimizer_fn is set; e.g. '
+          'optimizer=SGD.Params() or optimizer_fn=get_optimizer_fn(\'sgd\', '
+          'learning_rate=0.1).' % self.path)
+    fn_lr = None
+    if p.optimizer_fn is not None:
+      fn = p.optimizer_fn
+      if isinstance(fn, (base_optimizer.BaseOptimizer,
+                         tf.keras.optimizers.Optimizer)) or not callable(fn):
+        raise TypeError(
+            'Learner %r: optimizer_fn must be a callable that returns an '
+            'optimizer, got the %s instance %r. Wrap it: optimizer_fn=lambda: '
+            '...(e.g. optimizer_fn=lambda: tf.keras.optimizers.Adam(0.1)), or '
+            'use get_optimizer_fn(...).' %
+            (self.path, type(fn).__name__, fn))
+      from learner import optimizer_factory  # pylint: disable=g-import-not-at-top
+      opt_params, fn_lr = optimizer_factory.OptimizerParamsFromFn(fn)
+    else:
+      opt_params = p.optimizer
+    if p.learning_rate is None:
+      if fn_lr is None:
+        raise ValueError(
+            'Learner %r: learning_rate is None and the optimizer gives no '
+            'rate. Set learning_rate (e.g. 0.1), or use optimizer_fn='
+            'get_optimizer_fn(..., learning_rate=...).' % self.path)
+      return opt_params, float(fn_lr)
+    if fn_lr is not None and float(fn_lr) != float(p.learning_rate):
+      logging.warning(
+          'Learner %r: learning_rate=%r overrides the rate %r of '
+          'optimizer_fn; the learner\'s rate is used.', self.path,
+          p.learning_rate, fn_lr)
+    return opt_params, float(p.learning_rate)
+
+  # ---- properties ----------------------------------------------------------
+
+  @property
+  def num_updates(self):
+    """int64 variable: updates this learner applied (checkpointed)."""
+    return self._num_updates
+
+  @property
+  def num_skipped_steps(self):
+    """int64 variable: updates skipped (non-finite, clipped to zero,
+    rejected by the tracker, loss-scale overflow); checkpointed."""
+    return self._num_skipped
+
+  @property
+  def base_learning_rate(self):
+    """Python float: the base rate (learning_rate, or the factory's)."""
+    return self._base_lr
+
+  @property
+  def loss_names(self):
+    """The metric names of this learner's losses, in order."""
+    return list(self._loss_names)
+
+  # ---- Lingvo's public surface -----------------------------------------------
+
+  def GetTrainableVariables(self, vmap):
+    """The variables this learner updates.
+
+    Args:
+      vmap: NestedMap of variables (e.g. task.vars).
+
+    Returns:
+      NestedMap (a sub-structure of `vmap`) of the trainable variables whose
+      names match `bprop_variable_filter` (if set) and do not match
+      `bprop_variable_exclusion` (if set); re.search on the name without
+      ':0'.
+    """
+    p = self.params
+
+    def _Keep(var):
+      if not getattr(var, 'trainable', False):
+        return False
+      name = var_grad_lib.VarName(var)
+      if p.bprop_variable_filter and not re.search(p.bprop_variable_filter,
+                                                   name):
+        return False
+      if p.bprop_variable_exclusion and re.search(p.bprop_variable_exclusion,
+                                                  name):
+        return False
+      return True
+
+    vmap = vmap if isinstance(vmap, NestedMap) else NestedMap(vmap)
+    return vmap.Filter(_Keep)
+
+  def Bind(self, vmap, global_step=None):
+    """Selects this learner's variables and creates every slot and counter.
+
+    Call once when the task is built (eagerly, under the strategy's scope if
+    any) so a checkpoint restores slots and accumulators before training.
+
+    Args:
+      vmap: NestedMap of variables (e.g. task.vars).
+      global_step: the task's int64 global-step variable; required with
+        lr_schedule_step='global_step', ignored otherwise.
+
+    Returns:
+      self.
+
+    Raises:
+      ValueError: if no variable is selected (naming the filter, the
+        exclusion and the variables seen), or lr_schedule_step is
+        'global_step' and global_step is None.
+    """
+    p = self.params
+    if p.lr_schedule_step == 'global_step':
+      if global_step is None:
+        raise ValueError(
+            'Learner %r: lr_schedule_step=\'global_step\' needs the task\'s '
+            'global step: call Bind(vmap, global_step=<int64 variable>), or '
+            'use lr_schedule_step=\'updates\' for a standalone learner.' %
+            self.path)
+      self._global_step = _Ref(global_step)
+    selected = self.GetTrainableVariables(vmap)
+    variables = selected.Flatten()
+    if not variables:
+      raise ValueError(
+          'Learner %r: no variable to train. bprop_variable_filter=%r, '
+          'bprop_variable_exclusion=%r; trainable variables seen: %s.' %
+          (self.path, p.bprop_variable_filter, p.bprop_variable_exclusion,
+           [var_grad_lib.VarName(v) for v in _AsMap(vmap).Flatten()
+            if getattr(v, 'trainable', False)]))
+    self.optimizer.Bind(selected)
+    self._bound = frozenset(self._bound or ()) | frozenset(
+        var_grad_lib.VarName(v) for v in variables)
+    return self
+
+  def ComputeLosses(self, metrics):
+    """Returns [loss] for each name of loss_name, in order.
+
+    Args:
+      metrics: dict/NestedMap {name: (value, weight)}.
+
+    Raises:
+      ValueError: naming the missing key and listing the available ones.
+    """
+    missing = [n for n in self._loss_names if n not in metrics]
+    if missing:
+      raise ValueError(
+          'Learner %r: loss_name %r is not in metrics.\n  Available metrics: '
+          '%s.\n  Set loss_name to one of them, or report the loss under %r.'
+          % (self.path, missing[0] if len(missing) == 1 else missing,
+             sorted(metrics.keys()), missing[0]))
+    losses = []
+    for n in self._loss_names:
+      entry = metrics[n]
+      if not isinstance(entry, (tuple, list)) or len(entry) != 2:
+        raise ValueError(
+            'Learner %r: metrics[%r] is %r; expected a (value, weight) pair.'
+            % (self.path, n, entry))
+      losses.append(entry[0])
+    return losses
+
+  def LearningRate(self):
+    """The current rate: learning_rate x lr_schedule.Value(step) (float32)."""
+    lr, _ = self._LearningRate()
+    return lr
+
+  def _ScheduleStep(self):
+    if self.params.lr_schedule_step == 'global_step':
+      if self._global_step.value is None:
+        raise ValueError(
+            'Learner %r: lr_schedule_step=\'global_step\' but no global step '
+            'was given; call Bind(vmap, global_step=...).' % self.path)
+      return self._global_step.value.read_value()
+    return self._num_updates.read_value()
+
+  def _LearningRate(self):
+    sched = self.lr_schedule.Value(self._ScheduleStep())
+    return tf.constant(self._base_lr, tf.float32) * sched, sched
+
+  def ComputeActivationGradients(self, activations, activations_grad, vmap):
+    """Gradients of the variables given activations and their gradient.
+
+    The vector-Jacobian product sum(activations_grad * d activations /
+    d var): how a model split into stages trains a stage whose loss is
+    computed elsewhere. Eagerly, `activations` must have been computed under
+    `learner.GradientTape()`.
+
+    Args:
+      activations: a float Tensor produced from the variables.
+      activations_grad: a Tensor of the same shape and dtype: the gradient
+        of the final loss with respect to `activations`.
+      vmap: NestedMap of variables (selected as in GetTrainableVariables).
+
+    Returns:
+      NestedMap of VarGrad for the selected variables that get a gradient.
+    """
+    selected = self.GetTrainableVariables(vmap)
+    items = selected.FlattenItems()
+    grads = gradient_tape.Gradients(
+        activations, [v for _, v in items],
+        output_gradients=tf.cast(activations_grad, activations.dtype),
+        owner='Learner %r' % self.path)
+    out = NestedMap()
+    for (key, var), g in zip(items, grads):
+      if g is not None:
+        out.Set(key, VarGrad(var, g))
+    return out
+
+  # ---- Apply -------------------------------------------------------------
+
+  def _SelectBound(self, vmap):
+    if self._bound is None:
+      raise ValueError(
+          'Learner %r: Apply() before Bind(); call learner.Bind(task.vars) '
+          'once when the task is built.' % self.path)
+    selected = self.GetTrainableVariables(vmap)
+    unbound = [var_grad_lib.VarName(v) for v in selected.Flatten()
+               if var_grad_lib.VarName(v) not in self._bound]
+    if unbound:
+      raise ValueError(
+          'Learner %r: variables %s were not bound; call Bind() with every '
+          'variable before Apply() (bound: %s).' %
+          (self.path, unbound, sorted(self._bound)))
+    return selected
+
+  def _LossGradients(self, loss, variables):
+    upstream = None
+    if self.params.loss_scale is not None:
+      loss = tf.convert_to_tensor(loss)
+      upstream = self.loss_scale.ScaleLoss(tf.ones_like(loss))
+    grads = gradient_tape.Gradients(loss, variables, output_gradients=upstream,
+                                    owner='Learner %r' % self.path)
+    if upstream is not None:
+      grads = [self.loss_scale.Unscale(g) for g in grads]
+    in_xla = base_optimizer._InXla()  # pylint: disable=protected-access
+    out = []
+    for g in grads:
+      if isinstance(g, tf.IndexedSlices):
+        g = (tf.convert_to_tensor(g) if in_xla else
+             var_grad_lib.MergeDuplicateIndices(g))
+      out.append(g)
+    return out
+
+  def ComputeGradients(self, metrics, vmap):
+    """Selects the losses and returns their (combined) gradients.
+
+    Args:
+      metrics: {name: (value, weight)}.
+      vmap: NestedMap of variables.
+
+    Returns:
+      (losses, var_grads): the list of loss tensors, and a NestedMap of
+      VarGrad over the selected variables that get a gradient (unscaled
+      when a loss scale is used).
+
+    Raises:
+      ValueError: a missing loss (before any gradient is computed); Apply
+        before Bind or on unbound variables; no selected variable gets a
+        gradient (naming the filter and the variables).
+      RuntimeError: eagerly, without `learner.GradientTape()`.
+    """
+    losses = self.ComputeLosses(metrics)
+    selected = self._SelectBound(vmap)
+    items = selected.FlattenItems()
+    variables = [v for _, v in items]
+    per_loss = [self._LossGradients(loss, variables) for loss in losses]
+    if len(per_loss) == 1:
+      grads = per_loss[0]
+    else:
+      lag = NestedMap()
+      for name, loss, grads in zip(self._loss_names, losses, per_loss):
+        lag[name] = NestedMap(
+            loss_metric=tuple(metrics[name]),
+            grads=selected.Pack([VarGrad(v, g)
+                                 for v, g in zip(variables, grads)]))
+      combined = self.gradient_combiner.Combine(selected, lag)
+      grads = [vg.grad if vg is not None else None
+               for vg in combined.Flatten()]
+    no_grad = [var_grad_lib.VarName(v) for v, g in zip(variables, grads)
+               if g is None]
+    if len(no_grad) == len(variables):
+      p = self.params
+      hint = ''
+      if tf.executing_eagerly():
+        hint = (' Running eagerly: was the loss computed inside `with '
+                'learner.GradientTape():`?')
+      raise ValueError(
+          'Learner %r: the loss %s depends on none of the selected variables '
+          '%s (bprop_variable_filter=%r, bprop_variable_exclusion=%r). Check '
+          'the filter, or that the loss is computed from task.theta.%s' %
+          (self.path, self.loss_names, no_grad, p.bprop_variable_filter,
+           p.bprop_variable_exclusion, hint))
+    new = sorted(set(no_grad) - self._warned_no_grad)
+    if new:
+      self._warned_no_grad.update(new)
+      logging.warning(
+          'Learner %r: variables %s get no gradient from %s; they and their '
+          'slots are left unchanged.', self.path, new, self.loss_names)
+    var_grads = NestedMap()
+    for (key, var), g in zip(items, grads):
+      if g is not None:
+        var_grads.Set(key, VarGrad(var, g))
+    return losses, var_grads
+
+  def Apply(self, metrics, vmap, gradient_mask=None, gradient_adjuster=None):
+    """Computes gradients of the losses and applies one update.
+
+    Args:
+      metrics: {name: (value, weight)}: the task's metrics; the weight of
+        the first loss name normalises the all-reduce and accumulation.
+      vmap: NestedMap of variables (task.vars); its selected variables must
+        have been bound.
+      gradient_mask: optional {variable name: 0/1 (float or scalar tensor)},
+        multiplied into that variable's gradient; variables absent from it
+        are unchanged.
+      gradient_adjuster: optional callable var_grads -> var_grads, applied
+        after the norms are measured and before the non-finite check.
+
+    Returns:
+      (losses, update_op, eval_metrics): the list of loss tensors; the
+      update op (None eagerly); {name: (value, weight)} with float32 scalar
+      values: learning_rate, lr_schedule, grad_norm/all (before clipping),
+      grad_norm/clipped, var_norm/all, grad_scale_all, has_nan_or_inf,
+      num_updates, num_skipped_steps, and when used loss_scale, l1_loss,
+      l2_loss, num_dropped_microbatches, grad_norm/<var>, var_norm/<var>.
+      Metrics of the update carry weight 0 on a micro-step that only
+      accumulates.
+
+    Raises:
+      see ComputeGradients.
+    """
+    losses, var_grads = self.ComputeGradients(metrics, vmap)
+    weight = metrics[self._loss_names[0]][1]
+    update_op, eval_metrics = self.ApplyGradients(
+        var_grads, weight, gradient_mask=gradient_mask,
+        gradient_adjuster=gradient_adjuster)
+    return losses, update_op, eval_metrics
+
+  def ApplyGradients(self, var_grads, weight=1.0, gradient_mask=None,
+                     gradient_adjuster=None):
+    """Applies given gradients: accumulation, all-reduce, checks, update.
+
+    Args:
+      var_grads: NestedMap of VarGrad over bound variables (e.g. from
+        ComputeGradients or ComputeActivationGradients); grads unscaled.
+      weight: float scalar, the loss weight of these gradients.
+      gradient_mask, gradient_adjuster: as in Apply.
+
+    Returns:
+      (update_op, eval_metrics) as in Apply.
+    """
+    vgs = [vg for vg in var_grads.Flatten() if vg.grad is not None]
+    for vg in vgs:
+      name = var_grad_lib.VarName(vg.var)
+      if self._bound is None or name not in self._bound:
+        raise ValueError(
+            'Learner %r: variable %r was not bound; call Bind() first '
+            '(bound: %s).' % (self.path, name, sorted(self._bound or {})))
+    weight = tf.cast(weight, tf.float32)
+    lr, sched = self._LearningRate()
+    if self._is_accum:
+      stats, window_weight = self._AccumulateAndMaybeUpdate(
+          vgs, weight, lr, gradient_mask, gradient_adjuster)
+    else:
+      grads = [vg.grad for vg in vgs]
+      if cross_replica.NumReplicas() > 1:
+        grads = self._AllReduceMean(grads, weight)
+      stats = self._Update([vg.var for vg in vgs], grads, lr, gradient_mask,
+                           gradient_adjuster)
+      window_weight = tf.constant(1.0)
+    one = tf.constant(1.0)
+    eval_metrics = {'learning_rate': (lr, one), 'lr_schedule': (sched, one)}
+    for k, v in stats.items():
+      eval_metrics[k] = (v, window_weight)
+    eval_metrics['num_updates'] = (
+        tf.cast(self._num_updates.read_value(), tf.float32), one)
+    eval_metrics['num_skipped_steps'] = (
+        tf.cast(self._num_skipped.read_value(), tf.float32), one)
+    if self.params.loss_scale is not None:
+      eval_metrics['loss_scale'] = (self.loss_scale.scale, one)
+    if self._is_accum:
+      eval_metrics['num_dropped_microbatches'] = (tf.cast(
+          self.optimizer.num_dropped_microbatches.read_value(),
+          tf.float32), one)
+    if tf.executing_eagerly():
+      return None, eval_metrics
+    return tf.group([v for v, _ in eval_metrics.values()]), eval_metrics
+
+  def _AllReduceMean(self, grads, weight):
+    weighted = [g * tf.cast(weight, g.dtype) if not isinstance(
+        g, tf.IndexedSlices) else tf.convert_to_tensor(g) * tf.cast(
+            weight, g.dtype) for g in grads]
+    summed, wsum, _ = cross_replica.WeightedAllReduce(weighted, weight)
+    return [tf.math.divide_no_nan(g, tf.cast(wsum, g.dtype)) for g in summed]
+
+  def _AccumulateAndMaybeUpdate(self, vgs, weight, lr, gradient_mask,
+                                gradient_adjuster):
+    """Accumulation protocol; returns (stats, window weight)."""
+    acc = self.optimizer
+    variables = [vg.var for vg in vgs]
+    dense = [tf.convert_to_tensor(vg.grad) for vg in vgs]
+    weighted = [g * tf.cast(weight, g.dtype) for g in dense]
+    finite = _AllFinite(dense)
+    n = cross_replica.NumReplicas()
+    if n > 1 and not acc.params.sync_on_apply:
+      acc.WarnIfSyncEveryStep()
+      bad = 1.0 - tf.cast(finite, tf.float32)
+      weighted, weight, (bad,) = cross_replica.WeightedAllReduce(
+          weighted, weight, [bad])
+      finite = tf.equal(bad, 0.0)
+    micro_step = acc.Accumulate(list(zip(variables, weighted)), weight, finite)
+    is_apply = acc.IsApplyStep(micro_step)
+    names = self._StatNames(variables)
+
+    def _ApplyWindow():
+      sums, wsum, dropped = acc.AccumulatedSums(variables)
+      if n > 1 and acc.params.sync_on_apply:
+        sums, wsum, (dropped,) = cross_replica.WeightedAllReduce(
+            sums, wsum, [dropped])
+      grads = [tf.math.divide_no_nan(s, tf.cast(wsum, s.dtype)) for s in sums]
+      stats = self._Update(variables, grads, lr, gradient_mask,
+                           gradient_adjuster, extra_skip=wsum <= 0.0,
+                           window_finite=tf.equal(dropped, 0.0))
+      with tf.control_dependencies(list(stats.values())):
+        acc.Zero()
+      return [tf.identity(stats[k]) for k in names]
+
+    def _OnlyAccumulate():
+      return [tf.constant(0.0) for _ in names]
+
+    values = tf.cond(is_apply, _ApplyWindow, _OnlyAccumulate)
+    if not isinstance(values, (list, tuple)):
+      values = [values]
+    return dict(zip(names, values)), tf.cast(is_apply, tf.float32)
+
+  def _StatNames(self, variables):
+    p = self.params
+    names = []
+    if p.l1_regularizer_weight:
+      names.append('l1_loss')
+    if p.l2_regularizer_weight:
+      names.append('l2_loss')
+    names += ['grad_norm/all', 'var_norm/all', 'grad_norm/clipped',
+              'grad_scale_all', 'has_nan_or_inf']
+    if p.per_variable_norm_metrics:
+      for v in variables:
+        n = var_grad_lib.VarName(v)
+        names += ['grad_norm/' + n, 'var_norm/' + n]
+    return names
+
+  def _Update(self, variables, grads, lr, gradient_mask, gradient_adjuster,
+              extra_skip=None, window_finite=None):
+    """L1/L2 -> mask -> norms -> adjuster -> checks -> clip -> apply.
+
+    Args:
+      variables: list of bound variables.
+      grads: list like `variables` of gradients (Tensor or IndexedSlices),
+        already averaged over replicas / the window.
+      lr: float32 scalar, the scheduled rate.
+      gradient_mask, gradient_adjuster: as in Apply.
+      extra_skip: optional bool scalar that also skips the update.
+      window_finite: optional bool scalar; False when a micro-batch of the
+        window overflowed (for the loss-scale update).
+
+    Returns:
+      {stat name: float32 scalar} in the order of `_StatNames`.
+    """
+    p = self.params
+    stats = {}
+    # Coupled L1/L2 regularisation.
+    if p.l1_regularizer_weight or p.l2_regularizer_weight:
+      grads, lp = self._AddLpTerms(variables, grads)
+      stats.update(lp)
+    # Gradient mask.
+    if gradient_mask:
+      grads = _MaskGradients(variables, grads, gradient_mask)
+    # Norms: one l2_loss kernel per tensor, one add_n.
+    grad_sq = [_SquaredNorm(g) for g in grads]
+    var_sq = [_SquaredNorm(v.read_value()) for v in variables]
+    grad_norm = tf.sqrt(tf.add_n(grad_sq))
+    var_norm = tf.sqrt(tf.add_n(var_sq))
+    has_nan_or_inf = tf.logical_not(tf.math.is_finite(grad_norm))
+    # Adjuster.
+    if gradient_adjuster is not None:
+      vg_map = NestedMap()
+      for i, (v, g) in enumerate(zip(variables, grads)):
+        vg_map['v%04d' % i] = VarGrad(v, g)
+      adjusted = gradient_adjuster(vg_map)
+      grads = [adjusted['v%04d' % i].grad for i in range(len(variables))]
+      adj_norm = tf.add_n([_SquaredNorm(g) for g in grads if g is not None] +
+                          [tf.constant(0.0)])
+      has_nan_or_inf = tf.logical_or(
+          has_nan_or_inf, tf.logical_not(tf.math.is_finite(adj_norm)))
+    # Skip decision.
+    skip = has_nan_or_inf
+    if p.grad_norm_to_clip_to_zero:
+      skip = tf.logical_or(skip, grad_norm >= p.grad_norm_to_clip_to_zero)
+    if p.grad_norm_tracker is not None:
+      accept = self.grad_norm_tracker.Check(grad_norm, has_nan_or_inf)
+      skip = tf.logical_or(skip, tf.logical_not(accept))
+    if extra_skip is not None:
+      skip = tf.logical_or(skip, extra_skip)
+    # Clipping scale.
+    finite_f = tf.cast(tf.logical_not(has_nan_or_inf), tf.float32)
+    per_var_scale = None
+    if p.clip_gradient_norm_to_value:
+      c = tf.constant(p.clip_gradient_norm_to_value, tf.float32)
+      grad_scale = c / tf.maximum(grad_norm, c)
+      grad_scale = tf.where(has_nan_or_inf, 0.0, grad_scale)
+      clipped_norm = grad_norm * grad_scale
+    elif p.clip_gradient_single_norm_to_value:
+      c = tf.constant(p.clip_gradient_single_norm_to_value, tf.float32)
+      per_var_scale = [c / tf.maximum(tf.sqrt(s), c) for s in grad_sq]
+      grad_scale = finite_f
+      clipped_norm = tf.sqrt(tf.add_n(
+          [s * k * k for s, k in zip(grad_sq, per_var_scale)]))
+    else:
+      grad_scale = finite_f
+      clipped_norm = grad_norm
+    if p.clip_gradient_value:
+      clipped_grads = self._ClipGrads(grads, grad_scale, per_var_scale)
+      clipped_norm = tf.sqrt(tf.add_n([_SquaredNorm(g) for g in clipped_grads]))
+    stats['grad_norm/all'] = grad_norm
+    stats['var_norm/all'] = var_norm
+    stats['grad_norm/clipped'] = clipped_norm
+    stats['grad_scale_all'] = grad_scale
+    stats['has_nan_or_inf'] = tf.cast(has_nan_or_inf, tf.float32)
+    if p.per_variable_norm_metrics:
+      for v, gs, vs in zip(variables, grad_sq, var_sq):
+        n = var_grad_lib.VarName(v)
+        stats['grad_norm/' + n] = tf.sqrt(gs)
+        stats['var_norm/' + n] = tf.sqrt(vs)
+
+    def _DoUpdate():
+      clipped = self._ClipGrads(grads, grad_scale, per_var_scale)
+      vgs = NestedMap()
+      for i, (v, g) in enumerate(zip(variables, clipped)):
+        if g is not None:
+          vgs['v%04d' % i] = VarGrad(v, g)
+      if self._is_accum:
+        self.optimizer.ApplyInner(lr, vgs)
+      else:
+        self.optimizer.Apply(lr, vgs)
+      self._num_updates.assign_add(1)
+      return tf.constant(True)
+
+    def _Skip():
+      self._num_skipped.assign_add(1)
+      return tf.constant(False)
+
+    tf.cond(skip, _Skip, _DoUpdate)
+    if p.loss_scale is not None:
+      finite = tf.logical_not(has_nan_or_inf)
+      if window_finite is not None:
+        finite = tf.logical_and(finite, window_finite)
+      self.loss_scale.Update(finite)
+    names = self._StatNames(variables)
+    return {k: stats[k] for k in names}
+
+  def _ClipGrads(self, grads, grad_scale, per_var_scale):
+    p = self.params
+    out = []
+    for i, g in enumerate(grads):
+      if g is None:
+        out.append(None)
+        continue
+      if p.clip_gradient_norm_to_value:
+        g = _Scale(g, grad_scale)
+      elif per_var_scale is not None:
+        g = _Scale(g, per_var_scale[i])
+      if p.clip_gradient_value:
+        v = p.clip_gradient_value
+        g = _MapValues(g, lambda x: tf.clip_by_value(x, -v, v))  # pylint: disable=cell-var-from-loop
+      out.append(g)
+    return out
+
+  def _AddLpTerms(self, variables, grads):
+    """Adds wd*w (L2) and wd*sign(w) (L1) to the gradients; returns losses."""
+    p = self.params
+    l1_terms, l2_terms, out = [], [], []
+    for v, g in zip(variables, grads):
+      if g is None or (p.skip_lp_1d_vectors and v.shape.rank == 1):
+        out.append(g)
+        continue
+      w = v.read_value()
+      g = tf.convert_to_tensor(g)
+      if p.l2_regularizer_weight:
+        g = g + tf.cast(p.l2_regularizer_weight, g.dtype) * w
+        l2_terms.append(tf.reduce_sum(tf.square(tf.cast(w, tf.float32))))
+      if p.l1_regularizer_weight:
+        g = g + tf.cast(p.l1_regularizer_weight, g.dtype) * tf.sign(w)
+        l1_terms.append(tf.reduce_sum(tf.abs(tf.cast(w, tf.float32))))
+      out.append(g)
+    lp = {}
+    if p.l1_regularizer_weight:
+      lp['l1_loss'] = p.l1_regularizer_weight * tf.add_n(
+          l1_terms + [tf.constant(0.0)])
+    if p.l2_regularizer_weight:
+      lp['l2_loss'] = 0.5 * p.l2_regularizer_weight * tf.add_n(
+          l2_terms + [tf.constant(0.0)])
+    return out, lp
+
+
+# ---- helpers ---------------------------------------------------------------
+
+
+class _Ref:
+  """Holds a reference that tf.Module must not track (a plain object)."""
+
+  def __init__(self, value):
+    self.value = value
+
+
+def _AsMap(vmap):
+  return vmap if isinstance(vmap, NestedMap) else NestedMap(vmap)
+
+
+def _MapValues(g, fn):
+  if isinstance(g, tf.IndexedSlices):
+    return tf.IndexedSlices(fn(g.values), g.indices, g.dense_shape)
+  return fn(g)
+
+
+def _Scale(g, scale):
+  return _MapValues(g, lambda x: x * tf.cast(scale, x.dtype))
+
+
+def _SquaredNorm(g):
+  """sum(g^2) as float32 (one L2Loss kernel); 0.0 for None."""
+  if g is None:
+    return tf.constant(0.0)
+  if isinstance(g, tf.IndexedSlices):
+    g = g.values
+  return 2.0 * tf.cast(tf.nn.l2_loss(g), tf.float32)
+
+
+def GlobalNorm(grads):
+  """sqrt(sum of squares) of a list of gradients; None entries count as 0.
+
+  Args:
+    grads: list of Tensors, tf.IndexedSlices (duplicate-free) or None.
+
+  Returns:
+    float32 scalar; 0.0 for an empty list or only None (acceptance case
+    C-none-grads), never an error.
+  """
+  return tf.sqrt(tf.add_n([_SquaredNorm(g) for g in grads] +
+                          [tf.constant(0.0)]))
+
+
+def _AllFinite(grads):
+  if not grads:
+    return tf.constant(True)
+  return tf.math.is_finite(tf.add_n([_SquaredNorm(g) for g in grads]))
+
+
+def _MaskGradients(variables, grads, gradient_mask):
+  mask = {}
+  for k, m in gradient_mask.items():
+    mask[k[:-2] if k.endswith(':0') else k] = m
+  out = []
+  for v, g in zip(variables, grads):
+    m = mask.get(var_grad_lib.VarName(v))
+    if m is None or g is None:
+      out.append(g)
+    else:
+      out.append(_Scale(g, m))
+  return out
