@@ -104,4 +104,4 @@ class EmaDecaySchedule(BaseSchedule):
 
   def FProp(self, theta, step):
     s = tf.maximum(StepAsFloat(step), 0.0)
-    return tf.minimum(float(self.params.ema_decay), (1.0 + s) / (10.0 + s))
+    return tf.minimum((1.0 + s) / (10.0 + s), float(self.params.ema_decay))

@@ -178,7 +178,7 @@ class TransformerMLPerfSchedule(BaseSchedule):
     s = StepAsFloat(step)
     w = float(p.warmup_steps)
     f = float(p.warmup_init_fraction)
-    warmup = tf.minimum(1.0, f + (1.0 - f) * s / w)
+    warmup = tf.minimum(f + (1.0 - f) * s / w, 1.0)
     return float(p.model_dim)**-0.5 * warmup * tf.math.rsqrt(
         tf.maximum(s, w))
 

@@ -1,0 +1,388 @@
+"""Shows a learning-rate schedule before anyone trains with it.
+
+Usage:
+  python -m schedules.plot --model=digits.MlpMomentum [--learner=0] \
+      [--start=0] [--end=10000] [--num_points=200] [--png=/tmp/lr.png]
+  python -m schedules.plot --params_text="cls : Class('schedules.cosine.CosineDecay'); total_steps : 1000" --end=1200
+  python -m schedules.plot --params_text=/path/to/params.txt --end=5000
+
+--model takes a registered experiment (params.registry key); the schedule is
+task.train.learner[--learner].lr_schedule. --params_text takes the text (or
+a file holding it) of a schedule's params, a learner's params or a whole
+experiment's params (the text `Params.ToText()` writes); the schedule is the
+root params if its `cls` is a schedule, else the `lr_schedule` in it.
+
+Prints a small text plot and the key values: the peak (value and step), the
+value at the end, and the value on both sides of each boundary (end of
+warmup, decay boundaries, ...). --png writes a PNG with matplotlib, if it is
+installed (`pip install matplotlib`, or the package's `plot` extra).
+
+Steps are the schedule's steps: applied updates by default (see DESIGN.md,
+"Words with one meaning").
+"""
+
+import difflib
+import os
+import re
+import sys
+
+from absl import flags
+import numpy as np
+import tensorflow as tf
+
+from params import hyperparams
+from params import registry
+from schedules.base_schedule import BaseSchedule
+from schedules.base_schedule import DEFAULT_NAME
+
+_NESTED_RE = re.compile(r'^([a-z_][a-z0-9_]*)(?:\[(\d+)\])?\.(.+)$')
+_NO_TEXT = '<no text form: '
+
+
+def _SplitOutsideQuotes(line):
+  """Splits `line` on ';' outside quotes; drops a '#' comment."""
+  parts, cur, quote = [], [], None
+  for ch in line:
+    if quote:
+      cur.append(ch)
+      if ch == quote:
+        quote = None
+    elif ch in '"\'':
+      quote = ch
+      cur.append(ch)
+    elif ch == '#':
+      break
+    elif ch == ';':
+      parts.append(''.join(cur))
+      cur = []
+    else:
+      cur.append(ch)
+  parts.append(''.join(cur))
+  return parts
+
+
+def _ParseLines(text):
+  """Returns {dotted key: value text} for 'key : value' lines of `text`."""
+  entries = {}
+  for line_no, raw in enumerate(text.split('\n'), 1):
+    for line in _SplitOutsideQuotes(raw):
+      line = line.strip()
+      if not line:
+        continue
+      if ':' not in line:
+        raise ValueError('Line %d %r: expected "key : value".' %
+                         (line_no, line))
+      key, value = line.split(':', 1)
+      entries[key.strip()] = value.strip()
+  return entries
+
+
+def _Unknown(key, name, p):
+  names = [k for k, _ in p.IterParams()]
+  close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
+  cls = p.cls if 'cls' in p else None
+  return ValueError('Unknown key %r: %s has no param %r.%s Defined: %s.' % (
+      key, cls.__name__ if isinstance(cls, type) else 'Params', name, (' Did you mean %s?' % ' or '.join(repr(c) for c in close))
+      if close else '', sorted(names)))
+
+
+def _Decode(key, value_text):
+  if value_text.startswith(_NO_TEXT):
+    raise ValueError('Key %r holds a value with no text form (%s); set it in '
+                     'code, or write the schedule with text-serializable '
+                     'values.' % (key, value_text))
+  try:
+    return hyperparams.DecodeValue(value_text)
+  except ValueError as e:
+    raise ValueError('Key %r: cannot read the value %r: %s' %
+                     (key, value_text, e)) from None
+
+
+def _Fill(p, entries, prefix):
+  """Sets on `p` every entry under `prefix`, building nested params by cls."""
+  nested = {}
+  for key in entries:
+    if not key.startswith(prefix):
+      continue
+    rel = key[len(prefix):]
+    m = _NESTED_RE.match(rel)
+    if m:
+      nested.setdefault(m.group(1), set()).add(
+          None if m.group(2) is None else int(m.group(2)))
+      continue
+    if rel == 'cls':
+      continue
+    if rel not in p:
+      raise _Unknown(key, rel, p)
+    p.Set(**{rel: _Decode(key, entries[key])})
+  for name, indices in nested.items():
+    if name not in p:
+      raise _Unknown(prefix + name, name, p)
+    if indices == {None}:
+      sub_prefix = '%s%s.' % (prefix, name)
+      if sub_prefix + 'cls' in entries:
+        p.Set(**{name: _Build(entries, sub_prefix)})
+      else:
+        sub = p.Get(name)
+        if not isinstance(sub, hyperparams.Params):
+          raise ValueError('Key %r: %r is not a Params and has no cls line.' %
+                           (sub_prefix, name))
+        _Fill(sub, entries, sub_prefix)
+    else:
+      if None in indices:
+        raise ValueError('Keys under %r mix list elements and attributes.' %
+                         (prefix + name))
+      p.Set(**{name: [_Build(entries, '%s%s[%d].' % (prefix, name, i))
+                      for i in range(max(indices) + 1)]})
+  return p
+
+
+def _Build(entries, prefix):
+  key = prefix + 'cls'
+  if key not in entries:
+    raise ValueError('No %r line: cannot tell which class %r builds.' %
+                     (key, prefix.rstrip('.')))
+  cls = _Decode(key, entries[key])
+  if not (isinstance(cls, type) and callable(getattr(cls, 'Params', None))):
+    raise ValueError('%r = %r is not a class with Params().' % (key, cls))
+  return _Fill(cls.Params(), entries, prefix)
+
+
+def ScheduleParamsFromText(text, learner=0):
+  """Builds a schedule's params from params text (structure from `cls` lines).
+
+  Unlike `Params.FromText`, which sets values on existing params, this builds
+  each nested params from its `cls` line, so a schedule whose children have
+  other classes than the defaults (Warmup of a CosineDecay, a
+  PiecewiseSchedule's list) comes back whole.
+
+  Args:
+    text: 'key : value' lines (or ';'-separated) as `Params.ToText()`
+      writes: a schedule's params, a learner's (lr_schedule.*) or an
+      experiment's (task.train.learner[i].lr_schedule.*).
+    learner: which learner's lr_schedule to take when the text has several.
+
+  Returns:
+    The schedule's InstantiableParams.
+
+  Raises:
+    ValueError: if no schedule is found (listing what was), a key is
+      unknown (with close names), a value cannot be read, or `learner` does
+      not match one of several lr_schedules.
+  """
+  entries = _ParseLines(text)
+  root_cls = entries.get('cls')
+  if root_cls is not None:
+    cls = _Decode('cls', root_cls)
+    if isinstance(cls, type) and issubclass(cls, BaseSchedule):
+      return _Build(entries, '')
+  prefixes = sorted({k[:-len('cls')] for k in entries
+                     if k.endswith('lr_schedule.cls')})
+  # Keep only the outermost lr_schedule of each learner.
+  prefixes = [x for x in prefixes
+              if not any(x != y and x.startswith(y) for y in prefixes)]
+  if not prefixes:
+    raise ValueError(
+        'The text holds no schedule: its root cls is %s and no '
+        '"...lr_schedule.cls" line was found. Give a schedule\'s params '
+        '(with a cls line), a learner\'s or an experiment\'s.' %
+        (root_cls or 'missing'))
+  if len(prefixes) > 1:
+    chosen = [x for x in prefixes if '[%d].lr_schedule.' % learner in x]
+    if len(chosen) != 1:
+      raise ValueError('The text has %d lr_schedules (%s); --learner=%d '
+                       'matches none of them. Use an index in range.' %
+                       (len(prefixes), prefixes, learner))
+    prefixes = chosen
+  return _Build(entries, prefixes[0])
+
+
+def ScheduleFromExperiment(model, learner=0):
+  """Returns (lr_schedule params, learning_rate or None) of an experiment.
+
+  Args:
+    model: a params.registry key, e.g. 'digits.MlpMomentum'.
+    learner: index into task.train.learner when it is a list.
+
+  Raises:
+    LookupError: unknown experiment (from the registry).
+    ValueError: if the experiment has no task.train.learner, the index is
+      out of range, or the learner has no lr_schedule.
+  """
+  p = registry.GetParams(model)
+  try:
+    learners = p.task.train.learner
+  except AttributeError:
+    raise ValueError('Experiment %r has no task.train.learner.' % model)
+  if not isinstance(learners, (list, tuple)):
+    learners = [learners]
+  if not 0 <= learner < len(learners):
+    raise ValueError('--learner=%d is out of range: experiment %r has %d '
+                     'learner(s) (0..%d).' % (learner, model, len(learners),
+                                              len(learners) - 1))
+  lp = learners[learner]
+  if 'lr_schedule' not in lp:
+    raise ValueError('Learner %d of %r has no lr_schedule param.' %
+                     (learner, model))
+  rate = lp.learning_rate if 'learning_rate' in lp else None
+  return lp.lr_schedule.Copy(frozen=False), rate
+
+
+def Evaluate(schedule, steps):
+  """Returns float64 numpy values of `schedule` at the int `steps`."""
+  fn = tf.function(schedule.Value)
+  return np.array([float(fn(tf.constant(int(s), tf.int64))) for s in steps])
+
+
+def Summarize(schedule, start, end, num_points):
+  """Evaluates `schedule` on [start, end] and finds its key values.
+
+  Returns:
+    A dict: steps, values (sampled, boundaries and their neighbours
+    included), peak_step, peak, end_value, boundaries (a list of (step,
+    value before, value at)).
+  """
+  sampled = np.unique(np.round(np.linspace(start, end, num_points)).astype(
+      np.int64))
+  bounds = [b for b in schedule.Boundaries() if start <= b <= end]
+  extra = {s for b in bounds for s in (b - 1, b, b + 1) if start <= s <= end}
+  steps = np.array(sorted(set(sampled.tolist()) | extra), dtype=np.int64)
+  values = Evaluate(schedule, steps)
+  at = dict(zip(steps.tolist(), values.tolist()))
+  i = int(np.argmax(values))
+  return dict(
+      steps=steps, values=values, peak_step=int(steps[i]),
+      peak=float(values[i]), end_value=float(at[int(end)]),
+      boundaries=[(b, at.get(b - 1, at[b]), at[b]) for b in bounds])
+
+
+def TextPlot(steps, values, width=64, height=12):
+  """Returns a small text plot of values against steps (one '*' per column)."""
+  steps = np.asarray(steps, np.float64)
+  values = np.asarray(values, np.float64)
+  lo, hi = float(np.min(values)), float(np.max(values))
+  span = hi - lo if hi > lo else 1.0
+  grid = [[' '] * width for _ in range(height)]
+  s0, s1 = steps[0], steps[-1]
+  for col in range(width):
+    x = s0 + (s1 - s0) * col / max(width - 1, 1)
+    j = min(int(np.searchsorted(steps, x)), len(steps) - 1)
+    row = int(round((values[j] - lo) / span * (height - 1)))
+    grid[height - 1 - row][col] = '*'
+  lines = []
+  for r, row in enumerate(grid):
+    label = hi if r == 0 else (lo if r == height - 1 else None)
+    lines.append('%12s |%s' % ('%.6g' % label if label is not None else '',
+                               ''.join(row)))
+  lines.append('%12s +%s' % ('', '-' * width))
+  left, right = '%d' % s0, '%d' % s1
+  lines.append('%12s  %s%s%s' % ('', left, ' ' * max(
+      1, width - len(left) - len(right)), right))
+  return '\n'.join(lines)
+
+
+def WritePng(path, steps, values, title):
+  """Writes a PNG plot with matplotlib.
+
+  Raises:
+    RuntimeError: if matplotlib is not installed, saying how to install it.
+  """
+  try:
+    import matplotlib  # pylint: disable=g-import-not-at-top
+    matplotlib.use('Agg')
+    from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    raise RuntimeError(
+        '--png needs matplotlib, which is not installed. Install it with '
+        '`pip install matplotlib` (or `pip install tf-learner[plot]`), or '
+        'drop --png to get the text plot only.') from None
+  fig, ax = plt.subplots(figsize=(7, 3.5))
+  ax.plot(steps, values)
+  ax.set_xlabel('step (applied updates)')
+  ax.set_ylabel('value')
+  ax.set_title(title)
+  ax.grid(True, alpha=0.3)
+  fig.tight_layout()
+  fig.savefig(path, dpi=100)
+  plt.close(fig)
+
+
+def _DefineFlags(fv):
+  flags.DEFINE_string('model', None, 'Registered experiment key, e.g. '
+                      'digits.MlpMomentum.', flag_values=fv)
+  flags.DEFINE_integer('learner', 0, 'Index of the learner in '
+                       'task.train.learner.', flag_values=fv)
+  flags.DEFINE_string('params_text', None, 'Params text of a schedule, a '
+                      'learner or an experiment, or a file holding it.',
+                      flag_values=fv)
+  flags.DEFINE_integer('start', 0, 'First step.', flag_values=fv)
+  flags.DEFINE_integer('end', None, 'Last step; default: 1.2 x the last '
+                       'boundary, or 1000.', flag_values=fv)
+  flags.DEFINE_integer('num_points', 200, 'Steps evaluated (plus the '
+                       'boundaries).', flag_values=fv)
+  flags.DEFINE_string('png', None, 'Also write a PNG plot to this path '
+                      '(needs matplotlib).', flag_values=fv)
+
+
+def Main(argv, out=None, err=None):
+  """Runs the command with `argv` (argv[0] is the program); returns exit code."""
+  out = out or sys.stdout
+  err = err or sys.stderr
+  fv = flags.FlagValues()
+  _DefineFlags(fv)
+  try:
+    fv(list(argv))
+  except flags.Error as e:
+    err.write('error: %s\nUsage: python -m schedules.plot (--model=KEY | '
+              '--params_text=TEXT) [--start --end --num_points --png]\n' % e)
+    return 2
+  try:
+    if bool(fv.model) == bool(fv.params_text):
+      raise ValueError('Give exactly one of --model=<registry key> or '
+                       '--params_text=<params text or file>.')
+    if fv.num_points < 2:
+      raise ValueError('--num_points=%d must be >= 2.' % fv.num_points)
+    rate = None
+    if fv.model:
+      sp, rate = ScheduleFromExperiment(fv.model, fv.learner)
+      source = '%s learner %d' % (fv.model, fv.learner)
+    else:
+      text = fv.params_text
+      if os.path.isfile(text):
+        with open(text) as f:
+          text = f.read()
+      sp = ScheduleParamsFromText(text, fv.learner)
+      source = 'params text'
+    if not sp.name:
+      sp.name = DEFAULT_NAME
+    schedule = sp.Instantiate()
+    end = fv.end
+    if end is None:
+      bounds = schedule.Boundaries()
+      end = int(max(bounds) * 1.2) if bounds and max(bounds) > 0 else 1000
+    if end <= fv.start:
+      raise ValueError('--end=%d must be > --start=%d.' % (end, fv.start))
+    summary = Summarize(schedule, fv.start, end, fv.num_points)
+    out.write('%s (%s), steps %d..%d (applied updates)\n' %
+              (type(schedule).__name__, source, fv.start, end))
+    out.write(TextPlot(summary['steps'], summary['values']) + '\n')
+    out.write('peak: %.6g at step %d\n' % (summary['peak'],
+                                            summary['peak_step']))
+    out.write('end:  %.6g at step %d\n' % (summary['end_value'], end))
+    for b, before, after in summary['boundaries']:
+      out.write('boundary %d: %.6g -> %.6g\n' % (b, before, after))
+    if rate is not None:
+      out.write('learning_rate %.6g: peak rate %.6g, end rate %.6g\n' %
+                (rate, rate * summary['peak'], rate * summary['end_value']))
+    if fv.png:
+      WritePng(fv.png, summary['steps'], summary['values'],
+               '%s (%s)' % (type(schedule).__name__, source))
+      out.write('wrote %s\n' % fv.png)
+  except (ValueError, LookupError, RuntimeError, TypeError) as e:
+    err.write('error: %s\n' % e)
+    return 1
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(Main(sys.argv))
