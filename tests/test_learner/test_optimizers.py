@@ -209,3 +209,40 @@ def test_adagrad_negative_initial_accumulator_is_refused():
 def test_sgd_importable_from_optimizers():
   from learner import base_optimizer  # pylint: disable=g-import-not-at-top
   assert optimizers.SGD is base_optimizer.SGD
+
+
+def test_every_optimizer_in_tf_function_and_under_xla_matches_eager():
+  # One trace each for all optimizers: lazy sparse gradients (row 0 twice)
+  # in a plain tf.function must equal eager; under jit_compile=True they
+  # are densified, so they must equal the eager dense run.
+  init = np.arange(8, dtype=np.float32).reshape(4, 2) / 4. - 1.
+  sparse = lambda: _Sparse([[0.25, -0.5], [1.0, 2.0], [0.5, 0.5]], [0, 2, 0],
+                           4)
+  built = {}
+  for mode in ('eager_lazy', 'eager_dense', 'function_lazy', 'xla_lazy'):
+    built[mode] = [
+        _Build(p.Copy().Set(lazy_sparse_updates=(mode != 'eager_dense')),
+               [init]) for _, p, _ in _CASES]
+
+  def Steps(mode):
+    for opt, (var,) in built[mode]:
+      g = sparse()
+      if mode == 'eager_dense':
+        g = tf.convert_to_tensor(g)
+      _Step(opt, [var], [g], 0.1)
+
+  function = tf.function(lambda: Steps('function_lazy'))
+  xla = tf.function(lambda: Steps('xla_lazy'), jit_compile=True)
+  for _ in range(2):
+    Steps('eager_lazy')
+    Steps('eager_dense')
+    function()
+    xla()
+  for i, name in enumerate(_IDS):
+    for mode, reference in (('function_lazy', 'eager_lazy'),
+                            ('xla_lazy', 'eager_dense')):
+      got = built[mode][i][1][0].numpy()
+      want = built[reference][i][1][0].numpy()
+      np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL,
+                                 err_msg='%s %s' % (name, mode))
+    assert int(built['xla_lazy'][i][0].num_updates.numpy()) == 2
