@@ -71,9 +71,9 @@ class BaseSchedule(BaseLayer):
       fix: how to fix it.
     """
     value = self.params.Get(param) if param in self.params else None
-    raise ValueError('%s %r: %s=%r %s. %s' %
-                     (type(self).__name__, self.params.name, param, value,
-                      problem, fix))
+    raise ValueError('%s %r: %s=%s %s. %s' %
+                     (type(self).__name__, self.params.name, param,
+                      _Short(value), problem, fix))
 
   def _CheckBoundaries(self, param='boundaries', allow_empty=True):
     """Checks that params.<param> is a strictly increasing list of numbers."""
@@ -144,6 +144,18 @@ class BaseSchedule(BaseLayer):
         p.name = '%s_%d' % (name, i)
       fixed.append(p)
     return self.CreateChildren(name, fixed)
+
+
+def _Short(value):
+  """repr of a param value, with nested Params shown by their class only."""
+  if isinstance(value, Params):
+    cls = value.cls if 'cls' in value else None
+    return '<%s params>' % (cls.__name__ if isinstance(cls, type) else
+                            type(value).__name__)
+  if isinstance(value, (list, tuple)) and any(
+      isinstance(v, Params) for v in value):
+    return '[%s]' % ', '.join(_Short(v) for v in value)
+  return repr(value)
 
 
 def ToInt64Step(step):

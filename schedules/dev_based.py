@@ -108,10 +108,12 @@ class DevBasedSchedule(BaseSchedule):
       ValueError: for an unknown mode, naming it.
     """
     p = self.params
-    mode = _MODES.get(p.metric_mode if mode is None else mode)
+    given = p.metric_mode if mode is None else mode
+    mode = _MODES.get(given)
     if mode is None:
       raise ValueError('DevBasedSchedule %r: mode=%r must be "min" or "max" '
-                       '(or "minimize"/"maximize").' % (p.name, mode))
+                       '(or "minimize"/"maximize"): "min" for a loss, "max" '
+                       'for an accuracy.' % (p.name, given))
     step = ToInt64Step(step)
     value = tf.cast(value, tf.float64)
     best = self._best_value.read_value()
