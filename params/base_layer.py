@@ -14,6 +14,7 @@ After Lingvo's `lingvo/core/base_layer.py`, in TF2 form:
 """
 
 import re
+import zlib
 
 import tensorflow as tf
 
@@ -129,17 +130,45 @@ class BaseLayer(tf.Module):
     """Builds a list (or dict) of params as children under `name`.
 
     List elements are named '<name>_<i>' unless their params give a name;
-    dict elements by their key unless their params give a name.
-    Returns the list (or dict) of layers.
+    dict elements by their key unless their params give a name. Either way
+    the element names must be unique among this layer's children, elements
+    and variables, because they are parts of variable names.
+
+    Returns:
+      The list of layers, or for a dict a NestedMap {key: layer} (the same
+      thing `getattr(self, name)` returns).
+
+    Raises:
+      ValueError: if `name` or an element name is taken or not an identifier.
     """
     self._CheckNewName(name)
     if isinstance(params_list, dict):
-      built = {k: self._Build(k, p) for k, p in params_list.items()}
+      items = list(params_list.items())
     else:
-      built = [self._Build('%s_%d' % (name, i), p)
-               for i, p in enumerate(params_list)]
+      items = [('%s_%d' % (name, i), p) for i, p in enumerate(params_list)]
+    # Element names become path parts ('<self>/<element>/w'); two siblings
+    # with one name would give two variables one name.
+    taken = set(self._private_children) | set(self._private_vars) | {name}
+    for child_list in self._private_children.values():
+      if isinstance(child_list, (list, tuple, dict)):
+        values = (child_list.values() if isinstance(child_list, dict)
+                  else child_list)
+        taken |= {c.params.name for c in values}
+    for key, p in items:
+      element_name = p.name or key
+      if element_name in taken:
+        raise ValueError(
+            '%s: CreateChildren(%r): element %r would be named %r, which is '
+            'already a child, variable or element of this layer. Give the '
+            'element params distinct names or leave name empty.' %
+            (self.path, name, key, element_name))
+      taken.add(element_name)
+    if isinstance(params_list, dict):
+      built = {k: self._Build(k, p) for k, p in items}
+    else:
+      built = [self._Build(k, p) for k, p in items]
     self._private_children[name] = built
-    return self._private_children[name]
+    return _ChildView(self._private_children[name])
 
   def _CheckNewName(self, name):
     if not isinstance(name, str) or not _NAME_RE.match(name):
@@ -151,13 +180,13 @@ class BaseLayer(tf.Module):
 
   @property
   def children(self):
-    """NestedMap of the direct children (lists/dicts kept as built)."""
+    """NestedMap of the direct children: layers, lists, NestedMaps of layers."""
     out = NestedMap()
     for k, v in self._private_children.items():
       if isinstance(v, (list, tuple)):
         v = list(v)
-      elif isinstance(v, dict):
-        v = dict(v)
+      else:
+        v = _ChildView(v)
       out[k] = v
     return out
 
@@ -166,7 +195,7 @@ class BaseLayer(tf.Module):
     d = self.__dict__
     children = d.get('_private_children')
     if children is not None and name in children:
-      return children[name]
+      return _ChildView(children[name])
     raise AttributeError('%r object has no attribute %r' %
                          (type(self).__name__, name))
 
@@ -177,18 +206,34 @@ class BaseLayer(tf.Module):
       KeyError: naming the missing part and the children that exist.
     """
     layer = self
+    where = self.path
     for seg in path.split('.'):
       m = _DESCENDANT_RE.match(seg)
       if not m:
-        raise KeyError('Malformed descendant path %r.' % path)
+        raise KeyError('Malformed descendant path %r (segment %r); expected '
+                       'e.g. \'a.b[1].c\'.' % (path, seg))
       name = m.group(1)
-      kids = layer._private_children  # pylint: disable=protected-access
+      if isinstance(layer, BaseLayer):
+        kids = layer._private_children  # pylint: disable=protected-access
+      elif isinstance(layer, dict):  # a dict built by CreateChildren
+        kids = layer
+      else:
+        raise KeyError('%r: %s is a list of layers; index it with [i] before '
+                       '%r.' % (path, where, name))
       if name not in kids:
         raise KeyError('%r: %s has no child %r; children: %s' %
-                       (path, layer.path, name, sorted(kids)))
+                       (path, where, name, sorted(kids)))
       layer = kids[name]
+      where = '%s.%s' % (where, name)
       for idx in re.findall(r'\[(\d+)\]', m.group(2)):
-        layer = layer[int(idx)]
+        idx = int(idx)
+        if not isinstance(layer, (list, tuple)) or idx >= len(layer):
+          raise KeyError('%r: %s[%d] does not exist (%s).' %
+                         (path, where, idx, 'has %d elements' % len(layer)
+                          if isinstance(layer, (list, tuple)) else
+                          'not a list'))
+        layer = layer[idx]
+        where = '%s[%d]' % (where, idx)
     return layer
 
   # ---- variables -----------------------------------------------------------
@@ -216,9 +261,19 @@ class BaseLayer(tf.Module):
     self._CheckNewName(name)
     dtype = tf.as_dtype(dtype or self._params.dtype)
     init = self._params.params_init if init is None else init
-    initial = _InitialValue(init, shape, dtype, self._params.random_seed)
+    var_name = '%s/%s' % (self.path, name)
+    seed = self._params.random_seed
+    if seed is not None:
+      # One seed per variable, so two same-shape variables differ and a
+      # rebuilt tree gets the same values (Lingvo mixes in the name too).
+      seed = (int(seed) + zlib.crc32(var_name.encode('utf-8'))) % (2**31 - 1)
+    try:
+      initial = _InitialValue(init, shape, dtype, seed)
+    except ValueError as e:
+      raise ValueError('%s: CreateVariable(%r): %s' % (self.path, name, e)
+                      ) from None
     with tf.init_scope():
-      var = tf.Variable(initial, name='%s/%s' % (self.path, name),
+      var = tf.Variable(initial, name=var_name,
                         trainable=trainable, dtype=dtype, **kwargs)
     self._private_vars[name] = var
     return var
@@ -258,6 +313,14 @@ class BaseLayer(tf.Module):
                               type(self).__name__)
 
 
+def _ChildView(child):
+  """Dicts of children read as NestedMaps (layer.named.left); others as is."""
+  if isinstance(child, dict) or (hasattr(child, 'keys') and
+                                 not isinstance(child, BaseLayer)):
+    return NestedMap(child.items())
+  return child
+
+
 def _ChildVars(child):
   if isinstance(child, BaseLayer):
     v = child.vars
@@ -284,14 +347,18 @@ def _InitialValue(init, shape, dtype, seed):
                        (value.shape.as_list(), list(shape)))
     return value
   try:
+    initializer = tf.keras.initializers.get(init)
     if isinstance(init, (str, dict)) and seed is not None:
-      cfg = (tf.keras.initializers.serialize(tf.keras.initializers.get(init))
-             if isinstance(init, str) else dict(init))
-      if isinstance(cfg, dict) and 'config' in cfg and 'seed' in cfg['config']:
-        cfg['config'] = dict(cfg['config'], seed=seed)
-      initializer = tf.keras.initializers.get(cfg)
-    else:
-      initializer = tf.keras.initializers.get(init)
+      # Re-create the named initializer with the seed, if it takes one.
+      cfg = tf.keras.initializers.serialize(initializer)
+      if isinstance(cfg, dict) and 'seed' in cfg.get('config', {}):
+        cfg = dict(cfg, config=dict(cfg['config'], seed=seed))
+        initializer = tf.keras.initializers.get(cfg)
   except (ValueError, TypeError) as e:
-    raise ValueError('Unknown initializer %r: %s' % (init, e)) from None
+    raise ValueError(
+        'unknown initializer %r (%s). Use a tf.keras.initializers name such '
+        'as \'glorot_uniform\', a {\'class_name\': ..., \'config\': ...} '
+        'dict, an initializer object, or a number.' % (init, e)) from None
+  if initializer is None:
+    return tf.zeros(shape, dtype)
   return tf.convert_to_tensor(initializer(shape, dtype=dtype), dtype)

@@ -388,9 +388,18 @@ class Params:
     """Applies 'dotted.key : value' lines to these params; returns self.
 
     Lines may be separated by newlines or ';'. Blank lines and '#' comments
-    are ignored.
+    are ignored. Later lines win.
+
+    Lines set values of keys that exist, with one structural exception that
+    makes `q.FromText(p.ToText())` reproduce `p` when a nested params holds
+    another class than in `q`: a line 'a.b.cls : Class(X)' (X having a
+    `Params()` classmethod) whose X differs from the current class, or whose
+    'a.b' is None, first replaces 'a.b' by `X.Params()`, keeping the values of
+    the keys both define; 'a.b[i].cls' lines may so also grow a list of
+    params. Class lines are applied first, outer keys before inner ones.
 
     Raises:
+      AttributeError: if the params are frozen.
       ValueError: naming the line and key if a line is malformed, the key
         does not exist (with close names), the value has no text form, or the
         value's type does not match the current value.
@@ -399,12 +408,15 @@ class Params:
       raise AttributeError(
           'Params are frozen; FromText cannot change them. Apply the text to '
           'a mutable copy: p.Copy(frozen=False).FromText(text).')
+    lines = []
     for line_no, line in _SplitLines(text):
       if ':' not in line:
         raise ValueError('Line %d %r: expected "key : value".' %
                          (line_no, line))
       key, value_text = line.split(':', 1)
-      key, value_text = key.strip(), value_text.strip()
+      lines.append((line_no, line, key.strip(), value_text.strip()))
+    self._ApplyClassLines(lines)
+    for line_no, line, key, value_text in lines:
       try:
         current = self.Get(key)
       except AttributeError as e:
@@ -436,6 +448,47 @@ class Params:
         raise ValueError('Line %d %r: cannot set %r: %s' %
                          (line_no, line, key, e)) from None
     return self
+
+  def _ApplyClassLines(self, lines):
+    """Rebuilds nested params named by 'prefix.cls' lines (see FromText)."""
+    cls_lines = []
+    for _, _, key, value_text in lines:
+      if key.endswith('.cls'):
+        prefix = key[:-len('.cls')]
+        depth = prefix.count('.') + prefix.count('[')
+        order = [int(t) if t.isdigit() else t
+                 for t in re.split(r'(\d+)', prefix)]
+        cls_lines.append((depth, order, prefix, value_text))
+    for _, _, prefix, value_text in sorted(cls_lines, key=lambda x: x[:2]):
+      try:
+        new_cls = DecodeValue(value_text)
+        parent, name, indices = self._Resolve(prefix)
+      except (ValueError, AttributeError):
+        continue  # The line-by-line pass reports it.
+      if not isinstance(new_cls, type) or not callable(
+          getattr(new_cls, 'Params', None)):
+        continue
+      if not indices:
+        current = parent._params[name].value
+        if _NeedsRebuild(current, new_cls):
+          setattr(parent, name, _Rebuilt(new_cls, current))
+        continue
+      container = parent._params[name].value
+      if container is None and len(indices) == 1:
+        container = []
+        setattr(parent, name, container)
+      try:
+        for i in indices[:-1]:
+          container = container[i]
+      except (IndexError, TypeError, KeyError):
+        continue
+      if not isinstance(container, list):
+        continue
+      i = indices[-1]
+      if i >= len(container):
+        container.extend([None] * (i + 1 - len(container)))
+      if _NeedsRebuild(container[i], new_cls):
+        container[i] = _Rebuilt(new_cls, container[i])
 
   def TextDiff(self, other):
     """Returns a readable diff of two params: only keys that differ.
@@ -478,6 +531,24 @@ class InstantiableParams(Params):
 
 
 # ---- helpers on values --------------------------------------------------------
+
+
+def _NeedsRebuild(current, new_cls):
+  """True if a 'cls' line for `new_cls` must replace the params `current`."""
+  if current is None:
+    return True
+  return (isinstance(current, Params) and 'cls' in current and
+          current.cls is not new_cls)
+
+
+def _Rebuilt(new_cls, old):
+  """new_cls.Params() with the values of the keys `old` also defines."""
+  p = new_cls.Params()
+  if isinstance(old, Params):
+    for k, v in old.IterParams():
+      if k != 'cls' and k in p:
+        setattr(p, k, _CopyValue(v))
+  return p
 
 
 def _NestedParams(value):

@@ -176,8 +176,9 @@ def test_round_trip_into_a_fresh_copy_of_the_same_structure():
 
 
 def test_list_of_params_of_another_length_needs_the_whole_list():
-  # FromText changes values, not structure: a text that addresses element
-  # [2] of a 2-element list is refused; the whole list on one line works.
+  # Plain Params have no cls line to build a new element from, so a text that
+  # addresses element [2] of a 2-element list is refused; the whole list on
+  # one line works.
   p = Params()
   p.Define('layers', [_Leaf(1), _Leaf(2)], '')
   longer = p.Copy().Set(layers=[_Leaf(1), _Leaf(2), _Leaf(3)])
@@ -392,3 +393,65 @@ def test_text_diff_lists_only_differing_keys():
   assert lines == ["+ extra : 1", "- flag : False", "  lr : 0.1 -> 0.5",
                    "  sub.y : 'why' -> 'zed'"]
   assert a.TextDiff(a.Copy()) == ''
+
+
+# ---- class lines rebuild nested params ---------------------------------------------
+
+
+class Other:
+  """Another buildable class, with a key Built lacks and one it shares."""
+
+  @classmethod
+  def Params(cls):
+    p = InstantiableParams(cls)
+    p.Define('size', 1, 'Size.')
+    p.Define('depth', 2, 'Depth.')
+    p.Define('child', None, 'Optional nested params.')
+    return p
+
+
+def _Holder():
+  p = Params()
+  p.Define('sub', Built.Params(), '')
+  p.Define('opt', None, '')
+  p.Define('items', [], '')
+  return p
+
+
+def test_cls_line_swaps_a_nested_params_class_onto_fresh_params():
+  p = _Holder()
+  p.sub = Other.Params().Set(size=5, depth=7,
+                             child=Built.Params().Set(scale=3.0))
+  p.opt = Other.Params().Set(depth=1)
+  p.items = [Built.Params().Set(size=i) for i in range(12)]
+  q = _Holder().FromText(p.ToText())
+  assert q == p, q.TextDiff(p)
+  assert q.sub.cls is Other and q.sub.child.scale == 3.0
+  assert [x.size for x in q.items] == list(range(12))
+  assert 'scale' not in q.sub  # Built's key is gone with Built
+
+
+def test_cls_line_keeps_values_of_shared_keys():
+  p = _Holder()
+  p.sub.size = 9
+  p.FromText("sub.cls : Class('%s.Other')" % __name__)
+  assert p.sub.cls is Other and p.sub.size == 9 and p.sub.depth == 2
+
+
+def test_cls_line_for_the_same_class_changes_nothing_else():
+  p = _Holder()
+  p.sub.scale = 4.0
+  p.FromText("sub.cls : Class('%s.Built')" % __name__)
+  assert p.sub.scale == 4.0
+
+
+def test_cls_line_of_a_class_without_params_only_sets_cls():
+  p = _Holder()
+  p.FromText("sub.cls : Class('%s.Color')" % __name__)
+  assert p.sub.cls is Color and p.sub.scale == 0.5
+
+
+def test_keys_under_a_cls_line_of_the_wrong_class_are_unknown():
+  with pytest.raises(ValueError) as e:
+    _Holder().FromText("sub.depth : 3")
+  assert "unknown key 'sub.depth'" in str(e.value)
