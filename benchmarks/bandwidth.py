@@ -1,0 +1,86 @@
+"""The memory-bandwidth limit of an update step, measured in the same run.
+
+An optimizer update is memory-bound: its time cannot be below
+
+    limit = bytes moved per step / memory bandwidth.
+
+`MeasureBandwidth` measures the bandwidth with numpy on `threads` threads
+(numpy's ufuncs release the GIL), each running the in-place add `a += b` over
+arrays much larger than the caches: per element it reads a and b and writes a
+(12 bytes for float32; write-allocate traffic is not counted, as for the
+optimizer kernels, which also read what they write). The best repetition
+counts, so the limit is the fastest this machine showed in this run.
+
+`BYTES_PER_PARAM` is the traffic model of each update, in bytes per float32
+parameter, counting each array read or written once per step (the model the
+issue states; a separate global-norm pass re-reads the gradient, which the
+model leaves out, so a two-pass clip can reach at best (n+4)/n of the limit).
+"""
+
+import threading
+import time
+
+import numpy as np
+
+# Bytes per float32 parameter moved by one step (reads + writes, 4 B each).
+BYTES_PER_PARAM = {
+    # Momentum: read w, g, v; write w, v.
+    'momentum': 20,
+    # Adam: read w, g, m, v; write w, m, v.
+    'adam': 28,
+    # Accumulation micro-step: read g, read and write the accumulator.
+    'accumulate': 12,
+    # Accumulation applying step with Momentum: read acc, w, v; write w, v
+    # and the zeroed accumulator.
+    'accumulate_apply_momentum': 24,
+}
+
+
+def MeasureBandwidth(threads=2, mbytes_per_array=64, repeats=7):
+  """Measures memory bandwidth in GB/s (1e9 bytes/s) with numpy.
+
+  Args:
+    threads: number of threads, each owning its own two arrays.
+    mbytes_per_array: size of each float32 array in MiB (must exceed the
+      last-level cache for a memory, not cache, figure).
+    repeats: timed repetitions after one warm-up; the best one counts.
+
+  Returns:
+    float, GB/s of counted traffic (12 bytes per element of `a += b`).
+
+  Raises:
+    ValueError: if threads < 1, mbytes_per_array <= 0 or repeats < 1.
+  """
+  if threads < 1 or mbytes_per_array <= 0 or repeats < 1:
+    raise ValueError(
+        'MeasureBandwidth: threads=%r, mbytes_per_array=%r, repeats=%r; '
+        'expected threads >= 1, mbytes_per_array > 0, repeats >= 1.' %
+        (threads, mbytes_per_array, repeats))
+  n = int(mbytes_per_array * 2**20 // 4)
+  arrays = [(np.ones(n, np.float32), np.ones(n, np.float32))
+            for _ in range(threads)]
+
+  def Work(a, b, barrier):
+    barrier.wait()
+    np.add(a, b, out=a)
+
+  best = float('inf')
+  for r in range(repeats + 1):
+    barrier = threading.Barrier(threads + 1)
+    workers = [threading.Thread(target=Work, args=(a, b, barrier))
+               for a, b in arrays]
+    for w in workers:
+      w.start()
+    start = time.perf_counter()
+    barrier.wait()
+    for w in workers:
+      w.join()
+    elapsed = time.perf_counter() - start
+    if r > 0:
+      best = min(best, elapsed)
+  return threads * n * 12 / best / 1e9
+
+
+def LimitSeconds(num_params, bytes_per_param, gbytes_per_s):
+  """Seconds one step needs at least: num_params * bytes_per_param / bw."""
+  return num_params * bytes_per_param / (gbytes_per_s * 1e9)

@@ -1,0 +1,130 @@
+"""Row (a): our Learner, one `Learner.Apply` per step inside `tf.function`.
+
+The learner takes symbolic gradients of its loss inside `tf.function`
+(DESIGN.md, "Gradients"). To hand it the same fixed gradients as the peer
+rows without adding work they do not do, the loss is a sum of one
+`FixedGradientTerm` per variable: a scalar 0 whose custom gradient with
+respect to the variable is the fixed gradient, read from a variable (so no
+100 MB constant is baked into the graph and nothing can be constant-folded).
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from params import NestedMap
+
+
+def LearnerAvailable():
+  """(True, '') if learner.learner and its optimizers import, else a note."""
+  try:
+    from learner import learner as _  # pylint: disable=g-import-not-at-top
+    from learner import optimizers as _  # pylint: disable=g-import-not-at-top,reimported
+  except ImportError as e:
+    return False, ('Learner rows skipped: %s (learner/learner.py or '
+                   'learner/optimizers.py has not landed).' % e)
+  return True, ''
+
+
+def FixedGradientTerm(var, grad_var):
+  """A float32 scalar 0 whose gradient w.r.t. `var` is `grad_var`'s value.
+
+  Args:
+    var: a tf.Variable.
+    grad_var: a tf.Variable of the same shape and dtype holding the gradient.
+
+  Returns:
+    A float32 scalar tensor (always 0). The upstream gradient is ignored: the
+    benchmark's loss is a plain sum, whose upstream gradient is 1.
+  """
+
+  @tf.custom_gradient
+  def Term(x):
+    def Grad(dy):
+      del dy
+      return grad_var.read_value()
+    return tf.zeros([], tf.float32), Grad
+
+  return Term(var)
+
+
+def CosineScheduleParams(total_steps, alpha):
+  """Params of a cosine multiplier from 1 to `alpha` over `total_steps`.
+
+  Uses schedules.CosineDecay (total_steps, alpha) when it exists, else
+  Lingvo's schedules.CosineSchedule (initial_value, final_value,
+  total_steps); both give alpha + (1-alpha)*0.5*(1+cos(pi*min(t,T)/T)).
+
+  Raises:
+    ImportError: if neither schedule exists yet.
+  """
+  import schedules  # pylint: disable=g-import-not-at-top
+  if hasattr(schedules, 'CosineDecay'):
+    return schedules.CosineDecay.Params().Set(total_steps=total_steps,
+                                              alpha=alpha)
+  if hasattr(schedules, 'CosineSchedule'):
+    return schedules.CosineSchedule.Params().Set(
+        initial_value=1.0, final_value=alpha, total_steps=total_steps)
+  raise ImportError('schedules has neither CosineDecay nor CosineSchedule.')
+
+
+def OptimizerParams(cfg, accumulate_batches=0):
+  """Our optimizer params for a peer_rows.UpdateConfig.
+
+  Args:
+    cfg: UpdateConfig ('momentum' -> Momentum(alpha), 'adam' -> Adam).
+    accumulate_batches: if > 0, wraps it in GradientAccumulation with this
+      num_batches.
+  """
+  from learner import optimizers  # pylint: disable=g-import-not-at-top
+  if cfg.optimizer == 'momentum':
+    p = optimizers.Momentum.Params().Set(alpha=cfg.momentum)
+  else:
+    p = optimizers.Adam.Params().Set(beta1=cfg.beta1, beta2=cfg.beta2,
+                                     epsilon=cfg.epsilon)
+  if accumulate_batches:
+    from learner import gradient_accumulation  # pylint: disable=g-import-not-at-top
+    p = gradient_accumulation.GradientAccumulation.Params().Set(
+        optimizer=p, num_batches=accumulate_batches)
+  return p
+
+
+class LearnerRow(object):
+  """(a) our Learner: Momentum/Adam + global-norm clip + cosine schedule.
+
+  Attributes:
+    name: 'learner' or 'learner_jit'.
+    learner: the built Learner.
+    vars: the model variables it updates.
+    eval_metrics: the eval_metrics of the last traced Apply (symbolic).
+  """
+
+  reference_form = 'tf'
+
+  def __init__(self, cfg, specs, weights, grads, jit_compile=False,
+               accumulate_batches=0, name=None, clip=True):
+    from learner import learner as learner_lib  # pylint: disable=g-import-not-at-top
+    from learner import var_grad  # pylint: disable=g-import-not-at-top
+    self.name = name or ('learner' + ('_jit' if jit_compile else ''))
+    self.vars = [tf.Variable(w, name=s.name) for s, w in zip(specs, weights)]
+    self.grads = [tf.Variable(g, trainable=False, name=s.name + '_grad')
+                  for s, g in zip(specs, grads)]
+    self.vmap = NestedMap(
+        {var_grad.SanitizedName(s.name): v for s, v in zip(specs, self.vars)})
+    p = learner_lib.Learner.Params().Set(
+        name='bench', loss_name='loss', learning_rate=cfg.lr,
+        clip_gradient_norm_to_value=cfg.clip if clip else 0.0,
+        optimizer=OptimizerParams(cfg, accumulate_batches),
+        lr_schedule=CosineScheduleParams(cfg.total_steps, cfg.alpha))
+    self.learner = p.Instantiate()
+    self.learner.Bind(self.vmap)
+    self.step = tf.function(self._Step, jit_compile=jit_compile)
+
+  def _Step(self):
+    loss = tf.add_n([FixedGradientTerm(v, g)
+                     for v, g in zip(self.vars, self.grads)])
+    metrics = {'loss': (loss, tf.constant(1.0))}
+    _, update_op, _ = self.learner.Apply(metrics, self.vmap)
+    del update_op  # tf.function runs every stateful op it traced.
+
+  def Weights(self):
+    return [np.array(v.numpy()) for v in self.vars]

@@ -1,0 +1,200 @@
+"""The baseline rows every update benchmark is measured against.
+
+Each row owns its own copy of the variables (initialised from the same numpy
+values), its own optimizer state and the fixed gradients, and exposes:
+  * `name`: the row's label in the table;
+  * `step()`: runs one synchronous update step (clip by global norm 1.0,
+    cosine-scheduled rate, Momentum(0.9) or Adam);
+  * `Weights()`: the current weights as a list of numpy arrays;
+  * `reference_form`: which numpy reference form its semantics follow.
+
+Rows:
+  * `TfFusedRow` (b): a hand-written `tf.function` over the gradients held
+    in variables: `tf.clip_by_global_norm`, then one fused
+    `tf.raw_ops.ResourceApplyMomentum` / `ResourceApplyAdam` per variable;
+    optionally `jit_compile=True`.
+  * `KerasRow` (c): Keras 3 `SGD(momentum)` / `Adam` with `global_clipnorm`
+    and `CosineDecay`, `apply_gradients` inside `tf.function`.
+  * `OptaxRow` (d): optax `chain(clip_by_global_norm, sgd(momentum) | adam)`
+    with `cosine_decay_schedule` under `jax.jit` with donated buffers.
+    `OptaxAvailable()` says whether jax and optax import (the optional
+    `bench` extra).
+"""
+
+import math
+
+import numpy as np
+import tensorflow as tf
+
+
+class UpdateConfig(object):
+  """What every row of one update benchmark does.
+
+  Attributes:
+    optimizer: 'momentum' or 'adam'.
+    lr: base learning rate (float).
+    total_steps: cosine schedule length in applied updates. The default 4
+      makes the rate differ at each of the 3 checked steps (so the numpy check
+      sees a wrong schedule or a wrong Momentum form); later steps run the
+      same ops on the clamped rate.
+    alpha: cosine floor, a fraction of lr.
+    clip: global-norm clip value (> 0).
+    momentum: Momentum's velocity decay.
+    beta1, beta2, epsilon: Adam's knobs (epsilon in TF's form).
+  """
+
+  def __init__(self, optimizer, lr=None, total_steps=4, alpha=0.1,
+               clip=1.0):
+    if optimizer not in ('momentum', 'adam'):
+      raise ValueError("UpdateConfig: optimizer=%r; expected 'momentum' or "
+                       "'adam' (--optimizers=momentum,adam)." % optimizer)
+    self.optimizer = optimizer
+    self.lr = lr if lr is not None else (0.1 if optimizer == 'momentum' else
+                                         1e-3)
+    self.total_steps = total_steps
+    self.alpha = alpha
+    self.clip = clip
+    self.momentum = 0.9
+    self.beta1 = 0.9
+    self.beta2 = 0.999
+    self.epsilon = 1e-7
+
+
+def TfCosineRate(cfg, step):
+  """cfg.lr * cosine multiplier at int64 tensor `step`; float32 scalar."""
+  t = tf.cast(tf.minimum(step, cfg.total_steps), tf.float32)
+  mult = cfg.alpha + (1.0 - cfg.alpha) * 0.5 * (
+      1.0 + tf.cos(math.pi * t / float(cfg.total_steps)))
+  return cfg.lr * mult
+
+
+class TfFusedRow(object):
+  """(b) hand-written tf.function with TF's fused ResourceApply* kernels."""
+
+  reference_form = 'tf'
+
+  def __init__(self, cfg, weights, grads, jit_compile=False):
+    self.name = 'tf_fused' + ('_jit' if jit_compile else '')
+    self._cfg = cfg
+    self.vars = [tf.Variable(w) for w in weights]
+    self.grads = [tf.Variable(g, trainable=False) for g in grads]
+    self._slots = [[tf.Variable(tf.zeros_like(w))
+                    for _ in range(1 if cfg.optimizer == 'momentum' else 2)]
+                   for w in weights]
+    self._t = tf.Variable(0, dtype=tf.int64, trainable=False)
+    self.step = tf.function(self._Step, jit_compile=jit_compile)
+
+  def _Step(self):
+    cfg = self._cfg
+    grads = [g.read_value() for g in self.grads]
+    clipped, _ = tf.clip_by_global_norm(grads, cfg.clip)
+    lr = TfCosineRate(cfg, self._t)
+    ops = []
+    if cfg.optimizer == 'momentum':
+      for v, (s,), g in zip(self.vars, self._slots, clipped):
+        ops.append(tf.raw_ops.ResourceApplyMomentum(
+            var=v.handle, accum=s.handle, lr=lr, grad=g,
+            momentum=tf.constant(cfg.momentum, tf.float32)))
+    else:
+      t1 = tf.cast(self._t + 1, tf.float32)
+      b1p = tf.pow(tf.constant(cfg.beta1, tf.float32), t1)
+      b2p = tf.pow(tf.constant(cfg.beta2, tf.float32), t1)
+      for v, (m, s), g in zip(self.vars, self._slots, clipped):
+        ops.append(tf.raw_ops.ResourceApplyAdam(
+            var=v.handle, m=m.handle, v=s.handle, beta1_power=b1p,
+            beta2_power=b2p, lr=lr, beta1=tf.constant(cfg.beta1),
+            beta2=tf.constant(cfg.beta2), epsilon=tf.constant(cfg.epsilon),
+            grad=g))
+    with tf.control_dependencies(ops):
+      self._t.assign_add(1)
+
+  def Weights(self):
+    return [v.numpy() for v in self.vars]
+
+
+class KerasRow(object):
+  """(c) Keras 3 SGD(momentum) / Adam with global_clipnorm and CosineDecay."""
+
+  def __init__(self, cfg, weights, grads, accumulate_steps=0):
+    """Args: cfg, weights, grads as the other rows; accumulate_steps > 0
+    uses Keras's gradient_accumulation_steps (mean of the micro-batch
+    gradients, then clip and update; the schedule counts micro-steps)."""
+    import keras  # pylint: disable=g-import-not-at-top
+    self.name = 'keras'
+    extra = ({'gradient_accumulation_steps': accumulate_steps}
+             if accumulate_steps else {})
+    self.reference_form = 'keras' if cfg.optimizer == 'momentum' else 'tf'
+    self.vars = [keras.Variable(w) for w in weights]
+    self.grads = [tf.Variable(g, trainable=False) for g in grads]
+    schedule = keras.optimizers.schedules.CosineDecay(
+        cfg.lr, cfg.total_steps, alpha=cfg.alpha)
+    if cfg.optimizer == 'momentum':
+      self._opt = keras.optimizers.SGD(
+          learning_rate=schedule, momentum=cfg.momentum,
+          global_clipnorm=cfg.clip, **extra)
+    else:
+      self._opt = keras.optimizers.Adam(
+          learning_rate=schedule, beta_1=cfg.beta1, beta_2=cfg.beta2,
+          epsilon=cfg.epsilon, global_clipnorm=cfg.clip, **extra)
+    self._opt.build(self.vars)
+    self.step = tf.function(self._Step)
+
+  def _Step(self):
+    self._opt.apply_gradients(
+        zip([g.read_value() for g in self.grads], self.vars))
+
+  def Weights(self):
+    return [np.array(v.numpy()) for v in self.vars]
+
+
+def OptaxAvailable():
+  """(True, '') if jax and optax import, else (False, a note saying why)."""
+  try:
+    import jax  # pylint: disable=g-import-not-at-top,unused-import
+    import optax  # pylint: disable=g-import-not-at-top,unused-import
+  except ImportError as e:
+    return False, ('optax rows skipped: %s; install the bench extra: '
+                   "pip install -e '.[bench]'" % e)
+  return True, ''
+
+
+class OptaxRow(object):
+  """(d) optax chain(clip_by_global_norm, sgd(momentum) | adam) under jax.jit."""
+
+  def __init__(self, cfg, weights, grads, accumulate_steps=0):
+    """Args: cfg, weights, grads as the other rows; accumulate_steps > 0
+    wraps the chain in optax.MultiSteps(every_k_schedule=accumulate_steps)
+    (mean of the micro-batch gradients, then the chain)."""
+    import jax  # pylint: disable=g-import-not-at-top
+    import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+    import optax  # pylint: disable=g-import-not-at-top
+    self.name = 'optax_jit'
+    self.reference_form = 'tf' if cfg.optimizer == 'momentum' else 'optax'
+    self._jax = jax
+    schedule = optax.cosine_decay_schedule(cfg.lr, cfg.total_steps,
+                                           alpha=cfg.alpha)
+    if cfg.optimizer == 'momentum':
+      inner = optax.sgd(schedule, momentum=cfg.momentum)
+    else:
+      inner = optax.adam(schedule, b1=cfg.beta1, b2=cfg.beta2,
+                         eps=cfg.epsilon)
+    opt = optax.chain(optax.clip_by_global_norm(cfg.clip), inner)
+    if accumulate_steps:
+      opt = optax.MultiSteps(opt, every_k_schedule=accumulate_steps)
+    self._params = [jnp.asarray(w) for w in weights]
+    self._grads = [jnp.asarray(g) for g in grads]
+    self._state = opt.init(self._params)
+
+    def Update(params, state, grads):
+      updates, state = opt.update(grads, state, params)
+      return optax.apply_updates(params, updates), state
+
+    self._update = jax.jit(Update, donate_argnums=(0, 1))
+
+  def step(self):
+    self._params, self._state = self._update(self._params, self._state,
+                                             self._grads)
+    self._jax.block_until_ready(self._params)
+
+  def Weights(self):
+    return [np.asarray(p) for p in self._params]

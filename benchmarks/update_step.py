@@ -1,0 +1,256 @@
+"""Benchmark: one optimizer update step, ours against the best peers.
+
+    python -m benchmarks.update_step [--quick] [--sets=small,resnet50]
+        [--optimizers=momentum,adam] [--steps=N] [--warmup=N] [--output=PATH]
+
+For each variable set (`small`: 20 variables, 1.0 M parameters; `resnet50`:
+161 variables with ResNet-50's shapes, 25.6 M parameters) and each optimizer
+(Momentum(0.9), Adam), every row applies the same fixed gradients with a
+global-norm clip of 1.0 and a cosine-scheduled rate, in the same process and
+the same run:
+  (a) `learner`, `learner_jit`: our Learner inside tf.function, plain and
+      jit_compile=True (skipped with a note until learner/learner.py lands);
+  (b) `tf_fused`, `tf_fused_jit`: a hand-written tf.function over TF's fused
+      ResourceApplyMomentum/ResourceApplyAdam and tf.clip_by_global_norm;
+  (c) `keras`: Keras 3 SGD(momentum)/Adam apply_gradients, global_clipnorm;
+  (d) `optax_jit`: optax under jax.jit (skipped with a note without the
+      optional `bench` extra);
+  (e) `limit`: bytes moved per step (benchmarks.bandwidth.BYTES_PER_PARAM)
+      divided by the bandwidth numpy reaches on two threads in this run.
+
+Each row first runs 3 steps from the initial values and checks its weights
+against a numpy reference (benchmarks.numpy_reference; column `err`, the max
+relative error of the weight change; a row over 2e-3 is flagged FAIL), the
+first of these calls timed separately (`first_ms`: tracing and compilation);
+then `--warmup` untimed steps; then `--steps` timed steps, interleaved over
+the rows in rounds. The table gives the median and p10-p90 in ms and the
+median as a ratio to the limit and to the best peer row (b-d). A JSON file
+with everything goes to --output (default benchmarks/results/, gitignored).
+Timings on a shared machine are noisy; the ratios within one run are what
+to compare.
+"""
+
+import argparse
+import gc
+import os
+import sys
+
+from benchmarks import bandwidth
+from benchmarks import learner_row
+from benchmarks import numpy_reference
+from benchmarks import peer_rows
+from benchmarks import timing
+from benchmarks import variable_sets
+
+CHECK_STEPS = 3
+CHECK_TOLERANCE = 2e-3
+PEERS = ('tf_fused', 'tf_fused_jit', 'keras', 'optax_jit')
+
+
+def ParseArgs(argv):
+  """Parses command-line flags (argv without the program name)."""
+  parser = argparse.ArgumentParser(
+      prog='python -m benchmarks.update_step', description=__doc__,
+      formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--quick', action='store_true',
+                      help='Few steps (20 timed, 2 warm-up): under 2 min.')
+  parser.add_argument('--sets', default='small,resnet50',
+                      help='Comma-separated variable sets: small, resnet50.')
+  parser.add_argument('--optimizers', default='momentum,adam',
+                      help='Comma-separated: momentum, adam.')
+  parser.add_argument('--rows', default='',
+                      help='Comma-separated row names to run (default all).')
+  parser.add_argument('--steps', type=int, default=None,
+                      help='Timed steps per row (default 100; quick 20).')
+  parser.add_argument('--warmup', type=int, default=None,
+                      help='Untimed steps per row (default 10; quick 2).')
+  parser.add_argument('--output', default=None,
+                      help='JSON path (default benchmarks/results/...).')
+  args = parser.parse_args(argv)
+  if args.steps is None:
+    args.steps = 20 if args.quick else 100
+  if args.warmup is None:
+    args.warmup = 2 if args.quick else 10
+  if args.steps < 1 or args.warmup < 0:
+    parser.error('--steps=%d must be >= 1 and --warmup=%d >= 0.' %
+                 (args.steps, args.warmup))
+  return args
+
+
+def BuildRows(cfg, specs, weights, grads, wanted, notes):
+  """Builds the rows for one (set, optimizer); appends skip notes to notes."""
+  builders = [
+      ('learner', lambda: learner_row.LearnerRow(cfg, specs, weights, grads)),
+      ('learner_jit', lambda: learner_row.LearnerRow(
+          cfg, specs, weights, grads, jit_compile=True)),
+      ('tf_fused', lambda: peer_rows.TfFusedRow(cfg, weights, grads)),
+      ('tf_fused_jit', lambda: peer_rows.TfFusedRow(
+          cfg, weights, grads, jit_compile=True)),
+      ('keras', lambda: peer_rows.KerasRow(cfg, weights, grads)),
+      ('optax_jit', lambda: peer_rows.OptaxRow(cfg, weights, grads)),
+  ]
+  have_learner, note = learner_row.LearnerAvailable()
+  if not have_learner and note not in notes:
+    notes.append(note)
+  have_optax, note = peer_rows.OptaxAvailable()
+  if not have_optax and note not in notes:
+    notes.append(note)
+  rows = []
+  for name, build in builders:
+    if wanted and name not in wanted:
+      continue
+    if name.startswith('learner') and not have_learner:
+      continue
+    if name.startswith('optax') and not have_optax:
+      continue
+    try:
+      rows.append(build())
+    except Exception as e:  # pylint: disable=broad-except
+      notes.append('%s: build failed: %s: %s' % (name, type(e).__name__, e))
+  return rows
+
+
+def Reference(cfg, weights, grads, form):
+  """The numpy reference weights after CHECK_STEPS steps in `form`."""
+  kw = dict(steps=CHECK_STEPS, lr=cfg.lr, total_steps=cfg.total_steps,
+            alpha=cfg.alpha, clip=cfg.clip, form=form)
+  if cfg.optimizer == 'momentum':
+    return numpy_reference.Momentum(weights, grads, momentum=cfg.momentum,
+                                    **kw)
+  return numpy_reference.Adam(weights, grads, beta1=cfg.beta1,
+                              beta2=cfg.beta2, epsilon=cfg.epsilon, **kw)
+
+
+def RunOne(set_name, opt_name, args, gbps, notes):
+  """Measures every row for one (set, optimizer); returns a result dict."""
+  specs = variable_sets.Specs(set_name)
+  n = variable_sets.NumParams(specs)
+  weights, grads = variable_sets.MakeValues(specs)
+  cfg = peer_rows.UpdateConfig(opt_name)
+  wanted = [r for r in args.rows.split(',') if r]
+  rows = BuildRows(cfg, specs, weights, grads, wanted, notes)
+  refs = {}
+  checked = {}
+  active = {}
+  for row in rows:
+    try:
+      first_s, _ = timing.TimeFirstCall(row.step)
+      for _ in range(CHECK_STEPS - 1):
+        row.step()
+    except Exception as e:  # pylint: disable=broad-except
+      notes.append('%s/%s/%s: step failed: %s: %s' %
+                   (set_name, opt_name, row.name, type(e).__name__,
+                    str(e).splitlines()[0][:300]))
+      continue
+    form = row.reference_form
+    if form not in refs:
+      refs[form] = Reference(cfg, weights, grads, form)
+    err = numpy_reference.MaxRelativeError(weights, row.Weights(), refs[form])
+    checked[row.name] = dict(first_call_s=first_s, max_rel_err=err,
+                             check_ok=bool(err <= CHECK_TOLERANCE))
+    active[row.name] = row.step
+  stats = timing.TimeRows(active, args.steps, args.warmup) if active else {}
+  bytes_per_param = bandwidth.BYTES_PER_PARAM[opt_name]
+  limit_s = bandwidth.LimitSeconds(n, bytes_per_param, gbps)
+  peer_medians = [stats[p].median for p in PEERS if p in stats]
+  best_peer = min(peer_medians) if peer_medians else None
+  result = dict(set=set_name, optimizer=opt_name, num_params=n,
+                num_variables=len(specs), bytes_per_param=bytes_per_param,
+                limit_s=limit_s, best_peer_s=best_peer, rows={})
+  for name in active:
+    r = dict(stats[name])
+    r.update(checked[name])
+    r['ratio_to_limit'] = r['median_s'] / limit_s
+    r['ratio_to_best_peer'] = (r['median_s'] / best_peer
+                               if best_peer else None)
+    result['rows'][name] = r
+  del rows, active
+  gc.collect()
+  return result
+
+
+def FormatResult(result):
+  """The text table of one (set, optimizer) result."""
+  header = ['row', 'median_ms', 'p10_ms', 'p90_ms', 'x_limit', 'x_best_peer',
+            'first_ms', 'err', 'check']
+  lines = []
+  for name, r in result['rows'].items():
+    lines.append([name, timing.Ms(r['median_s']), timing.Ms(r['p10_s']),
+                  timing.Ms(r['p90_s']), r['ratio_to_limit'],
+                  r['ratio_to_best_peer'], timing.Ms(r['first_call_s']),
+                  '%.1e' % r['max_rel_err'], 'ok' if r['check_ok'] else
+                  'FAIL'])
+  lines.append(['limit', timing.Ms(result['limit_s']), None, None, 1.0,
+                None, None, None, None])
+  title = ('%s (%d vars, %.2f M params), %s + clip %.1f + cosine; limit = '
+           '%d B/param at the measured bandwidth' %
+           (result['set'], result['num_variables'], result['num_params'] / 1e6,
+            result['optimizer'], 1.0, result['bytes_per_param']))
+  return title + '\n' + timing.FormatTable(header, lines)
+
+
+def Targets(results):
+  """Issue 8's targets for the update step: list of (target, value, met)."""
+  out = []
+  for res in results:
+    rows = res['rows']
+    for ours in ('learner', 'learner_jit'):
+      if ours not in rows:
+        continue
+      m = rows[ours]['median_s']
+      if res['optimizer'] == 'momentum' and res['set'] == 'resnet50':
+        if 'optax_jit' in rows:
+          ratio = m / rows['optax_jit']['median_s']
+          out.append(('resnet50 momentum %s / optax <= 1.1' % ours, ratio,
+                      ratio <= 1.1))
+        ratio = m / res['limit_s']
+        out.append(('resnet50 momentum %s / limit <= 1.7' % ours, ratio,
+                    ratio <= 1.7))
+      if res['optimizer'] == 'momentum' and res['set'] == 'small':
+        if 'tf_fused' in rows:
+          ratio = m / rows['tf_fused']['median_s']
+          out.append(('small momentum %s / tf_fused <= 1.0' % ours, ratio,
+                      ratio <= 1.0))
+      if res['optimizer'] == 'adam' and 'tf_fused' in rows:
+        ratio = m / rows['tf_fused']['median_s']
+        out.append(('%s adam %s / tf_fused <= 1.1' % (res['set'], ours),
+                    ratio, ratio <= 1.1))
+  return out
+
+
+def main(argv=None):
+  """Runs the benchmark; prints the tables; returns the JSON payload."""
+  args = ParseArgs(sys.argv[1:] if argv is None else argv)
+  notes = []
+  gbps = bandwidth.MeasureBandwidth(threads=2)
+  print('memory bandwidth (numpy, 2 threads, a += b): %.1f GB/s' % gbps)
+  results = []
+  for set_name in [s for s in args.sets.split(',') if s]:
+    for opt_name in [o for o in args.optimizers.split(',') if o]:
+      res = RunOne(set_name, opt_name, args, gbps, notes)
+      results.append(res)
+      print()
+      print(FormatResult(res))
+      sys.stdout.flush()
+  gbps_end = bandwidth.MeasureBandwidth(threads=2)
+  targets = Targets(results)
+  if targets:
+    print('\ntargets:')
+    for t, v, ok in targets:
+      print('  %-45s %6.2f  %s' % (t, v, 'met' if ok else 'MISSED'))
+  for note in notes:
+    print('note: ' + note)
+  payload = dict(benchmark='update_step', bandwidth_gbps=gbps,
+                 bandwidth_gbps_at_end=gbps_end, steps=args.steps,
+                 warmup=args.warmup, results=results, notes=notes,
+                 targets=[dict(target=t, value=v, met=ok)
+                          for t, v, ok in targets],
+                 cpu_count=os.cpu_count())
+  path = timing.WriteJson(args.output or
+                          timing.DefaultOutputPath('update_step'), payload)
+  print('wrote ' + path)
+  return payload
+
+
+if __name__ == '__main__':
+  main()

@@ -1,0 +1,108 @@
+"""benchmarks.update_step in its quickest mode, plus its building blocks.
+
+Timings are never asserted; the numbers checked are shapes, traffic models
+and each row's agreement with its numpy reference.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from benchmarks import bandwidth
+from benchmarks import numpy_reference
+from benchmarks import peer_rows
+from benchmarks import update_step
+from benchmarks import variable_sets
+
+
+def test_resnet50_set_has_resnet50_shapes():
+  # He et al. 2016, 50-layer: 53 convs (1 stem + 16 blocks x 3 + 4
+  # shortcuts), each with BN gamma/beta, plus fc: 53 * 3 + 2 = 161 variables.
+  specs = variable_sets.Specs('resnet50')
+  assert len(specs) == 161
+  # Trainable parameters of ResNet-50 v1.5 without conv biases.
+  assert variable_sets.NumParams(specs) == 25557032
+  assert specs[0].shape == (7, 7, 3, 64)
+  assert specs[-2].shape == (2048, 1000)
+
+
+def test_small_set_is_20_variables_1m_params():
+  specs = variable_sets.Specs('small')
+  assert len(specs) == 20
+  assert variable_sets.NumParams(specs) == 10 * (320 * 320 + 320)
+
+
+def test_unknown_set_names_the_set():
+  with pytest.raises(ValueError, match=r"'resnet'.*resnet50"):
+    variable_sets.Specs('resnet')
+
+
+def test_unknown_optimizer_names_it():
+  with pytest.raises(ValueError, match=r"'lamb'"):
+    peer_rows.UpdateConfig('lamb')
+
+
+def test_bandwidth_bad_threads_names_the_argument():
+  with pytest.raises(ValueError, match='threads=0'):
+    bandwidth.MeasureBandwidth(threads=0)
+
+
+def test_limit_of_the_issue_example():
+  # Issue 8: 25.6 M params x 20 B / 35 GB/s = 14.6 ms.
+  limit = bandwidth.LimitSeconds(25.6e6, bandwidth.BYTES_PER_PARAM['momentum'],
+                                 35.0)
+  np.testing.assert_allclose(limit, 25.6e6 * 20 / 35e9)
+
+
+def test_momentum_reference_by_hand():
+  # One variable [1.0], g = [2.0] clipped to norm 1 -> [1.0]; lr 0.1,
+  # cosine T=4, alpha=0.1: m0 = 1, m1 = 0.1 + 0.9 * 0.5 * (1 + cos(pi/4)).
+  m1 = 0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi / 4))
+  w = numpy_reference.Momentum([np.array([1.0], np.float32)],
+                               [np.array([2.0], np.float32)], steps=2, lr=0.1,
+                               total_steps=4, alpha=0.1, momentum=0.9)
+  # TF form: v = 1, w -= 0.1 * 1; v = 0.9 + 1, w -= 0.1 * m1 * 1.9.
+  np.testing.assert_allclose(w[0], [1.0 - 0.1 - 0.1 * m1 * 1.9], rtol=1e-12)
+  wk = numpy_reference.Momentum([np.array([1.0], np.float32)],
+                                [np.array([2.0], np.float32)], steps=2,
+                                lr=0.1, total_steps=4, alpha=0.1,
+                                momentum=0.9, form='keras')
+  # Keras form: m = -0.1; w = 0.9; m = -0.09 - 0.1 * m1; w += m.
+  np.testing.assert_allclose(wk[0], [0.9 - 0.09 - 0.1 * m1], rtol=1e-12)
+
+
+def test_reference_check_catches_the_wrong_momentum_form():
+  # The check must be able to fail: Keras's Momentum form differs from TF's
+  # once the rate changes, which the default 4-step cosine makes it do.
+  specs = variable_sets.Specs('small')[:2]
+  w, g = variable_sets.MakeValues(specs)
+  kw = dict(steps=3, lr=0.1, total_steps=4, alpha=0.1)
+  tf_form = numpy_reference.Momentum(w, g, **kw)
+  keras_form = numpy_reference.Momentum(w, g, form='keras', **kw)
+  err = numpy_reference.MaxRelativeError(w, keras_form, tf_form)
+  assert err > 10 * update_step.CHECK_TOLERANCE
+
+
+def test_bad_steps_flag_is_refused():
+  with pytest.raises(SystemExit):
+    update_step.ParseArgs(['--steps=0'])
+
+
+def test_quickest_run_every_row_matches_its_numpy_reference(tmp_path):
+  out = tmp_path / 'update_step.json'
+  payload = update_step.main(['--sets=small', '--steps=3', '--warmup=0',
+                              '--output=%s' % out])
+  written = json.loads(out.read_text())
+  assert written['benchmark'] == 'update_step'
+  failures = [n for n in payload['notes'] if 'failed' in n]
+  assert not failures, failures
+  assert [(r['set'], r['optimizer']) for r in payload['results']] == [
+      ('small', 'momentum'), ('small', 'adam')]
+  for res in payload['results']:
+    rows = res['rows']
+    for name in ('learner', 'learner_jit', 'tf_fused', 'keras'):
+      assert name in rows, (res['optimizer'], sorted(rows))
+    for name, r in rows.items():
+      assert r['check_ok'], (res['optimizer'], name, r['max_rel_err'])
+      assert r['steps'] == 3
