@@ -139,12 +139,12 @@ class Composite(base_optimizer.BaseOptimizer):
     """
     lr = tf.convert_to_tensor(lr, tf.float32)
     per_group = [NestedMap() for _ in self._groups]
-    for key, vg in var_grads.FlattenItems():
+    for n, vg in enumerate(var_grads.Flatten()):
       if vg.grad is None:
         continue
       self._CheckBound(vg.var)
       i = self._assignment[var_grad_lib.VarName(vg.var)]
-      per_group[i][var_grad_lib.SanitizedName(key)] = vg
+      per_group[i]['v%d' % n] = vg
     ops = []
     for group, mult, gvg in zip(self._groups, self._multipliers, per_group):
       ops.append(group.Apply(lr * mult, gvg))

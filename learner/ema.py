@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from learner import base_optimizer
 from learner import var_grad as var_grad_lib
+from schedules import base_schedule
 
 
 class Ema(base_optimizer.BaseOptimizer):
@@ -26,7 +27,8 @@ class Ema(base_optimizer.BaseOptimizer):
   Averaging", 1992; TF's ExponentialMovingAverage.
 
   Raises:
-    ValueError: at construction, if decay is outside [0, 1], if
+    ValueError: at construction, if decay is outside [0, 1] or
+      decay_schedule is not BaseSchedule params, if
       `p.optimizer` is not optimizer params or is a gradient accumulation
       (accumulation must be the outermost wrapper), or if this wrapper's own
       decoupled_weight_decay is set.
@@ -50,7 +52,15 @@ class Ema(base_optimizer.BaseOptimizer):
     p = self.params
     base_optimizer.CheckInnerOptimizerParams('Ema', 'optimizer', p.optimizer)
     base_optimizer.CheckNoWrapperDecay(self)
-    if p.decay_schedule is None and not 0.0 <= p.decay <= 1.0:
+    if p.decay_schedule is not None:
+      cls = getattr(p.decay_schedule, 'cls', None)
+      if not (isinstance(cls, type) and
+              issubclass(cls, base_schedule.BaseSchedule)):
+        raise ValueError(
+            '%s: decay_schedule must be BaseSchedule params (e.g. '
+            'schedules.EmaDecaySchedule.Params()), got %r.' %
+            (self.path, cls if cls else p.decay_schedule))
+    elif not 0.0 <= p.decay <= 1.0:
       raise ValueError('%s: decay=%r must be in [0, 1] (e.g. 0.999).' %
                        (self.path, p.decay))
     self.CreateChild('optimizer', p.optimizer)

@@ -12,8 +12,11 @@ Sparse gradients give the dense result unless `lazy_sparse_updates=True`
 with a sparse update; the others densify, which the class docstring says).
 """
 
+import re
+
 import tensorflow as tf
 
+from learner import var_grad as var_grad_lib
 from learner.base_optimizer import BaseOptimizer
 from learner.base_optimizer import SGD  # pylint: disable=unused-import
 
@@ -387,6 +390,9 @@ class LAMB(BaseOptimizer):
   w <- w - lr * (||w|| / ||r||) * r   (ratio 1 when either norm is 0)
   `weight_decay` is LAMB's own decay inside the trust ratio (not scaled by
   lr separately); `decoupled_weight_decay` is still available on top.
+  Variables matching `exclude_from_weight_decay` get no weight_decay term;
+  those matching `exclude_from_layer_adaptation` use ratio 1 (BERT's LAMB
+  excludes 'LayerNorm' and 'bias' from both).
   Sparse gradients are densified. Slots: 'm', 'v' (zeros).
   Source: You et al., "Large Batch Optimization for Deep Learning: Training
   BERT in 76 minutes", ICLR 2020, Algorithm 2 (phi = identity).
@@ -399,7 +405,16 @@ class LAMB(BaseOptimizer):
     p.Define('beta2', 0.999, 'Decay of the second moment.')
     p.Define('epsilon', 1e-6, 'Added to the bias-corrected sqrt(v).')
     p.Define('weight_decay', 0.0, 'LAMB weight decay lambda inside r.')
+    p.Define('exclude_from_weight_decay', [],
+             'Regexes (re.search on variable names) of variables without the '
+             'weight_decay term.')
+    p.Define('exclude_from_layer_adaptation', [],
+             'Regexes of variables whose trust ratio is fixed at 1.')
     return p
+
+  def _Matches(self, var, regexes):
+    name = var_grad_lib.VarName(var)
+    return any(re.search(r, name) for r in regexes)
 
   def _CreateSlots(self, var):
     return {'m': None, 'v': None}
@@ -412,8 +427,12 @@ class LAMB(BaseOptimizer):
     w_old = tf.identity(var.read_value())
     m_hat = m / (1. - tf.pow(_C(p.beta1, var), t))
     v_hat = v / (1. - tf.pow(_C(p.beta2, var), t))
-    r = m_hat / (tf.sqrt(v_hat) + p.epsilon) + p.weight_decay * w_old
-    ratio = _TrustRatio(tf.norm(w_old), tf.norm(r))
+    r = m_hat / (tf.sqrt(v_hat) + p.epsilon)
+    if not self._Matches(var, p.exclude_from_weight_decay):
+      r += p.weight_decay * w_old
+    ratio = 1.
+    if not self._Matches(var, p.exclude_from_layer_adaptation):
+      ratio = _TrustRatio(tf.norm(w_old), tf.norm(r))
     ops = [slots['m'].assign(m), slots['v'].assign(v),
            var.assign_sub(_C(lr, var) * ratio * r)]
     return tf.group(ops) if not tf.executing_eagerly() else None

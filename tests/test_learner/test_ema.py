@@ -106,3 +106,8 @@ def test_ema_refuses_accumulation_inside():
 
   with pytest.raises(ValueError, match='accumulation must be the outermost'):
     ema.Ema.Params().Set(name='ema', optimizer=_Acc.Params()).Instantiate()
+
+
+def test_ema_decay_schedule_must_be_schedule_params():
+  with pytest.raises(ValueError, match='decay_schedule must be BaseSchedule'):
+    _Ema(decay_schedule=optimizers.SGD.Params())

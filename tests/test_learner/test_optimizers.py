@@ -246,3 +246,24 @@ def test_every_optimizer_in_tf_function_and_under_xla_matches_eager():
       np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL,
                                  err_msg='%s %s' % (name, mode))
     assert int(built['xla_lazy'][i][0].num_updates.numpy()) == 2
+
+
+def test_lamb_exclusions_drop_decay_and_adaptation_by_name():
+  # One step, t = 1: m_hat = g, v_hat = g^2, so r = sign(g) / (1 + eps/|g|)
+  # ~ sign(g). 'bias' gets no decay and ratio 1: b = 1 - 0.1 * r.
+  # 'kernel' keeps both: r_k = r + 0.5 * w, ratio ||w|| / ||r_k||.
+  p = optimizers.LAMB.Params().Set(
+      weight_decay=0.5, exclude_from_weight_decay=['bias'],
+      exclude_from_layer_adaptation=['bias'])
+  k = tf.Variable([[3.0], [4.0]], name='dense/kernel')
+  b = tf.Variable([1.0, 1.0], name='dense/bias')
+  opt = p.Copy().Set(name='lamb').Instantiate().Bind([k, b])
+  g_k, g_b = np.array([[1.0], [-2.0]], np.float32), np.array([2.0, -1.0],
+                                                             np.float32)
+  _Step(opt, [k, b], [tf.constant(g_k), tf.constant(g_b)], 0.1)
+  r_b = g_b / (np.abs(g_b) + 1e-6)
+  np.testing.assert_allclose(b.numpy(), 1.0 - 0.1 * r_b, rtol=1e-6)
+  r_k = g_k / (np.abs(g_k) + 1e-6) + 0.5 * np.array([[3.0], [4.0]])
+  ratio = 5.0 / np.linalg.norm(r_k)
+  np.testing.assert_allclose(k.numpy(), [[3.0], [4.0]] - 0.1 * ratio * r_k,
+                             rtol=1e-6)
