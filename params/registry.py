@@ -32,8 +32,20 @@ def _KeyOf(cls):
 def Register(cls):
   """Class decorator: registers an experiment under '<module>.<ClassName>'.
 
+  <module> is the module path with the leading 'configs.' removed, so
+  `configs/vision/mnist.py`'s class `Cnn` is 'vision.mnist.Cnn'; a class
+  outside configs keeps its full module path.
+
+  Args:
+    cls: a class whose instances have Task(), Train() and Eval() methods
+      returning Params (task, train input, eval input).
+
+  Returns:
+    cls, unchanged.
+
   Raises:
-    ValueError: if the key is already registered by another class, or the
+    ValueError: if the key is already registered by another class (a
+      re-executed module, e.g. importlib.reload, is not a duplicate), or the
       class lacks Task/Train/Eval.
   """
   for method in ('Task', 'Train', 'Eval'):
@@ -42,30 +54,63 @@ def Register(cls):
                        (cls.__name__, method))
   key = _KeyOf(cls)
   existing = _REGISTRY.get(key)
-  if existing is not None and existing is not cls and (
-      existing.__qualname__ != cls.__qualname__ or
-      existing.__module__ != cls.__module__):
-    raise ValueError('Experiment key %r is already registered (by %s.%s).' %
-                     (key, existing.__module__, existing.__qualname__))
+  if existing is not None and existing is not cls and not _IsReload(
+      existing, cls):
+    raise ValueError(
+        'Experiment key %r is already registered (by %s.%s, defined at %s); '
+        'the second definition is at %s. Rename one of the classes.' %
+        (key, existing.__module__, existing.__qualname__,
+         _Where(existing), _Where(cls)))
   _REGISTRY[key] = cls
   return cls
 
 
+def _Where(cls):
+  """'file:line' of the class's first own method, or its module."""
+  lines = [(f.__code__.co_filename, f.__code__.co_firstlineno)
+           for f in vars(cls).values() if hasattr(f, '__code__')]
+  if not lines:
+    return cls.__module__
+  return '%s:%d' % min(lines, key=lambda x: x[1])
+
+
+def _IsReload(existing, cls):
+  """True if `cls` is `existing` defined again (its module re-executed).
+
+  A copy-pasted class with the same name in the same module is not a reload:
+  its methods start on other lines.
+  """
+  return (existing.__module__ == cls.__module__ and
+          existing.__qualname__ == cls.__qualname__ and
+          _Where(existing) == _Where(cls))
+
+
 def _ImportAllConfigs():
+  """Imports every module under the configs package (errors propagate)."""
   try:
     package = importlib.import_module(_CONFIGS_PACKAGE)
-  except ImportError:
-    return
+  except ModuleNotFoundError as e:
+    if e.name == _CONFIGS_PACKAGE:
+      return  # No configs package installed: nothing to list.
+    raise
   for info in pkgutil.walk_packages(package.__path__, _CONFIGS_PACKAGE + '.'):
     importlib.import_module(info.name)
 
 
 def _ImportFor(key):
-  module = key.rsplit('.', 1)[0] if '.' in key else key
+  """Imports the configs module a key names, if it exists.
+
+  A module that exists but fails to import raises its error: a broken config
+  must not look like an unregistered one.
+  """
+  module = '%s.%s' % (_CONFIGS_PACKAGE,
+                      key.rsplit('.', 1)[0] if '.' in key else key)
   try:
-    importlib.import_module('%s.%s' % (_CONFIGS_PACKAGE, module))
-  except ImportError:
-    pass
+    importlib.import_module(module)
+  except ModuleNotFoundError as e:
+    missing = e.name or ''
+    if not (module == missing or module.startswith(missing + '.')):
+      raise
 
 
 def GetAllRegisteredKeys():
@@ -104,16 +149,28 @@ def GetParams(key, overrides=None):
       `Params.FromText`, rooted at the returned params (so keys start with
       'task.', 'train_input.' or 'eval_input.').
 
+  Returns:
+    Params with `task`, `train_input` and `eval_input` (mutable).
+
   Raises:
     LookupError: unknown key (with close matches).
+    TypeError: if the experiment's Task/Train/Eval does not return Params.
     ValueError: a bad override (naming the line, the key and close names).
   """
   cls = GetClass(key)
   experiment = cls()
+  parts = {}
+  for name, method in (('task', 'Task'), ('train_input', 'Train'),
+                       ('eval_input', 'Eval')):
+    value = getattr(experiment, method)()
+    if not isinstance(value, hyperparams.Params):
+      raise TypeError('Experiment %r: %s() must return Params, got %s.' %
+                      (key, method, type(value).__name__))
+    parts[name] = value
   p = hyperparams.Params()
-  p.Define('task', experiment.Task(), 'The task params.')
-  p.Define('train_input', experiment.Train(), 'The training input params.')
-  p.Define('eval_input', experiment.Eval(), 'The evaluation input params.')
+  p.Define('task', parts['task'], 'The task params.')
+  p.Define('train_input', parts['train_input'], 'The training input params.')
+  p.Define('eval_input', parts['eval_input'], 'The evaluation input params.')
   if overrides:
     p.FromText(overrides)
   return p
