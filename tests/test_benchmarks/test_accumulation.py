@@ -1,0 +1,32 @@
+"""benchmarks.accumulation in its quickest mode; timings never asserted."""
+
+import pytest
+
+from benchmarks import accumulation
+
+
+def test_num_batches_below_two_is_refused():
+  with pytest.raises(SystemExit):
+    accumulation.ParseArgs(['--num_batches=1'])
+
+
+def test_steps_below_num_batches_is_refused():
+  with pytest.raises(SystemExit):
+    accumulation.ParseArgs(['--num_batches=4', '--steps=3'])
+
+
+def test_quickest_run_every_row_matches_its_numpy_reference(tmp_path):
+  payload = accumulation.main(['--sets=small', '--num_batches=2',
+                               '--steps=4', '--warmup=0',
+                               '--output=%s' % (tmp_path / 'acc.json')])
+  failures = [n for n in payload['notes'] if 'failed' in n]
+  assert not failures, failures
+  rows = payload['results'][0]['rows']
+  for name in ('learner', 'tf_accumulate', 'tf_accumulate_fused', 'keras'):
+    assert name in rows, sorted(rows)
+  for name, r in rows.items():
+    assert r['check_ok'], (name, r['max_rel_err'])
+  # 4 timed steps with 2 micro-batches per update: 2 applying, 2 not.
+  assert rows['learner']['micro']['steps'] == 2
+  assert rows['learner']['apply']['steps'] == 2
+  assert rows['tf_accumulate']['micro']['steps'] == 4
