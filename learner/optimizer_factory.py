@@ -133,6 +133,7 @@ class OptimizerFn(_Factory):
     return _SetKwargs('get_optimizer_fn(%r)' % self._name, p, kwargs, aliases)
 
   def TextSpec(self):
+    """Returns ('learner.optimizer_factory.get_optimizer_fn', kwargs)."""
     return ('learner.optimizer_factory.get_optimizer_fn',
             dict(name=self._name, **self._kwargs))
 
@@ -228,6 +229,7 @@ class OptimizerWrapperFn(_Factory):
     return _SetKwargs(where, p, kwargs, aliases)
 
   def TextSpec(self):
+    """Returns ('...get_optimizer_wrapper_fn', kwargs with name, inner)."""
     return ('learner.optimizer_factory.get_optimizer_wrapper_fn',
             dict(name=self._name, inner=self._inner, **self._kwargs))
 
@@ -267,6 +269,9 @@ def OptimizerParamsFromFn(optimizer_fn):
       of `KerasOptimizer` holding the callable; the base rate is the Keras
       optimizer's own learning rate) or a BaseOptimizer (-> its params, and
       its factory's rate if a factory built it).
+
+  A callable that is not a factory is called once here, to check what it
+  returns and read its rate; the learner's optimizer calls it again.
 
   Returns:
     (InstantiableParams of a BaseOptimizer, float or None).

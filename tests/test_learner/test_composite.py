@@ -84,3 +84,13 @@ def test_composite_refuses_accumulation_in_a_group():
 
   with pytest.raises(ValueError, match='outermost wrapper'):
     _Composite({'enc/': (_Acc.Params(), 1.0)})
+
+
+def test_composite_params_round_trip_through_text():
+  p = composite.Composite.Params().Set(optimizer_map={
+      'enc/': (optimizers.Momentum.Params().Set(alpha=0.5), 2.0),
+      'default_optimizer': (optimizers.Adam.Params().Set(beta1=0.8), 0.5)})
+  q = composite.Composite.Params().FromText(p.ToText())
+  assert q == p
+  assert q.optimizer_map['enc/'][0].alpha == 0.5
+  assert q.optimizer_map['default_optimizer'][1] == 0.5
