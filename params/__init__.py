@@ -1,7 +1,11 @@
 """Configuration and composition: Params, NestedMap, BaseLayer, the registry."""
 
+from params.hyperparams import DecodeValue
+from params.hyperparams import EncodeValue
 from params.hyperparams import InstantiableParams
 from params.hyperparams import Params
+from params.hyperparams import ResolveImportPath
+from params.hyperparams import TextFactory
 from params.hyperparams import TextSerializable
 from params.nested_map import NestedMap
 from params.base_layer import BaseLayer
