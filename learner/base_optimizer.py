@@ -164,24 +164,23 @@ class BaseOptimizer(BaseLayer):
   def _ApplyOne(self, lr, var, grad):
     """Applies decoupled weight decay and the update to one variable.
 
-    Sparse gradients: duplicate indices are merged before anything reads the
-    values; under XLA (`jit_compile=True`), where TF's sparse apply kernels
-    and `tf.unique` do not compile, they are densified (densifying sums
-    duplicate rows), whatever `lazy_sparse_updates` says. A lazy sparse
+    Sparse gradients: for a lazy update duplicate indices are merged before
+    anything reads the values; otherwise they are densified (which sums
+    duplicate rows). Under XLA (`jit_compile=True`), where TF's sparse apply
+    kernels and `tf.unique` do not compile, they are always densified,
+    whatever `lazy_sparse_updates` says. A lazy sparse
     update decays only the rows present in the batch (as TF Addons'
     decoupled weight decay does for sparse updates); otherwise every row.
     """
     slots = self.GetSlots(var)
     lazy = False
     if isinstance(grad, tf.IndexedSlices):
-      if _InXla():
-        grad = tf.convert_to_tensor(grad)
-      else:
+      lazy = (self.params.lazy_sparse_updates and self.SUPPORTS_LAZY_SPARSE
+              and not _InXla())
+      if lazy:
         grad = var_grad_lib.MergeDuplicateIndices(grad)
-        lazy = (self.params.lazy_sparse_updates and
-                self.SUPPORTS_LAZY_SPARSE)
-        if not lazy:
-          grad = tf.convert_to_tensor(grad)
+      else:
+        grad = tf.convert_to_tensor(grad)  # Sums duplicate rows.
     wd = self.params.decoupled_weight_decay
     decay = None
     if wd and self._decay_mask.get(var_grad_lib.VarName(var), True):
