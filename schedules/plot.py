@@ -21,9 +21,7 @@ Steps are the schedule's steps: applied updates by default (see DESIGN.md,
 "Words with one meaning").
 """
 
-import difflib
 import os
-import re
 import sys
 
 from absl import flags
@@ -35,7 +33,6 @@ from params import registry
 from schedules.base_schedule import BaseSchedule
 from schedules.base_schedule import DEFAULT_NAME
 
-_NESTED_RE = re.compile(r'^([a-z_][a-z0-9_]*)(?:\[(\d+)\])?\.(.+)$')
 _NO_TEXT = '<no text form: '
 
 
@@ -77,15 +74,6 @@ def _ParseLines(text):
   return entries
 
 
-def _Unknown(key, name, p):
-  names = [k for k, _ in p.IterParams()]
-  close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
-  cls = p.cls if 'cls' in p else None
-  return ValueError('Unknown key %r: %s has no param %r.%s Defined: %s.' % (
-      key, cls.__name__ if isinstance(cls, type) else 'Params', name, (' Did you mean %s?' % ' or '.join(repr(c) for c in close))
-      if close else '', sorted(names)))
-
-
 def _Decode(key, value_text):
   if value_text.startswith(_NO_TEXT):
     raise ValueError('Key %r holds a value with no text form (%s); set it in '
@@ -98,46 +86,8 @@ def _Decode(key, value_text):
                      (key, value_text, e)) from None
 
 
-def _Fill(p, entries, prefix):
-  """Sets on `p` every entry under `prefix`, building nested params by cls."""
-  nested = {}
-  for key in entries:
-    if not key.startswith(prefix):
-      continue
-    rel = key[len(prefix):]
-    m = _NESTED_RE.match(rel)
-    if m:
-      nested.setdefault(m.group(1), set()).add(
-          None if m.group(2) is None else int(m.group(2)))
-      continue
-    if rel == 'cls':
-      continue
-    if rel not in p:
-      raise _Unknown(key, rel, p)
-    p.Set(**{rel: _Decode(key, entries[key])})
-  for name, indices in nested.items():
-    if name not in p:
-      raise _Unknown(prefix + name, name, p)
-    if indices == {None}:
-      sub_prefix = '%s%s.' % (prefix, name)
-      if sub_prefix + 'cls' in entries:
-        p.Set(**{name: _Build(entries, sub_prefix)})
-      else:
-        sub = p.Get(name)
-        if not isinstance(sub, hyperparams.Params):
-          raise ValueError('Key %r: %r is not a Params and has no cls line.' %
-                           (sub_prefix, name))
-        _Fill(sub, entries, sub_prefix)
-    else:
-      if None in indices:
-        raise ValueError('Keys under %r mix list elements and attributes.' %
-                         (prefix + name))
-      p.Set(**{name: [_Build(entries, '%s%s[%d].' % (prefix, name, i))
-                      for i in range(max(indices) + 1)]})
-  return p
-
-
 def _Build(entries, prefix):
+  """Builds the params whose keys start with `prefix` (its cls line first)."""
   key = prefix + 'cls'
   if key not in entries:
     raise ValueError('No %r line: cannot tell which class %r builds.' %
@@ -145,16 +95,19 @@ def _Build(entries, prefix):
   cls = _Decode(key, entries[key])
   if not (isinstance(cls, type) and callable(getattr(cls, 'Params', None))):
     raise ValueError('%r = %r is not a class with Params().' % (key, cls))
-  return _Fill(cls.Params(), entries, prefix)
+  text = '\n'.join('%s : %s' % (k[len(prefix):], v)
+                   for k, v in entries.items() if k.startswith(prefix))
+  # Params.FromText rebuilds nested params from their cls lines.
+  return cls.Params().FromText(text)
 
 
 def ScheduleParamsFromText(text, learner=0):
-  """Builds a schedule's params from params text (structure from `cls` lines).
+  """Builds a schedule's params from params text, finding the schedule in it.
 
-  Unlike `Params.FromText`, which sets values on existing params, this builds
-  each nested params from its `cls` line, so a schedule whose children have
-  other classes than the defaults (Warmup of a CosineDecay, a
-  PiecewiseSchedule's list) comes back whole.
+  The schedule is the root params if its `cls` is a schedule, else the
+  (outermost) `lr_schedule` params in the text; it is built with
+  `cls.Params().FromText(...)` on its lines, which rebuilds nested params
+  from their `cls` lines.
 
   Args:
     text: 'key : value' lines (or ';'-separated) as `Params.ToText()`

@@ -1,0 +1,169 @@
+"""`python -m schedules.plot`: text plot, key values, sources, PNG, errors."""
+
+import io
+import os
+import subprocess
+import sys
+
+import pytest
+
+from params import hyperparams
+from params import registry
+import schedules as sch
+from schedules import plot
+
+WARMUP_COSINE = sch.Warmup.Params().Set(
+    warmup_steps=100, schedule=sch.CosineDecay.Params().Set(
+        total_steps=900, alpha=0.1))
+
+
+def Run(*args):
+  out, err = io.StringIO(), io.StringIO()
+  code = plot.Main(['plot'] + list(args), out=out, err=err)
+  return code, out.getvalue(), err.getvalue()
+
+
+def test_params_text_prints_plot_peak_end_and_boundaries():
+  code, out, err = Run('--params_text=' + WARMUP_COSINE.ToText(),
+                       '--end=1200', '--num_points=50')
+  assert code == 0, err
+  assert out.startswith('Warmup (params text), steps 0..1200')
+  assert out.count('*') >= 50  # One mark per plot column.
+  # Peak 1.0 at step 99 (warmup_steps - 1), end value alpha = 0.1.
+  assert 'peak: 1 at step 99\n' in out
+  assert 'end:  0.1 at step 1200\n' in out
+  # Warmup ends at 99 (0.99 -> 1); the cosine ends at 100 + 900.
+  assert 'boundary 99: 0.99 -> 1\n' in out
+  assert 'boundary 1000: 0.100003 -> 0.1\n' in out
+
+
+def test_params_text_from_a_file_and_default_end(tmp_path):
+  path = tmp_path / 'schedule.txt'
+  path.write_text(sch.PiecewiseConstantSchedule.Params().Set(
+      boundaries=[10, 20], values=[1.0, 0.1, 0.01]).ToText())
+  code, out, err = Run('--params_text=%s' % path)
+  assert code == 0, err
+  # Default end: 1.2 x the last boundary.
+  assert 'steps 0..24' in out
+  assert 'boundary 10: 1 -> 0.1\n' in out
+  assert 'boundary 20: 0.1 -> 0.01\n' in out
+
+
+def _ExperimentParams():
+  """Params shaped like an experiment: task.train.learner = [two learners]."""
+  learners = []
+  for rate, value in [(0.5, 2.0), (0.1, 3.0)]:
+    lp = hyperparams.Params()
+    lp.Define('learning_rate', rate, '')
+    lp.Define('lr_schedule', sch.Constant.Params().Set(value=value), '')
+    learners.append(lp)
+  train = hyperparams.Params()
+  train.Define('learner', learners, '')
+  task = hyperparams.Params()
+  task.Define('train', train, '')
+  return task
+
+
+def test_params_text_of_an_experiment_picks_the_learner():
+  task = _ExperimentParams()
+  root = hyperparams.Params()
+  root.Define('task', task, '')
+  text = root.ToText()
+  assert 'task.train.learner[1].lr_schedule.cls' in text
+  code, out, _ = Run('--params_text=' + text, '--learner=1', '--end=10')
+  assert code == 0 and 'peak: 3 at step 0' in out
+  code, _, err = Run('--params_text=' + text, '--learner=5', '--end=10')
+  assert code == 1 and '--learner=5' in err
+
+
+class FakeExperiment:
+  """A registered experiment whose single learner warms up and decays."""
+
+  def Task(self):
+    p = _ExperimentParams()
+    p.train.learner = p.train.learner[0].Set(lr_schedule=WARMUP_COSINE.Copy())
+    return p
+
+  def Train(self):
+    return hyperparams.Params()
+
+  def Eval(self):
+    return hyperparams.Params()
+
+
+@pytest.fixture
+def fake_model():
+  registry.Register(FakeExperiment)
+  key = registry._KeyOf(FakeExperiment)  # pylint: disable=protected-access
+  yield key
+  registry._REGISTRY.pop(key, None)  # pylint: disable=protected-access
+
+
+def test_model_from_registry_with_learning_rate(fake_model):
+  code, out, err = Run('--model=' + fake_model, '--end=1000')
+  assert code == 0, err
+  assert 'Warmup (%s learner 0)' % fake_model in out
+  # learning_rate 0.5 x multiplier: peak 0.5, end 0.5 x 0.1.
+  assert 'learning_rate 0.5: peak rate 0.5, end rate 0.05\n' in out
+  code, _, err = Run('--model=' + fake_model, '--learner=1')
+  assert code == 1 and 'out of range' in err and '--learner=1' in err
+
+
+def test_unknown_model_is_reported():
+  code, _, err = Run('--model=no_such.Experiment')
+  assert code == 1 and 'no_such.Experiment' in err
+
+
+def test_png_without_matplotlib_says_how_to_install(monkeypatch, tmp_path):
+  monkeypatch.setitem(sys.modules, 'matplotlib', None)  # Import fails.
+  code, out, err = Run('--params_text=' + WARMUP_COSINE.ToText(),
+                       '--png=%s' % (tmp_path / 'lr.png'))
+  assert code == 1
+  assert 'pip install matplotlib' in err
+  assert 'peak:' in out  # The text plot is still printed first.
+  assert not os.path.exists(tmp_path / 'lr.png')
+
+
+def test_png_written_when_matplotlib_is_installed(tmp_path):
+  pytest.importorskip('matplotlib')
+  path = tmp_path / 'lr.png'
+  code, _, err = Run('--params_text=' + WARMUP_COSINE.ToText(),
+                     '--png=%s' % path)
+  assert code == 0, err
+  assert path.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+
+
+@pytest.mark.parametrize('args,needle', [
+    ((), 'exactly one of --model'),
+    (('--model=a.B', '--params_text=x : 1'), 'exactly one of --model'),
+    (('--params_text=value : 1.0',), 'holds no schedule'),
+    (("--params_text=cls : Class('schedules.base_schedule.Constant'); "
+      "valeu : 2.0",), 'valeu'),
+    (('--params_text=' + WARMUP_COSINE.ToText(), '--start=50', '--end=10'),
+     '--end=10 must be > --start=50'),
+    (('--params_text=' + WARMUP_COSINE.ToText(), '--num_points=1'),
+     '--num_points=1'),
+])
+def test_bad_invocations_exit_1_with_a_message(args, needle):
+  code, _, err = Run(*args)
+  assert code == 1
+  assert needle in err, err
+
+
+def test_unknown_flag_exits_2():
+  code, _, err = Run('--modle=x')
+  assert code == 2 and 'modle' in err
+
+
+def test_runs_as_a_module():
+  text = sch.CosineDecay.Params().Set(total_steps=100).ToText()
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
+  proc = subprocess.run(
+      [sys.executable, '-m', 'schedules.plot', '--params_text=' + text,
+       '--num_points=20'],
+      capture_output=True, text=True, timeout=120, env=env,
+      cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+          os.path.abspath(__file__)))))
+  assert proc.returncode == 0, proc.stderr
+  assert 'CosineDecay (params text), steps 0..120' in proc.stdout
+  assert 'end:  0 at step 120' in proc.stdout
