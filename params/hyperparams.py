@@ -24,6 +24,8 @@ import inspect
 import keyword
 import re
 
+from params import nested_map
+
 _NAME_RE = re.compile(r'^[a-z_][a-z0-9_]*$')
 _NO_TEXT_MARKER = '<no text form: '
 _KEY_SEGMENT_RE = re.compile(r'^([a-z_][a-z0-9_]*)((?:\[\d+\])*)$')
@@ -339,7 +341,15 @@ class Params:
     return self.Copy()
 
   def Freeze(self):
-    """Makes these params and every nested Params read-only; returns self."""
+    """Makes these params and every nested Params read-only; returns self.
+
+  Nested means anywhere inside the values: a Params value, or Params inside
+  lists, tuples and dicts (at any depth). Setting, defining, deleting and
+  `FromText` then raise AttributeError, also through dotted keys such as
+  'layers[0].dim'. The containers themselves (a list value) are ordinary
+  Python objects; use tuples for values that must not change. Undo only with
+  an explicit mutable copy: `p.Copy(frozen=False)`.
+  """
     self.__dict__['_immutable'] = True
     for _, value in self.IterParams():
       for sub in _NestedParams(value):
@@ -798,6 +808,8 @@ def _Encode(value):
     if len(value) == 1:
       return '(%s,)' % _Encode(value[0])
     return '(%s)' % ', '.join(_Encode(v) for v in value)
+  if isinstance(value, nested_map.NestedMap):
+    return 'NestedMap(%s)' % ', '.join(_EncodeKwargs(value))
   if isinstance(value, dict):
     return '{%s}' % ', '.join(
         '%s: %s' % (_Encode(k), _Encode(v)) for k, v in value.items())
@@ -825,7 +837,7 @@ _SUPPORTED_FORMS = (
     "supported forms: Python literals (1, 2.5, 'str', True, None, [..], "
     "(..), {..}), float('nan'|'inf'|'-inf'), Class('mod.Name'), "
     "Function('mod.fn'), Enum('mod.Enum', 'MEMBER'), DType('float32'), "
-    "Params(k=v, ...), Object('mod.factory', k=v, ...)")
+    "Params(k=v, ...), NestedMap(k=v, ...), Object('mod.factory', k=v, ...)")
 
 
 def DecodeValue(text):
@@ -933,6 +945,8 @@ def _Decode(node):
       return factory(**kwargs)
     if fn == 'Params' and not args:
       return _BuildParams(kwargs)
+    if fn == 'NestedMap' and not args:
+      return nested_map.NestedMap(kwargs)
   raise ValueError('unsupported expression %r; %s' %
                    (ast.unparse(node)[:80], _SUPPORTED_FORMS))
 

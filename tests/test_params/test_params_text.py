@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from params import hyperparams
 from params import InstantiableParams
+from params import NestedMap
 from params import Params
 from params import TextSerializable
 
@@ -110,6 +111,7 @@ def _AllTypes():
   p.Define('an_int_dtype', tf.float32, '')
   p.Define('an_object', None, '')
   p.Define('a_bytes', b'', '')
+  p.Define('a_nested_map', {}, '')
   p.Define('lambda', 0, 'A param whose name is a Python keyword.')
   return p
 
@@ -137,6 +139,7 @@ def _Values(p):
       an_int_dtype=tf.int64,
       an_object=Schedule('cosine', rate=0.5, steps=(10, 20)),
       a_bytes=b'\x00bin',
+      a_nested_map=NestedMap(a=[1, NestedMap(b=2)], c={'d': 3}),
       **{'lambda': 3, 'nested.x': 33, 'nested.y': 'Y'})
 
 
@@ -164,6 +167,8 @@ def test_round_trip_every_value_type():
   assert q.dict_of_params['dec'].cls is Built
   assert q.list_of_params[2].x == 3 and len(q.list_of_params) == 3
   assert q.Get('lambda') == 3
+  assert type(q.a_nested_map) is NestedMap
+  assert type(q.a_nested_map.a[1]) is NestedMap and q.a_nested_map.a[1].b == 2
 
 
 def test_round_trip_into_a_fresh_copy_of_the_same_structure():
