@@ -247,7 +247,10 @@ class BaseLayer(tf.Module):
       shape: list of ints.
       init: initializer: a name or config for tf.keras.initializers.get, a
         keras initializer, a number (constant), a numpy/tensor value of the
-        shape; None uses params.params_init, else zeros.
+        shape; None uses params.params_init, else zeros. With
+        params.random_seed set, a name or config initializer that takes a
+        seed gets random_seed + crc32(variable name), so same-shape
+        variables differ and rebuilding the tree reproduces the values.
       trainable: whether the learner may train it.
       dtype: variable dtype; None uses params.dtype.
       **kwargs: passed to tf.Variable (e.g. synchronization, aggregation).
