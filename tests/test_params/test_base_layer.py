@@ -364,3 +364,20 @@ def test_checkpoint_save_fresh_tree_restore_equal_values(tmp_path):
   for key, var in fresh.vars.FlattenItems():
     np.testing.assert_array_equal(var.numpy(), want[key].numpy(), err_msg=key)
   assert fresh.vars.enc.named.right.count.numpy() > 0
+
+
+class Stack(BaseLayer):
+  """A list of Blocks, for paths that index and then go on: 'a[1].b'."""
+
+  def __init__(self, params):
+    super().__init__(params)
+    self.CreateChildren('blocks', [Block.Params()] * 2)
+
+
+def test_get_descendant_through_an_index_and_on():
+  s = Stack(Stack.Params().Set(name='s'))
+  leaf = s.GetDescendant('blocks[1].leaves[0]')
+  assert leaf is s.blocks[1].leaves[0]
+  assert leaf.path == 's/blocks_1/leaves_0'
+  assert leaf.vars.w.name == 's/blocks_1/leaves_0/w:0'
+  assert s.GetDescendant('blocks[0].named.left').path == 's/blocks_0/left'
