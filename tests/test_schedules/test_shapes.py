@@ -297,3 +297,24 @@ def test_dev_based_update_inside_tf_function():
   got = [float(update(tf.constant(st, tf.int64), tf.constant(m, tf.float32)))
          for st, m in [(1, 10.), (2, 5.), (5, 4.), (6, 4.), (9, 4.)]]
   np.testing.assert_allclose(got, [1.0, 1.0, 0.5, 0.5, 0.25], rtol=1e-6)
+
+
+def test_dev_based_under_mirrored_strategy_same_factor_on_every_replica():
+  strategy = tf.distribute.MirroredStrategy(['/cpu:0', '/cpu:1'])
+  with strategy.scope():
+    s = Build(sch.DevBasedSchedule, window=2, decay=0.5)
+
+  @tf.function
+  def PerReplicaValue(step):
+    return strategy.experimental_local_results(
+        strategy.run(lambda: s.Value(step)))
+
+  # No improvement from step 1 to 4: 4 - 1 >= 2, one decay.
+  for step in (1, 2, 4):
+    s.UpdateWithMetric(step, 10.0)
+  got = [v.numpy() for v in PerReplicaValue(tf.constant(4, tf.int64))]
+  np.testing.assert_allclose(got, [0.5, 0.5])
+  with strategy.scope():  # Updating inside the scope works too.
+    s.UpdateWithMetric(7, 10.0)
+  got = [v.numpy() for v in PerReplicaValue(tf.constant(7, tf.int64))]
+  np.testing.assert_allclose(got, [0.25, 0.25])
