@@ -135,6 +135,9 @@ def test_int_int32_int64_steps_agree(built, key):
     assert a.dtype == b.dtype == c.dtype == tf.float32
     assert a.shape.rank == 0
     assert a.numpy() == b.numpy() == c.numpy(), (key, step)
+  # The learner passes its int64 num_updates variable itself.
+  counter = tf.Variable(59, dtype=tf.int64)
+  assert s.Value(counter).numpy() == s.Value(59).numpy()
 
 
 @pytest.mark.parametrize('key', sorted(CATALOG))
