@@ -35,10 +35,13 @@ class Checkpointer:
     variable_names: optional {variable name: checkpoint key}, written once as
       `variable_names.json` next to the checkpoints so that another run can
       warm-start from them by variable name (see `InitFromCheckpoint`).
+    report: callable(str) that shows a warning to the user (default: print
+      to stdout); warnings also go to the absl log.
   """
 
   def __init__(self, checkpoint, directory, max_to_keep=3,
-               variable_names=None):
+               variable_names=None, report=None):
+    self._report = report or (lambda msg: print(msg, flush=True))
     self._checkpoint = checkpoint
     self._directory = directory
     self._manager = tf.train.CheckpointManager(
@@ -60,8 +63,10 @@ class Checkpointer:
     if self._variable_names is not None:
       names_path = os.path.join(self._directory, VARIABLE_NAMES_FILE)
       if not tf.io.gfile.exists(names_path):
-        with tf.io.gfile.GFile(names_path, 'w') as f:
+        tmp = names_path + '.tmp'
+        with tf.io.gfile.GFile(tmp, 'w') as f:
           json.dump(self._variable_names, f, indent=1, sort_keys=True)
+        tf.io.gfile.rename(tmp, names_path, overwrite=True)
     return path
 
   def Restore(self, expect_partial=False):
@@ -93,8 +98,8 @@ class Checkpointer:
         msg = '%s: %s' % (type(e).__name__, str(e).split('\n')[0])
         logging.warning('Checkpoint %s is unreadable (%s); trying the '
                         'previous one.', path, msg)
-        print('WARNING: checkpoint %s is unreadable (%s); using the previous '
-              'one.' % (path, msg), flush=True)
+        self._report('WARNING: checkpoint %s is unreadable (%s); using the '
+                     'previous one.' % (path, msg))
         errors.append((path, msg))
         continue
       if errors:

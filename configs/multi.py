@@ -1,0 +1,50 @@
+"""One task, two learners on disjoint variables."""
+
+from params import registry
+from learner import learner as learner_lib
+from learner import optimizers
+from schedules.base_schedule import ConstantOne
+from schedules.cosine import CosineDecay
+from schedules.warmup import Warmup
+from configs import digits
+
+
+@registry.Register
+class TwoLearners:
+  """Digits MLP: Adagrad trains the first layer, Adam the rest.
+
+  Learner 'first' (bprop_variable_filter 'layer_0/'): Adagrad, rate 0.1,
+  constant, per-variable norm clipping at 1. Learner 'rest'
+  (bprop_variable_filter 'layer_1/'): Adam, rate 0.01, warmup then cosine,
+  global-norm clipping at 5. Summaries are per learner:
+  '<metric>/first', '<metric>/rest'.
+  """
+
+  MAX_STEPS = 800
+
+  def Task(self):
+    p = digits.MlpTaskParams(hidden_dims=(64,))
+    p.train.max_steps = self.MAX_STEPS
+    p.eval.interval_steps = 400
+    first = learner_lib.Learner.Params().Set(
+        name='first', loss_name='loss', learning_rate=0.1,
+        lr_schedule=ConstantOne.Params(),
+        optimizer=optimizers.Adagrad.Params(),
+        bprop_variable_filter='layer_0/',
+        clip_gradient_single_norm_to_value=1.0)
+    rest = learner_lib.Learner.Params().Set(
+        name='rest', loss_name='loss', learning_rate=0.01,
+        lr_schedule=Warmup.Params().Set(
+            warmup_steps=20, schedule=CosineDecay.Params().Set(
+                total_steps=self.MAX_STEPS - 20, alpha=0.05)),
+        optimizer=optimizers.Adam.Params(),
+        bprop_variable_filter='layer_1/',
+        clip_gradient_norm_to_value=5.0)
+    p.train.learner = [first, rest]
+    return p
+
+  def Train(self):
+    return digits.DigitsTrainInput(64)
+
+  def Eval(self):
+    return digits.DigitsEvalInput()

@@ -1,0 +1,40 @@
+"""The seeds' linear regression: y = 5x + 2 + noise, learn w and b."""
+
+from params import registry
+from learner import input_generator
+from learner import learner as learner_lib
+from learner.optimizer_factory import get_optimizer_fn
+from configs import model_tasks
+
+
+@registry.Register
+class LinearRegression:
+  """y = w*x + b on generated y = 5x + 2 + N(0, 0.1^2); ends |w-5|, |b-2| < 0.05.
+
+  Momentum(0.9) from a MoXing-style factory (learning_rate 0.05), batch 32,
+  300 steps.
+  """
+
+  MAX_STEPS = 300
+
+  def Task(self):
+    p = model_tasks.LinearRegressionTask.Params().Set(name='regression')
+    p.train.max_steps = self.MAX_STEPS
+    p.train.save_interval_steps = 100
+    p.train.summary_interval_steps = 10
+    p.train.log_interval_steps = 50
+    p.eval.dev_metric = 'loss'
+    p.train.learner = learner_lib.Learner.Params().Set(
+        name='learner', loss_name='loss',
+        optimizer_fn=get_optimizer_fn('momentum', learning_rate=0.05,
+                                      momentum=0.9))
+    return p
+
+  def Train(self):
+    return input_generator.LinearRegressionInput.Params().Set(
+        name='train_input', split='train', batch_size=32)
+
+  def Eval(self):
+    return input_generator.LinearRegressionInput.Params().Set(
+        name='eval_input', split='test', batch_size=200, shuffle=False,
+        num_epochs=1, drop_remainder=False)

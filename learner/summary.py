@@ -1,0 +1,56 @@
+"""TensorBoard summaries: scalars from metrics, params as text.
+
+Metrics are `{name: (value, weight)}`; a metric with weight 0 was not
+measured this step (DESIGN.md, "Words with one meaning") and is not written.
+Learner metrics are tagged `<metric>` when the task has one learner and
+`<metric>/<learner name>` when it has several.
+"""
+
+import numpy as np
+import tensorflow as tf
+
+
+def _Scalar(x):
+  return float(np.asarray(x).reshape(-1)[0]) if np.size(x) else float('nan')
+
+
+def MetricsToDict(metrics):
+  """{name: (value, weight)} of tensors -> {name: (float, float)}."""
+  out = {}
+  for name, vw in metrics.items():
+    value, weight = vw
+    out[name] = (_Scalar(value), _Scalar(weight))
+  return out
+
+
+def FlattenStepOutput(step_out, num_learners):
+  """Flattens a TrainStep output into {tag: (value, weight)} floats.
+
+  Args:
+    step_out: NestedMap(metrics=..., learners={name: eval_metrics}).
+    num_learners: learners in the task; with more than one, learner metrics
+      are tagged '<metric>/<learner name>'.
+  """
+  out = dict(MetricsToDict(step_out['metrics']))
+  for lname, em in step_out['learners'].items():
+    for name, vw in MetricsToDict(em).items():
+      tag = name if num_learners == 1 else '%s/%s' % (name, lname)
+      out[tag] = vw
+  return out
+
+
+def WriteScalars(writer, step, tagged):
+  """Writes every {tag: (value, weight)} with weight != 0 at `step`."""
+  with writer.as_default(step=int(step)):
+    for tag, (value, weight) in sorted(tagged.items()):
+      if weight == 0:
+        continue
+      tf.summary.scalar(tag, value)
+  writer.flush()
+
+
+def WriteParamsText(writer, params_text):
+  """Writes the params text once, as the text summary 'params'."""
+  with writer.as_default(step=0):
+    tf.summary.text('params', '```\n%s\n```' % params_text)
+  writer.flush()

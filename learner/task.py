@@ -1,0 +1,289 @@
+"""BaseTask: a model with its losses, its learners and its global step.
+
+A task subclass builds its layers in `__init__` (after `super().__init__`) and
+implements `ComputePredictions(theta, batch)` and
+`ComputeLoss(theta, predictions, batch) -> (metrics, per_example)`; `FProp`
+calls both. Training params live under `p.train` (the learners, step counts,
+intervals), evaluation params under `p.eval`.
+
+An optimizer is needed to train and never to evaluate (MoXing's rule): the
+learners (with their optimizers, slots, schedules) are built only by
+`CreateLearners()`, which the trainer calls for training; a task built for
+evaluation has the model variables and the global step, nothing else.
+
+The train step (`TrainStep`, one `tf.function`, optionally `jit_compile`):
+
+    with learner.GradientTape():
+      metrics, per_example = task.FProp(task.theta, batch)
+    for each learner: losses, update_op, eval_metrics = learner.Apply(metrics, vmap)
+    global_step += 1
+
+Source: Lingvo's `base_model.BaseTask` (`lingvo/core/base_model.py`).
+"""
+
+import tensorflow as tf
+
+from params import BaseLayer
+from params import NestedMap
+from params import hyperparams
+
+_DEV_METRIC_MODES = ('min', 'max')
+
+
+def _TrainParams():
+  tp = hyperparams.Params()
+  tp.Define(
+      'learner', None,
+      'Learner params (learner.Learner.Params()), or a list of them for '
+      'several learners; each is built as a child of the task named by its '
+      '`name` (names must differ). Required to train; not used to evaluate.')
+  tp.Define('max_steps', 1000, 'Global steps (batches) to train for.')
+  tp.Define('save_interval_steps', 100,
+            'Save a checkpoint every this many global steps (and at the end).')
+  tp.Define('save_max_to_keep', 3, 'Rolling checkpoints kept on disk.')
+  tp.Define('summary_interval_steps', 10,
+            'Write training summaries every this many global steps.')
+  tp.Define('log_interval_steps', 50,
+            'Plain log line every this many global steps (when stdout is not '
+            'a terminal; a terminal gets a progress bar).')
+  tp.Define(
+      'replicas_to_aggregate', None,
+      'Replicas whose gradients each update aggregates; None means all the '
+      'replicas of the distribution strategy.')
+  tp.Define('jit_compile', False,
+            'Compile the train step with XLA (tf.function(jit_compile=True)).')
+  tp.Define(
+      'init_from_checkpoint', '',
+      'Checkpoint (a prefix, or a directory holding one) to warm-start the '
+      'model weights from when the run has no checkpoint of its own. '
+      'Optimizer state is not taken.')
+  tp.Define(
+      'init_from_checkpoint_rules', [],
+      'List of (regex, replacement) pairs mapping a variable name in '
+      '`init_from_checkpoint` (re.sub on the first rule whose regex '
+      're.search-es it) to a variable name of this task. Empty means names '
+      'are taken as they are.')
+  return tp
+
+
+def _EvalParams():
+  ep = hyperparams.Params()
+  ep.Define(
+      'interval_steps', 0,
+      'In train_and_eval mode, evaluate every this many global steps; 0 '
+      'means only at the end of training.')
+  ep.Define('samples', 0,
+            'Examples to evaluate on (rounded up to whole batches); 0 means '
+            'one pass over the evaluation input.')
+  ep.Define(
+      'dev_metric', None,
+      'Name of the eval metric that picks the best checkpoint and drives any '
+      'DevBasedSchedule; None disables both.')
+  ep.Define('dev_metric_mode', 'min',
+            "'min' if a lower dev_metric is better (a loss), 'max' if higher "
+            'is better (an accuracy).')
+  return ep
+
+
+class BaseTask(BaseLayer):
+  """Base class of tasks: a model, its losses, its learners, a global step.
+
+  Subclasses implement `ComputePredictions` and `ComputeLoss`.
+
+  Raises:
+    ValueError: at construction, for bad train/eval params (the message names
+      the key); from `CreateLearners`, when there is no learner or two share
+      a name.
+  """
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.name = 'task'
+    p.Define('train', _TrainParams(), 'Training params.')
+    p.Define('eval', _EvalParams(), 'Evaluation params.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    self._ValidateParams()
+    self._global_step = self.CreateVariable(
+        'global_step', [], init=0, trainable=False, dtype=tf.int64,
+        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+    self._learners = None
+    self._train_step_fn = None
+    self._eval_step_fn = None
+
+  def _ValidateParams(self):
+    p = self.params
+    for key in ('max_steps', 'save_interval_steps', 'summary_interval_steps',
+                'log_interval_steps'):
+      v = p.train.Get(key)
+      if not isinstance(v, int) or v <= 0:
+        raise ValueError(
+            '%s: train.%s must be a positive int, got %r.' % (self.path, key,
+                                                              v))
+    for key in ('interval_steps', 'samples'):
+      v = p.eval.Get(key)
+      if not isinstance(v, int) or v < 0:
+        raise ValueError('%s: eval.%s must be an int >= 0, got %r.' %
+                         (self.path, key, v))
+    if p.eval.dev_metric_mode not in _DEV_METRIC_MODES:
+      raise ValueError(
+          "%s: eval.dev_metric_mode must be 'min' or 'max', got %r." %
+          (self.path, p.eval.dev_metric_mode))
+    rta = p.train.replicas_to_aggregate
+    if rta is not None and (not isinstance(rta, int) or rta <= 0):
+      raise ValueError(
+          '%s: train.replicas_to_aggregate must be None or a positive int, '
+          'got %r.' % (self.path, rta))
+
+  # ---- model ---------------------------------------------------------------
+
+  @property
+  def global_step(self):
+    """The int64 scalar variable counting train steps (batches)."""
+    return self._global_step
+
+  def ComputePredictions(self, theta, batch):
+    """Returns the predictions (any nest of tensors) for `batch`.
+
+    Args:
+      theta: NestedMap of this task's variable values (`self.theta`).
+      batch: NestedMap of input tensors, first dimension the batch.
+    """
+    raise NotImplementedError('%s must implement ComputePredictions.' %
+                              type(self).__name__)
+
+  def ComputeLoss(self, theta, predictions, batch):
+    """Returns (metrics, per_example).
+
+    metrics: NestedMap {name: (scalar value, scalar weight)}, the weight being
+      the number of examples the value averages over. Every loss a learner
+      optimizes must be here.
+    per_example: NestedMap of tensors with first dimension the batch.
+    """
+    raise NotImplementedError('%s must implement ComputeLoss.' %
+                              type(self).__name__)
+
+  def FProp(self, theta, batch):
+    """Runs ComputePredictions then ComputeLoss; returns (metrics, per_example)."""
+    predictions = self.ComputePredictions(theta, batch)
+    return self.ComputeLoss(theta, predictions, batch)
+
+  def ModelVars(self):
+    """NestedMap of the model's variables: all but learners and global_step."""
+    out = NestedMap(self.vars)
+    out.pop('global_step', None)
+    for l in self._learners or []:
+      out.pop(l.params.name, None)
+    return out
+
+  # ---- learners --------------------------------------------------------------
+
+  def LearnerParamsList(self):
+    """Returns the list of learner params in p.train.learner (maybe empty)."""
+    lp = self.params.train.learner
+    if lp is None:
+      return []
+    if isinstance(lp, (list, tuple)):
+      return list(lp)
+    return [lp]
+
+  def CreateLearners(self):
+    """Builds every learner as a child and binds it to the model variables.
+
+    Call once after construction, only to train (the trainer does). Each
+    learner's `Bind(vmap, global_step=...)` creates all its slots now, so a
+    checkpoint restores them before the first step. Idempotent.
+
+    Returns:
+      The list of learners.
+
+    Raises:
+      ValueError: if p.train.learner is unset (training needs an optimizer),
+        two learners share a name, or a name clashes with a model child.
+    """
+    if self._learners is not None:
+      return self._learners
+    lps = self.LearnerParamsList()
+    if not lps:
+      raise ValueError(
+          '%s: cannot train without an optimizer: train.learner is None. Set '
+          'task.train.learner = learner.Learner.Params().Set(name=..., '
+          'optimizer=...) (an optimizer is required to train, not to '
+          'evaluate).' % self.path)
+    names = [lp.name for lp in lps]
+    for i, n in enumerate(names):
+      if not n:
+        raise ValueError('%s: train.learner[%d] has no name; give each '
+                         'learner a name.' % (self.path, i))
+      if names.count(n) > 1:
+        raise ValueError('%s: two learners are named %r in train.learner; '
+                         'learner names must differ.' % (self.path, n))
+    model_vars = self.ModelVars()
+    learners = []
+    for lp in lps:
+      learner = self.CreateChild(lp.name, lp)
+      learner.Bind(model_vars, global_step=self._global_step)
+      learners.append(learner)
+    self._learners = learners
+    return learners
+
+  @property
+  def learners(self):
+    """The learners built by CreateLearners.
+
+    Raises:
+      ValueError: if CreateLearners was not called (an eval-only task).
+    """
+    if self._learners is None:
+      raise ValueError('%s: the learners are not built; call '
+                       'task.CreateLearners() to train.' % self.path)
+    return self._learners
+
+  # ---- steps -----------------------------------------------------------------
+
+  def _TrainStep(self, batch):
+    from learner import gradient_tape  # pylint: disable=g-import-not-at-top
+    batch = NestedMap(batch)
+    with gradient_tape.GradientTape():
+      metrics, _ = self.FProp(self.theta, batch)
+    model_vars = self.ModelVars()
+    out = {'metrics': dict(metrics), 'learners': {}}
+    ops = []
+    for learner in self.learners:
+      _, update_op, eval_metrics = learner.Apply(metrics, model_vars)
+      if update_op is not None:
+        ops.append(update_op)
+      out['learners'][learner.params.name] = dict(eval_metrics)
+    with tf.control_dependencies(ops):
+      self._global_step.assign_add(1)
+    return out
+
+  def TrainStep(self, batch):
+    """Runs one train step on `batch` (a dict of tensors).
+
+    Returns:
+      {'metrics': {name: (value, weight)},
+       'learners': {learner name: eval_metrics {name: (value, weight)}}}
+      (plain dicts: learner metric names contain '/').
+
+    Raises:
+      ValueError: if the learners are not built.
+    """
+    self.learners  # pylint: disable=pointless-statement
+    if self._train_step_fn is None:
+      self._train_step_fn = tf.function(
+          self._TrainStep, jit_compile=bool(self.params.train.jit_compile))
+    return self._train_step_fn(batch)
+
+  def _EvalStep(self, batch):
+    metrics, _ = self.FProp(self.theta, NestedMap(batch))
+    return NestedMap(metrics)
+
+  def EvalStep(self, batch):
+    """Runs FProp on `batch`; returns metrics {name: (value, weight)}."""
+    if self._eval_step_fn is None:
+      self._eval_step_fn = tf.function(self._EvalStep)
+    return self._eval_step_fn(batch)

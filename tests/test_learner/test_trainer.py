@@ -1,0 +1,236 @@
+"""Trainer: logdir contents, summaries, resume, eval mode, EMA, warm start.
+
+Uses regression.LinearRegression (two scalar weights, fast) in-process.
+"""
+
+import glob
+import io
+import json
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from params import registry
+from learner import ema as ema_lib
+from learner import optimizers
+from learner import trainer as trainer_lib
+from schedules.dev_based import DevBasedSchedule
+
+_KEY = 'regression.LinearRegression'
+
+
+def _Params(max_steps=60, **overrides):
+  p = registry.GetParams(_KEY)
+  p.task.train.Set(max_steps=max_steps, save_interval_steps=20,
+                   summary_interval_steps=10, log_interval_steps=10)
+  p.task.eval.interval_steps = 30
+  for k, v in overrides.items():
+    p.Set(**{k: v})
+  return p
+
+
+def _Run(logdir, p, mode='train_and_eval', **kw):
+  out = io.StringIO()
+  t = trainer_lib.Trainer(p, str(logdir), mode=mode, stream=out, **kw)
+  result = t.Run()
+  return t, result, out.getvalue()
+
+
+def _Tags(logdir, sub):
+  tags = {}
+  for f in glob.glob(os.path.join(str(logdir), sub, 'events*')):
+    for e in tf.compat.v1.train.summary_iterator(f):
+      for v in e.summary.value:
+        tags.setdefault(v.tag, []).append(e.step)
+  return tags
+
+
+def _CkptValues(path):
+  r = tf.train.load_checkpoint(path)
+  return {k: r.get_tensor(k) for k in r.get_variable_to_shape_map()
+          if 'save_counter' not in k and 'ITERATOR_STATE' not in k and
+          k != '_CHECKPOINTABLE_OBJECT_GRAPH'}
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+  logdir = tmp_path_factory.mktemp('trained')
+  t, result, out = _Run(logdir, _Params())
+  return logdir, t, result, out
+
+
+def test_logdir_holds_params_checkpoints_and_metrics(trained):
+  logdir, t, result, out = trained
+  with open(os.path.join(logdir, 'params.txt')) as f:
+    text = f.read()
+  assert 'task.train.max_steps : 60' in text
+  # The text reads back into the experiment's params.
+  assert registry.GetParams(_KEY).FromText(text).task.train.max_steps == 60
+  ckpts = sorted(os.path.basename(p) for p in glob.glob(
+      os.path.join(logdir, 'ckpt', 'ckpt-*.index')))
+  assert ckpts == ['ckpt-20.index', 'ckpt-40.index', 'ckpt-60.index']
+  with open(os.path.join(logdir, 'metrics.json')) as f:
+    metrics = json.load(f)
+  assert metrics == result
+  assert metrics['global_step'] == 60
+  assert set(metrics) == {'global_step', 'loss', 'w', 'b'}
+  np.testing.assert_allclose(metrics['w'], t.task.vars.w.numpy(), rtol=1e-6)
+  assert 'Final metrics (global step 60)' in out
+  # Not a terminal: plain log lines every log_interval_steps.
+  assert 'step 10/60' in out and 'step 60/60' in out and '\r' not in out
+  with open(os.path.join(logdir, 'best', 'best.json')) as f:
+    best = json.load(f)
+  assert best['metric'] == 'loss' and best['step'] in (30, 60)
+
+
+def test_event_files_hold_losses_learner_metrics_and_params(trained):
+  logdir = trained[0]
+  train = _Tags(logdir, 'train')
+  for tag in ('loss', 'w', 'b', 'learning_rate', 'lr_schedule',
+              'grad_norm/all', 'grad_norm/clipped', 'var_norm/all',
+              'num_updates', 'num_skipped_steps', 'has_nan_or_inf', 'params'):
+    assert tag in train, (tag, sorted(train))
+  assert train['loss'] == [10, 20, 30, 40, 50, 60]
+  evals = _Tags(logdir, 'eval')
+  assert sorted(evals) == ['b', 'loss', 'w']
+  assert evals['loss'] == [30, 60]
+
+
+def test_resume_continues_exactly_like_an_uninterrupted_run(trained,
+                                                            tmp_path):
+  logdir, _, _, _ = trained
+  # Continue the 60-step run to 80 steps in a copy of its logdir.
+  resumed = tmp_path / 'resumed'
+  tf.io.gfile.makedirs(str(resumed))
+  for f in glob.glob(os.path.join(logdir, 'ckpt', '*')):
+    tf.io.gfile.makedirs(str(resumed / 'ckpt'))
+    tf.io.gfile.copy(f, str(resumed / 'ckpt' / os.path.basename(f)))
+  _, r1, out = _Run(resumed, _Params(80), mode='train')
+  assert 'Resumed from' in out and 'global step 60' in out
+  _, r2, _ = _Run(tmp_path / 'straight', _Params(80), mode='train')
+  assert r1 == r2
+  a = _CkptValues(str(resumed / 'ckpt' / 'ckpt-80'))
+  b = _CkptValues(str(tmp_path / 'straight' / 'ckpt' / 'ckpt-80'))
+  assert sorted(a) == sorted(b)
+  assert any('/momentum' in k or 'slot' in k or 'optimizer' in k for k in a)
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def test_eval_mode_restores_weights_without_optimizer(trained):
+  logdir, _, result, _ = trained
+  t, r, out = _Run(logdir, _Params(), mode='eval')
+  assert t.task._learners is None  # pylint: disable=protected-access
+  assert r == result
+  assert 'Eval at global step 60' in out
+
+
+def test_eval_mode_without_checkpoint_raises(tmp_path):
+  with pytest.raises(ValueError, match='no checkpoint'):
+    _Run(tmp_path, _Params(), mode='eval')
+
+
+def test_train_without_learner_raises_naming_the_param(tmp_path):
+  p = _Params()
+  p.task.train.learner = None
+  with pytest.raises(ValueError, match='train.learner'):
+    _Run(tmp_path, p)
+
+
+def test_unreadable_newest_checkpoint_is_reported_and_previous_used(
+    trained, tmp_path):
+  logdir = trained[0]
+  tf.io.gfile.makedirs(str(tmp_path / 'ckpt'))
+  for f in glob.glob(os.path.join(logdir, 'ckpt', '*')):
+    tf.io.gfile.copy(f, str(tmp_path / 'ckpt' / os.path.basename(f)))
+  for f in glob.glob(str(tmp_path / 'ckpt' / 'ckpt-60.data*')):
+    with open(f, 'wb') as fh:
+      fh.write(b'broken')
+  _, r, out = _Run(tmp_path, _Params(), mode='train')
+  assert 'ckpt-60 is unreadable' in out
+  assert 'Resumed from' in out and 'global step 40' in out
+  assert r['global_step'] == 60
+
+
+def test_ema_evaluates_on_averages_in_both_modes(tmp_path):
+  p = _Params(40)
+  lp = p.task.train.learner
+  lp.optimizer_fn = None
+  lp.learning_rate = 0.05
+  lp.optimizer = ema_lib.Ema.Params().Set(
+      decay=0.9, optimizer=optimizers.Momentum.Params().Set(alpha=0.9))
+  t, r, out = _Run(tmp_path, p)
+  assert 'Evaluating on the EMA averages' in out
+  ema = t.task.learner.optimizer
+  avg_w = ema.GetAverage(t.task.vars.w).numpy()
+  raw_w = t.task.vars.w.numpy()
+  assert abs(avg_w - raw_w) > 1e-3  # averages lag the weights here
+  np.testing.assert_allclose(r['w'], avg_w, rtol=1e-6)
+  t2, r2, out2 = _Run(tmp_path, p, mode='eval')
+  assert 'EMA averages' in out2
+  assert t2.task._learners is None  # pylint: disable=protected-access
+  np.testing.assert_allclose(r2['w'], avg_w, rtol=1e-6)
+
+
+def test_dev_based_schedule_is_updated_after_each_eval(tmp_path):
+  p = _Params(60)
+  p.task.train.learner.lr_schedule = DevBasedSchedule.Params().Set(
+      window=0, decay=0.5, min_factor=0.1)
+  t, _, _ = _Run(tmp_path, p)
+  sched = t.task.learner.lr_schedule
+  # Evals at 30 and (final) 60: each sees step - ref_step >= window = 0 and
+  # halves the factor: 1 -> 0.5 -> 0.25.
+  np.testing.assert_allclose(sched.Value(0).numpy(), 0.25)
+
+
+def test_init_from_checkpoint_warm_starts_weights_only(trained, tmp_path):
+  logdir = trained[0]
+  p = _Params(1)
+  _, r, out = _Run(tmp_path, p, mode='train', init_from_checkpoint=str(logdir))
+  assert 'Warm-started 2 variables' in out
+  # One step from w ~ 5 stays near 5; from scratch it would be ~0.3.
+  assert abs(r['train/w'] - 5.0) < 0.1
+  # The learner's own counters were not taken: it applied one update.
+  assert r['train/num_updates'] == 1.0
+
+
+def test_bad_override_fails_before_anything_runs(tmp_path):
+  with pytest.raises(ValueError,
+                     match="--params_override.*Did you mean 'max_steps'"):
+    trainer_lib.LoadExperimentParams(
+        _KEY, params_override='task.train.max_step : 5')
+  bad = tmp_path / 'bad.txt'
+  bad.write_text('task.train.learner.learning_rat : 0.1\n')
+  with pytest.raises(ValueError, match="--params_file.*learning_rate"):
+    trainer_lib.LoadExperimentParams(_KEY, params_file=str(bad))
+  with pytest.raises(LookupError, match='regression.LinearRegression'):
+    trainer_lib.LoadExperimentParams('regression.LinearRegresion')
+
+
+def test_params_file_then_override_then_flags(tmp_path):
+  f = tmp_path / 'p.txt'
+  f.write_text('task.train.max_steps : 7\ntask.train.learner.learning_rate '
+               ': 0.3\n')
+  p = trainer_lib.LoadExperimentParams(
+      _KEY, params_file=str(f),
+      params_override='task.train.learner.learning_rate : 0.2',
+      jit_compile=True)
+  assert p.task.train.max_steps == 7
+  assert p.task.train.learner.learning_rate == 0.2
+  assert p.task.train.jit_compile is True
+  p = trainer_lib.LoadExperimentParams(_KEY, params_file=str(f), max_steps=9)
+  assert p.task.train.max_steps == 9
+
+
+def test_parse_rules():
+  assert trainer_lib.ParseRules('^a/(.*)=>b/\\1; x=>y') == [
+      ('^a/(.*)', 'b/\\1'), ('x', 'y')]
+  with pytest.raises(ValueError, match='init_from_checkpoint_rules'):
+    trainer_lib.ParseRules('nope')
+
+
+def test_bad_mode_raises_naming_it():
+  with pytest.raises(ValueError, match="'predict'"):
+    trainer_lib.Trainer(_Params(), '/tmp/unused', mode='predict')
