@@ -1,0 +1,181 @@
+"""Benchmark: peak memory (RSS) a learner adds over the variables it updates.
+
+    python -m benchmarks.memory [--quick] [--set=resnet50] [--steps=8]
+        [--num_batches=4] [--output=PATH]
+
+Each measurement runs in its own subprocess, which reports its peak resident
+set size (getrusage ru_maxrss):
+  * `baseline`: holds the variables and the fixed gradients (in variables,
+    as the other benchmarks do) and runs a tf.function that reads all of
+    them `--steps` times (so TF's runtime and thread pools are up);
+  * `learner_accum`: the same, plus our Learner with
+    GradientAccumulation(Momentum(0.9)) and a cosine schedule, no clipping,
+    run for `--steps` micro-steps (applying steps included);
+  * `learner_accum_clip`: the same with clip_gradient_norm_to_value=1.0;
+  * `tf_fused_clip`: the hand-written fused Momentum + tf.clip_by_global_norm
+    step (no accumulation) for comparison.
+The growth of each over `baseline` is compared with its allowance:
+(slots + accumulators) x 4 bytes x parameters, + 10 % (issue 8): 2 x 4 B
+for the learners, 1 x 4 B for the fused step. Growth above the allowance
+means hidden copies of variables or gradients (e.g. a materialised scaled
+gradient). On the `small` set (--quick) the allowance is below the noise of
+TF's own allocations, so only `resnet50` results mean something.
+"""
+
+import argparse
+import gc
+import json
+import os
+import resource
+import subprocess
+import sys
+
+import tensorflow as tf
+
+from benchmarks import learner_row
+from benchmarks import peer_rows
+from benchmarks import timing
+from benchmarks import variable_sets
+
+MODES = ('baseline', 'learner_accum', 'learner_accum_clip', 'tf_fused_clip')
+# Slot-sized buffers (4 B per parameter each) a mode is allowed to add.
+ALLOWED_COPIES = {'learner_accum': 2, 'learner_accum_clip': 2,
+                  'tf_fused_clip': 1}
+_RESULT_PREFIX = 'MEMORY_RESULT '
+
+
+def PeakRssBytes():
+  """Peak resident set size of this process in bytes (Linux ru_maxrss KiB)."""
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def RunChild(mode, set_name, steps, num_batches):
+  """Builds `mode`'s state, runs `steps` steps; returns a result dict.
+
+  Raises:
+    ValueError: for an unknown mode (the message lists MODES).
+  """
+  if mode not in MODES:
+    raise ValueError('memory: --child=%r; expected one of %s.' %
+                     (mode, list(MODES)))
+  specs = variable_sets.Specs(set_name)
+  weights, grads = variable_sets.MakeValues(specs)
+  cfg = peer_rows.UpdateConfig('momentum', total_steps=1000)
+  if mode == 'baseline':
+    vars_ = [tf.Variable(w, name=s.name) for s, w in zip(specs, weights)]
+    gvars = [tf.Variable(g, trainable=False) for g in grads]
+
+    @tf.function
+    def Step():
+      return tf.add_n([tf.reduce_sum(v.read_value()) + tf.reduce_sum(
+          g.read_value()) for v, g in zip(vars_, gvars)])
+
+    step = Step
+  elif mode == 'tf_fused_clip':
+    row = peer_rows.TfFusedRow(cfg, weights, grads)
+    step = row.step
+  else:
+    row = learner_row.LearnerRow(
+        cfg, specs, weights, grads, accumulate_batches=num_batches,
+        clip=(mode == 'learner_accum_clip'))
+    step = row.step
+  del weights, grads
+  gc.collect()
+  after_build = PeakRssBytes()
+  for _ in range(steps):
+    step()
+  return dict(mode=mode, set=set_name, steps=steps,
+              num_params=variable_sets.NumParams(specs),
+              peak_rss_after_build=after_build, peak_rss=PeakRssBytes())
+
+
+def _Spawn(mode, args):
+  cmd = [sys.executable, '-m', 'benchmarks.memory', '--child=%s' % mode,
+         '--set=%s' % args.set, '--steps=%d' % args.steps,
+         '--num_batches=%d' % args.num_batches]
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
+                        cwd=root, timeout=900, check=False)
+  for line in proc.stdout.splitlines():
+    if line.startswith(_RESULT_PREFIX):
+      return json.loads(line[len(_RESULT_PREFIX):]), None
+  return None, ('%s: child exited %d: %s' %
+                (mode, proc.returncode, proc.stderr.strip()[-800:]))
+
+
+def ParseArgs(argv):
+  """Parses command-line flags (argv without the program name)."""
+  parser = argparse.ArgumentParser(
+      prog='python -m benchmarks.memory', description=__doc__,
+      formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--quick', action='store_true',
+                      help='The small set (numbers not meaningful).')
+  parser.add_argument('--set', default=None,
+                      help='Variable set (default resnet50; quick small).')
+  parser.add_argument('--steps', type=int, default=8,
+                      help='Micro-steps each child runs (>= num_batches).')
+  parser.add_argument('--num_batches', type=int, default=4)
+  parser.add_argument('--modes', default=','.join(MODES[1:]),
+                      help='Comma-separated modes besides the baseline.')
+  parser.add_argument('--child', default=None, help=argparse.SUPPRESS)
+  parser.add_argument('--output', default=None)
+  args = parser.parse_args(argv)
+  if args.set is None:
+    args.set = 'small' if args.quick else 'resnet50'
+  if args.steps < args.num_batches:
+    parser.error('--steps=%d must be >= --num_batches=%d so an applying step '
+                 'runs.' % (args.steps, args.num_batches))
+  return args
+
+
+def main(argv=None):
+  """Runs the children; prints the table; returns the JSON payload."""
+  args = ParseArgs(sys.argv[1:] if argv is None else argv)
+  if args.child:
+    result = RunChild(args.child, args.set, args.steps, args.num_batches)
+    print(_RESULT_PREFIX + json.dumps(result))
+    sys.stdout.flush()
+    return result
+  modes = [m for m in args.modes.split(',') if m]
+  for m in modes:
+    if m not in MODES[1:]:
+      raise ValueError('memory: --modes has %r; expected some of %s.' %
+                       (m, list(MODES[1:])))
+  notes = []
+  base, err = _Spawn('baseline', args)
+  if base is None:
+    raise RuntimeError('memory: the baseline child failed: %s' % err)
+  n = base['num_params']
+  rows, table = {}, []
+  for m in modes:
+    res, err = _Spawn(m, args)
+    if res is None:
+      notes.append(err)
+      continue
+    growth = res['peak_rss'] - base['peak_rss']
+    allowance = ALLOWED_COPIES[m] * 4 * n * 1.1
+    res.update(growth_bytes=growth, allowance_bytes=allowance,
+               growth_per_param_bytes=growth / n,
+               within_allowance=bool(growth <= allowance))
+    rows[m] = res
+    table.append([m, res['peak_rss'] / 2**20, growth / 2**20,
+                  allowance / 2**20, growth / n,
+                  'ok' if growth <= allowance else 'OVER'])
+  print('%s (%.2f M params); baseline peak RSS %.1f MiB (variables + '
+        'gradients = %.1f MiB)' % (args.set, n / 1e6, base['peak_rss'] / 2**20,
+                                   8 * n / 2**20))
+  print(timing.FormatTable(['mode', 'peak_MiB', 'growth_MiB', 'allowed_MiB',
+                            'growth_B/param', 'check'], table))
+  for note in notes:
+    print('note: ' + note)
+  payload = dict(benchmark='memory', set=args.set, baseline=base, rows=rows,
+                 notes=notes)
+  path = timing.WriteJson(args.output or timing.DefaultOutputPath('memory'),
+                          payload)
+  print('wrote ' + path)
+  return payload
+
+
+if __name__ == '__main__':
+  main()
