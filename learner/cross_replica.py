@@ -22,6 +22,7 @@ identity.
 import threading
 
 import tensorflow as tf
+from tensorflow.python.ops import resource_variable_ops  # pylint: disable=g-direct-tensorflow-import
 
 # Registry of collective group keys, one per set of devices (explicit,
 # process-wide: the collective runtime requires one key per device group).
@@ -29,6 +30,7 @@ _GROUP_KEY_BASE = 1000000
 _LOCK = threading.Lock()
 _GROUP_KEYS = {}
 _INSTANCE_COUNTERS = {}
+_ORDERING_TOKENS = {}
 
 
 def NumReplicas():
@@ -46,7 +48,7 @@ def NumReplicas():
 
 
 def _Keys():
-  """(group_key, instance_key) for the next collective of this replica.
+  """(group_key, instance_key, ordering token) for this replica's next one.
 
   Every replica traces the same Learner code in the same order, so the n-th
   collective of each replica gets the same instance key.
@@ -67,7 +69,30 @@ def _Keys():
     counter_key = (group_key, int(replica_id))
     instance = _INSTANCE_COUNTERS.get(counter_key, 0) + 1
     _INSTANCE_COUNTERS[counter_key] = instance
-  return group_key, instance
+  # replica_id is global (MultiWorkerMirrored: task * local devices + local
+  # index); worker_devices lists only this worker's devices.
+  return group_key, instance, _OrderingToken(
+      devices[int(replica_id) % len(devices)])
+
+
+def _OrderingToken(device):
+  """A resource on `device` that orders this device's collectives.
+
+  Without a resource input, automatic control dependencies chain every
+  stateful op of the function in program order, so replica 1's collective
+  would wait for replica 0's, which waits for replica 1's: a deadlock. With
+  a per-device token only collectives of the same device are ordered (as
+  TF's own CollectiveReplicaLauncher does). The token is created outside
+  the strategy's variable creator (not mirrored, not checkpointed).
+  """
+  with _LOCK:
+    token = _ORDERING_TOKENS.get(device)
+    if token is None:
+      with tf.init_scope(), tf.device(device):
+        token = resource_variable_ops.ResourceVariable(
+            0.0, trainable=False, name='cross_replica_ordering_token')
+      _ORDERING_TOKENS[device] = token
+  return token
 
 
 def AllReduceSum(tensors):
@@ -86,10 +111,11 @@ def AllReduceSum(tensors):
   flat = [tf.reshape(tf.cast(t, tf.float32), [-1]) for t in tensors]
   sizes = [tf.size(t) for t in flat]
   packed = tf.concat(flat, axis=0) if len(flat) > 1 else flat[0]
-  group_key, instance_key = _Keys()
+  group_key, instance_key, token = _Keys()
   summed = tf.raw_ops.CollectiveReduceV2(
       input=packed, group_size=n, group_key=group_key,
-      instance_key=instance_key, ordering_token=[], merge_op='Add',
+      instance_key=instance_key, ordering_token=[token.handle],
+      merge_op='Add',
       final_op='Id')
   parts = tf.split(summed, sizes) if len(flat) > 1 else [summed]
   return [tf.cast(tf.reshape(p, tf.shape(t)), t.dtype)

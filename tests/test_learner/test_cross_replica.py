@@ -1,0 +1,154 @@
+"""The all-reduce under MirroredStrategy (2 logical CPUs, tests/conftest.py):
+C-clip-after-allreduce and gradient accumulation with sync_on_apply."""
+
+import logging as py_logging
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from learner import base_optimizer
+from learner import cross_replica
+from learner.gradient_accumulation import GradientAccumulation
+from learner.learner import Learner
+from params import BaseLayer
+
+
+@pytest.fixture(scope='module')
+def strategy():
+  return tf.distribute.MirroredStrategy(['/cpu:0', '/cpu:1'])
+
+
+class WTask(BaseLayer):
+  """One variable w = [0, 0]; loss = <g, w> with g fed per replica."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.name = 'wtask'
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    self.CreateVariable('w', [2], init=0.0)
+
+
+def PerReplica(strategy, values):
+  return strategy.experimental_distribute_values_from_function(
+      lambda ctx: tf.constant(values[ctx.replica_id_in_sync_group],
+                              tf.float32))
+
+
+def Build(strategy, **kw):
+  with strategy.scope():
+    task = WTask.Params().Instantiate()
+    lrn = Learner.Params().Set(name='loss', learning_rate=1.0, **kw)
+    if lrn.optimizer is None:
+      lrn.optimizer = base_optimizer.SGD.Params()
+    lrn = lrn.Instantiate()
+    lrn.Bind(task.vars)
+
+  @tf.function
+  def Step(g, weight):
+    def Fn(g, weight):
+      loss = tf.reduce_sum(g * task.theta.w)
+      return lrn.Apply({'loss': (loss, weight)}, task.vars)[2]
+    return strategy.run(Fn, args=(g, weight))
+
+  return task, lrn, Step
+
+
+def test_num_replicas_outside_a_strategy_is_one():
+  assert cross_replica.NumReplicas() == 1
+  x = tf.constant([1.0, 2.0])
+  assert cross_replica.AllReduceSum([x])[0] is x
+
+
+def test_c_clip_after_allreduce(strategy):
+  task, _, step = Build(strategy, clip_gradient_norm_to_value=1.0)
+  m = step(PerReplica(strategy, [[3., 0.], [0., 4.]]),
+           PerReplica(strategy, [1.0, 1.0]))
+  for r in range(2):
+    assert float(m['grad_norm/all'][0].values[r]) == pytest.approx(2.5)
+    np.testing.assert_allclose(task.vars.w.values[r].numpy(), [-0.6, -0.8],
+                               rtol=1e-6)
+
+
+def test_weights_normalise_the_all_reduce(strategy):
+  # Replica 0: grad [3, 0] over 1 example; replica 1: [0, 4] over 3:
+  # (1*[3,0] + 3*[0,4]) / 4 = [0.75, 3].
+  task, _, step = Build(strategy)
+  step(PerReplica(strategy, [[3., 0.], [0., 4.]]),
+       PerReplica(strategy, [1.0, 3.0]))
+  for r in range(2):
+    np.testing.assert_allclose(task.vars.w.values[r].numpy(), [-0.75, -3.0],
+                               rtol=1e-6)
+
+
+@pytest.mark.parametrize('sync_on_apply', [True, False])
+def test_accumulation_under_mirrored_equals_one_big_batch(strategy,
+                                                          sync_on_apply):
+  # Two micro-steps x two replicas, weights 1, 3, 2, 2:
+  # (1*[1,0] + 3*[0,1] + 2*[2,2] + 2*[4,0]) / 8 = [1.625, 0.875];
+  # clip 1 is applied once to that mean (norm 1.8457).
+  acc = GradientAccumulation.Params().Set(
+      num_batches=2, sync_on_apply=sync_on_apply,
+      optimizer=base_optimizer.SGD.Params())
+  task, lrn, step = Build(strategy, optimizer=acc,
+                          clip_gradient_norm_to_value=1.0)
+  m1 = step(PerReplica(strategy, [[1., 0.], [0., 1.]]),
+            PerReplica(strategy, [1.0, 3.0]))
+  for r in range(2):
+    np.testing.assert_array_equal(task.vars.w.values[r].numpy(), [0., 0.])
+    assert float(m1['grad_norm/all'][1].values[r]) == 0.0
+  m2 = step(PerReplica(strategy, [[2., 2.], [4., 0.]]),
+            PerReplica(strategy, [2.0, 2.0]))
+  mean = np.array([1.625, 0.875])
+  for r in range(2):
+    assert float(m2['grad_norm/all'][0].values[r]) == pytest.approx(
+        np.linalg.norm(mean), rel=1e-6)
+    np.testing.assert_allclose(task.vars.w.values[r].numpy(),
+                               -mean / np.linalg.norm(mean), rtol=1e-6)
+    assert float(m2['num_updates'][0].values[r]) == 1.0
+  accum = lrn.optimizer.GetAccumulator(task.vars.w)
+  for v in getattr(accum, 'values', [accum]):
+    np.testing.assert_array_equal(v.numpy(), [0., 0.])
+  # Reset in cross-replica context works on per-replica accumulators.
+  step(PerReplica(strategy, [[1., 0.], [0., 1.]]),
+       PerReplica(strategy, [1.0, 1.0]))
+  lrn.optimizer.Reset()
+  for v in getattr(accum, 'values', [accum]):
+    np.testing.assert_array_equal(v.numpy(), [0., 0.])
+  assert int(lrn.optimizer.micro_step.numpy()) == 0
+
+
+def _TopLevelCollectives(step, strategy):
+  g = step.get_concrete_function(
+      PerReplica(strategy, [[1., 0.], [0., 1.]]),
+      PerReplica(strategy, [1.0, 1.0])).graph
+  return [op for op in g.get_operations() if op.type == 'CollectiveReduceV2']
+
+
+def test_sync_on_apply_has_no_collective_on_accumulating_micro_steps(strategy):
+  # With sync_on_apply the only all-reduce is inside the branch of the
+  # applying micro-step; sync_on_apply=False all-reduces every micro-step.
+  on_apply = GradientAccumulation.Params().Set(
+      num_batches=2, optimizer=base_optimizer.SGD.Params())
+  _, _, step = Build(strategy, optimizer=on_apply)
+  assert not _TopLevelCollectives(step, strategy)
+  every = on_apply.Copy().Set(sync_on_apply=False)
+  _, _, step = Build(strategy, optimizer=every)
+  assert len(_TopLevelCollectives(step, strategy)) == 2  # One per replica.
+
+
+def test_sync_on_apply_false_warns_once_under_a_strategy(strategy, caplog):
+  acc = GradientAccumulation.Params().Set(
+      num_batches=4, sync_on_apply=False,
+      optimizer=base_optimizer.SGD.Params())
+  with caplog.at_level(py_logging.WARNING):
+    _, _, step = Build(strategy, optimizer=acc)
+    step(PerReplica(strategy, [[1., 0.], [0., 1.]]),
+         PerReplica(strategy, [1.0, 1.0]))
+  msgs = [r.getMessage() for r in caplog.records
+          if 'sync_on_apply=True' in r.getMessage()]
+  assert len(msgs) == 1

@@ -1,0 +1,237 @@
+"""GradientAccumulation: O7 and the accumulation cases of cases/optimizers.md."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import learner as learner_lib
+from learner import base_optimizer
+from learner import optimizers
+from learner.gradient_accumulation import GradientAccumulation
+from learner.learner import Learner
+from learner.var_grad import VarGrad
+from params import BaseLayer
+from params import NestedMap
+from schedules import LinearSchedule
+
+
+class ScalarTask(BaseLayer):
+  """Scalar variables `names`; metrics from a Python function of theta."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.name = 'task'
+    p.Define('names', ['w'], 'Scalar variables, all starting at 0.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    for n in self.params.names:
+      self.CreateVariable(n, [], init=0.0)
+
+
+def Accum(num_batches, inner=None, **kw):
+  return GradientAccumulation.Params().Set(
+      num_batches=num_batches,
+      optimizer=inner or base_optimizer.SGD.Params(), **kw)
+
+
+def MakeLearner(num_batches, inner=None, lr=0.1, **kw):
+  return Learner.Params().Set(
+      name='loss', learning_rate=lr, optimizer=Accum(num_batches, inner),
+      **kw).Instantiate()
+
+
+def Step(task, lrn, loss_fn, weight=1.0):
+  with learner_lib.GradientTape():
+    metrics = {'loss': (loss_fn(task.theta), weight)}
+  return lrn.Apply(metrics, task.vars)[2]
+
+
+def test_o7_standalone_accumulation_around_sgd():
+  # O7: gradients (3, 1), lr 0.1, num_batches 2.
+  a = tf.Variable(0.0, name='a')
+  b = tf.Variable(0.0, name='b')
+  opt = Accum(2).Set(name='acc').Instantiate()
+  opt.Bind([a, b])
+  vgs = NestedMap(a=VarGrad(a, tf.constant(3.0)), b=VarGrad(b, tf.constant(1.0)))
+  opt.Apply(0.1, vgs)
+  assert (a.numpy(), b.numpy()) == (0.0, 0.0)
+  assert float(opt.GetAccumulator(a).numpy()) == 3.0
+  assert float(opt.GetAccumulator(b).numpy()) == 1.0
+  opt.Apply(0.1, vgs)
+  np.testing.assert_allclose([a.numpy(), b.numpy()], [-0.3, -0.1], rtol=1e-6)
+  assert float(opt.GetAccumulator(a).numpy()) == 0.0
+  assert int(opt.micro_step.numpy()) == 0
+  opt.Apply(0.1, vgs)
+  np.testing.assert_allclose([a.numpy(), b.numpy()], [-0.3, -0.1], rtol=1e-6)
+  assert int(opt.num_updates.numpy()) == 1
+
+
+def test_o7_two_equal_micro_steps_equal_one_step_on_the_mean():
+  task = ScalarTask.Params().Instantiate()
+  lrn = MakeLearner(2)
+  lrn.Bind(task.vars)
+  m = Step(task, lrn, lambda th: 1.0 * th.w)
+  assert float(task.vars.w.numpy()) == 0.0
+  # Window metrics have weight 0 on a micro-step that only accumulates.
+  assert float(m['grad_norm/all'][1]) == 0.0
+  assert float(m['learning_rate'][1]) == 1.0
+  m = Step(task, lrn, lambda th: 3.0 * th.w)
+  # mean(1, 3) = 2, so w = -0.2.
+  assert float(task.vars.w.numpy()) == pytest.approx(-0.2, rel=1e-6)
+  assert float(m['grad_norm/all'][0]) == pytest.approx(2.0)
+  assert float(m['grad_norm/all'][1]) == 1.0
+  assert float(m['num_updates'][0]) == 1.0
+
+
+@pytest.mark.parametrize('weights,expected', [((2.0, 6.0), -0.15),
+                                              ((1.0, 1.0), -0.2)])
+def test_c_accum_weighted(weights, expected):
+  # C-accum-weighted: (2*3 + 6*1)/8 = 1.5 -> w = -0.15; equal weights give
+  # the plain mean 2.0 -> w = -0.2 (the control).
+  task = ScalarTask.Params().Instantiate()
+  lrn = MakeLearner(2)
+  lrn.Bind(task.vars)
+  Step(task, lrn, lambda th: 3.0 * th.w, weight=weights[0])
+  Step(task, lrn, lambda th: 1.0 * th.w, weight=weights[1])
+  assert float(task.vars.w.numpy()) == pytest.approx(expected, rel=1e-5)
+
+
+def test_c_accum_schedule():
+  task = ScalarTask.Params().Instantiate()
+  lrn = MakeLearner(4, inner=optimizers.Adam.Params().Set(epsilon=1e-8),
+                    lr=1.0, lr_schedule=LinearSchedule.Params().Set(
+                        start=(0, 0.125), limit=(7, 1.0)))
+  lrn.Bind(task.vars)
+
+  @tf.function
+  def TrainStep():
+    return lrn.Apply({'loss': (task.theta.w, 1.0)}, task.vars)[2]
+
+  rates = []
+  for _ in range(8):
+    m = TrainStep()
+    if float(m['grad_norm/all'][1]) == 1.0:
+      rates.append(float(m['learning_rate'][0]))
+  assert rates == pytest.approx([0.125, 0.25])
+  assert int(lrn.num_updates.numpy()) == 2
+  assert int(lrn.optimizer.num_updates.numpy()) == 2  # Adam's step count.
+  assert float(lrn.LearningRate().numpy()) == pytest.approx(0.375)
+  assert float(task.vars.w.numpy()) == pytest.approx(-0.3749999, rel=1e-5)
+
+
+def test_c_accum_reset():
+  task = ScalarTask.Params().Instantiate()
+  lrn = MakeLearner(4, lr=1.0)
+  lrn.Bind(task.vars)
+  acc = lrn.optimizer
+  for g in (1., 2., 3., 4., 5., 6.):
+    Step(task, lrn, lambda th, g=g: g * th.w)
+  assert float(task.vars.w.numpy()) == pytest.approx(-2.5)
+  acc.Reset()
+  assert float(acc.GetAccumulator(task.vars.w).numpy()) == 0.0
+  assert float(acc.accumulated_weight.numpy()) == 0.0
+  assert int(acc.micro_step.numpy()) == 0
+  for g in (1., 2., 3., 4.):
+    Step(task, lrn, lambda th, g=g: g * th.w)
+  assert float(task.vars.w.numpy()) == pytest.approx(-5.0)
+  assert int(lrn.num_updates.numpy()) == 2
+
+
+def test_non_finite_micro_batch_is_dropped_and_counted():
+  # Micro-batches 1, NaN, 3 with num_batches 3: the NaN one is dropped and
+  # the update uses (1 + 3) / 2 = 2.
+  task = ScalarTask.Params().Instantiate()
+  lrn = MakeLearner(3, lr=1.0)
+  lrn.Bind(task.vars)
+  Step(task, lrn, lambda th: 1.0 * th.w)
+  m = Step(task, lrn, lambda th: float('nan') * th.w)
+  assert float(m['num_dropped_microbatches'][0]) == 1.0
+  m = Step(task, lrn, lambda th: 3.0 * th.w)
+  assert float(task.vars.w.numpy()) == pytest.approx(-2.0)
+  assert float(m['num_skipped_steps'][0]) == 0.0
+  assert float(m['num_updates'][0]) == 1.0
+
+
+def test_skipped_applying_step_discards_the_window():
+  # grad_norm_to_clip_to_zero 5: the window mean 6 is over the limit, so the
+  # update is skipped once (not per micro-batch), the accumulators are zero
+  # and the next window starts clean.
+  task = ScalarTask.Params().Instantiate()
+  lrn = MakeLearner(2, lr=1.0, grad_norm_to_clip_to_zero=5.0)
+  lrn.Bind(task.vars)
+  acc = lrn.optimizer
+  Step(task, lrn, lambda th: 6.0 * th.w)
+  m = Step(task, lrn, lambda th: 6.0 * th.w)
+  assert float(task.vars.w.numpy()) == 0.0
+  assert float(m['num_skipped_steps'][0]) == 1.0
+  assert float(acc.GetAccumulator(task.vars.w).numpy()) == 0.0
+  assert float(acc.accumulated_weight.numpy()) == 0.0
+  Step(task, lrn, lambda th: 1.0 * th.w)
+  Step(task, lrn, lambda th: 3.0 * th.w)
+  assert float(task.vars.w.numpy()) == pytest.approx(-2.0)
+  assert int(lrn.num_skipped_steps.numpy()) == 1
+
+
+def test_all_micro_batches_dropped_is_one_skipped_update():
+  task = ScalarTask.Params().Instantiate()
+  lrn = MakeLearner(2, lr=1.0)
+  lrn.Bind(task.vars)
+  Step(task, lrn, lambda th: float('inf') * th.w)
+  m = Step(task, lrn, lambda th: float('nan') * th.w)
+  assert float(task.vars.w.numpy()) == 0.0
+  assert float(m['num_skipped_steps'][0]) == 1.0
+  assert float(m['num_dropped_microbatches'][0]) == 2.0
+  assert float(m['num_updates'][0]) == 0.0
+
+
+def test_clipping_sees_the_window_mean_once():
+  # Micro-batch grads 0.5 and 1.5, global clip 1: the mean 1.0 is at the
+  # threshold and passes unchanged, w = -1. (Clipping each micro-batch first
+  # would give (0.5 + 1.0) / 2 = 0.75.)
+  task = ScalarTask.Params().Instantiate()
+  lrn = MakeLearner(2, lr=1.0, clip_gradient_norm_to_value=1.0)
+  lrn.Bind(task.vars)
+  Step(task, lrn, lambda th: 0.5 * th.w)
+  m = Step(task, lrn, lambda th: 1.5 * th.w)
+  assert float(task.vars.w.numpy()) == pytest.approx(-1.0)
+  assert float(m['grad_scale_all'][0]) == 1.0
+
+
+def test_accumulators_and_micro_step_are_checkpointed(tmp_path):
+  task = ScalarTask.Params().Instantiate()
+  lrn = MakeLearner(3, lr=1.0)
+  lrn.Bind(task.vars)
+  Step(task, lrn, lambda th: 2.0 * th.w, weight=2.0)
+  path = tf.train.Checkpoint(task=task, learner=lrn).save(
+      str(tmp_path / 'ckpt'))
+  task2 = ScalarTask.Params().Instantiate()
+  lrn2 = MakeLearner(3, lr=1.0)
+  lrn2.Bind(task2.vars)
+  tf.train.Checkpoint(task=task2, learner=lrn2).restore(path).assert_consumed()
+  acc2 = lrn2.optimizer
+  assert float(acc2.GetAccumulator(task2.vars.w).numpy()) == 4.0
+  assert float(acc2.accumulated_weight.numpy()) == 2.0
+  assert int(acc2.micro_step.numpy()) == 1
+  # Two more micro-batches of gradient 5 (weight 1): (4 + 5 + 5) / 4 = 3.5.
+  Step(task2, lrn2, lambda th: 5.0 * th.w)
+  Step(task2, lrn2, lambda th: 5.0 * th.w)
+  assert float(task2.vars.w.numpy()) == pytest.approx(-3.5)
+
+
+def test_accumulation_must_be_the_outermost_wrapper():
+  with pytest.raises(ValueError, match='outermost'):
+    Accum(2, inner=Accum(2)).Set(name='acc').Instantiate()
+
+
+@pytest.mark.parametrize('value', [0, -1, 2.5])
+def test_num_batches_must_be_a_positive_int(value):
+  with pytest.raises(ValueError, match='num_batches'):
+    Accum(value).Set(name='acc').Instantiate()
+
+
+def test_decay_on_the_wrapper_is_an_error():
+  with pytest.raises(ValueError, match='decoupled_weight_decay'):
+    Accum(2, decoupled_weight_decay=0.1).Set(name='acc').Instantiate()
