@@ -39,9 +39,11 @@ class GradNormTracker(BaseLayer):
 
   Variables (float32 scalars, trainable=False, checkpointed with the layer):
   `log_mean`, `log_mean_squared`, `total_weight`; `total_rejections` (int64).
-  They are created with aggregation ONLY_FIRST_REPLICA, so `Check` may run in
-  a tf.distribute replica context as long as every replica passes the same
-  inputs (the learner calls it after the all-reduce).
+  They are created with aggregation NONE: in a tf.distribute replica context
+  each replica updates its own copy without a merge_call (so `Check` may run
+  inside tf.cond, as under gradient accumulation); the copies stay equal as
+  long as every replica passes the same inputs (the learner calls it after
+  the all-reduce).
 
   Source: Lingvo, lingvo/core/layers.py `GradNormTracker`.
 
@@ -94,7 +96,7 @@ class GradNormTracker(BaseLayer):
           'GradNormTracker %r: grad_norm_clip_cap_min=%r must be >= 0.' %
           (self.path, p.grad_norm_clip_cap_min))
     kw = dict(trainable=False,
-              aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+              aggregation=tf.VariableAggregation.NONE)
     self._log_mean = self.CreateVariable(
         'log_mean', [], init=0.0, dtype=tf.float32, **kw)
     self._log_mean_squared = self.CreateVariable(

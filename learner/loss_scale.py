@@ -21,9 +21,11 @@ _MODES = ('fixed', 'dynamic')
 class LossScale(BaseLayer):
   """A loss scale held in a checkpointed variable.
 
-  Variables (trainable=False, aggregation ONLY_FIRST_REPLICA so that `Update`
-  may run in a tf.distribute replica context when every replica passes the
-  same `grads_finite`, as the learner does after the all-reduce):
+  Variables (trainable=False, aggregation NONE: in a tf.distribute replica
+  context each replica updates its own copy, with no merge_call, so `Update`
+  may run inside tf.cond - as under gradient accumulation - and the copies
+  stay equal because every replica passes the same `grads_finite`, as the
+  learner does after the all-reduce):
     `loss_scale`: float32 scalar, the current scale S.
     `good_steps`: int64 scalar, consecutive finite steps since S last changed.
 
@@ -86,7 +88,7 @@ class LossScale(BaseLayer):
         raise ValueError('LossScale %r: factor=%r must be > 1, e.g. 2.0.' %
                          (self.path, p.factor))
     kw = dict(trainable=False,
-              aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+              aggregation=tf.VariableAggregation.NONE)
     self._loss_scale = self.CreateVariable(
         'loss_scale', [], init=float(p.initial_scale), dtype=tf.float32, **kw)
     self._good_steps = self.CreateVariable(

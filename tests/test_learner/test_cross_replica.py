@@ -152,3 +152,24 @@ def test_sync_on_apply_false_warns_once_under_a_strategy(strategy, caplog):
   msgs = [r.getMessage() for r in caplog.records
           if 'sync_on_apply=True' in r.getMessage()]
   assert len(msgs) == 1
+
+
+def test_accumulation_with_loss_scale_and_tracker_under_mirrored(strategy):
+  # The tracker and the loss scale are updated inside the applying branch's
+  # tf.cond in replica context (their variables need no merge_call).
+  from learner import grad_norm_tracker  # pylint: disable=g-import-not-at-top
+  acc = GradientAccumulation.Params().Set(
+      num_batches=2, optimizer=base_optimizer.SGD.Params())
+  task, lrn, step = Build(
+      strategy, optimizer=acc, loss_scale='dynamic',
+      grad_norm_tracker=grad_norm_tracker.GradNormTracker.Params())
+  for _ in range(2):
+    m = step(PerReplica(strategy, [[1., 0.], [0., 1.]]),
+             PerReplica(strategy, [1.0, 1.0]))
+  for r in range(2):
+    # Mean of [1, 0] and [0, 1] over both micro-steps: [0.5, 0.5].
+    np.testing.assert_allclose(task.vars.w.values[r].numpy(), [-0.5, -0.5],
+                               rtol=1e-6)
+    assert float(m['loss_scale'][0].values[r]) == 32768.0
+    assert float(m['num_updates'][0].values[r]) == 1.0
+  assert int(lrn.loss_scale.good_steps.numpy()) == 1
