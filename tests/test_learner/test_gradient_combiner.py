@@ -7,6 +7,7 @@ import tensorflow as tf
 from learner.gradient_combiner import GradientSum
 from learner.gradient_combiner import PCGrad
 from learner.var_grad import VarGrad
+from params import BaseLayer
 from params import NestedMap
 
 
@@ -124,7 +125,7 @@ def test_pcgrad_three_losses_match_numpy_in_tf_function(jit):
   vmap = _Vars(a=[2], b=[3])
   comb = PCGrad.Params().Set(name='pc').Instantiate()
 
-  @tf.function(jit_compile=jit)
+  @tf.function(jit_compile=jit, autograph=False)
   def Run(g):
     inputs = NestedMap()
     for i, name in enumerate(['l0', 'l1', 'l2']):
@@ -164,3 +165,39 @@ def test_empty_and_malformed_inputs_raise():
   with pytest.raises(ValueError, match=r"loss 'a' at 'u'"):
     comb.Combine(vmap, {'a': NestedMap(loss_metric=(1.0, 1.0),
                                        grads=NestedMap(u=tf.constant(1.0)))})
+
+
+class _TwoLossLayer(BaseLayer):
+  """w = [0, 0]; losses a = w0 (gradient [1, 0]), b = -w0 + w1 ([-1, 1])."""
+
+  def __init__(self, params):
+    super().__init__(params)
+    self.CreateVariable('w', [2])
+
+  def FProp(self, theta):
+    return {'a': (theta.w[0], 1.0), 'b': (theta.w[1] - theta.w[0], 1.0)}
+
+
+@pytest.mark.parametrize('combiner,want', [
+    # PCGrad: [0.5, 1.5] (by hand, above); SGD lr 1 -> w = -[0.5, 1.5].
+    (PCGrad, [-0.5, -1.5]),
+    # GradientSum: [1, 0] + [-1, 1] = [0, 1] -> w = [0, -1].
+    (GradientSum, [0.0, -1.0])])
+def test_combiner_inside_learner_apply_in_tf_function(combiner, want):
+  from learner.base_optimizer import SGD  # pylint: disable=g-import-not-at-top
+  from learner.learner import Learner  # pylint: disable=g-import-not-at-top
+  layer = _TwoLossLayer.Params().Set(name='layer').Instantiate()
+  lrn = Learner.Params().Set(
+      name='lrn', loss_name=('a', 'b'), learning_rate=1.0,
+      optimizer=SGD.Params(),
+      gradient_combiner=combiner.Params()).Instantiate()
+  lrn.Bind(layer.vars)
+
+  @tf.function(autograph=False)
+  def Step():
+    return lrn.Apply(layer.FProp(layer.theta), layer.vars)[2]
+
+  m = Step()
+  np.testing.assert_allclose(layer.vars.w.numpy(), want, rtol=1e-6)
+  np.testing.assert_allclose(m['grad_norm/all'][0], np.linalg.norm(want),
+                             rtol=1e-6)

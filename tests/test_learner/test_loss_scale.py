@@ -114,7 +114,7 @@ def test_scaling_recovers_a_gradient_that_underflows_in_float16():
 def test_update_in_tf_function(jit):
   ls = _LossScale(initial_scale=8.0, growth_interval=2)
 
-  @tf.function(jit_compile=jit)
+  @tf.function(jit_compile=jit, autograph=False)
   def Step(finite):
     ls.Update(finite)
     return ls.scale
