@@ -53,7 +53,8 @@ class MlpMomentum:
 
   Batch 64; base rate 0.2 at batch 128 scaled linearly to 0.1; warmup over
   50 updates, then cosine decay to 1% over the rest of 1200 steps; global
-  gradient norm clipped at 5. Reaches ~97% test accuracy in about 10 s.
+  gradient norm clipped at 5. Reaches ~98% test accuracy in about 10 s
+  (plus start-up) on 2 CPU cores.
   """
 
   BATCH_SIZE = 64
@@ -88,11 +89,13 @@ class MlpMomentum:
 class MlpLarsAccumulate:
   """MLP on digits: Momentum(0.9) in Lars in batch_gradients(num_batches=8).
 
-  Micro-batches of 16, 8 per update (128 examples per update); Lars with
-  MoXing's ratio (eta) 0.001 and weight decay 1e-4; base rate 10 (Lars
-  normalises each layer's step to eta * ||w||) with biases excluded from
-  Lars at rate 10 * 0.01 via the same Momentum... see Task() for the exact
-  numbers. Built from MoXing-style factories.
+  Built from MoXing-style factories, innermost first: momentum 0.9 at base
+  rate 5.0; Lars with MoXing's ratio (eta) 0.001 and weight decay 1e-4, over
+  every variable (exclude_1d=False: Lars' trust ratio also tames the biases'
+  step, which the large base rate needs); gradient accumulation of 8
+  micro-batches of 16 (128 examples per update). Schedule over applied
+  updates: warmup 10, then cosine to 1%. 2400 global steps = 300 updates;
+  ~98% test accuracy in about 15 s.
   """
 
   MICRO_BATCH = 16

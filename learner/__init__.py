@@ -27,3 +27,11 @@ from learner.loss_scale import LossScale
 from learner.gradient_tape import GradientTape
 from learner.gradient_accumulation import GradientAccumulation
 from learner.learner import Learner
+from learner.task import BaseTask
+from learner.input_generator import BaseInputGenerator
+from learner.input_generator import DigitsInput
+from learner.input_generator import DiabetesInput
+from learner.input_generator import LinearRegressionInput
+from learner.mode_keys import ModeKeys
+from learner.run import ModelSpec
+from learner.run import run

@@ -246,7 +246,7 @@ class BaseTask(BaseLayer):
 
   def _TrainStep(self, batch):
     from learner import gradient_tape  # pylint: disable=g-import-not-at-top
-    batch = NestedMap(batch)
+    batch = _AsNestedMap(batch)
     with gradient_tape.GradientTape():
       metrics, _ = self.FProp(self.theta, batch)
     model_vars = self.ModelVars()
@@ -279,7 +279,7 @@ class BaseTask(BaseLayer):
     return self._train_step_fn(batch)
 
   def _EvalStep(self, batch):
-    metrics, _ = self.FProp(self.theta, NestedMap(batch))
+    metrics, _ = self.FProp(self.theta, _AsNestedMap(batch))
     return NestedMap(metrics)
 
   def EvalStep(self, batch):
@@ -287,3 +287,8 @@ class BaseTask(BaseLayer):
     if self._eval_step_fn is None:
       self._eval_step_fn = tf.function(self._EvalStep)
     return self._eval_step_fn(batch)
+
+
+def _AsNestedMap(batch):
+  """A dict batch becomes a NestedMap; other structures pass through."""
+  return NestedMap(batch) if isinstance(batch, dict) else batch

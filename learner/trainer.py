@@ -37,16 +37,9 @@ import tensorflow as tf
 from params import hyperparams
 from params import registry
 from learner import checkpointer as checkpointer_lib
+from learner.mode_keys import ModeKeys
 from learner import progress as progress_lib
 from learner import summary as summary_lib
-
-
-class ModeKeys:
-  """Run modes: what `Trainer.Run` (and `learner.run`) do."""
-  TRAIN = 'train'
-  EVAL = 'eval'
-  TRAIN_AND_EVAL = 'train_and_eval'
-  ALL = (TRAIN, EVAL, TRAIN_AND_EVAL)
 
 
 def LoadExperimentParams(model, params_file=None, params_override=None,
@@ -246,11 +239,18 @@ class Trainer:
 
   def Run(self):
     """Runs the mode; returns the dict written to logdir/metrics.json."""
+    # First: --strategy=multi_worker must be created before any other op.
+    self._strategy = self._Strategy()
     if self._seed is not None:
       tf.keras.utils.set_random_seed(int(self._seed))
       tf.config.experimental.enable_op_determinism()
+    # Multi-worker: only the chief writes to logdir; the other workers write
+    # to a temporary directory and resume from the chief's checkpoints.
+    from learner import distribution  # pylint: disable=g-import-not-at-top
+    self._chief_logdir = self._logdir
+    self._logdir = distribution.WorkerLogdir(self._logdir, self._strategy)
+    distribution.RemoveWorkerLogdir(self._chief_logdir, self._strategy)
     tf.io.gfile.makedirs(self._logdir)
-    self._strategy = self._Strategy()
     self._WriteParams()
     if self._mode == ModeKeys.EVAL:
       return self._RunEval()
@@ -287,7 +287,12 @@ class Trainer:
         max_to_keep=p.task.train.save_max_to_keep,
         variable_names=checkpointer_lib.VariableCheckpointKeys(task),
         report=self._Print)
-    restored = ckpter.Restore()
+    if self._logdir != self._chief_logdir:  # Non-chief: the chief's ckpt.
+      restored = checkpointer_lib.Checkpointer(
+          ckpt, os.path.join(self._chief_logdir, 'ckpt'),
+          report=self._Print).Restore()
+    else:
+      restored = ckpter.Restore()
     if restored:
       self._Print('Resumed from %s at global step %d.' %
                   (restored, int(task.global_step.numpy())))
@@ -312,7 +317,8 @@ class Trainer:
         return strategy.run(task._TrainStep, args=(batch,))  # pylint: disable=protected-access
 
       def _Step():
-        return self._ReducePerReplica(_DistStep(next(iterator)))
+        with distribution.ReportPeerFailure(strategy):
+          return self._ReducePerReplica(_DistStep(next(iterator)))
     else:
       def _Step():
         return task.TrainStep(next(iterator))
@@ -400,7 +406,7 @@ class Trainer:
     """
     p = self._params
     ep = p.eval_input.Copy()
-    if not p.task.eval.samples:
+    if not p.task.eval.samples and 'num_epochs' in ep:
       ep.num_epochs = 1
     input_gen = ep.Instantiate()
     sums, weights = {}, {}
@@ -413,7 +419,7 @@ class Trainer:
         for name, (v, w) in metrics.items():
           sums[name] = sums.get(name, 0.0) + v * w
           weights[name] = weights.get(name, 0.0) + w
-        seen += int(next(iter(batch.values())).shape[0])
+        seen += int(tf.nest.flatten(batch)[0].shape[0])
         if p.task.eval.samples and seen >= p.task.eval.samples:
           break
     if not sums:
@@ -458,7 +464,7 @@ class Trainer:
     task = self._BuildTask(train=False)
     ckpt = tf.train.Checkpoint(task=task)
     ckpter = checkpointer_lib.Checkpointer(
-        ckpt, os.path.join(self._logdir, 'ckpt'), report=self._Print)
+        ckpt, os.path.join(self._chief_logdir, 'ckpt'), report=self._Print)
     restored = ckpter.Restore(expect_partial=True)
     if not restored:
       raise ValueError(
@@ -558,8 +564,11 @@ def DefineFlags():
                     'Compile the train step with XLA (overrides '
                     'task.train.jit_compile).')
   flags.DEFINE_string('strategy', 'default',
-                      'Distribution strategy: default or mirrored (see '
-                      'learner/distribution.py for the others).')
+                      'Distribution strategy: default, mirrored (this '
+                      'machine\'s devices), multi_worker (one process per '
+                      'worker from TF_CONFIG; start them with '
+                      'python -m learner.launcher) or tpu. See '
+                      'docs/distributed.md.')
   flags.DEFINE_string('init_from_checkpoint', None,
                       'Warm-start the weights from this checkpoint (prefix, '
                       'directory or logdir) when the logdir has none.')

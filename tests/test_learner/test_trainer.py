@@ -234,3 +234,19 @@ def test_parse_rules():
 def test_bad_mode_raises_naming_it():
   with pytest.raises(ValueError, match="'predict'"):
     trainer_lib.Trainer(_Params(), '/tmp/unused', mode='predict')
+
+
+def test_mirrored_two_replicas_and_resume_by_skip_match_one_device(
+    trained, tmp_path):
+  # conftest.py gives two logical CPUs. Distributed iterators cannot be
+  # checkpointed, so the resumed run rebuilds the data and skips 40 batches.
+  assert len(tf.config.list_logical_devices('CPU')) == 2
+  _, r40, _ = _Run(tmp_path, _Params(40), strategy='mirrored')
+  assert r40['global_step'] == 40
+  t, r60, out = _Run(tmp_path, _Params(60), strategy='mirrored')
+  assert t._strategy.num_replicas_in_sync == 2  # pylint: disable=protected-access
+  assert 'Resumed from' in out and 'global step 40' in out
+  expected = trained[2]
+  assert r60['global_step'] == 60
+  for k in ('w', 'b', 'loss'):
+    np.testing.assert_allclose(r60[k], expected[k], rtol=1e-5, err_msg=k)
