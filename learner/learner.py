@@ -694,10 +694,10 @@ class Learner(BaseLayer):
     if gradient_mask:
       grads = _MaskGradients(variables, grads, gradient_mask)
     # Norms: one l2_loss kernel per tensor, one add_n.
-    grad_sq = [_SquaredNorm(g) for g in grads]
-    var_sq = [_SquaredNorm(v.read_value()) for v in variables]
-    grad_norm = tf.sqrt(tf.add_n(grad_sq))
-    var_norm = tf.sqrt(tf.add_n(var_sq))
+    grad_half = [_HalfSquaredNorm(g) for g in grads]
+    var_half = [_HalfSquaredNorm(v.read_value()) for v in variables]
+    grad_norm = tf.sqrt(2.0 * tf.add_n(grad_half))
+    var_norm = tf.sqrt(2.0 * tf.add_n(var_half))
     has_nan_or_inf = tf.logical_not(tf.math.is_finite(grad_norm))
     # Adjuster.
     if gradient_adjuster is not None:
@@ -706,7 +706,7 @@ class Learner(BaseLayer):
         vg_map['v%04d' % i] = VarGrad(v, g)
       adjusted = gradient_adjuster(vg_map)
       grads = [adjusted['v%04d' % i].grad for i in range(len(variables))]
-      adj_norm = tf.add_n([_SquaredNorm(g) for g in grads if g is not None] +
+      adj_norm = tf.add_n([_HalfSquaredNorm(g) for g in grads] +
                           [tf.constant(0.0)])
       has_nan_or_inf = tf.logical_or(
           has_nan_or_inf, tf.logical_not(tf.math.is_finite(adj_norm)))
@@ -729,26 +729,26 @@ class Learner(BaseLayer):
       clipped_norm = grad_norm * grad_scale
     elif p.clip_gradient_single_norm_to_value:
       c = tf.constant(p.clip_gradient_single_norm_to_value, tf.float32)
-      per_var_scale = [c / tf.maximum(tf.sqrt(s), c) for s in grad_sq]
+      per_var_scale = [c / tf.maximum(tf.sqrt(2.0 * h), c) for h in grad_half]
       grad_scale = finite_f
-      clipped_norm = tf.sqrt(tf.add_n(
-          [s * k * k for s, k in zip(grad_sq, per_var_scale)]))
+      clipped_norm = tf.sqrt(2.0 * tf.add_n(
+          [h * k * k for h, k in zip(grad_half, per_var_scale)]))
     else:
       grad_scale = finite_f
       clipped_norm = grad_norm
     if p.clip_gradient_value:
       clipped_grads = self._ClipGrads(grads, grad_scale, per_var_scale)
-      clipped_norm = tf.sqrt(tf.add_n([_SquaredNorm(g) for g in clipped_grads]))
+      clipped_norm = GlobalNorm(clipped_grads)
     stats['grad_norm/all'] = grad_norm
     stats['var_norm/all'] = var_norm
     stats['grad_norm/clipped'] = clipped_norm
     stats['grad_scale_all'] = grad_scale
     stats['has_nan_or_inf'] = tf.cast(has_nan_or_inf, tf.float32)
     if p.per_variable_norm_metrics:
-      for v, gs, vs in zip(variables, grad_sq, var_sq):
+      for v, gh, vh in zip(variables, grad_half, var_half):
         n = var_grad_lib.VarName(v)
-        stats['grad_norm/' + n] = tf.sqrt(gs)
-        stats['var_norm/' + n] = tf.sqrt(vs)
+        stats['grad_norm/' + n] = tf.sqrt(2.0 * gh)
+        stats['var_norm/' + n] = tf.sqrt(2.0 * vh)
 
     def _DoUpdate():
       clipped = self._ClipGrads(grads, grad_scale, per_var_scale)
@@ -844,13 +844,15 @@ def _Scale(g, scale):
   return _MapValues(g, lambda x: x * tf.cast(scale, x.dtype))
 
 
-def _SquaredNorm(g):
-  """sum(g^2) as float32 (one L2Loss kernel); 0.0 for None."""
+def _HalfSquaredNorm(g):
+  """sum(g^2) / 2 as float32 (one L2Loss kernel); 0.0 for None."""
   if g is None:
     return tf.constant(0.0)
   if isinstance(g, tf.IndexedSlices):
     g = g.values
-  return 2.0 * tf.cast(tf.nn.l2_loss(g), tf.float32)
+  if g.dtype != tf.float32:
+    g = tf.cast(g, tf.float32)
+  return tf.nn.l2_loss(g)
 
 
 def GlobalNorm(grads):
@@ -863,14 +865,14 @@ def GlobalNorm(grads):
     float32 scalar; 0.0 for an empty list or only None (acceptance case
     C-none-grads), never an error.
   """
-  return tf.sqrt(tf.add_n([_SquaredNorm(g) for g in grads] +
-                          [tf.constant(0.0)]))
+  return tf.sqrt(2.0 * tf.add_n([_HalfSquaredNorm(g) for g in grads] +
+                                [tf.constant(0.0)]))
 
 
 def _AllFinite(grads):
   if not grads:
     return tf.constant(True)
-  return tf.math.is_finite(tf.add_n([_SquaredNorm(g) for g in grads]))
+  return tf.math.is_finite(tf.add_n([_HalfSquaredNorm(g) for g in grads]))
 
 
 def _MaskGradients(variables, grads, gradient_mask):

@@ -235,3 +235,20 @@ def test_num_batches_must_be_a_positive_int(value):
 def test_decay_on_the_wrapper_is_an_error():
   with pytest.raises(ValueError, match='decoupled_weight_decay'):
     Accum(2, decoupled_weight_decay=0.1).Set(name='acc').Instantiate()
+
+
+def test_c_accum_weighted_under_jit_compile():
+  # C-accum-weighted inside tf.function(jit_compile=True): w = -0.15.
+  task = ScalarTask.Params().Instantiate()
+  lrn = MakeLearner(2, clip_gradient_norm_to_value=10.0)
+  lrn.Bind(task.vars)
+
+  @tf.function(jit_compile=True)
+  def TrainStep(c, weight):
+    return lrn.Apply({'loss': (c * task.theta.w, weight)}, task.vars)[2]
+
+  TrainStep(tf.constant(3.0), tf.constant(2.0))
+  m = TrainStep(tf.constant(1.0), tf.constant(6.0))
+  assert float(task.vars.w.numpy()) == pytest.approx(-0.15, rel=1e-5)
+  assert float(m['grad_norm/all'][0]) == pytest.approx(1.5, rel=1e-6)
+  assert int(lrn.optimizer.micro_step.numpy()) == 0

@@ -524,3 +524,72 @@ def test_compute_activation_gradients_agrees_with_full_loss():
   stage = lrn.ComputeActivationGradients(h, dh, task.vars)
   np.testing.assert_allclose(stage.w1.grad.numpy(), full[0].numpy(),
                              rtol=1e-5)
+
+
+def test_run_functions_eagerly_uses_the_tape():
+  task, lrn = HelloTask(), MakeLearner()
+  lrn.Bind(task.vars)
+
+  @tf.function
+  def Step():
+    with learner_lib.GradientTape():
+      metrics = task.FProp(task.theta)
+    return lrn.Apply(metrics, task.vars)[2]
+
+  tf.config.run_functions_eagerly(True)
+  try:
+    Step()
+  finally:
+    tf.config.run_functions_eagerly(False)
+  v = Values(task)
+  np.testing.assert_allclose([v['hello'], v['world']], [-0.1, 0.2], rtol=1e-6)
+
+
+def test_counters_are_checkpointed(tmp_path):
+  # L8's skipped step, then a normal one: num_skipped_steps 1, num_updates 1
+  # come back in a fresh learner restored before any step.
+  task, lrn = HelloTask(), MakeLearner(grad_norm_to_clip_to_zero=2.0)
+  lrn.Bind(task.vars)
+  EagerStep(task, lrn)
+  path = tf.train.Checkpoint(task=task, learner=lrn).save(
+      str(tmp_path / 'ckpt'))
+  task2, lrn2 = HelloTask(), MakeLearner(grad_norm_to_clip_to_zero=2.0)
+  lrn2.Bind(task2.vars)
+  tf.train.Checkpoint(task=task2, learner=lrn2).restore(path).assert_consumed()
+  assert int(lrn2.num_skipped_steps.numpy()) == 1
+  assert int(lrn2.num_updates.numpy()) == 0
+
+
+def test_sparse_gradients_match_dense():
+  # Embedding rows 0, 0, 2 looked up, loss = sum(rows * [1, 2]); global clip
+  # 2.0. Row 0 gets 2*[1, 2] = [2, 4] (duplicate merged), row 2 [1, 2]:
+  # norm sqrt(20 + 5) = 5, scale 0.4; SGD lr 1.
+  table = np.arange(8, dtype=np.float32).reshape(4, 2)
+
+  def Run(sparse):
+    task = MakeTask({'emb': (table, True)}, None)
+    lrn = MakeLearner(learning_rate=1.0, clip_gradient_norm_to_value=2.0,
+                      gradient_combiner=None)
+    lrn.Bind(task.vars)
+
+    @tf.function
+    def Step():
+      emb = task.theta.emb
+      if sparse:
+        rows = tf.gather(emb, [0, 0, 2])
+      else:
+        rows = tf.matmul(tf.one_hot([0, 0, 2], 4), emb)
+      loss = tf.reduce_sum(rows * tf.constant([1.0, 2.0]))
+      return lrn.Apply({'loss': (loss, 1.0)}, task.vars)[2]
+
+    m = Step()
+    return task.vars.emb.numpy(), float(m['grad_norm/all'][0])
+
+  sparse_w, sparse_norm = Run(True)
+  dense_w, dense_norm = Run(False)
+  expected = table.copy()
+  expected[0] -= 0.4 * np.array([2., 4.])
+  expected[2] -= 0.4 * np.array([1., 2.])
+  np.testing.assert_allclose(sparse_w, expected, rtol=1e-6)
+  np.testing.assert_allclose(dense_w, expected, rtol=1e-6)
+  assert sparse_norm == pytest.approx(5.0) and dense_norm == pytest.approx(5.0)
