@@ -593,3 +593,40 @@ def test_sparse_gradients_match_dense():
   np.testing.assert_allclose(sparse_w, expected, rtol=1e-6)
   np.testing.assert_allclose(dense_w, expected, rtol=1e-6)
   assert sparse_norm == pytest.approx(5.0) and dense_norm == pytest.approx(5.0)
+
+
+def test_gradient_adjuster_runs_after_the_norms():
+  # Gradients (1, -2), norm 2.236068; the adjuster doubles them after the
+  # norm is measured, and the clip scale 1/2.236068 comes from that norm:
+  # hello = -0.1 * 2 / 2.236068 = -0.0894427, world = +0.1788854.
+  from learner.var_grad import VarGrad  # pylint: disable=g-import-not-at-top
+  task = HelloTask()
+  lrn = MakeLearner(clip_gradient_norm_to_value=1.0)
+  lrn.Bind(task.vars)
+  double = lambda vgs: vgs.Transform(lambda vg: VarGrad(vg.var, 2. * vg.grad))
+  _, _, m = EagerStep(task, lrn, gradient_adjuster=double)
+  v = Values(task)
+  np.testing.assert_allclose([v['hello'], v['world']],
+                             [-0.0894427, 0.1788854], rtol=1e-5)
+  assert Num(m['grad_norm/all']) == pytest.approx(2.236068, rel=1e-6)
+
+
+def test_gradient_adjuster_that_makes_nan_skips_the_step():
+  from learner.var_grad import VarGrad  # pylint: disable=g-import-not-at-top
+  task, lrn = HelloTask(), MakeLearner()
+  lrn.Bind(task.vars)
+  poison = lambda vgs: vgs.Transform(
+      lambda vg: VarGrad(vg.var, vg.grad * float('nan')))
+  _, _, m = EagerStep(task, lrn, gradient_adjuster=poison)
+  assert all(x == 0.0 for x in Values(task).values())
+  assert Num(m['has_nan_or_inf']) == 1.0 and Num(m['num_skipped_steps']) == 1
+
+
+def test_fixed_loss_scale_unscales_gradients():
+  # loss_scale=128.0: the same update as L1, the scale reported and fixed.
+  task, lrn = HelloTask(), MakeLearner(loss_scale=128.0)
+  lrn.Bind(task.vars)
+  _, _, m = EagerStep(task, lrn)
+  v = Values(task)
+  np.testing.assert_allclose([v['hello'], v['world']], [-0.1, 0.2], rtol=1e-6)
+  assert Num(m['loss_scale']) == 128.0

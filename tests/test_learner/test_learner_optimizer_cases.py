@@ -149,3 +149,46 @@ def test_learning_rate_from_factory_and_override_warning(caplog):
   assert len(msgs) == 1 and '0.1' in msgs[0] and '0.3' in msgs[0]
 
 
+
+
+def test_seed_three_level_example_factory_and_params_give_identical_updates():
+  # Momentum(0.9) in Lars(eta=0.001, weight_decay=0.0001) in
+  # batch_gradients(num_batches=8, sync_on_apply=True), from factories
+  # (MoXing's ratio=0.001) and from params; 16 micro-steps = 2 updates.
+  from learner import gradient_accumulation  # pylint: disable=g-import-not-at-top
+  from learner import lars  # pylint: disable=g-import-not-at-top
+  fn = learner_lib.get_optimizer_fn('momentum', learning_rate=0.1,
+                                    momentum=0.9)
+  fn = learner_lib.get_optimizer_wrapper_fn('lars', fn, ratio=0.001,
+                                            weight_decay=0.0001)
+  fn = learner_lib.get_optimizer_wrapper_fn('batch_gradients', fn,
+                                            num_batches=8, sync_on_apply=True)
+  params = gradient_accumulation.GradientAccumulation.Params().Set(
+      num_batches=8, sync_on_apply=True,
+      optimizer=lars.Lars.Params().Set(
+          eta=0.001, weight_decay=0.0001,
+          optimizer=optimizers.Momentum.Params().Set(alpha=0.9)))
+  rng = np.random.RandomState(5)
+  coeffs = rng.randn(16, 2).astype(np.float32)
+  results = []
+  for kw in (dict(optimizer=None, learning_rate=None, optimizer_fn=fn),
+             dict(optimizer=params, learning_rate=0.1)):
+    task = Scalars.Params().Set(values={}).Instantiate()
+    kernel = task.CreateVariable('kernel', [2, 1],
+                                 init=np.array([[3.], [4.]], np.float32))
+    lrn = MakeLearner(**kw)
+    lrn.Bind(task.vars)
+
+    @tf.function
+    def Step(c):
+      loss = tf.reduce_sum(c * tf.reshape(task.theta.kernel, [2]))
+      return lrn.Apply({'loss': (loss, 1.0)}, task.vars)[2]
+
+    for c in coeffs:
+      Step(tf.constant(c))
+    assert int(lrn.num_updates.numpy()) == 2
+    results.append((kernel.numpy(), lrn.optimizer.inner.optimizer.GetSlots(
+        kernel)['momentum'].numpy()))
+  np.testing.assert_array_equal(results[0][0], results[1][0])
+  np.testing.assert_array_equal(results[0][1], results[1][1])
+  assert not np.allclose(results[0][0], [[3.], [4.]])
