@@ -53,11 +53,13 @@ def ParseArgs(argv):
       prog='python -m benchmarks.update_step', description=__doc__,
       formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--quick', action='store_true',
-                      help='Few steps (20 timed, 2 warm-up): under 2 min.')
+                      help='Few steps (20 timed, 2 warm-up), Adam on the '
+                      'small set only: under 2 min.')
   parser.add_argument('--sets', default='small,resnet50',
                       help='Comma-separated variable sets: small, resnet50.')
-  parser.add_argument('--optimizers', default='momentum,adam',
-                      help='Comma-separated: momentum, adam.')
+  parser.add_argument('--optimizers', default=None,
+                      help='Comma-separated: momentum, adam (default both; '
+                      'with --quick, Adam runs on the small set only).')
   parser.add_argument('--rows', default='',
                       help='Comma-separated row names to run (default all).')
   parser.add_argument('--steps', type=int, default=None,
@@ -67,6 +69,11 @@ def ParseArgs(argv):
   parser.add_argument('--output', default=None,
                       help='JSON path (default benchmarks/results/...).')
   args = parser.parse_args(argv)
+  if args.optimizers is None:
+    args.optimizers = 'momentum,adam'
+    args.adam_sets = 'small' if args.quick else None
+  else:
+    args.adam_sets = None
   if args.steps is None:
     args.steps = 20 if args.quick else 100
   if args.warmup is None:
@@ -227,6 +234,9 @@ def main(argv=None):
   results = []
   for set_name in [s for s in args.sets.split(',') if s]:
     for opt_name in [o for o in args.optimizers.split(',') if o]:
+      if (opt_name == 'adam' and args.adam_sets and
+          set_name not in args.adam_sets.split(',')):
+        continue
       res = RunOne(set_name, opt_name, args, gbps, notes)
       results.append(res)
       print()
