@@ -18,6 +18,9 @@ a cosine rate over num_batches micro-batches per update:
   * `tf_accumulate_fused`: `acc += weight * g` in one fused kernel per
     variable (ResourceApplyGradientDescent with alpha = -weight) plus the
     scalar weight sum: what a weighted accumulate can cost (micro only);
+  * `tf_accumulate_checked`: a design prototype (micro only): one L2Loss
+    pass decides whether the micro-batch is finite, then the fused weighted
+    add inside tf.cond: the Learner's drop semantics at 16 B/param;
   * `keras`: Keras 3 SGD(momentum, gradient_accumulation_steps=N);
   * `optax_jit`: optax.MultiSteps(chain(clip, sgd(momentum))) under jax.jit.
 Steps are classified by their position in the window (every row starts at a
@@ -44,30 +47,62 @@ CHECK_TOLERANCE = 2e-3
 
 
 class TfAccumulateRow(object):
-  """Bare accumulation baselines: acc += g, or acc += weight * g fused."""
+  """Accumulation baselines and a design prototype (micro-steps only).
+
+  Modes:
+    'bare': acc += g (AssignAddVariableOp): 12 B/param.
+    'fused': acc += weight * g in one kernel (ResourceApplyGradientDescent
+      with alpha = -weight) plus the weight sum: 12 B/param, no weighted
+      copy materialised.
+    'fused_checked': the prototype of a micro-step with the Learner's drop
+      semantics: one L2Loss pass over g decides finiteness (4 B), then the
+      fused weighted add inside tf.cond (12 B), or a drop count: 16 B/param.
+  """
 
   reference_form = 'accumulator'
+  MODES = ('bare', 'fused', 'fused_checked')
 
-  def __init__(self, grads, fused_weighted, weight=2.0):
-    self.name = 'tf_accumulate_fused' if fused_weighted else 'tf_accumulate'
-    self.weight = weight if fused_weighted else 1.0
+  def __init__(self, grads, mode, weight=2.0):
+    if mode not in self.MODES:
+      raise ValueError('TfAccumulateRow: mode=%r; expected one of %s.' %
+                       (mode, list(self.MODES)))
+    self.name = {'bare': 'tf_accumulate', 'fused': 'tf_accumulate_fused',
+                 'fused_checked': 'tf_accumulate_checked'}[mode]
+    self.weight = 1.0 if mode == 'bare' else weight
     self.grads = [tf.Variable(g, trainable=False) for g in grads]
     self.accs = [tf.Variable(tf.zeros_like(g), trainable=False)
                  for g in grads]
     self._weight_sum = tf.Variable(0.0, trainable=False)
-    self._fused = fused_weighted
+    self._dropped = tf.Variable(0, dtype=tf.int64, trainable=False)
+    self._mode = mode
     self.step = tf.function(self._Step)
 
   def _Step(self):
     w = tf.constant(self.weight, tf.float32)
-    for acc, g in zip(self.accs, self.grads):
-      if self._fused:
-        tf.raw_ops.ResourceApplyGradientDescent(
-            var=acc.handle, alpha=-w, delta=g.read_value())
-      else:
-        acc.assign_add(g.read_value())
-    if self._fused:
+    grads = [g.read_value() for g in self.grads]
+    if self._mode == 'bare':
+      for acc, g in zip(self.accs, grads):
+        acc.assign_add(g)
+      return
+
+    def _Add():
+      for acc, g in zip(self.accs, grads):
+        tf.raw_ops.ResourceApplyGradientDescent(var=acc.handle, alpha=-w,
+                                                delta=g)
       self._weight_sum.assign_add(w)
+      return tf.constant(True)
+
+    if self._mode == 'fused':
+      _Add()
+      return
+    finite = tf.math.is_finite(
+        tf.add_n([tf.nn.l2_loss(g) for g in grads]))
+
+    def _Drop():
+      self._dropped.assign_add(1)
+      return tf.constant(False)
+
+    tf.cond(finite, _Add, _Drop)
 
   def Weights(self):
     return [a.numpy() for a in self.accs]
@@ -121,8 +156,10 @@ def RunOne(set_name, args, gbps, notes):
   builders = [
       ('learner', have_learner, lambda: learner_row.LearnerRow(
           cfg, specs, weights, grads, accumulate_batches=nb)),
-      ('tf_accumulate', True, lambda: TfAccumulateRow(grads, False)),
-      ('tf_accumulate_fused', True, lambda: TfAccumulateRow(grads, True)),
+      ('tf_accumulate', True, lambda: TfAccumulateRow(grads, 'bare')),
+      ('tf_accumulate_fused', True, lambda: TfAccumulateRow(grads, 'fused')),
+      ('tf_accumulate_checked', True, lambda: TfAccumulateRow(
+          grads, 'fused_checked')),
       ('keras', True, lambda: peer_rows.KerasRow(
           cfg, weights, grads, accumulate_steps=nb)),
       ('optax_jit', have_optax, lambda: peer_rows.OptaxRow(

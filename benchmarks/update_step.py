@@ -12,6 +12,9 @@ the same run:
       jit_compile=True (skipped with a note until learner/learner.py lands);
   (b) `tf_fused`, `tf_fused_jit`: a hand-written tf.function over TF's fused
       ResourceApplyMomentum/ResourceApplyAdam and tf.clip_by_global_norm;
+      `tf_fused_folded` (Momentum only) is a design prototype, not a peer:
+      the clip scale folded into the fused kernel's scalar inputs
+      (peer_rows.TfFusedRow), so no scaled gradient is materialised;
   (c) `keras`: Keras 3 SGD(momentum)/Adam apply_gradients, global_clipnorm;
   (d) `optax_jit`: optax under jax.jit (skipped with a note without the
       optional `bench` extra);
@@ -93,6 +96,8 @@ def BuildRows(cfg, specs, weights, grads, wanted, notes):
       ('tf_fused', lambda: peer_rows.TfFusedRow(cfg, weights, grads)),
       ('tf_fused_jit', lambda: peer_rows.TfFusedRow(
           cfg, weights, grads, jit_compile=True)),
+      ('tf_fused_folded', lambda: peer_rows.TfFusedRow(
+          cfg, weights, grads, fold_clip=True)),
       ('keras', lambda: peer_rows.KerasRow(cfg, weights, grads)),
       ('optax_jit', lambda: peer_rows.OptaxRow(cfg, weights, grads)),
   ]
@@ -109,6 +114,8 @@ def BuildRows(cfg, specs, weights, grads, wanted, notes):
     if name.startswith('learner') and not have_learner:
       continue
     if name.startswith('optax') and not have_optax:
+      continue
+    if name == 'tf_fused_folded' and cfg.optimizer != 'momentum':
       continue
     try:
       rows.append(build())

@@ -106,3 +106,36 @@ def test_quickest_run_every_row_matches_its_numpy_reference(tmp_path):
     for name, r in rows.items():
       assert r['check_ok'], (res['optimizer'], name, r['max_rel_err'])
       assert r['steps'] == 3
+
+
+def test_folded_clip_prototype_matches_momentum_when_the_clip_scale_changes():
+  # tf_fused_folded stores u = v / c_t; with momentum' = a*c_{t-1}/c_t and
+  # lr' = lr*c_t its weights must equal v = a*v + c_t*g, w -= lr_t*v, also
+  # when c_t changes (gradient norms 0.5, ~300 and ~3: c = 1, 1/300, 1/3).
+  specs = variable_sets.Specs('small')[:2]
+  w0, g0 = variable_sets.MakeValues(specs)
+  cfg = peer_rows.UpdateConfig('momentum')
+  row = peer_rows.TfFusedRow(cfg, w0, g0, fold_clip=True)
+  norm0 = np.sqrt(sum(np.sum(np.square(g.astype(np.float64))) for g in g0))
+  scales = [0.5 / norm0, 1.0, 0.01]
+  w = [x.astype(np.float64) for x in w0]
+  v = [np.zeros_like(x) for x in w]
+  for t, s in enumerate(scales):
+    for gv, g in zip(row.grads, g0):
+      gv.assign(g * np.float32(s))
+    row.step()
+    c = min(1.0, 1.0 / (norm0 * s))
+    lr_t = cfg.lr * numpy_reference.CosineMultiplier(t, cfg.total_steps,
+                                                     cfg.alpha)
+    for i, g in enumerate(g0):
+      v[i] = cfg.momentum * v[i] + c * s * g.astype(np.float64)
+      w[i] -= lr_t * v[i]
+  err = numpy_reference.MaxRelativeError(w0, row.Weights(), w)
+  assert err < 1e-4, err
+
+
+def test_folded_clip_prototype_refuses_adam():
+  cfg = peer_rows.UpdateConfig('adam')
+  with pytest.raises(ValueError, match="'adam'"):
+    peer_rows.TfFusedRow(cfg, [np.zeros(2, np.float32)],
+                         [np.zeros(2, np.float32)], fold_clip=True)
