@@ -15,6 +15,10 @@ inside `tf.cond` - and under gradient accumulation the all-reduce lives in
 the branch of the micro-step that applies, so that a micro-step that only
 accumulates has no collective at all.
 
+When `strategy.run` executes eagerly (no tf.function) the strategy's own
+`ReplicaContext.all_reduce` is used: there is no graph and an eager tf.cond
+runs its branch as plain Python, so its merge_call is allowed there.
+
 Outside a replica context, or with one replica, everything here is the
 identity.
 """
@@ -111,12 +115,17 @@ def AllReduceSum(tensors):
   flat = [tf.reshape(tf.cast(t, tf.float32), [-1]) for t in tensors]
   sizes = [tf.size(t) for t in flat]
   packed = tf.concat(flat, axis=0) if len(flat) > 1 else flat[0]
-  group_key, instance_key, token = _Keys()
-  summed = tf.raw_ops.CollectiveReduceV2(
-      input=packed, group_size=n, group_key=group_key,
-      instance_key=instance_key, ordering_token=[token.handle],
-      merge_op='Add',
-      final_op='Id')
+  if tf.executing_eagerly():
+    # Eager strategy.run (replica threads, no graph, no cond to refuse a
+    # merge_call): the strategy's own all-reduce.
+    summed = tf.distribute.get_replica_context().all_reduce(
+        tf.distribute.ReduceOp.SUM, packed)
+  else:
+    group_key, instance_key, token = _Keys()
+    summed = tf.raw_ops.CollectiveReduceV2(
+        input=packed, group_size=n, group_key=group_key,
+        instance_key=instance_key, ordering_token=[token.handle],
+        merge_op='Add', final_op='Id')
   parts = tf.split(summed, sizes) if len(flat) > 1 else [summed]
   return [tf.cast(tf.reshape(p, tf.shape(t)), t.dtype)
           for p, t in zip(parts, tensors)]

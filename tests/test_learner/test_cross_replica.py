@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import learner as learner_lib
 from learner import base_optimizer
 from learner import cross_replica
 from learner.gradient_accumulation import GradientAccumulation
@@ -39,7 +40,7 @@ def PerReplica(strategy, values):
                               tf.float32))
 
 
-def Build(strategy, **kw):
+def Build(strategy, eager=False, **kw):
   with strategy.scope():
     task = WTask.Params().Instantiate()
     lrn = Learner.Params().Set(name='loss', learning_rate=1.0, **kw)
@@ -48,14 +49,14 @@ def Build(strategy, **kw):
     lrn = lrn.Instantiate()
     lrn.Bind(task.vars)
 
-  @tf.function
   def Step(g, weight):
     def Fn(g, weight):
-      loss = tf.reduce_sum(g * task.theta.w)
+      with learner_lib.GradientTape():  # Used only when eager.
+        loss = tf.reduce_sum(g * task.theta.w)
       return lrn.Apply({'loss': (loss, weight)}, task.vars)[2]
     return strategy.run(Fn, args=(g, weight))
 
-  return task, lrn, Step
+  return task, lrn, (Step if eager else tf.function(Step))
 
 
 def test_num_replicas_outside_a_strategy_is_one():
@@ -64,8 +65,10 @@ def test_num_replicas_outside_a_strategy_is_one():
   assert cross_replica.AllReduceSum([x])[0] is x
 
 
-def test_c_clip_after_allreduce(strategy):
-  task, _, step = Build(strategy, clip_gradient_norm_to_value=1.0)
+@pytest.mark.parametrize('eager', [False, True])
+def test_c_clip_after_allreduce(strategy, eager):
+  task, _, step = Build(strategy, eager=eager,
+                        clip_gradient_norm_to_value=1.0)
   m = step(PerReplica(strategy, [[3., 0.], [0., 4.]]),
            PerReplica(strategy, [1.0, 1.0]))
   for r in range(2):
