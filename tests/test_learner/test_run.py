@@ -98,3 +98,18 @@ def test_bad_run_mode_and_bad_model_fn(tmp_path):
                 optimizer_fn=learner.get_optimizer_fn('sgd',
                                                       learning_rate=0.1),
                 log_dir=str(tmp_path))
+
+
+def test_log_info_named_loss_and_missing_log_dir_are_refused(tmp_path):
+  model_fn, input_fn = _Fns()
+  sgd = learner.get_optimizer_fn('sgd', learning_rate=0.1)
+  with pytest.raises(ValueError, match='log_dir'):
+    learner.run(model_fn=model_fn, input_fn=input_fn, optimizer_fn=sgd)
+
+  def bad_model_fn(inputs, mode):
+    spec = model_fn(inputs, mode)
+    return learner.ModelSpec(loss=spec.loss, log_info={'loss': spec.loss})
+
+  with pytest.raises(ValueError, match="log_info.*'loss'"):
+    learner.run(model_fn=bad_model_fn, input_fn=input_fn, optimizer_fn=sgd,
+                log_dir=str(tmp_path))

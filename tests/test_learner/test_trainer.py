@@ -250,3 +250,24 @@ def test_mirrored_two_replicas_and_resume_by_skip_match_one_device(
   assert r60['global_step'] == 60
   for k in ('w', 'b', 'loss'):
     np.testing.assert_allclose(r60[k], expected[k], rtol=1e-5, err_msg=k)
+
+
+def test_unknown_dev_metric_raises_naming_it_and_the_metrics(tmp_path):
+  p = _Params(10)
+  p.task.eval.dev_metric = 'acuracy'
+  with pytest.raises(ValueError, match=r"'acuracy'.*\['b', 'loss', 'w'\]"):
+    _Run(tmp_path, p)
+
+
+def test_eval_samples_limits_the_evaluated_batches(trained, tmp_path):
+  logdir = trained[0]
+  p = _Params()
+  p.task.eval.samples = 150
+  p.eval_input.batch_size = 50
+  t = trainer_lib.Trainer(p, str(logdir), mode='eval', stream=io.StringIO())
+  r = t.Run()
+  # Reference: the loss over the first 150 examples of the test split.
+  arrays = p.eval_input.Instantiate().LoadArrays()
+  w, b = r['w'], r['b']
+  ref = np.mean((w * arrays['x'][:150] + b - arrays['y'][:150])**2)
+  np.testing.assert_allclose(r['loss'], ref, rtol=1e-4)

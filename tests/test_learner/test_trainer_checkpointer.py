@@ -152,3 +152,10 @@ def test_best_checkpoint_keeps_the_best_value_and_survives_restart(tmp_path):
   assert tf.train.latest_checkpoint(str(tmp_path / 'best')).endswith('-3')
   with pytest.raises(ValueError, match='mode'):
     checkpointer.BestCheckpoint(ckpt, str(tmp_path / 'b2'), 'maximum')
+
+
+def test_init_from_checkpoint_shape_mismatch_names_the_variable(tmp_path):
+  path = tf.train.Checkpoint(task=_Build()).save(str(tmp_path / 'c'))
+  other = tf.Variable([1.0, 2.0, 3.0], name='task/enc/w')
+  with pytest.raises(ValueError, match=r"'task/enc/w'.*shape \[2\].*\[3\]"):
+    checkpointer.InitFromCheckpoint(path, {'task/enc/w': other})
