@@ -252,3 +252,15 @@ def test_c_accum_weighted_under_jit_compile():
   assert float(task.vars.w.numpy()) == pytest.approx(-0.15, rel=1e-5)
   assert float(m['grad_norm/all'][0]) == pytest.approx(1.5, rel=1e-6)
   assert int(lrn.optimizer.micro_step.numpy()) == 0
+
+
+def test_inner_optimizer_must_be_optimizer_params():
+  with pytest.raises(ValueError, match='params.optimizer'):
+    GradientAccumulation.Params().Set(name='acc', num_batches=2).Instantiate()
+
+
+def test_standalone_apply_on_an_unbound_variable_is_named():
+  opt = Accum(2).Set(name='acc').Instantiate()
+  stray = tf.Variable(0.0, name='stray_var')
+  with pytest.raises(ValueError, match='stray_var'):
+    opt.Apply(0.1, NestedMap(s=VarGrad(stray, tf.constant(1.0))))

@@ -630,3 +630,33 @@ def test_fixed_loss_scale_unscales_gradients():
   v = Values(task)
   np.testing.assert_allclose([v['hello'], v['world']], [-0.1, 0.2], rtol=1e-6)
   assert Num(m['loss_scale']) == 128.0
+
+
+@pytest.mark.parametrize('kw,key', [
+    (dict(l1_regularizer_weight=-0.1), 'l1_regularizer_weight'),
+    (dict(l2_regularizer_weight=-0.1), 'l2_regularizer_weight'),
+    (dict(learning_rate=-1.0), 'learning_rate'),
+    (dict(loss_name=[]), 'loss_name'),
+    (dict(loss_name=3), 'loss_name'),
+    (dict(optimizer=None), 'optimizer_fn'),
+])
+def test_bad_construction_params_name_the_key(kw, key):
+  with pytest.raises(ValueError, match=key):
+    MakeLearner(**kw)
+
+
+def test_metric_that_is_not_a_pair_is_named():
+  task, lrn = HelloTask(), MakeLearner()
+  lrn.Bind(task.vars)
+  with pytest.raises(ValueError, match=r"metrics\['loss'\]"):
+    lrn.ComputeLosses({'loss': 3.0})
+
+
+def test_apply_gradients_on_an_unbound_variable_is_named():
+  from learner.var_grad import VarGrad  # pylint: disable=g-import-not-at-top
+  from params import NestedMap  # pylint: disable=g-import-not-at-top
+  task, lrn = HelloTask(), MakeLearner()
+  lrn.Bind(task.vars)
+  stray = tf.Variable(0.0, name='stray')
+  with pytest.raises(ValueError, match='stray'):
+    lrn.ApplyGradients(NestedMap(s=VarGrad(stray, tf.constant(1.0))))
