@@ -176,3 +176,33 @@ def test_accumulation_with_loss_scale_and_tracker_under_mirrored(strategy):
     assert float(m['loss_scale'][0].values[r]) == 32768.0
     assert float(m['num_updates'][0].values[r]) == 1.0
   assert int(lrn.loss_scale.good_steps.numpy()) == 1
+
+
+def test_partial_window_survives_a_checkpoint_under_mirrored(strategy,
+                                                              tmp_path):
+  # Micro-step 1 of 2 saved with per-replica accumulators; a fresh learner
+  # restored before any step finishes the window like the uninterrupted run.
+  def Acc():
+    return GradientAccumulation.Params().Set(
+        num_batches=2, optimizer=base_optimizer.SGD.Params())
+
+  g1 = ([[1., 0.], [0., 3.]], [1.0, 3.0])
+  g2 = ([[2., 2.], [4., 0.]], [2.0, 2.0])
+
+  def Feed(step, g):
+    return step(PerReplica(strategy, g[0]), PerReplica(strategy, g[1]))
+
+  task, lrn, step = Build(strategy, optimizer=Acc())
+  Feed(step, g1)
+  path = tf.train.Checkpoint(task=task, learner=lrn).save(
+      str(tmp_path / 'ckpt'))
+  Feed(step, g2)
+  task2, lrn2, step2 = Build(strategy, optimizer=Acc())
+  tf.train.Checkpoint(task=task2, learner=lrn2).restore(path)
+  Feed(step2, g2)
+  # (1*[1,0] + 3*[0,3] + 2*[2,2] + 2*[4,0]) / 8 = [1.625, 1.625].
+  for r in range(2):
+    np.testing.assert_allclose(task.vars.w.values[r].numpy(),
+                               [-1.625, -1.625], rtol=1e-6)
+    np.testing.assert_allclose(task2.vars.w.values[r].numpy(),
+                               task.vars.w.values[r].numpy(), rtol=1e-6)
