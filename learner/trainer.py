@@ -269,11 +269,10 @@ class Trainer:
     strategy = self._strategy
     distributed = strategy.num_replicas_in_sync > 1 or (
         strategy is not tf.distribute.get_strategy())
+    from learner import distribution  # pylint: disable=g-import-not-at-top
+    distribution.CheckReplicasToAggregate(
+        p.task.train.replicas_to_aggregate, strategy.num_replicas_in_sync)
     task = self._BuildTask(train=True)
-    if distributed:
-      from learner import distribution  # pylint: disable=g-import-not-at-top
-      distribution.CheckReplicasToAggregate(
-          p.task.train.replicas_to_aggregate, strategy.num_replicas_in_sync)
     input_gen = p.train_input.Instantiate()
     input_gen.CheckBatchSize()
     objects = {'task': task}

@@ -271,3 +271,11 @@ def test_eval_samples_limits_the_evaluated_batches(trained, tmp_path):
   w, b = r['w'], r['b']
   ref = np.mean((w * arrays['x'][:150] + b - arrays['y'][:150])**2)
   np.testing.assert_allclose(r['loss'], ref, rtol=1e-4)
+
+
+def test_replicas_to_aggregate_above_the_replicas_is_refused(tmp_path):
+  p = _Params(10)
+  p.task.train.replicas_to_aggregate = 2  # one replica without a strategy
+  with pytest.raises(ValueError, match='replicas_to_aggregate=2'):
+    _Run(tmp_path, p)
+  assert not (tmp_path / 'ckpt').exists()
