@@ -567,8 +567,16 @@ class Learner(BaseLayer):
 
     Returns:
       (update_op, eval_metrics) as in Apply.
+
+    Raises:
+      ValueError: if no VarGrad has a gradient, or a variable is not bound.
     """
     vgs = [vg for vg in var_grads.Flatten() if vg.grad is not None]
+    if not vgs:
+      raise ValueError(
+          'Learner %r: var_grads has no gradient (every grad is None); '
+          'nothing to apply. Keys: %s.' %
+          (self.path, [k for k, _ in var_grads.FlattenItems()]))
     for vg in vgs:
       name = var_grad_lib.VarName(vg.var)
       if self._bound is None or name not in self._bound:

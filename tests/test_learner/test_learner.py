@@ -660,3 +660,12 @@ def test_apply_gradients_on_an_unbound_variable_is_named():
   stray = tf.Variable(0.0, name='stray')
   with pytest.raises(ValueError, match='stray'):
     lrn.ApplyGradients(NestedMap(s=VarGrad(stray, tf.constant(1.0))))
+
+
+def test_apply_gradients_without_any_gradient_is_an_error():
+  from learner.var_grad import VarGrad  # pylint: disable=g-import-not-at-top
+  from params import NestedMap  # pylint: disable=g-import-not-at-top
+  task, lrn = HelloTask(), MakeLearner()
+  lrn.Bind(task.vars)
+  with pytest.raises(ValueError, match='no gradient'):
+    lrn.ApplyGradients(NestedMap(hello=VarGrad(task.vars.hello, None)))
