@@ -216,3 +216,28 @@ def test_peer_failure_passes_other_errors_and_single_process_through():
   with pytest.raises(tf.errors.UnavailableError):
     with distribution.ReportPeerFailure(tf.distribute.get_strategy()):
       raise tf.errors.UnavailableError(None, None, 'local')
+
+
+def test_trainer_refuses_backup_workers_under_mirrored(tmp_path):
+  # SyncReplicasOptimizer(replicas_to_aggregate=1, total_num_replicas=2):
+  # 2 replicas here (2 logical CPUs), so 1 backup worker: refused, before
+  # any step is taken.
+  from learner import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  params = trainer_lib.LoadExperimentParams(
+      'regression_distributed.DistributedLinearRegression',
+      params_override='task.train.replicas_to_aggregate : 1')
+  with pytest.raises(ValueError) as e:
+    trainer_lib.Trainer(params, str(tmp_path), strategy='mirrored',
+                        tty=False).Run()
+  msg = str(e.value)
+  assert 'replicas_to_aggregate=1' in msg and 'backup worker' in msg
+  assert not tf.io.gfile.exists(str(tmp_path / 'ckpt'))
+
+
+def test_distributed_linear_regression_params_are_the_seeds_example():
+  from params import registry  # pylint: disable=g-import-not-at-top
+  p = registry.GetParams('regression_distributed.DistributedLinearRegression')
+  assert p.task.train.replicas_to_aggregate is None  # All replicas.
+  assert p.train_input.batch_size == 32  # Global: 16 per worker on 2.
+  assert p.task.train.learner.optimizer_fn.learning_rate == 0.3
+  assert (p.train_input.w, p.train_input.b) == (5.0, 2.0)
