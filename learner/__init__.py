@@ -35,3 +35,7 @@ from learner.input_generator import LinearRegressionInput
 from learner.mode_keys import ModeKeys
 from learner.run import ModelSpec
 from learner.run import run
+from learner.distribution import CreateStrategy
+from learner.distribution import CheckReplicasToAggregate
+from learner.distribution import DistributeDataset
+from learner.distribution import PeerFailureError
