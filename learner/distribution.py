@@ -18,6 +18,9 @@ This module is the one place where the trainer meets `tf.distribute`
   * `IsChief`, `WorkerLogdir`, `RemoveWorkerLogdir`: the chief writes
     checkpoints and summaries to the real logdir; other workers write to a
     temporary directory, as TF's multi-worker tutorial documents.
+  * `ReportPeerFailure(strategy)`: a context manager that turns the error a
+    collective raises when a peer worker died into a `PeerFailureError`
+    saying what happened and how to resume (restart the whole group).
 
 The gradient all-reduce itself (Σ weight·grad / Σ weight, once per applied
 update) lives in `learner/cross_replica.py`, next to the Learner.
