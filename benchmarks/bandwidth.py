@@ -11,6 +11,9 @@ arrays much larger than the caches: per element it reads a and b and writes a
 optimizer kernels, which also read what they write). The best repetition
 counts, so the limit is the fastest this machine showed in this run.
 
+`BandwidthProbe` is the same pass as a timing row, interleaved with the
+rows being measured, so the limit is computed under the load they saw.
+
 `BYTES_PER_PARAM` is the traffic model of each update, in bytes per float32
 parameter, counting each array read or written once per step (the model the
 issue states; a separate global-norm pass re-reads the gradient, which the
@@ -34,6 +37,43 @@ BYTES_PER_PARAM = {
     # and the zeroed accumulator.
     'accumulate_apply_momentum': 24,
 }
+
+
+class BandwidthProbe(object):
+  """A timing row that measures bandwidth under the same load as the others.
+
+  Calling it runs one `a += b` pass on `threads` threads (as
+  `MeasureBandwidth`); time it like any row (e.g. with timing.TimeRows) and
+  convert its median step time with `Gbps`, so the limit reflects the load
+  the machine had while the other rows ran.
+  """
+
+  def __init__(self, threads=2, mbytes_per_array=64):
+    if threads < 1 or mbytes_per_array <= 0:
+      raise ValueError(
+          'BandwidthProbe: threads=%r, mbytes_per_array=%r; expected '
+          'threads >= 1 and mbytes_per_array > 0.' % (threads,
+                                                     mbytes_per_array))
+    self._n = int(mbytes_per_array * 2**20 // 4)
+    self._arrays = [(np.ones(self._n, np.float32), np.ones(self._n, np.float32))
+                    for _ in range(threads)]
+
+  @property
+  def bytes_per_call(self):
+    """Counted traffic of one call: 12 bytes per element per thread."""
+    return len(self._arrays) * self._n * 12
+
+  def __call__(self):
+    workers = [threading.Thread(target=np.add, args=(a, b), kwargs={'out': a})
+               for a, b in self._arrays]
+    for w in workers:
+      w.start()
+    for w in workers:
+      w.join()
+
+  def Gbps(self, seconds_per_call):
+    """GB/s (1e9 B/s) for a measured time of one call in seconds."""
+    return self.bytes_per_call / seconds_per_call / 1e9
 
 
 def MeasureBandwidth(threads=2, mbytes_per_array=64, repeats=7):

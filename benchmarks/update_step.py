@@ -19,7 +19,8 @@ the same run:
   (d) `optax_jit`: optax under jax.jit (skipped with a note without the
       optional `bench` extra);
   (e) `limit`: bytes moved per step (benchmarks.bandwidth.BYTES_PER_PARAM)
-      divided by the bandwidth numpy reaches on two threads in this run.
+      divided by the bandwidth numpy reaches on two threads, measured by a
+      probe timed in the same rounds as the rows (so under the same load).
 
 Each row first runs 3 steps from the initial values and checks its weights
 against a numpy reference (benchmarks.numpy_reference; column `err`, the max
@@ -48,6 +49,7 @@ from benchmarks import variable_sets
 CHECK_STEPS = 3
 CHECK_TOLERANCE = 2e-3
 PEERS = ('tf_fused', 'tf_fused_jit', 'keras', 'optax_jit')
+PROBE = '_bandwidth_probe'
 
 
 def ParseArgs(argv):
@@ -163,13 +165,23 @@ def RunOne(set_name, opt_name, args, gbps, notes):
     checked[row.name] = dict(first_call_s=first_s, max_rel_err=err,
                              check_ok=bool(err <= CHECK_TOLERANCE))
     active[row.name] = row.step
-  stats = timing.TimeRows(active, args.steps, args.warmup) if active else {}
+  probe = bandwidth.BandwidthProbe(threads=2)
+  active[PROBE] = probe
+  stats = timing.TimeRows(active, args.steps, args.warmup)
+  del active[PROBE]
+  probe_stats = stats.pop(PROBE)
+  # The limit uses the bandwidth measured interleaved with the rows, under
+  # the load they saw; `gbps` (measured before the run) is kept for reference.
+  run_gbps = probe.Gbps(probe_stats.median)
   bytes_per_param = bandwidth.BYTES_PER_PARAM[opt_name]
-  limit_s = bandwidth.LimitSeconds(n, bytes_per_param, gbps)
+  limit_s = bandwidth.LimitSeconds(n, bytes_per_param, run_gbps)
   peer_medians = [stats[p].median for p in PEERS if p in stats]
   best_peer = min(peer_medians) if peer_medians else None
   result = dict(set=set_name, optimizer=opt_name, num_params=n,
                 num_variables=len(specs), bytes_per_param=bytes_per_param,
+                bandwidth_gbps=run_gbps,
+                bandwidth_gbps_p10_p90=[probe.Gbps(probe_stats['p90_s']),
+                                        probe.Gbps(probe_stats['p10_s'])],
                 limit_s=limit_s, best_peer_s=best_peer, rows={})
   for name in active:
     r = dict(stats[name])
@@ -197,9 +209,10 @@ def FormatResult(result):
   lines.append(['limit', timing.Ms(result['limit_s']), None, None, 1.0,
                 None, None, None, None])
   title = ('%s (%d vars, %.2f M params), %s + clip %.1f + cosine; limit = '
-           '%d B/param at the measured bandwidth' %
+           '%d B/param at %.1f GB/s (numpy probe timed with the rows)' %
            (result['set'], result['num_variables'], result['num_params'] / 1e6,
-            result['optimizer'], 1.0, result['bytes_per_param']))
+            result['optimizer'], 1.0, result['bytes_per_param'],
+            result['bandwidth_gbps']))
   return title + '\n' + timing.FormatTable(header, lines)
 
 
@@ -236,8 +249,10 @@ def main(argv=None):
   """Runs the benchmark; prints the tables; returns the JSON payload."""
   args = ParseArgs(sys.argv[1:] if argv is None else argv)
   notes = []
+  out_path = args.output or timing.DefaultOutputPath('update_step')
   gbps = bandwidth.MeasureBandwidth(threads=2)
-  print('memory bandwidth (numpy, 2 threads, a += b): %.1f GB/s' % gbps)
+  print('memory bandwidth before the run (numpy, 2 threads, a += b): '
+        '%.1f GB/s' % gbps)
   results = []
   for set_name in [s for s in args.sets.split(',') if s]:
     for opt_name in [o for o in args.optimizers.split(',') if o]:
@@ -246,6 +261,9 @@ def main(argv=None):
         continue
       res = RunOne(set_name, opt_name, args, gbps, notes)
       results.append(res)
+      # Partial results survive an interrupted run.
+      timing.WriteJson(out_path, dict(benchmark='update_step', partial=True,
+                                      results=results, notes=notes))
       print()
       print(FormatResult(res))
       sys.stdout.flush()
@@ -263,8 +281,7 @@ def main(argv=None):
                  targets=[dict(target=t, value=v, met=ok)
                           for t, v, ok in targets],
                  cpu_count=os.cpu_count())
-  path = timing.WriteJson(args.output or
-                          timing.DefaultOutputPath('update_step'), payload)
+  path = timing.WriteJson(out_path, payload)
   print('wrote ' + path)
   return payload
 
