@@ -106,7 +106,10 @@ def CreateStrategy(name='default',
     name: str, one of STRATEGY_NAMES:
       'default': no distribution (`tf.distribute.get_strategy()`).
       'mirrored': `MirroredStrategy` over this machine's devices (`devices`,
-        default every GPU, else every logical CPU device).
+        default every GPU, else every logical CPU device). One per device
+        set per process: a second call returns the same strategy, because
+        two MirroredStrategies over the same devices share TF's
+        process-wide collective keys and their all-reduces collide.
       'multi_worker': `MultiWorkerMirroredStrategy`, cluster from the
         `TF_CONFIG` environment variable (one process per worker; see
         learner/launcher.py), with
@@ -143,10 +146,26 @@ def CreateStrategy(name='default',
       # split one CPU into several logical devices before TF starts.
       devices = ([d.name for d in tf.config.list_logical_devices('GPU')] or
                  [d.name for d in tf.config.list_logical_devices('CPU')])
-    return tf.distribute.MirroredStrategy(devices=devices)
+    return _MirroredFor(tuple(devices))
   if name == 'multi_worker':
     return _CreateMultiWorker(timeout_seconds, communication)
   return _CreateTpu(tpu_address)
+
+
+# One MirroredStrategy per device set per process: TF's collective keys are
+# process-wide, and a second MirroredStrategy over the same devices reuses
+# the first one's group and instance keys, so their all-reduces collide
+# ("Shape mismatch in the collective instance 100"). Explicit and tested.
+_MIRRORED_STRATEGIES = {}
+
+
+def _MirroredFor(devices):
+  """The process's MirroredStrategy over `devices`, created once."""
+  strategy = _MIRRORED_STRATEGIES.get(devices)
+  if strategy is None:
+    strategy = tf.distribute.MirroredStrategy(devices=list(devices))
+    _MIRRORED_STRATEGIES[devices] = strategy
+  return strategy
 
 
 def _CreateMultiWorker(timeout_seconds, communication):

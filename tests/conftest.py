@@ -16,3 +16,4 @@ try:
       _cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
 except RuntimeError:  # The runtime was already initialised.
   pass
+

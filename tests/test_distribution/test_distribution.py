@@ -241,3 +241,10 @@ def test_distributed_linear_regression_params_are_the_seeds_example():
   assert p.train_input.batch_size == 32  # Global: 16 per worker on 2.
   assert p.task.train.learner.optimizer_fn.learning_rate == 0.3
   assert (p.train_input.w, p.train_input.b) == (5.0, 2.0)
+
+
+def test_mirrored_is_created_once_per_device_set(mirrored):
+  # Two MirroredStrategies over the same devices in one process reuse TF's
+  # collective keys and their all-reduces collide ("Shape mismatch in the
+  # collective instance 100"), so CreateStrategy returns the same one.
+  assert distribution.CreateStrategy('mirrored') is mirrored

@@ -13,11 +13,12 @@ from learner import cross_replica
 from learner.gradient_accumulation import GradientAccumulation
 from learner.learner import Learner
 from params import BaseLayer
+from learner import distribution
 
 
 @pytest.fixture(scope='module')
 def strategy():
-  return tf.distribute.MirroredStrategy(['/cpu:0', '/cpu:1'])
+  return distribution.CreateStrategy('mirrored')
 
 
 class WTask(BaseLayer):

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from learner.grad_norm_tracker import GradNormTracker
+from learner import distribution
 
 
 def _Tracker(**kw):
@@ -153,7 +154,7 @@ def test_checkpoint_round_trip_restores_statistics():
 
 
 def test_replica_context_counts_once():
-  strategy = tf.distribute.MirroredStrategy(['/cpu:0', '/cpu:1'])
+  strategy = distribution.CreateStrategy('mirrored')
   with strategy.scope():
     t = _Tracker(decay=0.5, grad_norm_clip_cap_min=math.e - 1.0)
 

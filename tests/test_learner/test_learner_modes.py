@@ -11,6 +11,7 @@ from learner import optimizers
 from learner.learner import Learner
 from params import BaseLayer
 from schedules import PiecewiseConstantSchedule
+from learner import distribution
 
 _RNG = np.random.RandomState(1)
 _X = _RNG.randn(3, 8, 3).astype(np.float32)  # 3 steps of batches of 8.
@@ -88,7 +89,7 @@ def _RunFunction(jit):
 
 
 def _RunMirrored():
-  strategy = tf.distribute.MirroredStrategy(['/cpu:0', '/cpu:1'])
+  strategy = distribution.CreateStrategy('mirrored')
   with strategy.scope():
     task, lrn = _Build()
 

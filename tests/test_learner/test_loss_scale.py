@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 from learner.loss_scale import LossScale
+from learner import distribution
 
 
 def _LossScale(**kw):
@@ -139,7 +140,7 @@ def test_checkpoint_round_trip():
 
 
 def test_update_in_replica_context_applies_once():
-  strategy = tf.distribute.MirroredStrategy(['/cpu:0', '/cpu:1'])
+  strategy = distribution.CreateStrategy('mirrored')
   with strategy.scope():
     ls = _LossScale(initial_scale=8.0, growth_interval=2)
 

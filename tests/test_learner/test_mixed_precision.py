@@ -22,6 +22,7 @@ import learner as learner_lib
 from learner.base_optimizer import SGD
 from learner.learner import Learner
 from params import BaseLayer
+from learner import distribution
 
 # The loss is multiplied by 2**-20 and the rate by 2**20, so float32 training
 # is unchanged (powers of two are exact) but float16 gradients of the loss,
@@ -147,7 +148,7 @@ def test_c_loss_scale_float16_overflow_skips_step_and_halves_scale(mode):
   # the scale halves to 16384. 'mirrored': 2 replicas, each with the same
   # loss and weight 1, so the all-reduced gradient is the same. (Eagerly:
   # test_learner.py::test_c_loss_scale_dynamic_float16.)
-  strategy = (tf.distribute.MirroredStrategy(['/cpu:0', '/cpu:1'])
+  strategy = (distribution.CreateStrategy('mirrored')
               if mode == 'mirrored' else tf.distribute.get_strategy())
   with strategy.scope():
     layer = _ScalarLayer.Params().Set(name='layer',

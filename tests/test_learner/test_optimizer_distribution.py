@@ -15,6 +15,7 @@ from learner import lars
 from learner import optimizers
 from learner.var_grad import VarGrad
 from params import NestedMap
+from learner import distribution
 
 _CASES = {
     'adam': optimizers.Adam.Params(),
@@ -36,7 +37,7 @@ def strategy():
   devices = tf.config.list_logical_devices('CPU')
   if len(devices) < 2:
     pytest.skip('needs 2 logical CPU devices (tests/conftest.py)')
-  return tf.distribute.MirroredStrategy([d.name for d in devices[:2]])
+  return distribution.CreateStrategy('mirrored')
 
 
 def _Grad(sparse):

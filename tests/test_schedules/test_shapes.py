@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 import schedules as sch
+from learner import distribution
 
 
 def Values(schedule, steps):
@@ -236,7 +237,7 @@ def test_linear_scaling_counts_replicas_and_micro_batches():
 
 
 def test_linear_scaling_num_replicas_none_reads_the_strategy():
-  strategy = tf.distribute.MirroredStrategy(['/cpu:0', '/cpu:1'])
+  strategy = distribution.CreateStrategy('mirrored')
   with strategy.scope():
     s = Build(sch.LinearScaling, batch_size=128)
   assert s.global_batch_size == 256 and s.scale == 1.0
@@ -300,7 +301,7 @@ def test_dev_based_update_inside_tf_function():
 
 
 def test_dev_based_under_mirrored_strategy_same_factor_on_every_replica():
-  strategy = tf.distribute.MirroredStrategy(['/cpu:0', '/cpu:1'])
+  strategy = distribution.CreateStrategy('mirrored')
   with strategy.scope():
     s = Build(sch.DevBasedSchedule, window=2, decay=0.5)
 
