@@ -1,4 +1,4 @@
-"""Shows a learning-rate schedule before anyone trains with it.
+r"""Shows a learning-rate schedule before anyone trains with it.
 
 Usage:
   python -m schedules.plot --model=digits.MlpMomentum [--learner=0] \
@@ -277,17 +277,44 @@ def _DefineFlags(fv):
                       '(needs matplotlib).', flag_values=fv)
 
 
+_HELP_FLAGS = ('-h', '-help', '--help', '-?', '--helpshort', '--helpfull')
+
+
+def Help(fv=None):
+  """Returns the --help text: the module docstring, then every flag.
+
+  Args:
+    fv: the command's flags.FlagValues (default: a fresh one with the
+      command's flags defined).
+  """
+  if fv is None:
+    fv = flags.FlagValues()
+    _DefineFlags(fv)
+  lines = [__doc__.strip(), '', 'Flags:']
+  for name in sorted(fv):
+    flag = fv[name]
+    default = '' if flag.default is None else ' (default: %s)' % (
+        flag.default,)
+    lines.append('  --%s: %s%s' % (name, flag.help, default))
+  lines.append('  -h, --help, --helpshort, --helpfull: show this help.')
+  return '\n'.join(lines) + '\n'
+
+
 def Main(argv, out=None, err=None):
   """Runs the command with `argv` (argv[0] is the program); returns exit code."""
   out = out or sys.stdout
   err = err or sys.stderr
   fv = flags.FlagValues()
   _DefineFlags(fv)
+  if any(a.split('=', 1)[0] in _HELP_FLAGS for a in list(argv)[1:]):
+    out.write(Help(fv))
+    return 0
   try:
     fv(list(argv))
   except flags.Error as e:
     err.write('error: %s\nUsage: python -m schedules.plot (--model=KEY | '
-              '--params_text=TEXT) [--start --end --num_points --png]\n' % e)
+              '--params_text=TEXT) [--start --end --num_points --png]; '
+              '--help lists every flag.\n' % e)
     return 2
   try:
     if bool(fv.model) == bool(fv.params_text):

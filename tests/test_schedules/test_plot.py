@@ -152,7 +152,7 @@ def test_bad_invocations_exit_1_with_a_message(args, needle):
 
 def test_unknown_flag_exits_2():
   code, _, err = Run('--modle=x')
-  assert code == 2 and 'modle' in err
+  assert code == 2 and "modle" in err and "--help lists every flag" in err
 
 
 def test_runs_as_a_module():
@@ -167,3 +167,28 @@ def test_runs_as_a_module():
   assert proc.returncode == 0, proc.stderr
   assert 'CosineDecay (params text), steps 0..120' in proc.stdout
   assert 'end:  0 at step 120' in proc.stdout
+
+
+@pytest.mark.parametrize('flag', ['--help', '-h', '--helpshort', '--helpfull'])
+def test_help_prints_the_docstring_examples_and_every_flag(flag):
+  code, out, err = Run(flag)
+  assert code == 0, err
+  # The module docstring's examples, with the line continuation kept.
+  assert 'python -m schedules.plot --model=digits.MlpMomentum [--learner=0] \\\n' in out
+  assert '--params_text=/path/to/params.txt --end=5000' in out
+  for name in ['end', 'learner', 'model', 'num_points', 'params_text', 'png',
+               'start']:
+    assert '\n  --%s: ' % name in out
+  assert '--num_points: Steps evaluated (plus the boundaries). (default: 200)' in out
+
+
+def test_help_wins_over_other_flags_and_runs_as_a_module():
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
+  proc = subprocess.run(
+      [sys.executable, '-m', 'schedules.plot', '--end=5', '--help'],
+      capture_output=True, text=True, timeout=120, env=env,
+      cwd=os.path.dirname(os.path.dirname(os.path.dirname(
+          os.path.abspath(__file__)))))
+  assert proc.returncode == 0, proc.stderr
+  assert proc.stdout.startswith('Shows a learning-rate schedule')
+  assert 'Unknown command line flag' not in proc.stderr
