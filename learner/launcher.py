@@ -2,7 +2,7 @@ r"""Starts N worker processes of a multi-worker run on this machine.
 
 Usage:
   python -m learner.launcher --num_workers=2 [--deadline_secs=3600] \
-      -- --model=regression_distributed.DistributedLinearRegression \
+      -- --model=regression.DistributedLinearRegression \
          --logdir=/tmp/run --strategy=multi_worker
 
 Everything after `--` is passed to each worker, by default

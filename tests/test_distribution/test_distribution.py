@@ -224,7 +224,7 @@ def test_trainer_refuses_backup_workers_under_mirrored(tmp_path):
   # any step is taken.
   from learner import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   params = trainer_lib.LoadExperimentParams(
-      'regression_distributed.DistributedLinearRegression',
+      'regression.DistributedLinearRegression',
       params_override='task.train.replicas_to_aggregate : 1')
   with pytest.raises(ValueError) as e:
     trainer_lib.Trainer(params, str(tmp_path), strategy='mirrored',
@@ -236,7 +236,7 @@ def test_trainer_refuses_backup_workers_under_mirrored(tmp_path):
 
 def test_distributed_linear_regression_params_are_the_seeds_example():
   from params import registry  # pylint: disable=g-import-not-at-top
-  p = registry.GetParams('regression_distributed.DistributedLinearRegression')
+  p = registry.GetParams('regression.DistributedLinearRegression')
   assert p.task.train.replicas_to_aggregate is None  # All replicas.
   assert p.train_input.batch_size == 32  # Global: 16 per worker on 2.
   assert p.task.train.learner.optimizer_fn.learning_rate == 0.3

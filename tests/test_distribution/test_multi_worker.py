@@ -7,7 +7,7 @@ stopped by pid in a `finally`:
      runs them under MirroredStrategy on 2 logical CPUs (a subprocess, so a
      hang in a collective fails the test at the deadline instead of blocking
      the session). Several tests read their results.
-  2. a pair of trainer workers (regression_distributed.DistributedLinearRegression)
+  2. a pair of trainer workers (regression.DistributedLinearRegression)
      of which one is killed after the first checkpoint;
   3. the same pair restarted, which resumes and finishes.
 Ports are picked free on 127.0.0.1 at run time (learner.launcher).
@@ -166,7 +166,7 @@ def test_sync_every_micro_step_has_an_unconditional_collective(request, run):
 
 # ---- the trainer: the seeds' experiment, a dead worker, resume ------------
 
-_MODEL = 'regression_distributed.DistributedLinearRegression'
+_MODEL = 'regression.DistributedLinearRegression'
 _MAX_STEPS = 400
 _SAVE_EVERY = 100
 _OVERRIDE = ('task.train.max_steps : %d\ntask.train.save_interval_steps : %d'
