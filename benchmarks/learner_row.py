@@ -1,7 +1,7 @@
 """Row (a): our Learner, one `Learner.Apply` per step inside `tf.function`.
 
 The learner takes symbolic gradients of its loss inside `tf.function`
-(DESIGN.md, "Gradients"). To hand it the same fixed gradients as the peer
+(docs/DESIGN.md, "Gradients"). To hand it the same fixed gradients as the peer
 rows without adding work they do not do, the loss is a sum of one
 `FixedGradientTerm` per variable: a scalar 0 whose custom gradient with
 respect to the variable is the fixed gradient, read from a variable (so no

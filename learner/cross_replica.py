@@ -1,7 +1,7 @@
 """The all-reduce of gradients under tf.distribute: the one place for it.
 
 Learners call `WeightedAllReduce` once per applied update (before clipping,
-DESIGN.md "One training step, as data"): every replica contributes
+docs/DESIGN.md "One training step, as data"): every replica contributes
 `weight_r * grad_r` and `weight_r`, and gets back `sum_r weight_r * grad_r`
 and `sum_r weight_r`, so each replica clips and applies the same global
 gradient `sum weight*grad / sum weight`, also when replicas see batches of

@@ -1,7 +1,7 @@
 """Synchronous data parallelism on tf.distribute: strategies, input, roles.
 
 This module is the one place where the trainer meets `tf.distribute`
-(DESIGN.md, "Distribution"); we write no cluster code of our own.
+(docs/DESIGN.md, "Distribution"); we write no cluster code of our own.
 
   * `CreateStrategy(name)` builds the strategy for the trainer's
     `--strategy=default|mirrored|multi_worker|tpu` flag. It must be called

@@ -14,7 +14,7 @@ class BaseSchedule(BaseLayer):
   """Base class of schedules: `Value(step)` -> float32 scalar multiplier.
 
   `step` counts applied updates by default (the learner's `num_updates`; see
-  DESIGN.md, "Words with one meaning"). Subclasses implement `FProp(theta,
+  docs/DESIGN.md, "Words with one meaning"). Subclasses implement `FProp(theta,
   step)` where `step` is already an int64 scalar tensor; `Value` converts the
   step and casts the result, so each schedule works eagerly, inside
   `tf.function` and under `jit_compile=True`. Subclasses compute in float64

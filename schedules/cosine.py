@@ -130,7 +130,7 @@ class CosineDecay(BaseSchedule):
   total_steps) / total_steps)); negative steps give 1. The value never
   rises again after total_steps and never goes below alpha.
 
-  Steps count applied updates (see DESIGN.md, "Words with one meaning").
+  Steps count applied updates (see docs/DESIGN.md, "Words with one meaning").
   Source: Loshchilov & Hutter, "SGDR", ICLR 2017, eq. 5 without restarts.
 
   Raises:

@@ -17,7 +17,7 @@ value at the end, and the value on both sides of each boundary (end of
 warmup, decay boundaries, ...). --png writes a PNG with matplotlib, if it is
 installed (`pip install matplotlib`, or the package's `plot` extra).
 
-Steps are the schedule's steps: applied updates by default (see DESIGN.md,
+Steps are the schedule's steps: applied updates by default (see docs/DESIGN.md,
 "Words with one meaning").
 """
 

@@ -59,7 +59,7 @@ def ResNet50Schedule(steps_per_epoch,
                     to start after the warmup).
   All epoch counts become applied updates with `EpochsToUpdates`:
   steps_per_epoch batches / num_batches micro-batches per update, since
-  schedules count applied updates (DESIGN.md, "Words with one meaning").
+  schedules count applied updates (docs/DESIGN.md, "Words with one meaning").
 
   Args:
     steps_per_epoch: global steps (batches) per epoch.
