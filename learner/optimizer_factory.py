@@ -260,6 +260,42 @@ def get_optimizer_wrapper_fn(name, inner, **kwargs):  # pylint: disable=invalid-
   return OptimizerWrapperFn(name, inner, **kwargs)
 
 
+def InstanceGivenMessage(optimizer, where='optimizer_fn'):
+  """The message for an optimizer instance given where a callable is expected.
+
+  Keeps the text `optimizer_fn=lambda: ...` (the generic fix) and suggests the
+  right fix for the kind of instance: a Keras optimizer is wrapped in a
+  lambda; one of our optimizers (a BaseOptimizer, built from params) is
+  replaced by a factory from get_optimizer_fn / get_optimizer_wrapper_fn or
+  given by its params through the learner's `optimizer` param.
+
+  Args:
+    optimizer: the instance that was given (a BaseOptimizer or a
+      tf.keras.optimizers.Optimizer).
+    where: the parameter's name as the user wrote it, e.g. 'optimizer_fn' or
+      "Learner 'learner': optimizer_fn".
+
+  Returns:
+    A str (no trailing newline).
+  """
+  name = type(optimizer).__name__
+  head = ('%s must be a zero-argument callable that returns an optimizer '
+          '(optimizer_fn=lambda: ...), got the %s instance %r.' %
+          (where, name, optimizer))
+  if isinstance(optimizer, base_optimizer.BaseOptimizer):
+    return head + (
+        ' %s is built from params, so give its params instead: '
+        'optimizer=%s.Params().Set(...) (for a built one, optimizer='
+        '<instance>.params), or a factory: optimizer_fn=get_optimizer_fn('
+        "'sgd', learning_rate=0.1), optimizer_fn=get_optimizer_wrapper_fn("
+        "'batch_gradients', get_optimizer_fn(...), num_batches=4)." %
+        (name, name))
+  return head + (
+      ' Wrap it in a lambda: optimizer_fn=lambda: tf.keras.optimizers.%s(...) '
+      '(e.g. optimizer_fn=lambda: tf.keras.optimizers.Adam(0.1)), or use '
+      "get_optimizer_fn('adam', learning_rate=0.1)." % name)
+
+
 def OptimizerParamsFromFn(optimizer_fn):
   """Returns (optimizer params, base learning rate or None) for a learner.
 
@@ -285,12 +321,7 @@ def OptimizerParamsFromFn(optimizer_fn):
     return optimizer_fn.Params(), optimizer_fn.learning_rate
   if isinstance(optimizer_fn, (base_optimizer.BaseOptimizer,
                                tf.keras.optimizers.Optimizer)):
-    raise TypeError(
-        'optimizer_fn must be a zero-argument callable that returns an '
-        'optimizer, got the %s instance %r. Wrap it: optimizer_fn=lambda: '
-        '%s(...), or use get_optimizer_fn(...).' %
-        (type(optimizer_fn).__name__, optimizer_fn,
-         type(optimizer_fn).__name__))
+    raise TypeError(InstanceGivenMessage(optimizer_fn))
   if not callable(optimizer_fn):
     raise TypeError(
         'optimizer_fn must be a zero-argument callable that returns an '

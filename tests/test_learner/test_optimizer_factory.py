@@ -213,7 +213,39 @@ def test_c_not_callable_instance_is_type_error_showing_lambda(instance):
   with pytest.raises(TypeError) as e:
     factory.OptimizerParamsFromFn(instance())
   assert 'optimizer_fn' in str(e.value)
-  assert 'optimizer_fn=lambda: ' in str(e.value)
+  assert 'optimizer_fn=lambda: ...' in str(e.value)
+  assert '...(' not in str(e.value)  # No "lambda: ...(e.g." run-together.
+
+
+def test_c_keras_instance_message_suggests_a_lambda_around_its_class():
+  with pytest.raises(TypeError) as e:
+    factory.OptimizerParamsFromFn(tf.keras.optimizers.RMSprop(0.1))
+  msg = str(e.value)
+  assert 'got the RMSprop instance' in msg
+  assert 'optimizer_fn=lambda: tf.keras.optimizers.RMSprop(...) (e.g. ' in msg
+  assert 'optimizer_fn=lambda: tf.keras.optimizers.Adam(0.1)), ' in msg
+
+
+def test_c_our_instance_message_suggests_params_or_a_factory_not_a_lambda():
+  from learner import gradient_accumulation  # pylint: disable=g-import-not-at-top
+  opt = gradient_accumulation.GradientAccumulation.Params().Set(
+      optimizer=optimizers.SGD.Params()).Instantiate()
+  with pytest.raises(TypeError) as e:
+    factory.OptimizerParamsFromFn(opt)
+  msg = str(e.value)
+  assert 'optimizer_fn' in msg and 'optimizer_fn=lambda: ...' in msg
+  # Our classes take params: no `lambda: GradientAccumulation(...)`.
+  assert 'lambda: GradientAccumulation' not in msg
+  assert 'optimizer=GradientAccumulation.Params().Set(...)' in msg
+  assert 'optimizer=<instance>.params' in msg
+  assert "optimizer_fn=get_optimizer_fn('sgd', learning_rate=0.1)" in msg
+  assert "get_optimizer_wrapper_fn('batch_gradients'" in msg
+
+
+def test_instance_given_message_names_the_parameter():
+  msg = factory.InstanceGivenMessage(optimizers.SGD.Params().Instantiate(),
+                                     where="Learner 'l': optimizer_fn")
+  assert msg.startswith("Learner 'l': optimizer_fn must be a zero-argument")
 
 
 @pytest.mark.parametrize('bad', [3, lambda: 'adam'])
