@@ -24,6 +24,8 @@ import inspect
 import keyword
 import re
 
+import numpy as np
+
 from params import nested_map
 
 _NAME_RE = re.compile(r'^[a-z_][a-z0-9_]*$')
@@ -37,13 +39,40 @@ def _ClosestNames(name, names, n=3):
   return close
 
 
+_MAX_LISTED_NAMES = 20
+
+
 def _UnknownNameMessage(kind, name, names):
+  """'<kind> <name> is not defined. Did you mean ...? Defined names: ...'.
+
+  At most _MAX_LISTED_NAMES names are listed (sorted), then '... and N more'.
+  """
   msg = '%s %r is not defined.' % (kind, name)
   close = _ClosestNames(name, names)
   if close:
     msg += ' Did you mean %s?' % ' or '.join(repr(c) for c in close)
-  msg += ' Defined names: %s.' % sorted(names)
+  listed = sorted(names)
+  more = len(listed) - _MAX_LISTED_NAMES
+  if more > 0:
+    msg += ' Defined names: %s ... and %d more.' % (
+        ', '.join(repr(n) for n in listed[:_MAX_LISTED_NAMES]), more)
+  else:
+    msg += ' Defined names: %s.' % listed
   return msg
+
+
+def _Index(key, container, i):
+  """container[i] for the key's '[i]'; AttributeError naming what is wrong."""
+  if not isinstance(container, (list, tuple)):
+    raise AttributeError(
+        'Key %r: [%d] indexes a list or tuple, but the value there is not a '
+        'list (it is a %s: %r). Drop the [%d] or point the key at a list.' %
+        (key, i, type(container).__name__, container, i))
+  if not -len(container) <= i < len(container):
+    raise AttributeError(
+        'Key %r: index [%d] is out of range: the list has %d item(s) '
+        '(indices 0..%d).' % (key, i, len(container), len(container) - 1))
+  return container[i]
 
 
 class TextSerializable:
@@ -245,25 +274,21 @@ class Params:
         return obj, name, indices
       obj = obj._params[name].value
       for i in indices:
-        try:
-          obj = obj[i]
-        except (IndexError, TypeError, KeyError):
-          raise AttributeError('Key %r: index [%d] is out of range.' % (key, i))
+        obj = _Index(key, obj, i)
     raise AttributeError('Empty key.')
 
   def Get(self, key):
     """Returns the value at a dotted key such as 'optimizer.beta1' or 'a[0].b'.
 
     Raises:
-      AttributeError: naming the key and close names if it does not exist.
+      AttributeError: naming the key and close names if it does not exist,
+        the key's '[i]' indexes a value that is not a list, or i is out of
+        range.
     """
     parent, name, indices = self._Resolve(key)
     value = parent._params[name].value
     for i in indices:
-      try:
-        value = value[i]
-      except (IndexError, TypeError, KeyError):
-        raise AttributeError('Key %r: index [%d] is out of range.' % (key, i))
+      value = _Index(key, value, i)
     return value
 
   def Set(self, **kwargs):
@@ -285,15 +310,12 @@ class Params:
       return
     container = parent._params[name].value
     for i in indices[:-1]:
-      container = container[i]
+      container = _Index(key, container, i)
     parent._CheckMutable(name)
+    _Index(key, container, indices[-1])  # Checks it is a list, i in range.
     if isinstance(container, tuple):
       raise AttributeError('Key %r: cannot assign into a tuple.' % key)
-    try:
-      container[indices[-1]] = value
-    except IndexError:
-      raise AttributeError('Key %r: index [%d] is out of range.' %
-                           (key, indices[-1]))
+    container[indices[-1]] = value
 
   def Delete(self, *names):
     """Removes the named params; returns self.
@@ -430,8 +452,12 @@ class Params:
       try:
         current = self.Get(key)
       except AttributeError as e:
-        raise ValueError('Line %d %r: unknown key %r. %s' %
-                         (line_no, line, key, e)) from None
+        # The error starts with "Key '<key>': "; say the key only once.
+        why = str(e)
+        if why.startswith('Key %r: ' % key):
+          why = why[len('Key %r: ' % key):]
+        raise ValueError('Line %d %r: unknown key %r: %s' %
+                         (line_no, line, key, why)) from None
       if value_text.startswith(_NO_TEXT_MARKER):
         raise ValueError(
             'Line %d: key %r holds a value with no text form (%s); it must be '
@@ -593,6 +619,11 @@ def _CopyValue(value):
 
 
 def _ValuesEqual(a, b):
+  # A numpy scalar equals its Python value (its text form reads back as it).
+  if isinstance(a, np.generic):
+    a = a.item()
+  if isinstance(b, np.generic):
+    b = b.item()
   if isinstance(a, Params) or isinstance(b, Params):
     return a == b
   if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
@@ -733,7 +764,8 @@ def EncodeValue(value):
   functions `Function('mod.fn')`, enum members `Enum('mod.E', 'NAME')`,
   `tf.DType`s `DType('float32')`, Params inside containers
   `Params(cls=..., key=value, ...)`, self-describing objects
-  `Object('mod.factory', k=v)`. Anything else (a lambda, a bound method, a
+  `Object('mod.factory', k=v)`; numpy scalars as their Python value
+  (np.float32(0.1) -> 0.10000000149011612). Anything else (a lambda, a bound method, a
   nested function, an arbitrary object) is a '<no text form: ...>' marker,
   which `Params.FromText` refuses.
 
@@ -815,6 +847,12 @@ def _Encode(value):
         '%s: %s' % (_Encode(k), _Encode(v)) for k, v in value.items())
   if _IsDType(value):
     return 'DType(%r)' % value.name
+  if isinstance(value, np.generic) and isinstance(
+      value.item(), (bool, int, float, str, bytes)):
+    # A numpy scalar (np.float32(0.1), np.int64(3), np.bool_(True)) is
+    # written as its Python value; it reads back as that value, which
+    # compares equal.
+    return _Encode(value.item())
   if not isinstance(value, type) and callable(
       getattr(type(value), 'TextSpec', None)):
     path, kwargs = value.TextSpec()

@@ -320,3 +320,56 @@ def test_resolve_import_path():
     hyperparams.ResolveImportPath('params.hyperparams.Nope')
   with pytest.raises(ValueError, match="'no_such_module_xyz.A'"):
     hyperparams.ResolveImportPath('no_such_module_xyz.A')
+
+
+# ---- message polish (round 2) ----------------------------------------------
+
+
+def test_get_index_into_a_non_list_says_it_is_not_a_list():
+  p = _Tree()
+  # 'optimizer' is a Params, 'name' a str: '[0]' cannot index them.
+  for key, kind in [('optimizer[0].beta1', 'Params'), ('name[0]', 'str')]:
+    with pytest.raises(AttributeError) as e:
+      p.Get(key)
+    msg = str(e.value)
+    assert repr(key) in msg
+    assert 'is not a list (it is a %s' % kind in msg
+    assert 'out of range' not in msg
+
+
+def test_set_index_into_a_non_list_says_it_is_not_a_list():
+  p = _Tree()
+  with pytest.raises(AttributeError) as e:
+    p.Set(**{'optimizer[1].beta1': 0.5})
+  assert "'optimizer[1].beta1'" in str(e.value)
+  assert 'is not a list' in str(e.value)
+
+
+def test_get_index_out_of_range_gives_the_list_length():
+  p = _Tree()
+  with pytest.raises(AttributeError) as e:
+    p.Get('dims[2]')
+  assert str(e.value) == ("Key 'dims[2]': index [2] is out of range: the list "
+                          'has 2 item(s) (indices 0..1).')
+
+
+def test_defined_names_are_capped_at_20_with_a_count_of_the_rest():
+  p = Params()
+  for i in range(25):
+    p.Define('knob_%02d' % i, i, '')
+  with pytest.raises(AttributeError) as e:
+    _ = p.knob_99
+  msg = str(e.value)
+  assert "'knob_99'" in msg
+  # Sorted, first 20 listed, then the count of the other 5.
+  assert "'knob_19' ... and 5 more." in msg
+  assert "'knob_20'" not in msg.split('Defined names:')[1]
+
+
+def test_defined_names_up_to_20_are_all_listed():
+  p = _Optimizer()
+  with pytest.raises(AttributeError) as e:
+    _ = p.beta2
+  assert str(e.value).endswith(
+      "Defined names: ['beta1', 'learning_rate'].")
+  assert 'more' not in str(e.value)

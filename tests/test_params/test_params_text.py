@@ -460,3 +460,49 @@ def test_keys_under_a_cls_line_of_the_wrong_class_are_unknown():
   with pytest.raises(ValueError) as e:
     _Holder().FromText("sub.depth : 3")
   assert "unknown key 'sub.depth'" in str(e.value)
+
+
+# ---- message polish and numpy scalars (round 2) ----------------------------
+
+
+def test_unknown_key_message_names_the_key_once():
+  p = _Target()
+  with pytest.raises(ValueError) as e:
+    p.FromText('sub.xx : 1')
+  msg = str(e.value)
+  assert msg.startswith("Line 1 'sub.xx : 1': unknown key 'sub.xx': Param "
+                        "'xx' is not defined.")
+  assert "Key 'sub.xx'" not in msg  # Was: "... unknown key 'sub.xx'. Key 'sub.xx': ..."
+
+
+@pytest.mark.parametrize('value,text,python', [
+    (np.float32(0.1), '0.10000000149011612', 0.10000000149011612),
+    (np.float64(0.25), '0.25', 0.25),
+    (np.int64(3), '3', 3),
+    (np.int32(-7), '-7', -7),
+    (np.bool_(True), 'True', True),
+    (np.float32('nan'), "float('nan')", float('nan')),
+])
+def test_numpy_scalar_is_written_as_its_python_value(value, text, python):
+  assert hyperparams.EncodeValue(value) == text
+  decoded = hyperparams.DecodeValue(text)
+  assert type(decoded) is type(python)
+  if python == python:
+    assert decoded == python and decoded == value
+
+
+def test_numpy_scalars_round_trip_through_params_text():
+  p = hyperparams.Params()
+  p.Define('lr', np.float32(0.1), '')
+  p.Define('steps', np.int64(100), '')
+  p.Define('rates', [np.float32(0.5), np.float64(0.25)], '')
+  text = p.ToText()
+  assert '<no text form' not in text
+  assert 'lr : 0.10000000149011612' in text
+  q = hyperparams.Params()
+  q.Define('lr', 0.0, '')
+  q.Define('steps', 0, '')
+  q.Define('rates', [], '')
+  q.FromText(text)
+  assert q == p
+  assert q.lr == np.float32(0.1) and q.steps == 100
