@@ -131,12 +131,18 @@ class BaseOptimizer(BaseLayer):
 
   # ---- applying ----------------------------------------------------------
 
-  def Apply(self, lr, var_grads):
+  @tf.autograph.experimental.do_not_convert
+  def Apply(self, lr, var_grads, _grad_scale=None):
     """Applies one update; returns the update op (None when eager).
+
+    Not converted by AutoGraph (it has no Python control flow on tensors),
+    so tracing it inside any tf.function is fast.
 
     Args:
       lr: float32 scalar tensor, the scheduled learning rate.
       var_grads: NestedMap of VarGrad(var, grad); grad None means "leave".
+      _grad_scale: internal (use `ApplyScaled`): a float32 scalar that
+        multiplies every gradient, or None.
 
     Raises:
       ValueError: if a variable was not bound with `Bind`.
@@ -147,11 +153,41 @@ class BaseOptimizer(BaseLayer):
       if vg.grad is None:
         continue
       self._CheckBound(vg.var)
-      ops.append(self._ApplyOne(lr, vg.var, vg.grad))
+      ops.append(self._ApplyOne(lr, vg.var, vg.grad, _grad_scale))
     ops = [o for o in ops if o is not None]
     with tf.control_dependencies(ops):
       inc = self._num_updates.assign_add(1)
     return tf.group(ops + [inc]) if not tf.executing_eagerly() else None
+
+  @tf.autograph.experimental.do_not_convert
+  def ApplyScaled(self, lr, var_grads, grad_scale):
+    """Applies one update with every gradient multiplied by `grad_scale`.
+
+    The same update as `Apply(lr, {var: grad_scale * grad})`; the learner
+    calls it with its clip scale (and, under accumulation, 1 / sum(weight))
+    so an optimizer whose fused kernel can absorb a scalar factor (SGD:
+    alpha = lr * grad_scale) never materialises a scaled copy of the
+    gradients. Optimizers without such a kernel, and wrappers that override
+    `Apply` (Lars, Ema, Composite, KerasOptimizer), get the scaled copy and
+    their own `Apply`.
+
+    Args:
+      lr: float32 scalar tensor, the scheduled learning rate.
+      var_grads: NestedMap of VarGrad(var, grad); grad None means "leave".
+      grad_scale: float32 scalar tensor (finite; >= 0 in the learner's use).
+
+    Returns:
+      The update op (None when eager).
+
+    Raises:
+      ValueError: if a variable was not bound with `Bind`.
+    """
+    if type(self).Apply is not BaseOptimizer.Apply:
+      scaled = var_grads.Transform(
+          lambda vg: vg if vg.grad is None else var_grad_lib.VarGrad(
+              vg.var, ScaleGradient(vg.grad, grad_scale)))
+      return self.Apply(lr, scaled)
+    return self.Apply(lr, var_grads, _grad_scale=grad_scale)
 
   def _CheckBound(self, var):
     """Raises ValueError naming `var` if it was not bound with `Bind`."""
@@ -161,7 +197,7 @@ class BaseOptimizer(BaseLayer):
           '%s: variable %r was not bound; call Bind() with every variable '
           'before Apply(). Bound: %s' % (self.path, name, sorted(self._bound)))
 
-  def _ApplyOne(self, lr, var, grad):
+  def _ApplyOne(self, lr, var, grad, grad_scale=None):
     """Applies decoupled weight decay and the update to one variable.
 
     Sparse gradients: for a lazy update duplicate indices are merged before
@@ -171,6 +207,9 @@ class BaseOptimizer(BaseLayer):
     whatever `lazy_sparse_updates` says. A lazy sparse
     update decays only the rows present in the batch (as TF Addons'
     decoupled weight decay does for sparse updates); otherwise every row.
+    `grad_scale` (float32 scalar or None) multiplies the gradient: folded
+    into the kernel by `_ApplyDenseScaled` for dense gradients, applied to
+    the merged values of a lazy sparse gradient.
     """
     slots = self.GetSlots(var)
     lazy = False
@@ -179,6 +218,9 @@ class BaseOptimizer(BaseLayer):
               and not _InXla())
       if lazy:
         grad = var_grad_lib.MergeDuplicateIndices(grad)
+        if grad_scale is not None:
+          grad = ScaleGradient(grad, grad_scale)
+          grad_scale = None
       else:
         grad = tf.convert_to_tensor(grad)  # Sums duplicate rows.
     wd = self.params.decoupled_weight_decay
@@ -192,6 +234,8 @@ class BaseOptimizer(BaseLayer):
         decay = rate * tf.identity(var.read_value())
     if lazy:
       op = self._ApplySparse(lr, var, grad, slots)
+    elif grad_scale is not None:
+      op = self._ApplyDenseScaled(lr, var, grad, slots, grad_scale)
     else:
       op = self._ApplyDense(lr, var, grad, slots)
     if decay is None:
@@ -205,6 +249,15 @@ class BaseOptimizer(BaseLayer):
     raise NotImplementedError('%s must implement _ApplyDense.' %
                               type(self).__name__)
 
+  def _ApplyDenseScaled(self, lr, var, grad, slots, grad_scale):
+    """`_ApplyDense` with `grad_scale * grad` (float32 scalar grad_scale).
+
+    The default materialises the scaled gradient; optimizers whose kernel
+    can absorb the factor override this (SGD folds it into alpha).
+    """
+    return self._ApplyDense(lr, var, grad * tf.cast(grad_scale, grad.dtype),
+                            slots)
+
   def _ApplySparse(self, lr, var, grad, slots):
     """Lazy sparse update of the rows in `grad` (merged tf.IndexedSlices).
 
@@ -212,6 +265,22 @@ class BaseOptimizer(BaseLayer):
     """
     raise NotImplementedError('%s must implement _ApplySparse.' %
                               type(self).__name__)
+
+
+def ScaleGradient(grad, scale):
+  """`scale * grad` for a Tensor or tf.IndexedSlices (values scaled).
+
+  Args:
+    grad: a float Tensor or tf.IndexedSlices.
+    scale: a scalar (cast to grad's dtype).
+
+  Returns:
+    The same kind as `grad`, same shape and dtype.
+  """
+  if isinstance(grad, tf.IndexedSlices):
+    return tf.IndexedSlices(grad.values * tf.cast(scale, grad.values.dtype),
+                            grad.indices, grad.dense_shape)
+  return grad * tf.cast(scale, grad.dtype)
 
 
 def _CreateSlotVariable(opt, var, slot_name, init):
@@ -302,6 +371,13 @@ class SGD(BaseOptimizer):
     return tf.raw_ops.ResourceApplyGradientDescent(
         var=var.handle, alpha=tf.cast(lr, var.dtype), delta=grad,
         use_locking=False)
+
+  def _ApplyDenseScaled(self, lr, var, grad, slots, grad_scale):
+    """w <- w - (lr * grad_scale) * g: the scale folded into alpha."""
+    del slots
+    return tf.raw_ops.ResourceApplyGradientDescent(
+        var=var.handle, alpha=tf.cast(lr * grad_scale, var.dtype),
+        delta=grad, use_locking=False)
 
   def _ApplySparse(self, lr, var, grad, slots):
     del slots

@@ -135,6 +135,13 @@ class Learner(BaseLayer):
     p.Define('per_variable_norm_metrics', False,
              'If True, eval_metrics also has grad_norm/<var> and '
              'var_norm/<var> for every variable.')
+    p.Define(
+        'var_norm_metrics', True,
+        'If True (default), eval_metrics has var_norm/all, the global L2 '
+        'norm of the variables: one more read of every weight per applied '
+        'update (4 B/param, ~1/5 of a Momentum update\'s traffic). False '
+        'leaves var_norm/all out (per_variable_norm_metrics still reports '
+        'var_norm/<var>).')
     return p
 
   def __init__(self, params):
@@ -378,6 +385,7 @@ class Learner(BaseLayer):
       losses.append(entry[0])
     return losses
 
+  @tf.autograph.experimental.do_not_convert
   def LearningRate(self):
     """The current rate: learning_rate x lr_schedule.Value(step) (float32)."""
     lr, _ = self._LearningRate()
@@ -396,6 +404,7 @@ class Learner(BaseLayer):
     sched = self.lr_schedule.Value(self._ScheduleStep())
     return tf.constant(self._base_lr, tf.float32) * sched, sched
 
+  @tf.autograph.experimental.do_not_convert
   def ComputeActivationGradients(self, activations, activations_grad, vmap):
     """Gradients of the variables given activations and their gradient.
 
@@ -460,6 +469,7 @@ class Learner(BaseLayer):
       out.append(g)
     return out
 
+  @tf.autograph.experimental.do_not_convert
   def ComputeGradients(self, metrics, vmap):
     """Selects the losses and returns their (combined) gradients.
 
@@ -521,6 +531,7 @@ class Learner(BaseLayer):
         var_grads.Set(key, VarGrad(var, g))
     return losses, var_grads
 
+  @tf.autograph.experimental.do_not_convert
   def Apply(self, metrics, vmap, gradient_mask=None, gradient_adjuster=None):
     """Computes gradients of the losses and applies one update.
 
@@ -547,6 +558,12 @@ class Learner(BaseLayer):
 
     Raises:
       see ComputeGradients.
+
+    Apply, ApplyGradients, ComputeGradients, ComputeActivationGradients and
+    LearningRate are not converted by AutoGraph (they use tf.cond, no Python
+    control flow on tensors), nor is anything they call (a
+    gradient_adjuster too): tracing them inside any tf.function is fast
+    (resnet50 set: see benchmarks/README.md).
     """
     losses, var_grads = self.ComputeGradients(metrics, vmap)
     weight = metrics[self._loss_names[0]][1]
@@ -555,6 +572,7 @@ class Learner(BaseLayer):
         gradient_adjuster=gradient_adjuster)
     return losses, update_op, eval_metrics
 
+  @tf.autograph.experimental.do_not_convert
   def ApplyGradients(self, var_grads, weight=1.0, gradient_mask=None,
                      gradient_adjuster=None):
     """Applies given gradients: accumulation, all-reduce, checks, update.
@@ -622,20 +640,30 @@ class Learner(BaseLayer):
 
   def _AccumulateAndMaybeUpdate(self, vgs, weight, lr, gradient_mask,
                                 gradient_adjuster):
-    """Accumulation protocol; returns (stats, window weight)."""
+    """Accumulation protocol; returns (stats, window weight).
+
+    A micro-step reads each gradient twice (one L2Loss pass for the finite
+    check, one fused `acc += weight * g`) and materialises nothing; the
+    applying step folds 1 / sum(weight) into the clip scale instead of
+    writing an averaged copy of the sums.
+    """
     acc = self.optimizer
     variables = [vg.var for vg in vgs]
     dense = [tf.convert_to_tensor(vg.grad) for vg in vgs]
-    weighted = [g * tf.cast(weight, g.dtype) for g in dense]
     finite = _AllFinite(dense)
     n = cross_replica.NumReplicas()
     if n > 1 and not acc.params.sync_on_apply:
       acc.WarnIfSyncEveryStep()
+      weighted = [g * tf.cast(weight, g.dtype) for g in dense]
       bad = 1.0 - tf.cast(finite, tf.float32)
       weighted, weight, (bad,) = cross_replica.WeightedAllReduce(
           weighted, weight, [bad])
       finite = tf.equal(bad, 0.0)
-    micro_step = acc.Accumulate(list(zip(variables, weighted)), weight, finite)
+      micro_step = acc.Accumulate(list(zip(variables, weighted)), weight,
+                                  finite)
+    else:
+      micro_step = acc.AccumulateScaled(list(zip(variables, dense)), weight,
+                                        finite)
     is_apply = acc.IsApplyStep(micro_step)
     names = self._StatNames(variables)
 
@@ -644,10 +672,11 @@ class Learner(BaseLayer):
       if n > 1 and acc.params.sync_on_apply:
         sums, wsum, (dropped,) = cross_replica.WeightedAllReduce(
             sums, wsum, [dropped])
-      grads = [tf.math.divide_no_nan(s, tf.cast(wsum, s.dtype)) for s in sums]
-      stats = self._Update(variables, grads, lr, gradient_mask,
+      inv_wsum = tf.math.divide_no_nan(tf.constant(1.0), wsum)
+      stats = self._Update(variables, sums, lr, gradient_mask,
                            gradient_adjuster, extra_skip=wsum <= 0.0,
-                           window_finite=tf.equal(dropped, 0.0))
+                           window_finite=tf.equal(dropped, 0.0),
+                           grad_prescale=inv_wsum)
       with tf.control_dependencies(list(stats.values())):
         acc.Zero()
       return [tf.identity(stats[k]) for k in names]
@@ -667,8 +696,10 @@ class Learner(BaseLayer):
       names.append('l1_loss')
     if p.l2_regularizer_weight:
       names.append('l2_loss')
-    names += ['grad_norm/all', 'var_norm/all', 'grad_norm/clipped',
-              'grad_scale_all', 'has_nan_or_inf']
+    names.append('grad_norm/all')
+    if p.var_norm_metrics:
+      names.append('var_norm/all')
+    names += ['grad_norm/clipped', 'grad_scale_all', 'has_nan_or_inf']
     if p.per_variable_norm_metrics:
       for v in variables:
         n = var_grad_lib.VarName(v)
@@ -676,24 +707,34 @@ class Learner(BaseLayer):
     return names
 
   def _Update(self, variables, grads, lr, gradient_mask, gradient_adjuster,
-              extra_skip=None, window_finite=None):
+              extra_skip=None, window_finite=None, grad_prescale=None):
     """L1/L2 -> mask -> norms -> adjuster -> checks -> clip -> apply.
 
     Args:
       variables: list of bound variables.
       grads: list like `variables` of gradients (Tensor or IndexedSlices),
-        already averaged over replicas / the window.
+        already averaged over replicas / the window, or - with
+        `grad_prescale` - sums that `grad_prescale` turns into the gradient.
       lr: float32 scalar, the scheduled rate.
       gradient_mask, gradient_adjuster: as in Apply.
       extra_skip: optional bool scalar that also skips the update.
       window_finite: optional bool scalar; False when a micro-batch of the
         window overflowed (for the loss-scale update).
+      grad_prescale: optional float32 scalar: the gradient is
+        `grad_prescale * grads` (accumulation: 1 / sum(weight)). It is
+        folded into the norms and the clip scale (no averaged copy) unless
+        L1/L2, a mask or an adjuster need the gradient itself.
 
     Returns:
       {stat name: float32 scalar} in the order of `_StatNames`.
     """
     p = self.params
     stats = {}
+    if grad_prescale is not None and (
+        p.l1_regularizer_weight or p.l2_regularizer_weight or gradient_mask
+        or gradient_adjuster is not None):
+      grads = [None if g is None else _Scale(g, grad_prescale) for g in grads]
+      grad_prescale = None
     # Coupled L1/L2 regularisation.
     if p.l1_regularizer_weight or p.l2_regularizer_weight:
       grads, lp = self._AddLpTerms(variables, grads)
@@ -703,9 +744,13 @@ class Learner(BaseLayer):
       grads = _MaskGradients(variables, grads, gradient_mask)
     # Norms: one l2_loss kernel per tensor, one add_n.
     grad_half = [_HalfSquaredNorm(g) for g in grads]
-    var_half = [_HalfSquaredNorm(v.read_value()) for v in variables]
+    if grad_prescale is not None:
+      pre2 = grad_prescale * grad_prescale
+      grad_half = [h * pre2 for h in grad_half]
     grad_norm = tf.sqrt(2.0 * tf.add_n(grad_half))
-    var_norm = tf.sqrt(2.0 * tf.add_n(var_half))
+    var_half = None
+    if p.var_norm_metrics or p.per_variable_norm_metrics:
+      var_half = [_HalfSquaredNorm(v.read_value()) for v in variables]
     has_nan_or_inf = tf.logical_not(tf.math.is_finite(grad_norm))
     # Adjuster.
     if gradient_adjuster is not None:
@@ -744,11 +789,21 @@ class Learner(BaseLayer):
     else:
       grad_scale = finite_f
       clipped_norm = grad_norm
+    # The scalar that turns `grads` into the clipped gradient (None = 1),
+    # and per-variable factors for single-norm clipping.
+    apply_scale = grad_scale if p.clip_gradient_norm_to_value else None
+    if grad_prescale is not None:
+      apply_scale = (grad_prescale if apply_scale is None else
+                     apply_scale * grad_prescale)
+    if per_var_scale is not None and grad_prescale is not None:
+      per_var_scale = [k * grad_prescale for k in per_var_scale]
+      apply_scale = None
     if p.clip_gradient_value:
-      clipped_grads = self._ClipGrads(grads, grad_scale, per_var_scale)
+      clipped_grads = self._ClipGrads(grads, apply_scale, per_var_scale)
       clipped_norm = GlobalNorm(clipped_grads)
     stats['grad_norm/all'] = grad_norm
-    stats['var_norm/all'] = var_norm
+    if p.var_norm_metrics:
+      stats['var_norm/all'] = tf.sqrt(2.0 * tf.add_n(var_half))
     stats['grad_norm/clipped'] = clipped_norm
     stats['grad_scale_all'] = grad_scale
     stats['has_nan_or_inf'] = tf.cast(has_nan_or_inf, tf.float32)
@@ -759,15 +814,18 @@ class Learner(BaseLayer):
         stats['var_norm/' + n] = tf.sqrt(2.0 * vh)
 
     def _DoUpdate():
-      clipped = self._ClipGrads(grads, grad_scale, per_var_scale)
+      fold = (apply_scale is not None and not p.clip_gradient_value)
+      clipped = self._ClipGrads(grads, None if fold else apply_scale,
+                                per_var_scale)
       vgs = NestedMap()
       for i, (v, g) in enumerate(zip(variables, clipped)):
         if g is not None:
           vgs['v%04d' % i] = VarGrad(v, g)
-      if self._is_accum:
-        self.optimizer.ApplyInner(lr, vgs)
+      opt = self.optimizer.inner if self._is_accum else self.optimizer
+      if fold:
+        opt.ApplyScaled(lr, vgs, apply_scale)
       else:
-        self.optimizer.Apply(lr, vgs)
+        opt.Apply(lr, vgs)
       self._num_updates.assign_add(1)
       return tf.constant(True)
 
@@ -784,17 +842,19 @@ class Learner(BaseLayer):
     names = self._StatNames(variables)
     return {k: stats[k] for k in names}
 
-  def _ClipGrads(self, grads, grad_scale, per_var_scale):
+  def _ClipGrads(self, grads, apply_scale, per_var_scale):
+    """Scales (global factor `apply_scale` or per-variable factors) and
+    clips values elementwise; returns the list of clipped gradients."""
     p = self.params
     out = []
     for i, g in enumerate(grads):
       if g is None:
         out.append(None)
         continue
-      if p.clip_gradient_norm_to_value:
-        g = _Scale(g, grad_scale)
-      elif per_var_scale is not None:
+      if per_var_scale is not None:
         g = _Scale(g, per_var_scale[i])
+      elif apply_scale is not None:
+        g = _Scale(g, apply_scale)
       if p.clip_gradient_value:
         v = p.clip_gradient_value
         g = _MapValues(g, lambda x: tf.clip_by_value(x, -v, v))  # pylint: disable=cell-var-from-loop
