@@ -53,6 +53,13 @@ class Progress:
     return ('step %d/%d  %.1f steps/s  loss %s  lr %s  ETA %s' %
             (step, self._max_steps, rate, _Fmt(loss), _Fmt(lr), eta))
 
+  def WantsValues(self, step):
+    """True if `Update(step, ...)` shows the loss and rate (so the caller
+    fetches them from the device only then): always on a terminal, at log
+    steps and the last step otherwise."""
+    return (self._tty or step % self._interval == 0 or
+            step == self._max_steps)
+
   def Update(self, step, loss=None, lr=None):
     """Reports `step` (the global step just reached)."""
     if self._start_time is None:

@@ -39,14 +39,23 @@ def FlattenStepOutput(step_out, num_learners):
   return out
 
 
-def WriteScalars(writer, step, tagged):
-  """Writes every {tag: (value, weight)} with weight != 0 at `step`."""
+def WriteScalars(writer, step, tagged, flush=True):
+  """Writes every {tag: (value, weight)} with weight != 0 at `step`.
+
+  Args:
+    writer: a tf.summary writer.
+    step: int, the global step of the values.
+    tagged: {tag: (float value, float weight)}.
+    flush: flush the writer after writing (the trainer passes False and
+      flushes at checkpoints and at the end; a flush costs a file sync).
+  """
   with writer.as_default(step=int(step)):
     for tag, (value, weight) in sorted(tagged.items()):
       if weight == 0:
         continue
       tf.summary.scalar(tag, value)
-  writer.flush()
+  if flush:
+    writer.flush()
 
 
 def WriteParamsText(writer, params_text):

@@ -311,16 +311,20 @@ class Trainer:
           drop_remainder=input_gen.params.drop_remainder)
       iterator = iter(dist_ds)
 
-      @tf.function
-      def _DistStep(batch):
-        return strategy.run(task._TrainStep, args=(batch,))  # pylint: disable=protected-access
+      def _DistStepFn(it):
+        return strategy.run(task._TrainStep, args=(next(it),))  # pylint: disable=protected-access
 
-      def _Step():
+      dist_step = tf.function(_DistStepFn, autograph=bool(
+          p.task.train.autograph))
+
+      def _Loop(unused_num_steps):  # One step per call under a strategy.
         with distribution.ReportPeerFailure(strategy):
-          return self._ReducePerReplica(_DistStep(next(iterator)))
+          return self._ReducePerReplica(dist_step(iterator))
+      steps_per_loop = 1
     else:
-      def _Step():
-        return task.TrainStep(next(iterator))
+      def _Loop(num_steps):
+        return task.TrainLoop(iterator, num_steps)
+      steps_per_loop = p.task.train.steps_per_loop
 
     dev = p.task.eval
     if self._mode == ModeKeys.TRAIN_AND_EVAL and dev.dev_metric:
@@ -333,24 +337,42 @@ class Trainer:
                                      stream=self._stream, tty=self._tty)
     num_learners = len(task.learners)
     train_writer = self._Writer('train')
-    last_train = {}
+    out = None
     last_saved = step if restored else None
     eval_metrics = None
+    evaluating = self._mode == ModeKeys.TRAIN_AND_EVAL and dev.interval_steps
+    # Every loop ends at the next step where something happens outside the
+    # graph (summary, log line, eval, checkpoint) or at max_steps.
+    intervals = [tp.summary_interval_steps, tp.save_interval_steps]
+    if evaluating:
+      intervals.append(dev.interval_steps)
+    if not progress.is_tty:
+      intervals.append(tp.log_interval_steps)
     while step < max_steps:
-      out = _Step()
-      step += 1
-      tagged = summary_lib.FlattenStepOutput(out, num_learners)
-      last_train = tagged
+      end = min([max_steps, step + steps_per_loop] +
+                [(step // k + 1) * k for k in intervals])
+      out = _Loop(end - step)
+      step = end
+      tagged = None
       if step % tp.summary_interval_steps == 0 or step == max_steps:
-        summary_lib.WriteScalars(train_writer, step, tagged)
-      progress.Update(step, _LossOf(tagged), _LrOf(tagged))
-      if (self._mode == ModeKeys.TRAIN_AND_EVAL and dev.interval_steps and
-          step % dev.interval_steps == 0 and step < max_steps):
+        tagged = summary_lib.FlattenStepOutput(out, num_learners)
+        summary_lib.WriteScalars(train_writer, step, tagged, flush=False)
+      if progress.WantsValues(step):
+        if tagged is None:
+          tagged = summary_lib.FlattenStepOutput(out, num_learners)
+        progress.Update(step, _LossOf(tagged), _LrOf(tagged))
+      else:
+        progress.Update(step)
+      if evaluating and step % dev.interval_steps == 0 and step < max_steps:
         progress.Close() if progress.is_tty else None
         eval_metrics = self._EvaluateAndUpdate(task, step)
       if step % tp.save_interval_steps == 0:
+        train_writer.flush()
         ckpter.Save(step)
         last_saved = step
+    train_writer.flush()
+    last_train = (summary_lib.FlattenStepOutput(out, num_learners)
+                  if out is not None else {})
     progress.Close()
     if last_saved != step:
       ckpter.Save(step)

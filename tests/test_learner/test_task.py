@@ -105,6 +105,7 @@ def test_duplicate_learner_names_are_refused():
     ('eval.interval_steps', -5, 'eval.interval_steps'),
     ('eval.dev_metric_mode', 'best', 'eval.dev_metric_mode'),
     ('train.replicas_to_aggregate', 0, 'train.replicas_to_aggregate'),
+    ('train.steps_per_loop', 0, 'train.steps_per_loop'),
 ])
 def test_bad_task_params_raise_naming_the_key(key, value, match):
   p = model_tasks.LinearRegressionTask.Params().Set(name='reg')
@@ -117,3 +118,78 @@ def test_base_task_requires_compute_methods():
   task = task_lib.BaseTask.Params().Instantiate()
   with pytest.raises(NotImplementedError, match='ComputePredictions'):
     task.FProp(task.theta, _BATCH)
+
+
+def _Dataset(n):
+  """n different batches of two examples (y = 5x + 2 with x = 0.1 i, ...)."""
+  x = np.arange(2 * n, dtype=np.float32).reshape(n, 2) * 0.1
+  return tf.data.Dataset.from_tensor_slices({'x': x, 'y': 5.0 * x + 2.0})
+
+
+def _Momentum(name='learner'):
+  return learner_lib.Learner.Params().Set(
+      name=name, loss_name='loss', learning_rate=0.1,
+      optimizer=optimizers.Momentum.Params().Set(alpha=0.9),
+      clip_gradient_norm_to_value=3.0)
+
+
+def _State(task):
+  """{index: name, value} of every variable (weights, slots, counters)."""
+  return {'%d %s' % (i, v.name): v.numpy()
+          for i, v in enumerate(task.variables)}
+
+
+def test_train_loop_equals_one_train_step_per_batch_and_takes_n_batches():
+  n = 5
+  ref = _Task(_Momentum())
+  ref.CreateLearners()
+  ref_outs = [ref.TrainStep(b) for b in _Dataset(n + 1).take(n)]
+  task = _Task(_Momentum())
+  task.CreateLearners()
+  it = iter(_Dataset(n + 1))
+  out = task.TrainLoop(it, 2)  # steps 1-2, then 3-5 with the same trace
+  out = task.TrainLoop(it, 3)
+  assert int(task.global_step.numpy()) == n
+  a, b = _State(ref), _State(task)
+  assert sorted(a) == sorted(b) and len(a) > 4, sorted(a)  # slots too
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+  # The output is the last step's, and the iterator moved by exactly n.
+  last = ref_outs[-1]
+  assert (out['metrics']['loss'][0].numpy() ==
+          last['metrics']['loss'][0].numpy())
+  assert (out['learners']['learner']['grad_norm/all'][0].numpy() ==
+          last['learners']['learner']['grad_norm/all'][0].numpy())
+  np.testing.assert_array_equal(next(it)['x'].numpy(),
+                                np.float32([1.0, 1.1]))
+  assert task._train_loop_fn is not None  # pylint: disable=protected-access
+
+
+def test_train_loop_needs_at_least_one_step():
+  task = _Task(_Learner('learner', 0.1))
+  task.CreateLearners()
+  with pytest.raises(ValueError, match='num_steps'):
+    task.TrainLoop(iter(_Dataset(2)), 0)
+
+
+class _BranchyTask(model_tasks.LinearRegressionTask):
+  """Uses a Python `if` on a tensor: needs AutoGraph."""
+
+  def ComputeLoss(self, theta, predictions, batch):
+    metrics, per_example = super().ComputeLoss(theta, predictions, batch)
+    loss = metrics['loss'][0]
+    if loss > 1e9:  # A tensor condition: only AutoGraph can trace this.
+      loss = loss * 0.0
+    metrics['loss'] = (loss, metrics['loss'][1])
+    return metrics, per_example
+
+
+def test_a_step_that_needs_autograph_is_retraced_with_it():
+  p = _BranchyTask.Params().Set(name='reg')
+  p.train.learner = _Learner('learner', 0.1)
+  task = p.Instantiate()
+  task.CreateLearners()
+  task.TrainStep(_BATCH)
+  np.testing.assert_allclose(task.vars.w.numpy(), 1.3, rtol=1e-6)
+  np.testing.assert_allclose(task.EvalStep(_BATCH)['loss'][0].numpy(),
+                             (0.9 ** 2 + 1.6 ** 2) / 2, rtol=1e-5)

@@ -7,6 +7,7 @@ import glob
 import io
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -279,3 +280,34 @@ def test_replicas_to_aggregate_above_the_replicas_is_refused(tmp_path):
   with pytest.raises(ValueError, match='replicas_to_aggregate=2'):
     _Run(tmp_path, p)
   assert not (tmp_path / 'ckpt').exists()
+
+
+def test_steps_per_loop_ends_loops_at_every_boundary_and_changes_nothing(
+    trained, tmp_path, monkeypatch):
+  from learner import task as task_lib  # pylint: disable=g-import-not-at-top
+  sizes = []
+  loop = task_lib.BaseTask.TrainLoop
+
+  def _Recording(self, iterator, num_steps):
+    sizes.append(int(num_steps))
+    return loop(self, iterator, num_steps)
+
+  monkeypatch.setattr(task_lib.BaseTask, 'TrainLoop', _Recording)
+  p = _Params()
+  p.task.train.steps_per_loop = 7
+  _, r, out = _Run(tmp_path, p)
+  # Boundaries: summaries and log lines every 10, saves every 20, evals
+  # every 30, max_steps 60; otherwise 7 steps per call.
+  assert sizes == [7, 3] * 6, sizes
+  logdir, _, expected, expected_out = trained  # steps_per_loop 100: 10 each
+  assert r == expected
+  def _NoTimes(text):  # steps/s and ETA depend on the clock
+    return re.sub(r'[0-9.]+ steps/s|ETA \S+', '', text)
+  assert _NoTimes(out) == _NoTimes(expected_out)
+  for step in (20, 40, 60):
+    a = _CkptValues(str(logdir / 'ckpt' / ('ckpt-%d' % step)))
+    b = _CkptValues(str(tmp_path / 'ckpt' / ('ckpt-%d' % step)))
+    assert sorted(a) == sorted(b)
+    for k in a:
+      np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+  assert _Tags(tmp_path, 'train') == _Tags(logdir, 'train')

@@ -35,6 +35,16 @@ def test_bar_redrawn_in_place_on_a_terminal():
   assert text.endswith('\n')
 
 
+def test_values_wanted_only_for_shown_steps():
+  # Not a terminal: the loss is fetched for log lines and the last step.
+  p = progress.Progress(max_steps=25, log_interval_steps=10, tty=False,
+                        stream=io.StringIO())
+  assert [s for s in range(1, 26) if p.WantsValues(s)] == [10, 20, 25]
+  bar = progress.Progress(max_steps=25, log_interval_steps=10, tty=True,
+                          stream=io.StringIO())
+  assert all(bar.WantsValues(s) for s in range(1, 26))
+
+
 def test_learner_metrics_tagged_per_learner_only_when_several():
   step_out = {'metrics': {'loss': (np.float32(2.0), np.float32(8.0))},
               'learners': {'a': {'learning_rate': (0.1, 1.0)}}}
