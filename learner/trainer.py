@@ -610,8 +610,16 @@ def main(argv):
   if FLAGS.list:
     print(ListExperiments())
     return 0
+  # Missing flags get one line, not absl's page of usage text.
   if not FLAGS.model:
-    raise app.UsageError('--model is required (see --list).')
+    print('ERROR: --model is required, e.g. --model=digits.MlpMomentum '
+          '(--list prints every experiment).', file=sys.stderr)
+    return 2
+  if not FLAGS.logdir:
+    print('ERROR: --logdir is required: the directory for checkpoints, '
+          'summaries and metrics.json, e.g. --logdir=/tmp/%s.' %
+          FLAGS.model.replace('.', '_'), file=sys.stderr)
+    return 2
   try:
     params = LoadExperimentParams(FLAGS.model, FLAGS.params_file,
                                   FLAGS.params_override, FLAGS.max_steps,
@@ -621,8 +629,6 @@ def main(argv):
   except (LookupError, ValueError) as e:
     print('ERROR: %s' % e, file=sys.stderr)
     return 2
-  if not FLAGS.logdir:
-    raise app.UsageError('--logdir is required.')
   trainer = Trainer(params, FLAGS.logdir, mode=FLAGS.mode, seed=FLAGS.seed,
                     strategy=FLAGS.strategy,
                     init_from_checkpoint=FLAGS.init_from_checkpoint,
