@@ -64,6 +64,9 @@ class BaseOptimizer(BaseLayer):
     return p
 
   SUPPORTS_LAZY_SPARSE = False
+  # True when a subclass's own Apply accepts `_grad_scale` (ApplyScaled then
+  # calls it instead of materialising the scaled gradients).
+  APPLY_TAKES_GRAD_SCALE = False
 
   def __init__(self, params):
     super().__init__(params)
@@ -182,7 +185,8 @@ class BaseOptimizer(BaseLayer):
     Raises:
       ValueError: if a variable was not bound with `Bind`.
     """
-    if type(self).Apply is not BaseOptimizer.Apply:
+    if (type(self).Apply is not BaseOptimizer.Apply and
+        not getattr(type(self), 'APPLY_TAKES_GRAD_SCALE', False)):
       scaled = var_grads.Transform(
           lambda vg: vg if vg.grad is None else var_grad_lib.VarGrad(
               vg.var, ScaleGradient(vg.grad, grad_scale)))

@@ -34,34 +34,119 @@ class Momentum(BaseOptimizer):
   The rate multiplies the whole velocity, so a drop in lr takes effect at
   once (unlike Keras' SGD(momentum), where v absorbs the rate).
   Slot: 'momentum' (zeros). Sparse: ResourceSparseApplyMomentum.
-  Source: Polyak 1964; Sutskever et al., ICML 2013 (Nesterov form).
+
+  Folded gradient scale (`fold_grad_scale`, default True): when the learner
+  applies `c_t * g` (its clip scale, under accumulation times 1/sum(weight))
+  through `ApplyScaled`, the scaled gradient is never materialised. The
+  slot holds u = v / s with a checkpointed scalar s (`grad_scale_state`),
+  and one fused kernel per variable computes u <- (alpha * s_prev / s_t) u
+  + g and w <- w - (lr * s_t) u with s_t = c_t: exactly v_t = alpha v +
+  c_t g and w -= lr v_t (to float32 rounding of the two scalars). Use
+  `Velocity(var)` for v (GetSlots(var)['momentum'] is u; it equals v while
+  no scale other than 1 was applied, e.g. without clipping). s_t is kept
+  in [1e-30, 1e30] (the Learner's scales lie inside: a finite global norm
+  is below ~2.6e19). An update that covers only some bound variables, a
+  lazy sparse update, Nesterov momentum or fold_grad_scale=False keep s
+  and multiply the gradient by c_t / s instead.
+  Source: Polyak 1964; Sutskever et al., ICML 2013 (Nesterov form); the
+  fold is this project's (benchmarks/README.md, tf_fused_folded).
   """
 
   SUPPORTS_LAZY_SPARSE = True
+  APPLY_TAKES_GRAD_SCALE = True
 
   @classmethod
   def Params(cls):
     p = super().Params()
     p.Define('alpha', 0.9, 'Momentum coefficient alpha in [0, 1).')
     p.Define('use_nesterov', False, 'Use Nesterov momentum.')
+    p.Define(
+        'fold_grad_scale', True,
+        'Fold a gradient scale given to ApplyScaled (the learner\'s clip '
+        'scale) into the kernel\'s scalar inputs: the slot then holds '
+        'v / grad_scale_state (see the class docstring; Velocity(var) gives '
+        'v). False materialises the scaled gradient and keeps slot = v.')
     return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    self._scale_state = self.CreateVariable(
+        'grad_scale_state', [], init=1.0, trainable=False, dtype=tf.float32)
+    self._fold = None  # (momentum, lr, grad factor) during Apply.
+
+  @property
+  def grad_scale_state(self):
+    """float32 variable s: the momentum slot holds v / s (checkpointed)."""
+    return self._scale_state
+
+  def Velocity(self, var):
+    """The velocity v of a bound variable (slot * grad_scale_state)."""
+    slot = self.GetSlots(var)['momentum']
+    return slot.read_value() * tf.cast(self._scale_state.read_value(),
+                                       slot.dtype)
 
   def _CreateSlots(self, var):
     return {'momentum': None}
 
+  @tf.autograph.experimental.do_not_convert
+  def Apply(self, lr, var_grads, _grad_scale=None):
+    """BaseOptimizer.Apply with the gradient scale folded where possible."""
+    p = self.params
+    lr = tf.convert_to_tensor(lr, tf.float32)
+    present = [vg for vg in var_grads.Flatten() if vg.grad is not None]
+    names = set(var_grad_lib.VarName(vg.var) for vg in present)
+    lazy = p.lazy_sparse_updates and any(
+        isinstance(vg.grad, tf.IndexedSlices) for vg in present)
+    fold = (p.fold_grad_scale and not p.use_nesterov and not lazy and
+            names == set(self._bound))
+    c = (tf.constant(1.0) if _grad_scale is None else
+         tf.cast(_grad_scale, tf.float32))
+    s_prev = self._scale_state.read_value()
+    if fold:
+      s_new = tf.clip_by_value(c, 1e-30, 1e30)
+      factor = None
+      mom = p.alpha * s_prev / s_new
+    else:
+      s_new = s_prev
+      factor = c / s_prev
+      mom = tf.constant(p.alpha, tf.float32)
+    self._fold = (mom, lr * s_new, factor)
+    try:
+      op = super().Apply(lr, var_grads)
+    finally:
+      self._fold = None
+    with tf.control_dependencies([op] if op is not None else []):
+      assign = self._scale_state.assign(s_new)
+    return None if tf.executing_eagerly() else tf.group(op, assign)
+
+  def _Scalars(self, var, grad):
+    mom, lr_s, factor = self._fold
+    if factor is not None:
+      grad = _ScaleValues(grad, _C(factor, var))
+    return _C(mom, var), _C(lr_s, var), grad
+
   def _ApplyDense(self, lr, var, grad, slots):
     p = self.params
+    mom, lr_s, grad = self._Scalars(var, grad)
     return tf.raw_ops.ResourceApplyMomentum(
-        var=var.handle, accum=slots['momentum'].handle, lr=_C(lr, var),
-        grad=grad, momentum=_C(p.alpha, var), use_locking=False,
+        var=var.handle, accum=slots['momentum'].handle, lr=lr_s,
+        grad=grad, momentum=mom, use_locking=False,
         use_nesterov=p.use_nesterov)
 
   def _ApplySparse(self, lr, var, grad, slots):
     p = self.params
+    mom, lr_s, grad = self._Scalars(var, grad)
     return tf.raw_ops.ResourceSparseApplyMomentum(
-        var=var.handle, accum=slots['momentum'].handle, lr=_C(lr, var),
-        grad=grad.values, indices=grad.indices, momentum=_C(p.alpha, var),
+        var=var.handle, accum=slots['momentum'].handle, lr=lr_s,
+        grad=grad.values, indices=grad.indices, momentum=mom,
         use_locking=False, use_nesterov=p.use_nesterov)
+
+
+def _ScaleValues(grad, factor):
+  if isinstance(grad, tf.IndexedSlices):
+    return tf.IndexedSlices(grad.values * factor, grad.indices,
+                            grad.dense_shape)
+  return grad * factor
 
 
 class Adam(BaseOptimizer):

@@ -144,7 +144,10 @@ def test_apply_scaled_equals_apply_of_scaled_grads(opt_params):
                         tf.constant(0.3))
       else:
         opt.Apply(0.5, NestedMap(w=VarGrad(w, tf.constant(0.3 * grad))))
-    out.append((w.numpy(), {k: s.numpy() for k, s in opt.GetSlots(w).items()}))
+    slots = {k: s.numpy() for k, s in opt.GetSlots(w).items()}
+    if 'momentum' in slots:  # The slot holds v / s; compare v itself.
+      slots['momentum'] = opt.Velocity(w).numpy()
+    out.append((w.numpy(), slots))
   np.testing.assert_allclose(out[0][0], out[1][0], rtol=1e-6)
   for k in out[0][1]:
     np.testing.assert_allclose(out[0][1][k], out[1][1][k], rtol=1e-6)
@@ -190,8 +193,61 @@ def test_momentum_global_clip_in_function_matches_numpy():
   for k in W0:
     np.testing.assert_allclose(task.vars[k].numpy(), w[k], rtol=1e-5)
     np.testing.assert_allclose(
-        lrn.optimizer.GetSlots(task.vars[k])['momentum'].numpy(), v[k],
+        lrn.optimizer.Velocity(task.vars[k]).numpy(), v[k],
         rtol=1e-5)
+
+
+def test_momentum_fold_slot_holds_v_over_s_and_fold_off_keeps_v():
+  # Clip 1 on g = COEF (norm sqrt(34)): c = 1/sqrt(34). Folded, the slot is
+  # v / c = g and grad_scale_state = c; unfolded the slot is v = c g.
+  c = 1.0 / np.sqrt(34.0)
+  for fold in (True, False):
+    task = MakeTask()
+    lrn = MakeLearner(optimizers.Momentum.Params().Set(fold_grad_scale=fold),
+                      clip_gradient_norm_to_value=1.0)
+    lrn.Bind(task.vars)
+    with learner_lib.GradientTape():
+      loss = Loss(task.theta, 1.0)
+    lrn.Apply({'loss': (loss, 1.0)}, task.vars)
+    opt = lrn.optimizer
+    slot = opt.GetSlots(task.vars.a)['momentum'].numpy()
+    np.testing.assert_allclose(opt.Velocity(task.vars.a).numpy(),
+                               c * COEF['a'], rtol=1e-6)
+    np.testing.assert_allclose(task.vars.a.numpy(),
+                               W0['a'] - 0.5 * c * COEF['a'], rtol=1e-6)
+    if fold:
+      np.testing.assert_allclose(slot, COEF['a'], rtol=1e-6)
+      np.testing.assert_allclose(opt.grad_scale_state.numpy(), c, rtol=1e-6)
+    else:
+      np.testing.assert_allclose(slot, c * COEF['a'], rtol=1e-6)
+      assert float(opt.grad_scale_state.numpy()) == 1.0
+
+
+def test_momentum_partial_update_after_a_fold_keeps_the_other_slots():
+  # Fold on both variables (s = 0.5), then a step on `a` alone: s stays,
+  # a's gradient is multiplied by c / s, b's velocity is untouched.
+  a = tf.Variable([1.0], name='a')
+  b = tf.Variable([2.0], name='b')
+  opt = optimizers.Momentum.Params().Set(name='m', alpha=0.5).Instantiate()
+  opt.Bind([a, b])
+  g = tf.constant([1.0])
+  opt.ApplyScaled(1.0, NestedMap(a=VarGrad(a, g), b=VarGrad(b, g)),
+                  tf.constant(0.5))
+  # v_a = v_b = 0.5; a = 0.5, b = 1.5.
+  opt.ApplyScaled(1.0, NestedMap(a=VarGrad(a, g)), tf.constant(0.25))
+  # v_a = 0.5 * 0.5 + 0.25 = 0.5; a = 0.5 - 0.5 = 0.
+  np.testing.assert_allclose(opt.Velocity(a).numpy(), [0.5], rtol=1e-6)
+  np.testing.assert_allclose(a.numpy(), [0.0], atol=1e-6)
+  np.testing.assert_allclose(opt.Velocity(b).numpy(), [0.5], rtol=1e-6)
+  np.testing.assert_allclose(b.numpy(), [1.5], rtol=1e-6)
+  assert float(opt.grad_scale_state.numpy()) == 0.5
+  # A full step folds again: v = 0.5 * 0.5 + 2 * 1 = 2.25 for both.
+  opt.ApplyScaled(1.0, NestedMap(a=VarGrad(a, g), b=VarGrad(b, g)),
+                  tf.constant(2.0))
+  np.testing.assert_allclose(opt.Velocity(a).numpy(), [2.25], rtol=1e-6)
+  np.testing.assert_allclose(opt.Velocity(b).numpy(), [2.25], rtol=1e-6)
+  np.testing.assert_allclose(a.numpy(), [-2.25], rtol=1e-6)
+  np.testing.assert_allclose(b.numpy(), [-0.75], rtol=1e-6)
 
 
 # ---- accumulation ----------------------------------------------------------
@@ -248,7 +304,7 @@ def test_c_accum_weighted_window_with_clipping_matches_numpy(kw, mode):
   for k in W0:
     np.testing.assert_allclose(task.vars[k].numpy(), w[k], rtol=1e-5)
     np.testing.assert_allclose(
-        lrn.optimizer.inner.GetSlots(task.vars[k])['momentum'].numpy(), v[k],
+        lrn.optimizer.inner.Velocity(task.vars[k]).numpy(), v[k],
         rtol=1e-5)
     np.testing.assert_array_equal(
         lrn.optimizer.GetAccumulator(task.vars[k]).numpy(), 0.0)
