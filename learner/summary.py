@@ -39,8 +39,32 @@ def FlattenStepOutput(step_out, num_learners):
   return out
 
 
+def _ScalarsProto(tagged):
+  """Serialized tf.compat.v1.Summary of every (tag, value) with weight != 0.
+
+  Each value is what `tf.summary.scalar(tag, value)` writes: a float32
+  scalar tensor with the 'scalars' plugin metadata, so TensorBoard and
+  event readers see the same records.
+  """
+  summary = tf.compat.v1.Summary()
+  for tag, (value, weight) in sorted(tagged.items()):
+    if weight == 0:
+      continue
+    v = summary.value.add()
+    v.tag = tag
+    v.metadata.plugin_data.plugin_name = 'scalars'
+    v.tensor.dtype = tf.float32.as_datatype_enum
+    v.tensor.tensor_shape.SetInParent()
+    v.tensor.tensor_content = np.float32(value).tobytes()
+  return summary.SerializeToString()
+
+
 def WriteScalars(writer, step, tagged, flush=True):
   """Writes every {tag: (value, weight)} with weight != 0 at `step`.
+
+  All tags go into one event with one op (`write_raw_pb`): writing each
+  with an eager `tf.summary.scalar` cost ~0.6 ms per tag, a third of the
+  trainer's time on a small model.
 
   Args:
     writer: a tf.summary writer.
@@ -50,10 +74,7 @@ def WriteScalars(writer, step, tagged, flush=True):
       flushes at checkpoints and at the end; a flush costs a file sync).
   """
   with writer.as_default(step=int(step)):
-    for tag, (value, weight) in sorted(tagged.items()):
-      if weight == 0:
-        continue
-      tf.summary.scalar(tag, value)
+    tf.summary.experimental.write_raw_pb(_ScalarsProto(tagged))
   if flush:
     writer.flush()
 

@@ -72,3 +72,29 @@ def test_weight_zero_metrics_are_not_written(tmp_path):
   assert sorted(tags) == ['measured']
   assert tags['measured'][0] == 3
   np.testing.assert_allclose(tags['measured'][1], 1.5)
+
+
+def test_scalars_are_the_records_tf_summary_scalar_writes(tmp_path):
+  import glob  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  def _Values(logdir):
+    out = {}
+    for f in glob.glob(str(logdir / 'events*')):
+      for e in tf.compat.v1.train.summary_iterator(f):
+        for v in e.summary.value:
+          out[v.tag] = (e.step, v.SerializeToString())
+    return out
+
+  tagged = {'loss': (0.1, 64.0), 'grad_norm/all': (np.float32(2.5), 1.0),
+            'num_updates': (np.int64(7), 1.0)}
+  ours = tf.summary.create_file_writer(str(tmp_path / 'ours'))
+  summary.WriteScalars(ours, 5, tagged)
+  ref = tf.summary.create_file_writer(str(tmp_path / 'ref'))
+  with ref.as_default(step=5):
+    for tag, (value, _) in tagged.items():
+      tf.summary.scalar(tag, value)
+  ref.flush()
+  got, want = _Values(tmp_path / 'ours'), _Values(tmp_path / 'ref')
+  assert sorted(got) == ['grad_norm/all', 'loss', 'num_updates']
+  assert got == want
