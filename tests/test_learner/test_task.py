@@ -139,12 +139,13 @@ def _State(task):
           for i, v in enumerate(task.variables)}
 
 
-def test_train_loop_equals_one_train_step_per_batch_and_takes_n_batches():
+@pytest.mark.parametrize('jit', [False, True])
+def test_train_loop_equals_one_train_step_per_batch_and_takes_n_batches(jit):
   n = 5
-  ref = _Task(_Momentum())
+  ref = _Task(_Momentum(), jit_compile=jit)
   ref.CreateLearners()
   ref_outs = [ref.TrainStep(b) for b in _Dataset(n + 1).take(n)]
-  task = _Task(_Momentum())
+  task = _Task(_Momentum(), jit_compile=jit)
   task.CreateLearners()
   it = iter(_Dataset(n + 1))
   out = task.TrainLoop(it, 2)  # steps 1-2, then 3-5 with the same trace
