@@ -253,7 +253,7 @@ class GradientAccumulation(base_optimizer.BaseOptimizer):
       self._window_dropped.assign_add(1.0)
       return tf.constant(False)
 
-    tf.cond(is_finite, _Add, _Drop)
+    base_optimizer.CondAsCall(is_finite, _Add, _Drop)
     return self._micro_step.assign_add(1)
 
   def IsApplyStep(self, micro_step=None):

@@ -684,7 +684,7 @@ class Learner(BaseLayer):
     def _OnlyAccumulate():
       return [tf.constant(0.0) for _ in names]
 
-    values = tf.cond(is_apply, _ApplyWindow, _OnlyAccumulate)
+    values = base_optimizer.CondAsCall(is_apply, _ApplyWindow, _OnlyAccumulate)
     if not isinstance(values, (list, tuple)):
       values = [values]
     return dict(zip(names, values)), tf.cast(is_apply, tf.float32)

@@ -363,3 +363,22 @@ def test_apply_is_not_converted_by_autograph():
 
   with pytest.raises(tf.errors.OperatorNotAllowedInGraphError):
     Step()
+
+
+def test_cond_as_call_runs_the_taken_branch_and_is_not_lowered():
+  v = tf.Variable(0.0, name='v')
+
+  def Run(pred):
+    out = base_optimizer.CondAsCall(
+        pred, lambda: v.assign_add(1.0) * 2.0, lambda: v.assign_add(10.0))
+    return out
+
+  fn = tf.function(Run, autograph=False)
+  assert float(fn(tf.constant(True))) == 2.0
+  assert float(fn(tf.constant(False))) == 11.0
+  assert float(v.numpy()) == 11.0
+  graph = fn.get_concrete_function(tf.constant(True)).graph
+  ifs = [op for op in graph.get_operations()
+         if op.type in ('If', 'StatelessIf')]
+  assert len(ifs) == 1
+  assert ifs[0].get_attr('_lower_using_switch_merge') is False
