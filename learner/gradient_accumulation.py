@@ -293,8 +293,15 @@ class GradientAccumulation(base_optimizer.BaseOptimizer):
 
   def Zero(self):
     """Empties the window: accumulators, weight, counter back to zero."""
-    ops = [_AssignZero(acc) for acc in self._accums.values()]
-    ops += [_AssignZero(self._weight_sum), _AssignZero(self._window_dropped),
+    # A zero computed at run time: tf.zeros of a static shape is folded into
+    # a graph constant by grappler (up to 10 MB per tensor), which the
+    # assigned variable would then alias, so the next in-place add copies
+    # every accumulator (and the constants hold another copy of them).
+    # (micro_step >= 0, so this is 0; grappler cannot fold it.)
+    zero = tf.cast(tf.minimum(self._micro_step.read_value(), 0), tf.float32)
+    ops = [_AssignZero(acc, zero) for acc in self._accums.values()]
+    ops += [_AssignZero(self._weight_sum, zero),
+            _AssignZero(self._window_dropped, zero),
             _AssignZero(self._micro_step)]
     return None if tf.executing_eagerly() else tf.group(ops)
 
@@ -361,9 +368,21 @@ class GradientAccumulation(base_optimizer.BaseOptimizer):
           'before Apply(). Bound: %s' % (self.path, name, sorted(self._accums)))
 
 
-def _AssignZero(var):
-  """Sets `var` to zeros; in cross-replica context, each replica's copy."""
+def _AssignZero(var, zero=None):
+  """Sets `var` to zeros; in cross-replica context, each replica's copy.
+
+  Args:
+    var: a variable (possibly distributed).
+    zero: optional float32 scalar tensor equal to 0 computed at run time;
+      the zeros are then `tf.fill(shape, zero)`, a fresh buffer each step.
+  """
+
+  def _Zeros(v):
+    if zero is None:
+      return tf.zeros(v.shape, v.dtype)
+    return tf.fill(v.shape, tf.cast(zero, v.dtype))
+
   if (tf.distribute.has_strategy() and tf.distribute.in_cross_replica_context()
       and hasattr(var, 'values')):
-    return tf.group([v.assign(tf.zeros(v.shape, v.dtype)) for v in var.values])
-  return var.assign(tf.zeros(var.shape, var.dtype))
+    return tf.group([v.assign(_Zeros(v)) for v in var.values])
+  return var.assign(_Zeros(var))
