@@ -1,6 +1,6 @@
 """BaseOptimizer: turns (lr, var_grads) into an update of the variables.
 
-Contract (DESIGN.md, "Optimizer"):
+Contract (docs/DESIGN.md, "Optimizer"):
   * `Bind(vmap)` creates every slot for the variables the optimizer will
     update, at once (never lazily at the first step), so a checkpoint
     restores slots before training.

@@ -7,7 +7,7 @@ update applied on the micro-step that completes the window uses
 `sum(weight * grad) / sum(weight)`, exactly the gradient of one step on the
 union batch (acceptance case C-accum-weighted).
 
-The Learner drives the protocol (DESIGN.md, "One training step, as data"):
+The Learner drives the protocol (docs/DESIGN.md, "One training step, as data"):
 
   1. `Accumulate(weighted_grads, weight, is_finite)`: a finite micro-batch is
      added; a non-finite one is dropped and counted in

@@ -1,7 +1,7 @@
 """Learner: turns a task's metrics into one optimizer update of its variables.
 
 After Lingvo's `lingvo/core/learner.py`, in TF2 form. The data flow of one
-`Apply` is DESIGN.md's "One training step, as data":
+`Apply` is docs/DESIGN.md's "One training step, as data":
 
   losses      <- metrics[loss_name]        (several names need a combiner)
   var_grads   <- gradients of the (scaled) losses w.r.t. the bound variables,
@@ -55,7 +55,7 @@ class Learner(BaseLayer):
     losses, update_op, eval_metrics = learner.Apply(metrics, task.vars)
 
   Steps of the schedule count applied updates (`num_updates`) unless
-  `lr_schedule_step='global_step'` (see DESIGN.md, "Words with one meaning").
+  `lr_schedule_step='global_step'` (see docs/DESIGN.md, "Words with one meaning").
 
   Raises (at construction, each message names the offending param):
     ValueError: a negative clipping value or regularizer weight; both
@@ -237,15 +237,16 @@ class Learner(BaseLayer):
     fn_lr = None
     if p.optimizer_fn is not None:
       fn = p.optimizer_fn
-      if isinstance(fn, (base_optimizer.BaseOptimizer,
-                         tf.keras.optimizers.Optimizer)) or not callable(fn):
-        raise TypeError(
-            'Learner %r: optimizer_fn must be a callable that returns an '
-            'optimizer, got the %s instance %r. Wrap it: optimizer_fn=lambda: '
-            '...(e.g. optimizer_fn=lambda: tf.keras.optimizers.Adam(0.1)), or '
-            'use get_optimizer_fn(...).' %
-            (self.path, type(fn).__name__, fn))
       from learner import optimizer_factory  # pylint: disable=g-import-not-at-top
+      if isinstance(fn, (base_optimizer.BaseOptimizer,
+                         tf.keras.optimizers.Optimizer)):
+        raise TypeError(optimizer_factory.InstanceGivenMessage(
+            fn, where='Learner %r: optimizer_fn' % self.path))
+      if not callable(fn):
+        raise TypeError(
+            'Learner %r: optimizer_fn must be a zero-argument callable that '
+            'returns an optimizer (optimizer_fn=lambda: ...), or a factory '
+            'from get_optimizer_fn(...); got %r.' % (self.path, fn))
       opt_params, fn_lr = optimizer_factory.OptimizerParamsFromFn(fn)
     else:
       opt_params = p.optimizer

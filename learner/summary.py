@@ -1,7 +1,7 @@
 """TensorBoard summaries: scalars from metrics, params as text.
 
 Metrics are `{name: (value, weight)}`; a metric with weight 0 was not
-measured this step (DESIGN.md, "Words with one meaning") and is not written.
+measured this step (docs/DESIGN.md, "Words with one meaning") and is not written.
 Learner metrics are tagged `<metric>` when the task has one learner and
 `<metric>/<learner name>` when it has several.
 """

@@ -115,6 +115,23 @@ def test_c_not_callable_instance_as_optimizer_fn():
   assert 'optimizer_fn=lambda: ' in str(e.value)
 
 
+def test_c_not_callable_our_optimizer_instance_suggests_its_params():
+  # One of our optimizers is built from params: the fix is optimizer=params.
+  sgd = learner_lib.get_optimizer_fn('sgd', learning_rate=0.1)()
+  with pytest.raises(TypeError) as e:
+    MakeLearner(optimizer=None, optimizer_fn=sgd)
+  msg = str(e.value)
+  assert 'optimizer_fn=lambda: ' in msg
+  assert 'optimizer=SGD.Params()' in msg
+
+
+def test_c_not_callable_a_plain_value_names_optimizer_fn():
+  with pytest.raises(TypeError) as e:
+    MakeLearner(optimizer=None, optimizer_fn='sgd')
+  assert "optimizer_fn" in str(e.value) and "'sgd'" in str(e.value)
+  assert 'get_optimizer_fn(' in str(e.value)
+
+
 def test_c_not_callable_both_optimizer_and_optimizer_fn_is_an_error():
   with pytest.raises(ValueError, match='optimizer_fn'):
     MakeLearner(optimizer_fn=learner_lib.get_optimizer_fn(
