@@ -9,7 +9,7 @@ For each variable set (`small`: 20 variables, 1.0 M parameters; `resnet50`:
 global-norm clip of 1.0 and a cosine-scheduled rate, in the same process and
 the same run:
   (a) `learner`, `learner_jit`: our Learner inside tf.function, plain and
-      jit_compile=True (skipped with a note until learner/learner.py lands);
+      jit_compile=True;
   (b) `tf_fused`, `tf_fused_jit`: a hand-written tf.function over TF's fused
       ResourceApplyMomentum/ResourceApplyAdam and tf.clip_by_global_norm;
       `tf_fused_folded` (Momentum only) is a design prototype, not a peer:

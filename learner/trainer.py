@@ -221,6 +221,12 @@ class Trainer:
 
   def _WriteParams(self):
     text = self._params.ToText()
+    path = os.path.join(self._logdir, 'params.txt')
+    if tf.io.gfile.exists(path):
+      with tf.io.gfile.GFile(path) as f:
+        old = f.read()
+      if old != text:
+        self._Print(ParamsChangeWarning(path, old, text))
     with tf.io.gfile.GFile(os.path.join(self._logdir, 'params.txt'),
                            'w') as f:
       f.write(text)
@@ -250,6 +256,12 @@ class Trainer:
     self._chief_logdir = self._logdir
     self._logdir = distribution.WorkerLogdir(self._logdir, self._strategy)
     distribution.RemoveWorkerLogdir(self._chief_logdir, self._strategy)
+    if self._mode == ModeKeys.EVAL and not tf.train.latest_checkpoint(
+        os.path.join(self._chief_logdir, 'ckpt')):
+      raise NothingToEvaluateError(
+          'mode=eval: no checkpoint in %s to evaluate. Train first (mode '
+          'train or train_and_eval) with this logdir.' %
+          os.path.join(self._chief_logdir, 'ckpt'))
     tf.io.gfile.makedirs(self._logdir)
     self._WriteParams()
     if self._mode == ModeKeys.EVAL:
@@ -505,6 +517,35 @@ class Trainer:
     return result
 
 
+class NothingToEvaluateError(ValueError):
+  """--mode=eval on a logdir that has no checkpoint yet."""
+
+
+def ParamsChangeWarning(path, old_text, new_text, max_lines=10):
+  """A warning naming the params lines that changed since the last run.
+
+  Args:
+    path: the logdir's params.txt.
+    old_text, new_text: the earlier run's and this run's `Params.ToText()`.
+    max_lines: at most this many changed lines are listed.
+
+  Returns:
+    A str: resuming with other params (e.g. without repeating an earlier
+    --params_override) is allowed but is rarely what was meant.
+  """
+  old_lines = set(old_text.splitlines())
+  new_lines = set(new_text.splitlines())
+  changed = (['- ' + l for l in sorted(old_lines - new_lines)] +
+             ['+ ' + l for l in sorted(new_lines - old_lines)])
+  more = len(changed) - max_lines
+  listing = '\n  '.join(changed[:max_lines])
+  if more > 0:
+    listing += '\n  ... and %d more' % more
+  return ('WARNING: these params differ from the earlier run in %s (repeat '
+          'its --params_override/--params_file to resume it unchanged):\n  %s'
+          % (path, listing))
+
+
 def LoadEmaAverages(checkpoint_path, task):
   """Assigns each model variable its EMA average from a training checkpoint.
 
@@ -633,7 +674,11 @@ def main(argv):
                     strategy=FLAGS.strategy,
                     init_from_checkpoint=FLAGS.init_from_checkpoint,
                     init_from_checkpoint_rules=rules)
-  trainer.Run()
+  try:
+    trainer.Run()
+  except NothingToEvaluateError as e:
+    print('ERROR: %s' % e, file=sys.stderr)
+    return 2
   return 0
 
 

@@ -443,7 +443,7 @@ class Params:
     lines = []
     for line_no, line in _SplitLines(text):
       if ':' not in line:
-        raise ValueError('Line %d %r: expected "key : value".' %
+        raise ValueError('Line %s %r: expected "key : value".' %
                          (line_no, line))
       key, value_text = line.split(':', 1)
       lines.append((line_no, line, key.strip(), value_text.strip()))
@@ -456,11 +456,11 @@ class Params:
         why = str(e)
         if why.startswith('Key %r: ' % key):
           why = why[len('Key %r: ' % key):]
-        raise ValueError('Line %d %r: unknown key %r: %s' %
+        raise ValueError('Line %s %r: unknown key %r: %s' %
                          (line_no, line, key, why)) from None
       if value_text.startswith(_NO_TEXT_MARKER):
         raise ValueError(
-            'Line %d: key %r holds a value with no text form (%s); it must be '
+            'Line %s: key %r holds a value with no text form (%s); it must be '
             'set in code, not in text.' % (line_no, key, value_text))
       try:
         value = DecodeValue(value_text)
@@ -469,11 +469,11 @@ class Params:
         if isinstance(current, str):
           hint = (' %r holds a string: quote the value, e.g. %s : %r.' %
                   (key, key, value_text))
-        raise ValueError('Line %d %r: cannot read the value of %r: %s.%s' %
+        raise ValueError('Line %s %r: cannot read the value of %r: %s.%s' %
                          (line_no, line, key, e, hint)) from None
       err = _TypeMismatch(current, value)
       if err:
-        raise ValueError('Line %d %r: wrong type for %r: %s' %
+        raise ValueError('Line %s %r: wrong type for %r: %s' %
                          (line_no, line, key, err))
       if (isinstance(current, float) and isinstance(value, int) and
           not isinstance(value, bool)):
@@ -481,7 +481,7 @@ class Params:
       try:
         self._SetKey(key, value)
       except AttributeError as e:
-        raise ValueError('Line %d %r: cannot set %r: %s' %
+        raise ValueError('Line %s %r: cannot set %r: %s' %
                          (line_no, line, key, e)) from None
     return self
 
@@ -698,15 +698,20 @@ def _KindOf(current):
 
 
 def _SplitLines(text):
-  """Yields (line_number, stripped line) for non-empty, non-comment lines."""
+  """Yields (position, stripped item) for non-empty, non-comment items.
+
+  Items are separated by newlines or ';'. The position is the line number
+  ('3'), or the line number and the item's place on a line that holds
+  several ('1 (item 2)'), so an error in 'a : 1; b : x' points at 'b'.
+  """
   line_no = 0
   for raw in text.split('\n'):
     line_no += 1
-    for part in _SplitOutsideQuotes(raw, ';'):
-      s = part.strip()
-      if not s or s.startswith('#'):
-        continue
-      yield line_no, s
+    items = [p.strip() for p in _SplitOutsideQuotes(raw, ';')]
+    items = [p for p in items if p and not p.startswith('#')]
+    for i, item in enumerate(items):
+      yield (str(line_no) if len(items) == 1 else
+             '%d (item %d)' % (line_no, i + 1)), item
 
 
 def _SplitOutsideQuotes(line, sep):

@@ -8,6 +8,7 @@ import io
 import json
 import os
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -129,8 +130,27 @@ def test_eval_mode_restores_weights_without_optimizer(trained):
 
 
 def test_eval_mode_without_checkpoint_raises(tmp_path):
-  with pytest.raises(ValueError, match='no checkpoint'):
+  with pytest.raises(trainer_lib.NothingToEvaluateError, match='no checkpoint'):
     _Run(tmp_path, _Params(), mode='eval')
+  # Refused before anything is written.
+  assert not os.path.exists(os.path.join(str(tmp_path), 'params.txt'))
+
+
+def test_resume_with_other_params_warns_naming_the_changed_lines(
+    trained, tmp_path):
+  logdir = os.path.join(str(tmp_path), 'copy')
+  shutil.copytree(str(trained[0]), logdir)
+  p = _Params()
+  p.task.train.learner.clip_gradient_norm_to_value = 7.0
+  _, _, out = _Run(logdir, p, mode='eval')
+  assert 'params differ from the earlier run' in out
+  assert '+ task.train.learner.clip_gradient_norm_to_value : 7.0' in out
+
+
+def test_params_change_warning_lists_removed_and_added_lines():
+  msg = trainer_lib.ParamsChangeWarning('d/params.txt', 'a : 1\nb : 2\n',
+                                        'a : 1\nb : 3\n')
+  assert '- b : 2' in msg and '+ b : 3' in msg and 'a : 1' not in msg
 
 
 def test_train_without_learner_raises_naming_the_param(tmp_path):

@@ -506,3 +506,13 @@ def test_numpy_scalars_round_trip_through_params_text():
   q.FromText(text)
   assert q == p
   assert q.lr == np.float32(0.1) and q.steps == 100
+
+
+def test_from_text_error_points_at_the_item_after_a_semicolon():
+  # 'a : 1; b : x' is one line of two items: the error names item 2.
+  p = Params()
+  p.Define('a', 0, '')
+  p.Define('bb', 0, '')
+  with pytest.raises(ValueError) as e:
+    p.FromText('a : 1; b : 2')
+  assert str(e.value).startswith("Line 1 (item 2) 'b : 2': unknown key 'b'")
