@@ -264,3 +264,70 @@ def test_standalone_apply_on_an_unbound_variable_is_named():
   stray = tf.Variable(0.0, name='stray_var')
   with pytest.raises(ValueError, match='stray_var'):
     opt.Apply(0.1, NestedMap(s=VarGrad(stray, tf.constant(1.0))))
+
+
+class LinearTask(BaseLayer):
+  """y = x.w + b on a fixed batch; per-example squared error."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.name = 'lin'
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    self.CreateVariable('w', [3], init=0.1)
+    self.CreateVariable('b', [], init=0.0)
+
+  def Loss(self, theta, x, y):
+    err = tf.linalg.matvec(x, theta.w) + theta.b - y
+    return tf.reduce_mean(tf.square(err)), float(x.shape[0])
+
+
+@pytest.mark.parametrize('inner', ['adam', 'momentum'])
+def test_micro_batches_of_sizes_2_3_5_equal_one_step_on_the_union(inner):
+  # Issue 4 acceptance: accumulating micro-batches of sizes n1..nN (each
+  # reporting its mean loss with weight n_i) equals one step on the union
+  # batch of 10, weights and slots, for 2 windows.
+  rng = np.random.RandomState(0)
+  x = rng.randn(2, 10, 3).astype(np.float32)
+  y = rng.randn(2, 10).astype(np.float32)
+  inner_p = (optimizers.Adam.Params() if inner == 'adam' else
+             optimizers.Momentum.Params().Set(alpha=0.9))
+
+  def Run(num_batches, sizes):
+    task = LinearTask.Params().Instantiate()
+    if num_batches == 1:
+      lrn = Learner.Params().Set(name='loss', learning_rate=0.1,
+                                 optimizer=inner_p).Instantiate()
+    else:
+      lrn = MakeLearner(num_batches, inner_p)
+    lrn.Bind(task.vars)
+    for window in range(2):
+      start = 0
+      for n in sizes:
+        xs = tf.constant(x[window, start:start + n])
+        ys = tf.constant(y[window, start:start + n])
+        start += n
+        with learner_lib.GradientTape():
+          metrics = {'loss': task.Loss(task.theta, xs, ys)}
+        lrn.Apply(metrics, task.vars)
+    inner_opt = lrn.optimizer.optimizer if num_batches > 1 else lrn.optimizer
+    slots = {}
+    for v in task.vars.Flatten():
+      if inner == 'momentum':
+        slots[v.name] = inner_opt.Velocity(v).numpy()
+      else:
+        slots.update({v.name + k: s.numpy()
+                      for k, s in inner_opt.GetSlots(v).items()})
+    return [v.numpy() for v in task.vars.Flatten()], slots
+
+  w_acc, s_acc = Run(3, [2, 3, 5])
+  w_one, s_one = Run(1, [10])
+  for a, b in zip(w_acc, w_one):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+  assert s_acc.keys() == s_one.keys()
+  for k in s_acc:
+    np.testing.assert_allclose(s_acc[k], s_one[k], rtol=1e-5, atol=1e-7,
+                               err_msg=k)
