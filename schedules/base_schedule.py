@@ -104,6 +104,24 @@ class BaseSchedule(BaseLayer):
                                       'positive'))
     return v
 
+  def _CheckStepValuePair(self, param):
+    """Checks that params.<param> is a pair (step, value) of numbers."""
+    v = self.params.Get(param)
+    if (not isinstance(v, (list, tuple)) or len(v) != 2 or
+        not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                for x in v)):
+      self._Fail(param, 'must be a pair (step, value)',
+                 'Set e.g. %s=(1000, 0.1).' % param)
+    return v
+
+  def _CheckStartBeforeLimit(self):
+    """Checks that the step of params.start is before that of params.limit."""
+    p = self.params
+    if not p.start[0] < p.limit[0]:
+      self._Fail('start', 'is not before limit=%r (start[0] must be < '
+                 'limit[0])' % (p.limit,),
+                 'Swap them or move the start step before the limit step.')
+
   def _CheckScheduleParams(self, param, value=None, what='must be'):
     """Checks that `value` (default params.<param>) is a schedule's params."""
     value = self.params.Get(param) if value is None else value

@@ -35,21 +35,13 @@ class ExponentialSchedule(BaseSchedule):
     super().__init__(params)
     p = self.params
     for name in ('start', 'limit'):
-      v = p.Get(name)
-      if (not isinstance(v, (list, tuple)) or len(v) != 2 or
-          not all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                  for x in v)):
-        self._Fail(name, 'must be a pair (step, value)',
-                   'Set e.g. %s=(1000, 0.1).' % name)
+      v = self._CheckStepValuePair(name)
       if not v[1] > 0:
         self._Fail(name, 'has a non-positive value %r; an exponential '
                    'schedule needs values > 0' % (v[1],),
                    'Use a small positive value such as 1e-8 instead of 0, or '
                    'use LinearSchedule.')
-    if not p.start[0] < p.limit[0]:
-      self._Fail('start', 'is not before limit=%r (start[0] must be < '
-                 'limit[0])' % (p.limit,),
-                 'Swap them or move the start step before the limit step.')
+    self._CheckStartBeforeLimit()
     self.CreateChild(
         'linear',
         LinearSchedule.Params().Set(

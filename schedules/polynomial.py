@@ -43,16 +43,8 @@ class PolynomialSchedule(BaseSchedule):
     super().__init__(params)
     p = self.params
     for name in ('start', 'limit'):
-      v = p.Get(name)
-      if (not isinstance(v, (list, tuple)) or len(v) != 2 or
-          not all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                  for x in v)):
-        self._Fail(name, 'must be a pair (step, value)',
-                   'Set e.g. %s=(1000, 0.1).' % name)
-    if not p.start[0] < p.limit[0]:
-      self._Fail('start', 'is not before limit=%r (start[0] must be < '
-                 'limit[0])' % (p.limit,),
-                 'Swap them or move the start step before the limit step.')
+      self._CheckStepValuePair(name)
+    self._CheckStartBeforeLimit()
     if p.origin not in ('start', 'limit'):
       self._Fail('origin', 'must be "start" or "limit"',
                  'Set origin="start" or origin="limit".')
