@@ -25,13 +25,12 @@ TF's own allocations, so only `resnet50` results mean something.
 import argparse
 import gc
 import json
-import os
 import resource
-import subprocess
 import sys
 
 import tensorflow as tf
 
+from benchmarks import child_process
 from benchmarks import learner_row
 from benchmarks import peer_rows
 from benchmarks import timing
@@ -90,18 +89,11 @@ def RunChild(mode, set_name, steps, num_batches):
 
 
 def _Spawn(mode, args):
-  cmd = [sys.executable, '-m', 'benchmarks.memory', '--child=%s' % mode,
-         '--set=%s' % args.set, '--steps=%d' % args.steps,
-         '--num_batches=%d' % args.num_batches]
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                        cwd=root, timeout=900, check=False)
-  for line in proc.stdout.splitlines():
-    if line.startswith(_RESULT_PREFIX):
-      return json.loads(line[len(_RESULT_PREFIX):]), None
-  return None, ('%s: child exited %d: %s' %
-                (mode, proc.returncode, proc.stderr.strip()[-800:]))
+  return child_process.SpawnChild(
+      'benchmarks.memory',
+      ['--child=%s' % mode, '--set=%s' % args.set, '--steps=%d' % args.steps,
+       '--num_batches=%d' % args.num_batches],
+      mode, _RESULT_PREFIX)
 
 
 def ParseArgs(argv):

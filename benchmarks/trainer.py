@@ -31,11 +31,11 @@ import json
 import math
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
 
+from benchmarks import child_process
 from benchmarks import timing
 
 MODEL = 'digits.MlpMomentum'
@@ -117,17 +117,9 @@ def RunKeras(steps):
 
 
 def _Spawn(side, steps):
-  cmd = [sys.executable, '-m', 'benchmarks.trainer', '--child=%s' % side,
-         '--steps=%d' % steps]
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                        cwd=root, timeout=900, check=False)
-  for line in proc.stdout.splitlines():
-    if line.startswith(_RESULT_PREFIX):
-      return json.loads(line[len(_RESULT_PREFIX):]), None
-  return None, ('%s: child exited %d: %s' %
-                (side, proc.returncode, proc.stderr.strip()[-800:]))
+  return child_process.SpawnChild(
+      'benchmarks.trainer', ['--child=%s' % side, '--steps=%d' % steps],
+      side, _RESULT_PREFIX)
 
 
 def ParseArgs(argv):

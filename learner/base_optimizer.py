@@ -201,6 +201,13 @@ class BaseOptimizer(BaseLayer):
           '%s: variable %r was not bound; call Bind() with every variable '
           'before Apply(). Bound: %s' % (self.path, name, sorted(self._bound)))
 
+  def _CheckAllBound(self, var_grads):
+    """Raises ValueError (see `_CheckBound`) unless every variable of
+    `var_grads` with a gradient (grad not None) was bound."""
+    for vg in var_grads.Flatten():
+      if vg.grad is not None:
+        self._CheckBound(vg.var)
+
   def _ApplyOne(self, lr, var, grad, grad_scale=None):
     """Applies decoupled weight decay and the update to one variable.
 

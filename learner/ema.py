@@ -106,9 +106,7 @@ class Ema(base_optimizer.BaseOptimizer):
     Raises:
       ValueError: if a variable was not bound.
     """
-    for vg in var_grads.Flatten():
-      if vg.grad is not None:
-        self._CheckBound(vg.var)
+    self._CheckAllBound(var_grads)
     decay = self.Decay()
     op = self.optimizer.Apply(lr, var_grads)
     ops = []

@@ -104,9 +104,7 @@ class Lars(base_optimizer.BaseOptimizer):
     Raises:
       ValueError: if a variable was not bound.
     """
-    for vg in var_grads.Flatten():
-      if vg.grad is not None:
-        self._CheckBound(vg.var)
+    self._CheckAllBound(var_grads)
     scaled = var_grads.Transform(
         lambda vg: vg if vg.grad is None else var_grad_lib.VarGrad(
             vg.var, self.ScaledGradient(vg.var, vg.grad)))
