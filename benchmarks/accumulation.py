@@ -11,7 +11,7 @@ the velocity and writes the weights, the velocity and the zeroed accumulator:
 with fixed gradients of weight 1 and Momentum(0.9) + global-norm clip 1.0 +
 a cosine rate over num_batches micro-batches per update:
   * `learner`: our Learner with GradientAccumulation(Momentum) (skipped with
-    a note until learner/learner.py and learner/gradient_accumulation.py
+    a note until learner/learner.py and learner/optimizers/accumulation.py
     land);
   * `tf_accumulate`: a bare `acc += g` (AssignAddVariableOp) per variable,
     the issue's "bare accumulate" (micro-steps only);

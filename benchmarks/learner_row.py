@@ -21,7 +21,7 @@ def LearnerAvailable():
     from learner import optimizers as _  # pylint: disable=g-import-not-at-top,reimported
   except ImportError as e:
     return False, ('Learner rows skipped: %s (learner/learner.py or '
-                   'learner/optimizers.py has not landed).' % e)
+                   'learner/optimizers/update_rules.py has not landed).' % e)
   return True, ''
 
 
@@ -82,7 +82,7 @@ def OptimizerParams(cfg, accumulate_batches=0):
     p = optimizers.Adam.Params().Set(beta1=cfg.beta1, beta2=cfg.beta2,
                                      epsilon=cfg.epsilon)
   if accumulate_batches:
-    from learner import gradient_accumulation  # pylint: disable=g-import-not-at-top
+    from learner.optimizers import accumulation as gradient_accumulation  # pylint: disable=g-import-not-at-top
     p = gradient_accumulation.GradientAccumulation.Params().Set(
         optimizer=p, num_batches=accumulate_batches)
   return p
@@ -103,7 +103,7 @@ class LearnerRow(object):
   def __init__(self, cfg, specs, weights, grads, jit_compile=False,
                accumulate_batches=0, name=None, clip=True):
     from learner import learner as learner_lib  # pylint: disable=g-import-not-at-top
-    from learner import var_grad  # pylint: disable=g-import-not-at-top
+    from learner.optimizers import var_grad  # pylint: disable=g-import-not-at-top
     self.name = name or ('learner' + ('_jit' if jit_compile else ''))
     self.vars = [tf.Variable(w, name=s.name) for s, w in zip(specs, weights)]
     self.grads = [tf.Variable(g, trainable=False, name=s.name + '_grad')

@@ -47,13 +47,13 @@ def _PeakRss():
 
 
 def _ExperimentParams(steps):
-  from learner import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  from learner.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   return trainer_lib.LoadExperimentParams(MODEL, max_steps=steps)
 
 
 def RunOurs(steps):
   """Trains MODEL with our Trainer for `steps` steps; returns a result dict."""
-  from learner import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  from learner.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   params = _ExperimentParams(steps)
   with tempfile.TemporaryDirectory() as logdir:
     with open(os.devnull, 'w') as devnull:

@@ -1,7 +1,7 @@
 """scikit-learn's diabetes regression: a linear model with Adam and L2."""
 
 from params import registry
-from learner import input_generator
+from configs import inputs
 from learner import learner as learner_lib
 from learner import optimizers
 from schedules.cosine import CosineDecay
@@ -39,10 +39,10 @@ class LinearAdamL2:
     return p
 
   def Train(self):
-    return input_generator.DiabetesInput.Params().Set(
+    return inputs.DiabetesInput.Params().Set(
         name='train_input', split='train', batch_size=32)
 
   def Eval(self):
-    return input_generator.DiabetesInput.Params().Set(
+    return inputs.DiabetesInput.Params().Set(
         name='eval_input', split='test', batch_size=100, shuffle=False,
         num_epochs=1, drop_remainder=False)

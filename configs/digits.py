@@ -10,11 +10,11 @@ Both reach >= 95% test accuracy in well under two minutes on 2 CPU cores
 """
 
 from params import registry
-from learner import input_generator
+from configs import inputs
 from learner import learner as learner_lib
 from learner import optimizers
-from learner.optimizer_factory import get_optimizer_fn
-from learner.optimizer_factory import get_optimizer_wrapper_fn
+from learner.optimizers.factory import get_optimizer_fn
+from learner.optimizers.factory import get_optimizer_wrapper_fn
 from schedules.cosine import CosineDecay
 from schedules.linear_scaling import LinearScaling
 from schedules.warmup import Warmup
@@ -23,13 +23,13 @@ from configs import model_tasks
 
 def DigitsTrainInput(batch_size):
   """Training input: the 1438-example train split, shuffled, repeated."""
-  return input_generator.DigitsInput.Params().Set(
+  return inputs.DigitsInput.Params().Set(
       name='train_input', split='train', batch_size=batch_size, seed=1234)
 
 
 def DigitsEvalInput():
   """Evaluation input: the 359-example test split, one ordered pass."""
-  return input_generator.DigitsInput.Params().Set(
+  return inputs.DigitsInput.Params().Set(
       name='eval_input', split='test', batch_size=359, shuffle=False,
       num_epochs=1, drop_remainder=False)
 

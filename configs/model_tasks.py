@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from params import BaseLayer
 from params import NestedMap
-from learner import task as task_lib
+from learner.training import task as task_lib
 
 _ACTIVATIONS = {
     'none': tf.identity,

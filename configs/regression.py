@@ -7,9 +7,9 @@ configs/regression_distributed.py, see docs/distributed.md).
 """
 
 from params import registry
-from learner import input_generator
+from configs import inputs
 from learner import learner as learner_lib
-from learner.optimizer_factory import get_optimizer_fn
+from learner.optimizers.factory import get_optimizer_fn
 from configs import model_tasks
 from configs import regression_distributed
 
@@ -38,11 +38,11 @@ class LinearRegression:
     return p
 
   def Train(self):
-    return input_generator.LinearRegressionInput.Params().Set(
+    return inputs.LinearRegressionInput.Params().Set(
         name='train_input', split='train', batch_size=32)
 
   def Eval(self):
-    return input_generator.LinearRegressionInput.Params().Set(
+    return inputs.LinearRegressionInput.Params().Set(
         name='eval_input', split='test', batch_size=200, shuffle=False,
         num_epochs=1, drop_remainder=False)
 

@@ -25,9 +25,9 @@ configs/regression.py registers it under the key
 its defining module, and issue 7 asks for that key).
 """
 
-from learner import input_generator
+from configs import inputs
 from learner import learner as learner_lib
-from learner.optimizer_factory import get_optimizer_fn
+from learner.optimizers.factory import get_optimizer_fn
 from configs import model_tasks
 
 
@@ -59,11 +59,11 @@ class DistributedLinearRegressionBase:
     return p
 
   def Train(self):
-    return input_generator.LinearRegressionInput.Params().Set(
+    return inputs.LinearRegressionInput.Params().Set(
         name='train_input', split='train', batch_size=self.GLOBAL_BATCH)
 
   def Eval(self):
-    return input_generator.LinearRegressionInput.Params().Set(
+    return inputs.LinearRegressionInput.Params().Set(
         name='eval_input', split='test', batch_size=200, shuffle=False,
         num_epochs=1, drop_remainder=False)
 

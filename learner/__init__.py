@@ -1,41 +1,70 @@
-"""Learning: optimizers and their wrappers, Learner, Task, trainer."""
+"""Learning: the Learner's step, its optimizers and the training runtime.
 
-from learner.var_grad import VarGrad
-from learner.base_optimizer import BaseOptimizer
-from learner.base_optimizer import SGD
-from learner.grad_norm_tracker import GradNormTracker
-from learner.gradient_combiner import BaseGradientCombiner
-from learner.gradient_combiner import GradientSum
-from learner.gradient_combiner import PCGrad
-from learner.optimizers import Momentum
-from learner.optimizers import Adam
-from learner.optimizers import AdamW
-from learner.optimizers import Adagrad
-from learner.optimizers import RMSProp
-from learner.optimizers import AdaDelta
-from learner.optimizers import Adafactor
-from learner.optimizers import LAMB
-from learner.optimizers import Lion
-from learner.lars import Lars
-from learner.ema import Ema
-from learner.composite import Composite
-from learner.keras_optimizer import KerasOptimizer
-from learner.optimizer_factory import get_optimizer_fn
-from learner.optimizer_factory import get_optimizer_wrapper_fn
-from learner.optimizer_factory import OptimizerParamsFromFn
-from learner.loss_scale import LossScale
-from learner.gradient_tape import GradientTape
-from learner.gradient_accumulation import GradientAccumulation
-from learner.learner import Learner
-from learner.task import BaseTask
-from learner.input_generator import BaseInputGenerator
-from learner.input_generator import DigitsInput
-from learner.input_generator import DiabetesInput
-from learner.input_generator import LinearRegressionInput
-from learner.mode_keys import ModeKeys
-from learner.run import ModelSpec
-from learner.run import run
-from learner.distribution import CreateStrategy
-from learner.distribution import CheckReplicasToAggregate
-from learner.distribution import DistributeDataset
-from learner.distribution import PeerFailureError
+  learner/             the step: Learner, gradient tape, cross-replica reduce,
+                       gradient combiners, grad-norm tracker, loss scale
+  learner/optimizers/  update rules, wrappers and factories
+  learner/training/    tasks, inputs, trainer, checkpoints, distribution
+
+Imports point one way: learner.training -> learner -> learner.optimizers.
+The public names below are loaded when first used (PEP 562), so importing
+`learner.optimizers` does not import the step or the training runtime.
+"""
+
+import importlib
+
+_EXPORTS = {
+    # The step.
+    'Learner': 'learner.learner',
+    'GradientTape': 'learner.gradient_tape',
+    'GradNormTracker': 'learner.grad_norm_tracker',
+    'BaseGradientCombiner': 'learner.gradient_combiner',
+    'GradientSum': 'learner.gradient_combiner',
+    'PCGrad': 'learner.gradient_combiner',
+    'LossScale': 'learner.loss_scale',
+    # Optimizers.
+    'VarGrad': 'learner.optimizers.var_grad',
+    'BaseOptimizer': 'learner.optimizers.base',
+    'SGD': 'learner.optimizers.base',
+    'Momentum': 'learner.optimizers.update_rules',
+    'Adam': 'learner.optimizers.update_rules',
+    'AdamW': 'learner.optimizers.update_rules',
+    'Adagrad': 'learner.optimizers.update_rules',
+    'RMSProp': 'learner.optimizers.update_rules',
+    'AdaDelta': 'learner.optimizers.update_rules',
+    'Adafactor': 'learner.optimizers.update_rules',
+    'LAMB': 'learner.optimizers.update_rules',
+    'Lion': 'learner.optimizers.update_rules',
+    'Lars': 'learner.optimizers.lars',
+    'Ema': 'learner.optimizers.ema',
+    'Composite': 'learner.optimizers.composite',
+    'KerasOptimizer': 'learner.optimizers.keras_optimizer',
+    'GradientAccumulation': 'learner.optimizers.accumulation',
+    'get_optimizer_fn': 'learner.optimizers.factory',
+    'get_optimizer_wrapper_fn': 'learner.optimizers.factory',
+    'OptimizerParamsFromFn': 'learner.optimizers.factory',
+    # The training runtime.
+    'BaseTask': 'learner.training.task',
+    'BaseInputGenerator': 'learner.training.input_generator',
+    'ModeKeys': 'learner.training.mode_keys',
+    'ModelSpec': 'learner.training.run',
+    'run': 'learner.training.run',
+    'CreateStrategy': 'learner.training.distribution',
+    'CheckReplicasToAggregate': 'learner.training.distribution',
+    'DistributeDataset': 'learner.training.distribution',
+    'PeerFailureError': 'learner.training.distribution',
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+  module = _EXPORTS.get(name)
+  if module is None:
+    raise AttributeError('module %r has no attribute %r' % (__name__, name))
+  value = getattr(importlib.import_module(module), name)
+  globals()[name] = value
+  return value
+
+
+def __dir__():
+  return sorted(set(globals()) | set(_EXPORTS))

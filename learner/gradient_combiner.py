@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from params import BaseLayer
 from params import NestedMap
-from learner.var_grad import VarGrad
+from learner.optimizers.var_grad import VarGrad
 
 
 class BaseGradientCombiner(BaseLayer):

@@ -27,11 +27,11 @@ import re
 from absl import logging
 import tensorflow as tf
 
-from learner import base_optimizer
+from learner.optimizers import base as base_optimizer
 from learner import cross_replica
 from learner import gradient_tape
-from learner import var_grad as var_grad_lib
-from learner.var_grad import VarGrad
+from learner.optimizers import var_grad as var_grad_lib
+from learner.optimizers.var_grad import VarGrad
 from params import BaseLayer
 from params import NestedMap
 from schedules import base_schedule
@@ -237,7 +237,7 @@ class Learner(BaseLayer):
     fn_lr = None
     if p.optimizer_fn is not None:
       fn = p.optimizer_fn
-      from learner import optimizer_factory  # pylint: disable=g-import-not-at-top
+      from learner.optimizers import factory as optimizer_factory  # pylint: disable=g-import-not-at-top
       if isinstance(fn, (base_optimizer.BaseOptimizer,
                          tf.keras.optimizers.Optimizer)):
         raise TypeError(optimizer_factory.InstanceGivenMessage(

@@ -23,9 +23,11 @@ import importlib
 import inspect
 import keyword
 import re
+import warnings
 
 import numpy as np
 
+from params import moved_paths
 from params import nested_map
 
 _NAME_RE = re.compile(r'^[a-z_][a-z0-9_]*$')
@@ -124,6 +126,12 @@ def ResolveImportPath(path):
   """
   if not isinstance(path, str) or not path:
     raise ValueError('Import path must be a non-empty str, got %r.' % (path,))
+  moved = moved_paths.Resolve(path)
+  if moved is not None:
+    warnings.warn('%r has moved to %r; params text written with the old path '
+                  'still loads, but write the new one.' % (path, moved),
+                  FutureWarning, stacklevel=2)
+    path = moved
   parts = path.split('.')
   for i in range(len(parts) - 1, 0, -1):
     module_name = '.'.join(parts[:i])

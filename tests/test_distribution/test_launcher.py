@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from learner import launcher
+from learner.training import launcher
 
 
 def _Alive(pid):

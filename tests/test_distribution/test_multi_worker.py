@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from learner import launcher
+from learner.training import launcher
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import scenarios  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -282,7 +282,7 @@ def test_restarted_group_resumes_and_ends_as_an_uninterrupted_run(
   # The seeds' example reaches w ~ 5, b ~ 2.
   assert abs(final['w'] - 5.0) < 0.05 and abs(final['b'] - 2.0) < 0.05
   # Uninterrupted single-process run on the same global batches.
-  from learner import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  from learner.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   params = trainer_lib.LoadExperimentParams(_MODEL, params_override=_OVERRIDE)
   ref_dir = str(tmp_path / 'uninterrupted')
   with open(os.devnull, 'w') as devnull:

@@ -1,4 +1,4 @@
-"""Tests of learner/base_optimizer.py: weight decay, binding, XLA, wrappers."""
+"""Tests of learner/optimizers/base.py: weight decay, binding, XLA, wrappers."""
 
 from unittest import mock
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from learner import base_optimizer
+from learner.optimizers import base as base_optimizer
 from learner import optimizers
-from learner.var_grad import VarGrad
+from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
 
 

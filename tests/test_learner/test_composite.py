@@ -1,12 +1,12 @@
-"""Tests of learner/composite.py."""
+"""Tests of learner/optimizers/composite.py."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from learner import composite
+from learner.optimizers import composite
 from learner import optimizers
-from learner.var_grad import VarGrad
+from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
 
 

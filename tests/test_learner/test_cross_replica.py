@@ -8,12 +8,12 @@ import pytest
 import tensorflow as tf
 
 import learner as learner_lib
-from learner import base_optimizer
+from learner.optimizers import base as base_optimizer
 from learner import cross_replica
-from learner.gradient_accumulation import GradientAccumulation
+from learner.optimizers.accumulation import GradientAccumulation
 from learner.learner import Learner
 from params import BaseLayer
-from learner import distribution
+from learner.training import distribution
 
 
 @pytest.fixture(scope='module')

@@ -1,12 +1,12 @@
-"""Tests of learner/ema.py."""
+"""Tests of learner/optimizers/ema.py."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from learner import ema
+from learner.optimizers import ema
 from learner import optimizers
-from learner.var_grad import VarGrad
+from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
 import schedules
 

@@ -5,11 +5,11 @@ import pytest
 import tensorflow as tf
 
 import learner as learner_lib
-from learner import base_optimizer
+from learner.optimizers import base as base_optimizer
 from learner import optimizers
-from learner.gradient_accumulation import GradientAccumulation
+from learner.optimizers.accumulation import GradientAccumulation
 from learner.learner import Learner
-from learner.var_grad import VarGrad
+from learner.optimizers.var_grad import VarGrad
 from params import BaseLayer
 from params import NestedMap
 from schedules import LinearSchedule

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from learner.gradient_combiner import GradientSum
 from learner.gradient_combiner import PCGrad
-from learner.var_grad import VarGrad
+from learner.optimizers.var_grad import VarGrad
 from params import BaseLayer
 from params import NestedMap
 
@@ -184,7 +184,7 @@ class _TwoLossLayer(BaseLayer):
     # GradientSum: [1, 0] + [-1, 1] = [0, 1] -> w = [0, -1].
     (GradientSum, [0.0, -1.0])])
 def test_combiner_inside_learner_apply_in_tf_function(combiner, want):
-  from learner.base_optimizer import SGD  # pylint: disable=g-import-not-at-top
+  from learner.optimizers.base import SGD  # pylint: disable=g-import-not-at-top
   from learner.learner import Learner  # pylint: disable=g-import-not-at-top
   layer = _TwoLossLayer.Params().Set(name='layer').Instantiate()
   lrn = Learner.Params().Set(

@@ -4,11 +4,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from learner import input_generator
+from configs import inputs
+from learner.training import input_generator
 
 
 def _Digits(**kw):
-  return input_generator.DigitsInput.Params().Set(**kw).Instantiate()
+  return inputs.DigitsInput.Params().Set(**kw).Instantiate()
 
 
 def test_digits_splits_are_disjoint_and_cover_all():
@@ -67,7 +68,7 @@ def test_eval_pass_is_one_ordered_epoch_with_remainder():
 
 
 def test_linear_regression_data_follows_5x_plus_2():
-  gen = input_generator.LinearRegressionInput.Params().Set(
+  gen = inputs.LinearRegressionInput.Params().Set(
       split='all', num_examples=2000).Instantiate()
   d = gen.LoadArrays()
   resid = d['y'] - 5.0 * d['x'] - 2.0
@@ -78,7 +79,7 @@ def test_linear_regression_data_follows_5x_plus_2():
 
 
 def test_diabetes_targets_are_standardised():
-  d = input_generator.DiabetesInput.Params().Set(split='all').Instantiate()
+  d = inputs.DiabetesInput.Params().Set(split='all').Instantiate()
   y = d.LoadArrays()['targets']
   assert d.num_examples == 442
   assert abs(y.mean()) < 1e-3 and abs(y.std() - 1.0) < 1e-3
@@ -93,7 +94,7 @@ def test_bad_params_raise_naming_the_key(key, value):
 
 
 def test_batch_larger_than_split_raises_naming_batch_size():
-  gen = input_generator.DiabetesInput.Params().Set(
+  gen = inputs.DiabetesInput.Params().Set(
       split='test', batch_size=1000).Instantiate()
   with pytest.raises(ValueError, match='batch_size 1000'):
     gen.GetDataset()

@@ -1,11 +1,11 @@
-"""Tests of learner/keras_optimizer.py."""
+"""Tests of learner/optimizers/keras_optimizer.py."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from learner import keras_optimizer
-from learner.var_grad import VarGrad
+from learner.optimizers import keras_optimizer
+from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
 
 

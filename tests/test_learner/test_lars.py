@@ -1,12 +1,12 @@
-"""Tests of learner/lars.py (You, Gitman & Ginsburg 2017)."""
+"""Tests of learner/optimizers/lars.py (You, Gitman & Ginsburg 2017)."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from learner import lars
+from learner.optimizers import lars
 from learner import optimizers
-from learner.var_grad import VarGrad
+from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
 
 

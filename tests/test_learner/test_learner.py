@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import learner as learner_lib
-from learner import base_optimizer
+from learner.optimizers import base as base_optimizer
 from learner import gradient_combiner
 from learner import grad_norm_tracker
 from learner import optimizers
@@ -599,7 +599,7 @@ def test_gradient_adjuster_runs_after_the_norms():
   # Gradients (1, -2), norm 2.236068; the adjuster doubles them after the
   # norm is measured, and the clip scale 1/2.236068 comes from that norm:
   # hello = -0.1 * 2 / 2.236068 = -0.0894427, world = +0.1788854.
-  from learner.var_grad import VarGrad  # pylint: disable=g-import-not-at-top
+  from learner.optimizers.var_grad import VarGrad  # pylint: disable=g-import-not-at-top
   task = HelloTask()
   lrn = MakeLearner(clip_gradient_norm_to_value=1.0)
   lrn.Bind(task.vars)
@@ -612,7 +612,7 @@ def test_gradient_adjuster_runs_after_the_norms():
 
 
 def test_gradient_adjuster_that_makes_nan_skips_the_step():
-  from learner.var_grad import VarGrad  # pylint: disable=g-import-not-at-top
+  from learner.optimizers.var_grad import VarGrad  # pylint: disable=g-import-not-at-top
   task, lrn = HelloTask(), MakeLearner()
   lrn.Bind(task.vars)
   poison = lambda vgs: vgs.Transform(
@@ -653,7 +653,7 @@ def test_metric_that_is_not_a_pair_is_named():
 
 
 def test_apply_gradients_on_an_unbound_variable_is_named():
-  from learner.var_grad import VarGrad  # pylint: disable=g-import-not-at-top
+  from learner.optimizers.var_grad import VarGrad  # pylint: disable=g-import-not-at-top
   from params import NestedMap  # pylint: disable=g-import-not-at-top
   task, lrn = HelloTask(), MakeLearner()
   lrn.Bind(task.vars)
@@ -663,7 +663,7 @@ def test_apply_gradients_on_an_unbound_variable_is_named():
 
 
 def test_apply_gradients_without_any_gradient_is_an_error():
-  from learner.var_grad import VarGrad  # pylint: disable=g-import-not-at-top
+  from learner.optimizers.var_grad import VarGrad  # pylint: disable=g-import-not-at-top
   from params import NestedMap  # pylint: disable=g-import-not-at-top
   task, lrn = HelloTask(), MakeLearner()
   lrn.Bind(task.vars)

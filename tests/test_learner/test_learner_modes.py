@@ -6,12 +6,12 @@ import pytest
 import tensorflow as tf
 
 import learner as learner_lib
-from learner import base_optimizer
+from learner.optimizers import base as base_optimizer
 from learner import optimizers
 from learner.learner import Learner
 from params import BaseLayer
 from schedules import PiecewiseConstantSchedule
-from learner import distribution
+from learner.training import distribution
 
 _RNG = np.random.RandomState(1)
 _X = _RNG.randn(3, 8, 3).astype(np.float32)  # 3 steps of batches of 8.

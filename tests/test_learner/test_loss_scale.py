@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from learner.loss_scale import LossScale
-from learner import distribution
+from learner.training import distribution
 
 
 def _LossScale(**kw):

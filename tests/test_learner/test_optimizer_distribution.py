@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from learner import composite
-from learner import ema
-from learner import keras_optimizer
-from learner import lars
+from learner.optimizers import composite
+from learner.optimizers import ema
+from learner.optimizers import keras_optimizer
+from learner.optimizers import lars
 from learner import optimizers
-from learner.var_grad import VarGrad
+from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
-from learner import distribution
+from learner.training import distribution
 
 _CASES = {
     'adam': optimizers.Adam.Params(),

@@ -1,4 +1,4 @@
-"""Tests of learner/optimizer_factory.py (MoXing-style factories)."""
+"""Tests of learner/optimizers/factory.py (MoXing-style factories)."""
 
 import importlib.util
 
@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from learner import ema
-from learner import keras_optimizer
-from learner import lars
-from learner import optimizer_factory as factory
+from learner.optimizers import ema
+from learner.optimizers import keras_optimizer
+from learner.optimizers import lars
+from learner.optimizers import factory
 from learner import optimizers
-from learner.var_grad import VarGrad
+from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
 from params import Params
 
@@ -19,7 +19,7 @@ get_optimizer_fn = factory.get_optimizer_fn
 get_optimizer_wrapper_fn = factory.get_optimizer_wrapper_fn
 
 _HAS_ACCUMULATION = importlib.util.find_spec(
-    'learner.gradient_accumulation') is not None
+    'learner.optimizers.accumulation') is not None
 
 
 @pytest.mark.parametrize('name,kwargs,expected', [
@@ -141,10 +141,10 @@ def test_seed_example_lars_momentum_factory_equals_params_and_updates(
 
 
 @pytest.mark.skipif(not _HAS_ACCUMULATION,
-                    reason='learner/gradient_accumulation.py not committed yet')
+                    reason='learner/optimizers/accumulation.py not committed yet')
 @pytest.mark.parametrize('from_instance', [False, True])
 def test_seed_three_level_example_factory_equals_params(from_instance):
-  from learner import gradient_accumulation  # pylint: disable=g-import-not-at-top
+  from learner.optimizers import accumulation as gradient_accumulation  # pylint: disable=g-import-not-at-top
   fn = get_optimizer_wrapper_fn('batch_gradients',
                                 _LarsMomentumFactory(from_instance),
                                 num_batches=8, sync_on_apply=True)
@@ -157,7 +157,7 @@ def test_seed_three_level_example_factory_equals_params(from_instance):
 
 
 @pytest.mark.skipif(not _HAS_ACCUMULATION,
-                    reason='learner/gradient_accumulation.py not committed yet')
+                    reason='learner/optimizers/accumulation.py not committed yet')
 @pytest.mark.parametrize('outer', ['lars', 'ema'])
 def test_accumulation_must_be_outermost_in_factories(outer):
   acc = get_optimizer_wrapper_fn('batch_gradients', get_optimizer_fn('sgd'),
@@ -227,7 +227,7 @@ def test_c_keras_instance_message_suggests_a_lambda_around_its_class():
 
 
 def test_c_our_instance_message_suggests_params_or_a_factory_not_a_lambda():
-  from learner import gradient_accumulation  # pylint: disable=g-import-not-at-top
+  from learner.optimizers import accumulation as gradient_accumulation  # pylint: disable=g-import-not-at-top
   opt = gradient_accumulation.GradientAccumulation.Params().Set(
       optimizer=optimizers.SGD.Params()).Instantiate()
   with pytest.raises(TypeError) as e:

@@ -1,4 +1,4 @@
-"""Tests of learner/optimizers.py against numpy references and the O cases."""
+"""Tests of learner/optimizers/update_rules.py against numpy references and the O cases."""
 
 import numpy as np
 import pytest
@@ -6,7 +6,7 @@ import tensorflow as tf
 
 import optimizer_references as refs
 from learner import optimizers
-from learner.var_grad import VarGrad
+from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
 
 RTOL, ATOL = 1e-5, 1e-7
@@ -207,7 +207,7 @@ def test_adagrad_negative_initial_accumulator_is_refused():
 
 
 def test_sgd_importable_from_optimizers():
-  from learner import base_optimizer  # pylint: disable=g-import-not-at-top
+  from learner.optimizers import base as base_optimizer  # pylint: disable=g-import-not-at-top
   assert optimizers.SGD is base_optimizer.SGD
 
 

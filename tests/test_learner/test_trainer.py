@@ -15,9 +15,9 @@ import pytest
 import tensorflow as tf
 
 from params import registry
-from learner import ema as ema_lib
+from learner.optimizers import ema as ema_lib
 from learner import optimizers
-from learner import trainer as trainer_lib
+from learner.training import trainer as trainer_lib
 from schedules.dev_based import DevBasedSchedule
 
 _KEY = 'regression.LinearRegression'
@@ -304,7 +304,7 @@ def test_replicas_to_aggregate_above_the_replicas_is_refused(tmp_path):
 
 def test_steps_per_loop_ends_loops_at_every_boundary_and_changes_nothing(
     trained, tmp_path, monkeypatch):
-  from learner import task as task_lib  # pylint: disable=g-import-not-at-top
+  from learner.training import task as task_lib  # pylint: disable=g-import-not-at-top
   sizes = []
   loop = task_lib.BaseTask.TrainLoop
 

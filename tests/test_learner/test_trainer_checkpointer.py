@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from params import BaseLayer
-from learner import checkpointer
+from learner.training import checkpointer
 
 
 class _Enc(BaseLayer):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from learner import trainer as trainer_lib
+from learner.training import trainer as trainer_lib
 
 _ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONUNBUFFERED='1',
             CUDA_VISIBLE_DEVICES='')

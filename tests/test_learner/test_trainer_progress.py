@@ -4,8 +4,8 @@ import io
 
 import numpy as np
 
-from learner import progress
-from learner import summary
+from learner.training import progress
+from learner.training import summary
 
 
 def test_plain_log_lines_every_interval_when_not_a_terminal():

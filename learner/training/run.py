@@ -40,10 +40,10 @@ from params import BaseLayer
 from params import NestedMap
 from params import hyperparams
 from learner import learner as learner_lib
-from learner import optimizer_factory
-from learner import task as task_lib
-from learner import var_grad
-from learner.mode_keys import ModeKeys
+from learner.optimizers import factory as optimizer_factory
+from learner.training import task as task_lib
+from learner.optimizers import var_grad
+from learner.training.mode_keys import ModeKeys
 
 class ModelSpec(collections.namedtuple('ModelSpec', ['loss', 'log_info'])):
   """What `model_fn(inputs, mode)` returns (MoXing's `mox.ModelSpec`).
@@ -256,7 +256,7 @@ def run(model_fn, input_fn, optimizer_fn=None,  # pylint: disable=invalid-name
   p.Define('eval_input', FnInput.Params().Set(
       name='eval_input', input_fn=eval_input_fn or input_fn,
       mode=ModeKeys.EVAL), 'Evaluation input.')
-  from learner import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  from learner.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   t = trainer_lib.Trainer(p, log_dir, mode=run_mode, seed=seed, tty=tty,
                           stream=stream)
   return t.Run()

@@ -19,10 +19,10 @@ import difflib
 
 import tensorflow as tf
 
-from learner import base_optimizer
-from learner import ema as ema_lib
-from learner import keras_optimizer
-from learner import lars as lars_lib
+from learner.optimizers import base as base_optimizer
+from learner.optimizers import ema as ema_lib
+from learner.optimizers import keras_optimizer
+from learner.optimizers import lars as lars_lib
 from learner import optimizers
 from params import hyperparams
 
@@ -133,8 +133,8 @@ class OptimizerFn(_Factory):
     return _SetKwargs('get_optimizer_fn(%r)' % self._name, p, kwargs, aliases)
 
   def TextSpec(self):
-    """Returns ('learner.optimizer_factory.get_optimizer_fn', kwargs)."""
-    return ('learner.optimizer_factory.get_optimizer_fn',
+    """Returns ('learner.optimizers.factory.get_optimizer_fn', kwargs)."""
+    return ('learner.optimizers.factory.get_optimizer_fn',
             dict(name=self._name, **self._kwargs))
 
 
@@ -216,7 +216,7 @@ class OptimizerWrapperFn(_Factory):
           (where, inner_params.cls.__name__))
     kwargs = {k: v for k, v in self._kwargs.items() if k != 'learning_rate'}
     if self._name == 'batch_gradients':
-      from learner import gradient_accumulation  # pylint: disable=g-import-not-at-top
+      from learner.optimizers import accumulation as gradient_accumulation  # pylint: disable=g-import-not-at-top
       p = gradient_accumulation.GradientAccumulation.Params()
       aliases = {}
     elif self._name == 'lars':
@@ -230,7 +230,7 @@ class OptimizerWrapperFn(_Factory):
 
   def TextSpec(self):
     """Returns ('...get_optimizer_wrapper_fn', kwargs with name, inner)."""
-    return ('learner.optimizer_factory.get_optimizer_wrapper_fn',
+    return ('learner.optimizers.factory.get_optimizer_wrapper_fn',
             dict(name=self._name, inner=self._inner, **self._kwargs))
 
 

@@ -9,8 +9,8 @@ or rebuilds the dataset and skips the batches already consumed
 (`GetDataset(skip_batches=global_step)`, needed under tf.distribute, whose
 iterators TF 2.21 cannot checkpoint).
 
-Data comes from packages (scikit-learn's bundled datasets) or is generated;
-nothing is downloaded.
+The experiments' datasets (digits, diabetes, generated regression) live with
+the experiments, in `configs/inputs.py`.
 """
 
 import numpy as np
@@ -151,64 +151,3 @@ class BaseInputGenerator(BaseLayer):
           '%s: batch_size %d is larger than the %r split (%d examples); '
           'lower batch_size or set drop_remainder=False.' %
           (self.path, p.batch_size, p.split, n))
-
-
-class DigitsInput(BaseInputGenerator):
-  """scikit-learn's bundled 8x8 digits (1797 images, 10 classes).
-
-  Batches: 'features' float32 [batch, 64] in [0, 1] (pixels / 16),
-  'labels' int32 [batch].
-  """
-
-  def _LoadAllArrays(self):
-    from sklearn import datasets  # pylint: disable=g-import-not-at-top
-    d = datasets.load_digits()
-    return {'features': (d.data / 16.0).astype(np.float32),
-            'labels': d.target.astype(np.int32)}
-
-
-class DiabetesInput(BaseInputGenerator):
-  """scikit-learn's bundled diabetes regression (442 patients, 10 features).
-
-  Batches: 'features' float32 [batch, 10], sklearn's centred features divided
-  by their standard deviation over the whole set (unit variance), and
-  'targets' float32 [batch]: the disease progression standardised with the
-  mean 152.13 and standard deviation 77.01 of the whole set, so a model that
-  predicts the mean has a mean squared error near 1.
-  """
-
-  TARGET_MEAN = 152.13348
-  TARGET_STD = 77.00574
-
-  def _LoadAllArrays(self):
-    from sklearn import datasets  # pylint: disable=g-import-not-at-top
-    d = datasets.load_diabetes()
-    y = (d.target - self.TARGET_MEAN) / self.TARGET_STD
-    x = d.data / d.data.std(axis=0)
-    return {'features': x.astype(np.float32),
-            'targets': y.astype(np.float32)}
-
-
-class LinearRegressionInput(BaseInputGenerator):
-  """Generated data y = w*x + b + noise, x ~ U(-1, 1) (the seeds' example).
-
-  Batches: 'x' float32 [batch], 'y' float32 [batch]. The data is drawn once
-  from `data_seed`, so every split and run sees the same examples.
-  """
-
-  @classmethod
-  def Params(cls):
-    p = super().Params()
-    p.Define('num_examples', 1000, 'Examples generated.')
-    p.Define('w', 5.0, 'True slope.')
-    p.Define('b', 2.0, 'True intercept.')
-    p.Define('noise_stddev', 0.1, 'Standard deviation of the Gaussian noise.')
-    p.Define('data_seed', 0, 'Seed of the generated examples.')
-    return p
-
-  def _LoadAllArrays(self):
-    p = self.params
-    rng = np.random.RandomState(p.data_seed)
-    x = rng.uniform(-1.0, 1.0, size=[p.num_examples])
-    y = p.w * x + p.b + p.noise_stddev * rng.normal(size=[p.num_examples])
-    return {'x': x.astype(np.float32), 'y': y.astype(np.float32)}

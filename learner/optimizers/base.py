@@ -30,7 +30,7 @@ import tensorflow as tf
 
 from params import BaseLayer
 from params import NestedMap
-from learner import var_grad as var_grad_lib
+from learner.optimizers import var_grad as var_grad_lib
 
 
 class BaseOptimizer(BaseLayer):

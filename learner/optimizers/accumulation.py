@@ -37,8 +37,8 @@ variables of this layer, so `tf.train.Checkpoint` saves a partial window.
 from absl import logging
 import tensorflow as tf
 
-from learner import base_optimizer
-from learner import var_grad as var_grad_lib
+from learner.optimizers import base as base_optimizer
+from learner.optimizers import var_grad as var_grad_lib
 from params import NestedMap
 
 

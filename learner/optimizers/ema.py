@@ -4,8 +4,8 @@ import contextlib
 
 import tensorflow as tf
 
-from learner import base_optimizer
-from learner import var_grad as var_grad_lib
+from learner.optimizers import base as base_optimizer
+from learner.optimizers import var_grad as var_grad_lib
 from schedules import base_schedule
 
 

@@ -16,9 +16,9 @@ import re
 
 import tensorflow as tf
 
-from learner import var_grad as var_grad_lib
-from learner.base_optimizer import BaseOptimizer
-from learner.base_optimizer import SGD  # pylint: disable=unused-import
+from learner.optimizers import var_grad as var_grad_lib
+from learner.optimizers.base import BaseOptimizer
+from learner.optimizers.base import SGD  # pylint: disable=unused-import
 
 
 def _C(x, var):

@@ -1,0 +1,693 @@
+r"""The trainer: `python -m learner.trainer --model=digits.MlpMomentum ...`.
+
+Trains and/or evaluates a registered experiment (see `params.registry`):
+
+    python -m learner.trainer --model=digits.MlpMomentum --logdir=/tmp/mlp
+    python -m learner.trainer --list
+    python -m learner.trainer --model=digits.MlpMomentum --logdir=/tmp/mlp \
+        --mode=eval
+    python -m learner.trainer --model=regression.LinearRegression \
+        --logdir=/tmp/lr --params_override='task.train.max_steps : 50'
+
+What a run writes to `--logdir`:
+  * `params.txt` (and the text summary 'params'): the final params.
+  * `ckpt/ckpt-<global step>`: rolling checkpoints (`p.task.train.
+    save_interval_steps`, `save_max_to_keep`, and one at the end); a run on
+    a logdir with a checkpoint resumes from it, at the same batch.
+  * `best/`: the checkpoint with the best `p.task.eval.dev_metric`.
+  * `train/`, `eval/`: TensorBoard event files.
+  * `metrics.json`: the final evaluation metrics (in 'train' mode, the last
+    step's training metrics) and the global step.
+
+The `Trainer` class does the work and is usable from Python and tests; the
+absl `main` only parses flags.
+"""
+
+import contextlib
+import json
+import os
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
+import tensorflow as tf
+
+from params import hyperparams
+from params import registry
+from learner.training import checkpointer as checkpointer_lib
+from learner.training.mode_keys import ModeKeys
+from learner.training import progress as progress_lib
+from learner.training import summary as summary_lib
+
+
+def LoadExperimentParams(model, params_file=None, params_override=None,
+                         max_steps=None, jit_compile=None):
+  """Returns the experiment's params with the file and override applied.
+
+  Everything is validated here, before any work: an unknown model, a typo
+  in a key (with "did you mean"), a value of the wrong type.
+
+  Args:
+    model: registry key, e.g. 'digits.MlpMomentum'.
+    params_file: optional path of a text file of 'key : value' lines rooted
+      at the experiment's params ('task.train.max_steps : 10').
+    params_override: optional text of the same form ('a : 1; b : 2'),
+      applied after the file.
+    max_steps: optional int, sets task.train.max_steps.
+    jit_compile: optional bool, sets task.train.jit_compile.
+
+  Returns:
+    Params with 'task', 'train_input', 'eval_input'.
+
+  Raises:
+    LookupError: unknown model (with the closest keys).
+    ValueError: a bad params file or override line (naming the flag, the
+      line and the key), or a file that cannot be read.
+  """
+  p = registry.GetParams(model)
+  if params_file:
+    try:
+      with open(params_file) as f:
+        text = f.read()
+    except OSError as e:
+      raise ValueError('--params_file %r cannot be read: %s' %
+                       (params_file, e)) from None
+    try:
+      p.FromText(text)
+    except ValueError as e:
+      raise ValueError('--params_file %r: %s' % (params_file, e)) from None
+  if params_override:
+    try:
+      p.FromText(params_override)
+    except ValueError as e:
+      raise ValueError('--params_override: %s' % e) from None
+  if max_steps is not None:
+    p.task.train.max_steps = int(max_steps)
+  if jit_compile is not None:
+    p.task.train.jit_compile = bool(jit_compile)
+  return p
+
+
+def ParseRules(text):
+  """Parses 'regex=>replacement;regex2=>replacement2' into a list of pairs.
+
+  Raises:
+    ValueError: for a rule without '=>'.
+  """
+  rules = []
+  for part in (text or '').split(';'):
+    part = part.strip()
+    if not part:
+      continue
+    if '=>' not in part:
+      raise ValueError('--init_from_checkpoint_rules: rule %r has no "=>"; '
+                       'write regex=>replacement, separated by ";".' % part)
+    regex, repl = part.split('=>', 1)
+    rules.append((regex.strip(), repl.strip()))
+  return rules
+
+
+def _FindLayers(root, predicate):
+  """Yields root and its descendants (children trees) matching predicate."""
+  from params import BaseLayer  # pylint: disable=g-import-not-at-top
+  stack = [root]
+  while stack:
+    obj = stack.pop()
+    if isinstance(obj, BaseLayer):
+      if predicate(obj):
+        yield obj
+      stack.extend(obj.children.values())
+    elif isinstance(obj, (list, tuple)):
+      stack.extend(obj)
+    elif isinstance(obj, dict):
+      stack.extend(obj.values())
+
+
+def _IsEmaParams(p):
+  cls = getattr(p, 'cls', None) if isinstance(p, hyperparams.Params) else None
+  return cls is not None and getattr(cls, '__name__', '') == 'Ema' and (
+      hasattr(cls, 'SwapAverages'))
+
+
+def _ParamsTreeHas(p, predicate):
+  if isinstance(p, hyperparams.Params):
+    if predicate(p):
+      return True
+    return any(_ParamsTreeHas(v, predicate) for _, v in p.IterParams())
+  if isinstance(p, (list, tuple)):
+    return any(_ParamsTreeHas(v, predicate) for v in p)
+  if isinstance(p, dict):
+    return any(_ParamsTreeHas(v, predicate) for v in p.values())
+  return False
+
+
+def _Float(x):
+  return float(np.asarray(x))
+
+
+class Trainer:
+  """Trains and/or evaluates one experiment in one logdir.
+
+  Args:
+    params: experiment Params ('task', 'train_input', 'eval_input'), e.g.
+      from `LoadExperimentParams` or `registry.GetParams`.
+    logdir: output directory (created).
+    mode: one of ModeKeys.ALL.
+    seed: optional int: sets TF's, numpy's and Python's global seeds and
+      enables TF op determinism, so two runs with the same seed give
+      identical weights.
+    strategy: a tf.distribute.Strategy, or a name for
+      `learner.distribution.CreateStrategy` ('default', 'mirrored', ...).
+    init_from_checkpoint: optional checkpoint to warm-start the weights from
+      (overrides p.task.train.init_from_checkpoint).
+    init_from_checkpoint_rules: optional list of (regex, replacement)
+      (overrides p.task.train.init_from_checkpoint_rules).
+    tty: force the progress bar (True) or log lines (False); None asks
+      whether stdout is a terminal.
+    stream: where progress goes (default sys.stdout).
+
+  Raises:
+    ValueError: unknown mode; params without 'task'.
+  """
+
+  def __init__(self, params, logdir, mode=ModeKeys.TRAIN, seed=None,
+               strategy=None, init_from_checkpoint=None,
+               init_from_checkpoint_rules=None, tty=None, stream=None):
+    if mode not in ModeKeys.ALL:
+      raise ValueError('mode %r is not one of %s.' % (mode,
+                                                     list(ModeKeys.ALL)))
+    if 'task' not in params:
+      raise ValueError('Trainer: params have no "task"; expected the params '
+                       'of registry.GetParams(key).')
+    self._params = params.Copy(frozen=False)
+    self._logdir = logdir
+    self._mode = mode
+    self._seed = seed
+    self._strategy_arg = strategy
+    tp = self._params.task.train
+    self._init_ckpt = (init_from_checkpoint if init_from_checkpoint
+                       is not None else tp.init_from_checkpoint)
+    self._init_rules = (init_from_checkpoint_rules
+                        if init_from_checkpoint_rules is not None else
+                        tp.init_from_checkpoint_rules)
+    self._tty = tty
+    self._stream = stream or sys.stdout
+    self.task = None
+    self._best = None
+    self._writers = {}
+
+  # ---- set-up ------------------------------------------------------------
+
+  def _Print(self, msg):
+    self._stream.write(msg + '\n')
+    self._stream.flush()
+
+  def _Strategy(self):
+    s = self._strategy_arg
+    if s is None or s == 'default':
+      return tf.distribute.get_strategy()
+    if isinstance(s, str):
+      from learner.training import distribution  # pylint: disable=g-import-not-at-top
+      return distribution.CreateStrategy(s)
+    return s
+
+  def _Writer(self, name):
+    if name not in self._writers:
+      self._writers[name] = tf.summary.create_file_writer(
+          os.path.join(self._logdir, name))
+    return self._writers[name]
+
+  def _WriteParams(self):
+    text = self._params.ToText()
+    path = os.path.join(self._logdir, 'params.txt')
+    if tf.io.gfile.exists(path):
+      with tf.io.gfile.GFile(path) as f:
+        old = f.read()
+      if old != text:
+        self._Print(ParamsChangeWarning(path, old, text))
+    with tf.io.gfile.GFile(os.path.join(self._logdir, 'params.txt'),
+                           'w') as f:
+      f.write(text)
+    summary_lib.WriteParamsText(self._Writer(self._mode if self._mode !=
+                                             ModeKeys.TRAIN_AND_EVAL else
+                                             'train'), text)
+
+  def _WriteMetrics(self, metrics):
+    path = os.path.join(self._logdir, 'metrics.json')
+    tmp = path + '.tmp'
+    with tf.io.gfile.GFile(tmp, 'w') as f:
+      json.dump(metrics, f, indent=1, sort_keys=True)
+    tf.io.gfile.rename(tmp, path, overwrite=True)
+
+  # ---- running -------------------------------------------------------------
+
+  def Run(self):
+    """Runs the mode; returns the dict written to logdir/metrics.json."""
+    # First: --strategy=multi_worker must be created before any other op.
+    self._strategy = self._Strategy()
+    if self._seed is not None:
+      tf.keras.utils.set_random_seed(int(self._seed))
+      tf.config.experimental.enable_op_determinism()
+    # Multi-worker: only the chief writes to logdir; the other workers write
+    # to a temporary directory and resume from the chief's checkpoints.
+    from learner.training import distribution  # pylint: disable=g-import-not-at-top
+    self._chief_logdir = self._logdir
+    self._logdir = distribution.WorkerLogdir(self._logdir, self._strategy)
+    distribution.RemoveWorkerLogdir(self._chief_logdir, self._strategy)
+    if self._mode == ModeKeys.EVAL and not tf.train.latest_checkpoint(
+        os.path.join(self._chief_logdir, 'ckpt')):
+      raise NothingToEvaluateError(
+          'mode=eval: no checkpoint in %s to evaluate. Train first (mode '
+          'train or train_and_eval) with this logdir.' %
+          os.path.join(self._chief_logdir, 'ckpt'))
+    tf.io.gfile.makedirs(self._logdir)
+    self._WriteParams()
+    if self._mode == ModeKeys.EVAL:
+      return self._RunEval()
+    return self._RunTrain()
+
+  def _BuildTask(self, train):
+    with self._strategy.scope():
+      task = self._params.task.Instantiate()
+      if train:
+        task.CreateLearners()
+    self.task = task
+    return task
+
+  def _RunTrain(self):
+    p = self._params
+    strategy = self._strategy
+    distributed = strategy.num_replicas_in_sync > 1 or (
+        strategy is not tf.distribute.get_strategy())
+    from learner.training import distribution  # pylint: disable=g-import-not-at-top
+    distribution.CheckReplicasToAggregate(
+        p.task.train.replicas_to_aggregate, strategy.num_replicas_in_sync)
+    task = self._BuildTask(train=True)
+    input_gen = p.train_input.Instantiate()
+    input_gen.CheckBatchSize()
+    objects = {'task': task}
+    iterator = None
+    if not distributed:
+      iterator = iter(input_gen.GetDataset())
+      objects['iterator'] = iterator
+    ckpt = tf.train.Checkpoint(**objects)
+    ckpter = checkpointer_lib.Checkpointer(
+        ckpt, os.path.join(self._logdir, 'ckpt'),
+        max_to_keep=p.task.train.save_max_to_keep,
+        variable_names=checkpointer_lib.VariableCheckpointKeys(task),
+        report=self._Print)
+    if self._logdir != self._chief_logdir:  # Non-chief: the chief's ckpt.
+      restored = checkpointer_lib.Checkpointer(
+          ckpt, os.path.join(self._chief_logdir, 'ckpt'),
+          report=self._Print).Restore()
+    else:
+      restored = ckpter.Restore()
+    if restored:
+      self._Print('Resumed from %s at global step %d.' %
+                  (restored, int(task.global_step.numpy())))
+    elif self._init_ckpt:
+      model_vars = {checkpointer_lib._VarName(v): v  # pylint: disable=protected-access
+                    for v in task.ModelVars().Flatten()}
+      assigned = checkpointer_lib.InitFromCheckpoint(
+          self._init_ckpt, model_vars, self._init_rules)
+      self._Print('Warm-started %d variables from %s.' %
+                  (len(assigned), self._init_ckpt))
+    step = int(task.global_step.numpy())
+    if distributed:
+      from learner.training import distribution  # pylint: disable=g-import-not-at-top
+      dist_ds = distribution.DistributeDataset(
+          strategy, input_gen.GetExampleDataset,
+          input_gen.params.batch_size, skip_batches=step,
+          drop_remainder=input_gen.params.drop_remainder)
+      iterator = iter(dist_ds)
+
+      def _DistStepFn(it):
+        return strategy.run(task._TrainStep, args=(next(it),))  # pylint: disable=protected-access
+
+      dist_step = tf.function(_DistStepFn, autograph=bool(
+          p.task.train.autograph))
+
+      def _Loop(unused_num_steps):  # One step per call under a strategy.
+        with distribution.ReportPeerFailure(strategy):
+          return self._ReducePerReplica(dist_step(iterator))
+      steps_per_loop = 1
+    else:
+      def _Loop(num_steps):
+        return task.TrainLoop(iterator, num_steps)
+      steps_per_loop = p.task.train.steps_per_loop
+
+    dev = p.task.eval
+    if self._mode == ModeKeys.TRAIN_AND_EVAL and dev.dev_metric:
+      self._best = checkpointer_lib.BestCheckpoint(
+          ckpt, os.path.join(self._logdir, 'best'), dev.dev_metric_mode)
+
+    tp = p.task.train
+    max_steps = tp.max_steps
+    progress = progress_lib.Progress(max_steps, step, tp.log_interval_steps,
+                                     stream=self._stream, tty=self._tty)
+    num_learners = len(task.learners)
+    train_writer = self._Writer('train')
+    out = None
+    last_saved = step if restored else None
+    eval_metrics = None
+    evaluating = self._mode == ModeKeys.TRAIN_AND_EVAL and dev.interval_steps
+    # Every loop ends at the next step where something happens outside the
+    # graph (summary, log line, eval, checkpoint) or at max_steps.
+    intervals = [tp.summary_interval_steps, tp.save_interval_steps]
+    if evaluating:
+      intervals.append(dev.interval_steps)
+    if not progress.is_tty:
+      intervals.append(tp.log_interval_steps)
+    while step < max_steps:
+      end = min([max_steps, step + steps_per_loop] +
+                [(step // k + 1) * k for k in intervals])
+      out = _Loop(end - step)
+      step = end
+      tagged = None
+      if step % tp.summary_interval_steps == 0 or step == max_steps:
+        tagged = summary_lib.FlattenStepOutput(out, num_learners)
+        summary_lib.WriteScalars(train_writer, step, tagged, flush=False)
+      if progress.WantsValues(step):
+        if tagged is None:
+          tagged = summary_lib.FlattenStepOutput(out, num_learners)
+        progress.Update(step, _LossOf(tagged), _LrOf(tagged))
+      else:
+        progress.Update(step)
+      if evaluating and step % dev.interval_steps == 0 and step < max_steps:
+        progress.Close() if progress.is_tty else None
+        eval_metrics = self._EvaluateAndUpdate(task, step)
+      if step % tp.save_interval_steps == 0:
+        train_writer.flush()
+        ckpter.Save(step)
+        last_saved = step
+    train_writer.flush()
+    last_train = (summary_lib.FlattenStepOutput(out, num_learners)
+                  if out is not None else {})
+    progress.Close()
+    if last_saved != step:
+      ckpter.Save(step)
+    result = {'global_step': step}
+    if self._mode == ModeKeys.TRAIN_AND_EVAL:
+      eval_metrics = self._EvaluateAndUpdate(task, step, final=True)
+      # The state changed by the final evaluation (dev-based schedules) is
+      # saved too, so a rerun on this logdir is a no-op.
+      ckpter.Save(step)
+      result.update(eval_metrics)
+    else:
+      result.update({'train/%s' % k: v for k, (v, w) in last_train.items()
+                     if w != 0})
+    self._WriteMetrics(result)
+    self._Print('Final metrics (global step %d): %s' % (
+        step, json.dumps({k: v for k, v in result.items()}, sort_keys=True)))
+    return result
+
+  def _ReducePerReplica(self, out):
+    """Per-replica step outputs -> one output (weighted means of metrics)."""
+    local = self._strategy.experimental_local_results
+
+    def _Mean(vw):
+      values = [_Float(v) for v in local(vw[0])]
+      weights = [_Float(w) for w in local(vw[1])]
+      total = sum(weights)
+      if total == 0:
+        return (values[0], 0.0)
+      return (sum(v * w for v, w in zip(values, weights)) / total, total)
+
+    metrics = {k: _Mean(vw) for k, vw in out['metrics'].items()}
+    learners = {}
+    for lname, em in out['learners'].items():
+      learners[lname] = {k: (_Float(local(v)[0]), _Float(local(w)[0]))
+                         for k, (v, w) in em.items()}
+    return {'metrics': metrics, 'learners': learners}
+
+  # ---- evaluation ------------------------------------------------------------
+
+  def _EmaContexts(self, task):
+    emas = []
+    for learner in task.learners:
+      emas.extend(_FindLayers(learner, lambda l: hasattr(l, 'SwapAverages')))
+    return emas
+
+  def Evaluate(self, task, step, use_ema_layers=()):
+    """Evaluates on the eval input; returns {metric: weighted mean}.
+
+    Metrics are averaged over all evaluated batches with their weights.
+    Inside, the weights of every Ema in `use_ema_layers` are swapped for
+    their averages (and back after).
+    """
+    p = self._params
+    ep = p.eval_input.Copy()
+    if not p.task.eval.samples and 'num_epochs' in ep:
+      ep.num_epochs = 1
+    input_gen = ep.Instantiate()
+    sums, weights = {}, {}
+    seen = 0
+    with contextlib.ExitStack() as stack:
+      for ema in use_ema_layers:
+        stack.enter_context(ema.SwapAverages())
+      for batch in input_gen.GetDataset():
+        metrics = summary_lib.MetricsToDict(task.EvalStep(batch))
+        for name, (v, w) in metrics.items():
+          sums[name] = sums.get(name, 0.0) + v * w
+          weights[name] = weights.get(name, 0.0) + w
+        seen += int(tf.nest.flatten(batch)[0].shape[0])
+        if p.task.eval.samples and seen >= p.task.eval.samples:
+          break
+    if not sums:
+      raise ValueError('The eval input yielded no batch; check eval_input '
+                       '(split %r, batch_size %d).' % (ep.split,
+                                                       ep.batch_size))
+    results = {k: sums[k] / weights[k] if weights[k] else float('nan')
+               for k in sums}
+    summary_lib.WriteScalars(self._Writer('eval'), step,
+                             {k: (v, 1.0) for k, v in results.items()})
+    return results
+
+  def _EvaluateAndUpdate(self, task, step, final=False):
+    emas = self._EmaContexts(task)
+    if emas:
+      self._Print('Evaluating on the EMA averages of the weights.')
+    results = self.Evaluate(task, step, emas)
+    self._Print('Eval at global step %d%s: %s' % (
+        step, ' (final)' if final else '',
+        ', '.join('%s %.5g' % (k, v) for k, v in sorted(results.items()))))
+    dev = self._params.task.eval
+    if dev.dev_metric:
+      if dev.dev_metric not in results:
+        raise ValueError(
+            'task.eval.dev_metric %r is not an eval metric; available: %s. '
+            'Set task.eval.dev_metric to one of them.' %
+            (dev.dev_metric, sorted(results)))
+      value = results[dev.dev_metric]
+      for learner in task.learners:
+        for sched in _FindLayers(learner,
+                                 lambda l: hasattr(l, 'UpdateWithMetric')):
+          sched.UpdateWithMetric(learner.num_updates, value,
+                                 mode=dev.dev_metric_mode)
+      if self._best is not None and self._best.MaybeSave(step, value,
+                                                         dev.dev_metric):
+        self._Print('New best %s %.5g at global step %d.' %
+                    (dev.dev_metric, value, step))
+    return results
+
+  def _RunEval(self):
+    p = self._params
+    task = self._BuildTask(train=False)
+    ckpt = tf.train.Checkpoint(task=task)
+    ckpter = checkpointer_lib.Checkpointer(
+        ckpt, os.path.join(self._chief_logdir, 'ckpt'), report=self._Print)
+    restored = ckpter.Restore(expect_partial=True)
+    if not restored:
+      raise ValueError(
+          'mode=eval: no checkpoint in %s to evaluate. Train first (mode '
+          'train or train_and_eval) with this logdir.' %
+          os.path.join(self._logdir, 'ckpt'))
+    step = int(task.global_step.numpy())
+    if _ParamsTreeHas(p.task.train.learner, _IsEmaParams):
+      n = LoadEmaAverages(restored, task)
+      self._Print('Evaluating on the EMA averages of the weights (%d '
+                  'variables restored from %s).' % (n, restored))
+    results = self.Evaluate(task, step)
+    self._Print('Eval at global step %d: %s' % (step, ', '.join(
+        '%s %.5g' % (k, v) for k, v in sorted(results.items()))))
+    result = dict(results, global_step=step)
+    self._WriteMetrics(result)
+    return result
+
+
+class NothingToEvaluateError(ValueError):
+  """--mode=eval on a logdir that has no checkpoint yet."""
+
+
+def ParamsChangeWarning(path, old_text, new_text, max_lines=10):
+  """A warning naming the params lines that changed since the last run.
+
+  Args:
+    path: the logdir's params.txt.
+    old_text, new_text: the earlier run's and this run's `Params.ToText()`.
+    max_lines: at most this many changed lines are listed.
+
+  Returns:
+    A str: resuming with other params (e.g. without repeating an earlier
+    --params_override) is allowed but is rarely what was meant.
+  """
+  old_lines = set(old_text.splitlines())
+  new_lines = set(new_text.splitlines())
+  changed = (['- ' + l for l in sorted(old_lines - new_lines)] +
+             ['+ ' + l for l in sorted(new_lines - old_lines)])
+  more = len(changed) - max_lines
+  listing = '\n  '.join(changed[:max_lines])
+  if more > 0:
+    listing += '\n  ... and %d more' % more
+  return ('WARNING: these params differ from the earlier run in %s (repeat '
+          'its --params_override/--params_file to resume it unchanged):\n  %s'
+          % (path, listing))
+
+
+def LoadEmaAverages(checkpoint_path, task):
+  """Assigns each model variable its EMA average from a training checkpoint.
+
+  Reads the averages that an `Ema` optimizer wrapper saved (checkpoint keys
+  ending in '/_averages/<sanitized variable name>'), without building any
+  optimizer.
+
+  Returns:
+    The number of variables assigned.
+
+  Raises:
+    ValueError: if a trainable model variable has no average in the
+      checkpoint.
+  """
+  from learner.optimizers import var_grad  # pylint: disable=g-import-not-at-top
+  reader = tf.train.load_checkpoint(checkpoint_path)
+  keys = list(reader.get_variable_to_shape_map())
+  n = 0
+  for var in task.ModelVars().Flatten():
+    name = var_grad.SanitizedName(var_grad.VarName(var))
+    suffix = '/_averages/%s/.ATTRIBUTES/VARIABLE_VALUE' % name
+    found = [k for k in keys if k.endswith(suffix)]
+    if not found:
+      if var.trainable:
+        raise ValueError(
+            'Checkpoint %s has no EMA average of %r; it was not trained with '
+            'this Ema learner.' % (checkpoint_path, var_grad.VarName(var)))
+      continue
+    var.assign(reader.get_tensor(found[0]))
+    n += 1
+  return n
+
+
+def _LossOf(tagged):
+  for key in ('loss',):
+    if key in tagged:
+      return tagged[key][0]
+  for k, (v, _) in sorted(tagged.items()):
+    if 'loss' in k:
+      return v
+  return None
+
+
+def _LrOf(tagged):
+  for k, (v, w) in sorted(tagged.items()):
+    if k.startswith('learning_rate') and w:
+      return v
+  return None
+
+
+# ---- command line -----------------------------------------------------------
+
+FLAGS = flags.FLAGS
+
+
+def DefineFlags():
+  """Defines the trainer's absl flags (once)."""
+  if 'model' in FLAGS:
+    return
+  flags.DEFINE_string('model', None,
+                      'Registry key of the experiment, e.g. digits.MlpMomentum.')
+  flags.DEFINE_bool('list', False, 'Print every registered experiment and exit.')
+  flags.DEFINE_string('logdir', None, 'Output directory (checkpoints, '
+                      'summaries, params.txt, metrics.json).')
+  flags.DEFINE_enum('mode', ModeKeys.TRAIN, list(ModeKeys.ALL),
+                    'train, eval (restore weights and evaluate) or '
+                    'train_and_eval.')
+  flags.DEFINE_integer('max_steps', None, 'Overrides task.train.max_steps.')
+  flags.DEFINE_string('params_override', None,
+                      'Params text rooted at the experiment\'s params, e.g. '
+                      '"task.train.learner.learning_rate : 0.1; '
+                      'task.train.max_steps : 100".')
+  flags.DEFINE_string('params_file', None,
+                      'File of "key : value" lines applied before '
+                      '--params_override.')
+  flags.DEFINE_integer('seed', None, 'Global seed; enables TF op determinism.')
+  flags.DEFINE_bool('jit_compile', None,
+                    'Compile the train step with XLA (overrides '
+                    'task.train.jit_compile).')
+  flags.DEFINE_string('strategy', 'default',
+                      'Distribution strategy: default, mirrored (this '
+                      'machine\'s devices), multi_worker (one process per '
+                      'worker from TF_CONFIG; start them with '
+                      'python -m learner.launcher) or tpu. See '
+                      'docs/distributed.md.')
+  flags.DEFINE_string('init_from_checkpoint', None,
+                      'Warm-start the weights from this checkpoint (prefix, '
+                      'directory or logdir) when the logdir has none.')
+  flags.DEFINE_string('init_from_checkpoint_rules', None,
+                      '"regex=>replacement;..." mapping variable names of the '
+                      'init checkpoint to ours (re.sub, first match wins).')
+
+
+def ListExperiments():
+  """Returns 'key  first docstring line' lines of every experiment."""
+  keys = registry.GetAllRegisteredKeys()
+  width = max([len(k) for k in keys] + [1])
+  return '\n'.join('%-*s  %s' % (width, k, registry.Describe(k)) for k in keys)
+
+
+def main(argv):
+  del argv
+  if FLAGS.list:
+    print(ListExperiments())
+    return 0
+  # Missing flags get one line, not absl's page of usage text.
+  if not FLAGS.model:
+    print('ERROR: --model is required, e.g. --model=digits.MlpMomentum '
+          '(--list prints every experiment).', file=sys.stderr)
+    return 2
+  if not FLAGS.logdir:
+    print('ERROR: --logdir is required: the directory for checkpoints, '
+          'summaries and metrics.json, e.g. --logdir=/tmp/%s.' %
+          FLAGS.model.replace('.', '_'), file=sys.stderr)
+    return 2
+  try:
+    params = LoadExperimentParams(FLAGS.model, FLAGS.params_file,
+                                  FLAGS.params_override, FLAGS.max_steps,
+                                  FLAGS.jit_compile)
+    rules = (ParseRules(FLAGS.init_from_checkpoint_rules)
+             if FLAGS.init_from_checkpoint_rules is not None else None)
+  except (LookupError, ValueError) as e:
+    print('ERROR: %s' % e, file=sys.stderr)
+    return 2
+  trainer = Trainer(params, FLAGS.logdir, mode=FLAGS.mode, seed=FLAGS.seed,
+                    strategy=FLAGS.strategy,
+                    init_from_checkpoint=FLAGS.init_from_checkpoint,
+                    init_from_checkpoint_rules=rules)
+  try:
+    trainer.Run()
+  except NothingToEvaluateError as e:
+    print('ERROR: %s' % e, file=sys.stderr)
+    return 2
+  return 0
+
+
+def Main():
+  """Console entry point."""
+  DefineFlags()
+  logging.set_verbosity(logging.WARNING)
+  app.run(lambda argv: sys.exit(main(argv)))
+
+
+if __name__ == '__main__':
+  Main()

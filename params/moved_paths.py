@@ -1,0 +1,55 @@
+"""Import paths that moved, so params text written before a move still loads.
+
+`learner/` was split into `learner/` (the step), `learner/optimizers/` and
+`learner/training/`, and the experiments' datasets moved to
+`configs/inputs.py`. A params file or a logdir's `params.txt` written before
+that names classes by their old paths; `Resolve(path)` maps such a path to
+the new one (the reader then warns once per path, naming the new path).
+Only strings are held here: nothing is imported.
+"""
+
+# Whole names that moved to different places than the rest of their module.
+_MOVED_NAMES = {
+    'learner.input_generator.DigitsInput': 'configs.inputs.DigitsInput',
+    'learner.input_generator.DiabetesInput': 'configs.inputs.DiabetesInput',
+    'learner.input_generator.LinearRegressionInput':
+        'configs.inputs.LinearRegressionInput',
+}
+
+# Modules that moved whole: old module path -> new module path.
+_MOVED_MODULES = {
+    'learner.var_grad': 'learner.optimizers.var_grad',
+    'learner.base_optimizer': 'learner.optimizers.base',
+    'learner.lars': 'learner.optimizers.lars',
+    'learner.ema': 'learner.optimizers.ema',
+    'learner.composite': 'learner.optimizers.composite',
+    'learner.keras_optimizer': 'learner.optimizers.keras_optimizer',
+    'learner.gradient_accumulation': 'learner.optimizers.accumulation',
+    'learner.optimizer_factory': 'learner.optimizers.factory',
+    'learner.task': 'learner.training.task',
+    'learner.input_generator': 'learner.training.input_generator',
+    'learner.checkpointer': 'learner.training.checkpointer',
+    'learner.summary': 'learner.training.summary',
+    'learner.progress': 'learner.training.progress',
+    'learner.run': 'learner.training.run',
+    'learner.mode_keys': 'learner.training.mode_keys',
+    'learner.distribution': 'learner.training.distribution',
+}
+
+
+def Resolve(path):
+  """Returns the current import path for `path`, or None if it did not move.
+
+  Args:
+    path: str, 'package.module.Name[.Inner]' as written in params text.
+
+  Returns:
+    str, the path under the new layout, or None when `path` names no moved
+    module or class.
+  """
+  if path in _MOVED_NAMES:
+    return _MOVED_NAMES[path]
+  for old, new in _MOVED_MODULES.items():
+    if path.startswith(old + '.'):
+      return new + path[len(old):]
+  return None
