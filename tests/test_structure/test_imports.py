@@ -50,13 +50,8 @@ KNOWN_DEFERRED = {
     ('learner/training/task.py', 'learner.gradient_tape'),
     ('learner/training/trainer.py', 'params'),
     ('learner/training/trainer.py', 'learner.training.distribution'),
-    ('learner/training/trainer.py', 'learner.optimizers.var_grad'),
 }
-KNOWN_CYCLES = {
-    # factory.py does `from learner import optimizers`, whose __init__
-    # imports factory.
-    frozenset({'learner.optimizers', 'learner.optimizers.factory'}),
-}
+KNOWN_CYCLES = set()
 
 ENTRY_MODULES = {
     'learner.trainer': 'thin entry module of `python -m learner.trainer`',
