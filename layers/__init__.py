@@ -10,6 +10,7 @@
   conv            Conv1DLayer, Pool1DLayer
   keras_layer     KerasLayer (any Keras layer, configured by params)
   activations     GetActivation(name)
+  matmul          MatMulLastDim(x, w): x [..., i] @ w [i, o]
 
 Imports point one way: `configs → layers → params`.
 """
@@ -22,6 +23,7 @@ from layers.dropout import DropoutLayer
 from layers.embedding import EmbeddingLayer
 from layers.embedding import PositionalEmbeddingLayer
 from layers.keras_layer import KerasLayer
+from layers.matmul import MatMulLastDim
 from layers.normalization import LayerNorm
 from layers.transformer import FeedForwardLayer
 from layers.transformer import TransformerBlock

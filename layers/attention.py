@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from params import BaseLayer
 from layers import dropout
+from layers import matmul
 
 
 class MultiHeadedAttention(BaseLayer):
@@ -70,7 +71,7 @@ class MultiHeadedAttention(BaseLayer):
     h = p.num_heads
     dh = p.model_dim // h
     batch, time = tf.shape(x)[0], tf.shape(x)[1]
-    qkv = tf.einsum('btd,de->bte', x, theta.w_qkv)
+    qkv = matmul.MatMulLastDim(x, theta.w_qkv)
     if p.use_bias:
       qkv = qkv + theta.b_qkv
     qkv = tf.reshape(qkv, [batch, time, 3, h, dh])
@@ -91,7 +92,7 @@ class MultiHeadedAttention(BaseLayer):
                                      training=training)
     ctx = tf.einsum('bhqk,bkhd->bqhd', probs, v)
     ctx = tf.reshape(ctx, [batch, time, p.model_dim])
-    y = tf.einsum('btd,de->bte', ctx, theta.w_post)
+    y = matmul.MatMulLastDim(ctx, theta.w_post)
     if p.use_bias:
       y = y + theta.b_post
     return y

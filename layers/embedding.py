@@ -17,6 +17,7 @@ import math
 import tensorflow as tf
 
 from params import BaseLayer
+from layers import matmul
 
 
 class EmbeddingLayer(BaseLayer):
@@ -78,7 +79,7 @@ class EmbeddingLayer(BaseLayer):
 
   def Logits(self, theta, x):
     """x float [..., embedding_dim] -> logits float [..., vocab_size]."""
-    logits = tf.einsum('...d,vd->...v', x, theta.emb)
+    logits = matmul.MatMulLastDim(x, theta.emb, transpose_w=True)
     if self.params.softmax_bias:
       logits = logits + theta.softmax_bias
     return logits

@@ -14,6 +14,7 @@ from params import BaseLayer
 from layers import activations
 from layers import attention
 from layers import dropout
+from layers import matmul
 from layers import normalization
 
 
@@ -58,10 +59,10 @@ class FeedForwardLayer(BaseLayer):
 
   def FProp(self, theta, x, training=False):
     """x [..., input_dim] -> [..., output_dim]."""
-    h = self._act(tf.einsum('...i,ih->...h', x, theta.w1) + theta.b1)
+    h = self._act(matmul.MatMulLastDim(x, theta.w1) + theta.b1)
     h = self.activation_dropout.FProp(theta.activation_dropout, h,
                                       training=training)
-    return tf.einsum('...h,ho->...o', h, theta.w2) + theta.b2
+    return matmul.MatMulLastDim(h, theta.w2) + theta.b2
 
 
 class TransformerBlock(BaseLayer):
