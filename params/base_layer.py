@@ -11,8 +11,13 @@ After Lingvo's `lingvo/core/base_layer.py`, in TF2 form:
     `fprop_dtype` for floating point ones.
   * tf.Module tracking: `tf.train.Checkpoint(model=layer)` saves every child
     and variable.
+  * Keras layers and models held in public attributes (`self.dense =
+    tf.keras.layers.Dense(8)`) are part of the tree: their variables appear
+    in `vars` (under the attribute name) named '<layer path>/<attribute>/...'
+    like `CreateVariable`'s, and are checkpointed (see `__setattr__`).
 """
 
+import functools
 import re
 import zlib
 
@@ -70,6 +75,7 @@ class BaseLayer(tf.Module):
     self._parent_path = getattr(BaseLayer, '_building_parent_path', '')
     self._private_children = {}
     self._private_vars = {}
+    self._private_keras = {}
 
   # ---- identity ------------------------------------------------------------
 
@@ -177,7 +183,8 @@ class BaseLayer(tf.Module):
     if not isinstance(name, str) or not _NAME_RE.match(name):
       raise ValueError('%s: child/variable name %r must be an identifier.' %
                        (self.path, name))
-    if name in self._private_children or name in self._private_vars:
+    if (name in self._private_children or name in self._private_vars or
+        name in self.__dict__.get('_private_keras', ())):
       raise ValueError('%s: %r is already a child or variable of this layer.'
                        % (self.path, name))
 
@@ -192,6 +199,33 @@ class BaseLayer(tf.Module):
         v = _ChildView(v)
       out[k] = v
     return out
+
+  def __setattr__(self, name, value):
+    """Records a Keras layer (or model) set as a public attribute.
+
+    `self.<name> = <keras layer>` makes the Keras layer part of this layer's
+    tree: its variables appear in `vars[name]` (and so in `theta`, in the
+    learners' selection, in `task.vars`) and are saved by
+    `tf.train.Checkpoint` (tf.Module tracks the attribute). If the Keras
+    layer is not built yet, it is renamed `name` and will build inside this
+    layer's name scope, so its variables are named
+    '<self.path>/<name>/<keras variable path>', e.g. 'task/dense/kernel',
+    like `CreateVariable`'s. Build it in `__init__` (`layer.build(shape)`
+    or one call on an example) so the learners see its variables when they
+    bind. A Keras layer already built keeps the variable names Keras gave it.
+
+    Raises:
+      ValueError: if `name` is already a child or variable of this layer.
+    """
+    if (not name.startswith('_') and _IsKerasLayer(value) and
+        '_private_keras' in self.__dict__):
+      if self._private_keras.get(name) is not value:
+        self._CheckNewName(name)
+        _AdoptKerasLayer(value, name, self.path)
+        self._private_keras[name] = value
+    elif '_private_keras' in self.__dict__:
+      self._private_keras.pop(name, None)
+    super().__setattr__(name, value)
 
   def __getattr__(self, name):
     # Children are reachable as attributes, as in Lingvo.
@@ -294,6 +328,8 @@ class BaseLayer(tf.Module):
       sub = _ChildVars(child)
       if sub is not None:
         out[k] = sub
+    for k, keras_layer in self._private_keras.items():
+      out[k] = _KerasVars(keras_layer, '%s.%s' % (self.path, k))
     return out
 
   @property
@@ -336,6 +372,74 @@ def _ChildVars(child):
   if isinstance(child, dict):
     return NestedMap({k: _ChildVars(c) for k, c in child.items()})
   return None
+
+
+def _IsKerasLayer(value):
+  return isinstance(value, tf.keras.layers.Layer)
+
+
+def _AdoptKerasLayer(keras_layer, name, parent_path):
+  """Names an unbuilt Keras layer `name`; it builds in scope `parent_path`.
+
+  Keras names a variable '<tf name scope>/<layer name>/<variable>' when the
+  layer builds; building inside the absolute scope '<parent_path>/<name>/'
+  gives '<parent_path>/<name>/<variable>'. Keras itself wraps `build` per
+  instance the same way (functools.wraps keeps the signature Keras reads).
+  """
+  if keras_layer.built:
+    return
+  keras_layer.name = name
+  keras_build = keras_layer.build
+
+  # wraps: Keras reads build's signature to pass the input shapes by name.
+  @functools.wraps(keras_build)
+  def _BuildInScope(*args, **kwargs):
+    # Absolute scope '<parent_path>/<name>/'; Keras' own scope for the layer
+    # (opened again inside `keras_build`, or already open when the layer
+    # builds on its first call) then adds nothing: it deduplicates against
+    # this one, which names the same layer.
+    with tf.name_scope(parent_path + '/'):
+      with tf.keras.name_scope(name, caller=keras_layer, deduplicate=False):
+        return keras_build(*args, **kwargs)
+
+  keras_layer.build = _BuildInScope
+
+
+def _KerasVars(keras_layer, where):
+  """NestedMap of a Keras layer's tf.Variables, keyed by their Keras paths.
+
+  'dense/kernel' of the layer 'dense' is `out.kernel`; a model's
+  'mlp/hidden/kernel' is `out.hidden.kernel`. Values are the tf.Variables
+  under the Keras variables (what optimizers update and tapes watch).
+  """
+  if not keras_layer.built:
+    raise ValueError(
+        '%s is a Keras layer that is not built, so it has no variables yet '
+        'and no learner would train it. Build it in __init__, e.g. '
+        '`self.%s.build(input_shape)` or one call on an example input.' %
+        (where, where.rsplit('.', 1)[-1]))
+  out = NestedMap()
+  prefix = (keras_layer.path or keras_layer.name) + '/'
+  for kv in keras_layer.variables:
+    var = kv.value if not isinstance(kv, tf.Variable) else kv
+    if not isinstance(var, tf.Variable):
+      raise TypeError('%s: Keras variable %r does not hold a tf.Variable '
+                      '(got %r).' % (where, kv.path, type(var).__name__))
+    path = kv.path[len(prefix):] if kv.path.startswith(prefix) else kv.path
+    keys = [_KerasKey(k) for k in path.split('/')]
+    node = out
+    for k in keys[:-1]:
+      if k not in node:
+        node[k] = NestedMap()
+      node = node[k]
+    node[keys[-1]] = var
+  return out
+
+
+def _KerasKey(part):
+  """A Keras path part as a NestedMap key (identifier characters only)."""
+  key = re.sub(r'[^A-Za-z0-9_]', '_', part)
+  return '_' + key if not key or key[0].isdigit() else key
 
 
 def _InitialValue(init, shape, dtype, seed):

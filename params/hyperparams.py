@@ -91,7 +91,7 @@ class TextSerializable:
   For safety `FromText` calls the named factory only if it is a class with a
   `TextSpec` method, a function decorated with `TextFactory`, or a callable
   defined in one of this project's packages (params, schedules, learner,
-  configs, benchmarks); anything else is refused with a ValueError.
+  layers, configs, benchmarks); anything else is refused with a ValueError.
   """
 
   def TextSpec(self):
@@ -757,7 +757,7 @@ def _SplitOutsideQuotes(line, sep):
 # with `TextFactory`. This keeps `FromText` from calling arbitrary functions
 # (e.g. 'subprocess.run') named in a text file.
 _TRUSTED_FACTORY_PACKAGES = frozenset(
-    ['params', 'schedules', 'learner', 'configs', 'benchmarks'])
+    ['params', 'schedules', 'learner', 'layers', 'configs', 'benchmarks'])
 
 
 def TextFactory(fn):
