@@ -76,7 +76,11 @@ class BaseSchedule(BaseLayer):
                       _Short(value), problem, fix))
 
   def _CheckBoundaries(self, param='boundaries', allow_empty=True):
-    """Checks that params.<param> is a strictly increasing list of numbers."""
+    """Checks that params.<param> is a strictly increasing list of numbers.
+
+    Lingvo accepts equal neighbours (the value between them is never used);
+    here they are refused as a likely typo (docs/lingvo.md).
+    """
     b = self.params.Get(param)
     if b is None:
       b = []
@@ -102,6 +106,13 @@ class BaseSchedule(BaseLayer):
       self._Fail(param, 'must be a number %s 0' % ('>=' if allow_zero else '>'),
                  'Set a %s value.' % ('non-negative' if allow_zero else
                                       'positive'))
+    return v
+
+  def _CheckNumber(self, param):
+    """Checks that params.<param> is a number (int or float, not bool)."""
+    v = self.params.Get(param)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+      self._Fail(param, 'must be a number', 'Set e.g. %s=0.5.' % param)
     return v
 
   def _CheckStepValuePair(self, param):
