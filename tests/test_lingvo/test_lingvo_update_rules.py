@@ -140,3 +140,19 @@ def test_adagrad_refuses_non_positive_initial_accumulator():
 def test_bf16_gradient_all_reduce_is_refused():
   with pytest.raises(ValueError, match='use_bf16_gradients_ar'):
     optimizers.Adam.Params().Set(use_bf16_gradients_ar=True).Instantiate()
+
+
+def test_rmsprop_keras_semantics_with_momentum_matches_keras():
+  """keras_semantics=True with momentum 0.9, epsilon 1e-7: three steps equal
+  keras.optimizers.RMSprop(momentum=0.9), whose rate is also inside the
+  momentum accumulator (Keras 3 RMSprop.update_step)."""
+  import keras  # pylint: disable=g-import-not-at-top
+  grads = [np.float32(2.), np.float32(-1.), np.float32(0.5)]
+  p = optimizers.RMSProp.Params().Set(keras_semantics=True, momentum=0.9,
+                                      epsilon=1e-7)
+  got = _RunOurs(p, grads, 0.1, np.float32(1.))
+  var = keras.Variable(np.float32(1.))
+  opt = keras.optimizers.RMSprop(learning_rate=0.1, momentum=0.9)
+  for g in grads:
+    opt.apply([tf.constant(g)], [var])
+  np.testing.assert_allclose(got, var.numpy(), rtol=1e-6)
