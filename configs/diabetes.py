@@ -32,7 +32,9 @@ class LinearAdamL2:
     p.eval.dev_metric = 'mse'
     p.train.learner = learner_lib.Learner.Params().Set(
         name='learner', loss_name='loss', learning_rate=0.02,
-        optimizer=optimizers.Adam.Params(),
+        # Keras's epsilon, the default when the results were recorded
+        # (Lingvo's Adam default is 1e-6).
+        optimizer=optimizers.Adam.Params().Set(epsilon=1e-7),
         l2_regularizer_weight=1e-3,
         lr_schedule=CosineDecay.Params().Set(total_steps=self.MAX_STEPS,
                                              alpha=0.1))

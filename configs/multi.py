@@ -29,7 +29,12 @@ class TwoLearners:
     first = learner_lib.Learner.Params().Set(
         name='first', loss_name='loss', learning_rate=0.1,
         lr_schedule=ConstantOne.Params(),
-        optimizer=optimizers.Adagrad.Params(),
+        # Adagrad's and Adam's defaults were Keras's when this experiment's
+        # results were recorded; kept explicitly (Lingvo's are 1.0/0 and 1e-6,
+        # and lazy sparse updates for Adagrad; this MLP's gradients are dense).
+        optimizer=optimizers.Adagrad.Params().Set(
+            initial_accumulator_value=0.1, epsilon=1e-7,
+            lazy_sparse_updates=False),
         bprop_variable_filter='layer_0/',
         clip_gradient_single_norm_to_value=1.0)
     rest = learner_lib.Learner.Params().Set(
@@ -37,7 +42,7 @@ class TwoLearners:
         lr_schedule=Warmup.Params().Set(
             warmup_steps=20, schedule=CosineDecay.Params().Set(
                 total_steps=self.MAX_STEPS - 20, alpha=0.05)),
-        optimizer=optimizers.Adam.Params(),
+        optimizer=optimizers.Adam.Params().Set(epsilon=1e-7),
         bprop_variable_filter='layer_1/',
         clip_gradient_norm_to_value=5.0)
     p.train.learner = [first, rest]

@@ -12,21 +12,24 @@ class AnnealingSchedule(BaseSchedule):
   Value(step) = max(init * factor ** step, lower_bound). Steps count applied
   updates.
 
-  Fix of Lingvo's quirk: Lingvo's AnnealingSchedule defines `init` but never
-  uses it (the value always starts at 1). Here `init` is the value at step 0
-  (default 1.0, which gives Lingvo's values), so no parameter is unused.
+  Departure from Lingvo (docs/lingvo.md): Lingvo's AnnealingSchedule
+  requires `init` (asserts it is set) but never uses it, so its value always
+  starts at 1. Here `init` is the value at step 0, so no parameter is
+  unused; init=1 (Lingvo's tests) gives Lingvo's values. Also, Lingvo
+  asserts lower_bound is truthy, so 0 is rejected there and accepted here.
 
-  Source: Lingvo `lingvo/core/schedule.py` AnnealingSchedule.
+  Source: Lingvo 0.14.2 `lingvo/core/schedule.py` AnnealingSchedule (same
+  params and defaults).
 
   Raises:
-    ValueError: at construction, if init <= 0, lower_bound is not set or
-      negative, or factor is not in (0, 1].
+    ValueError: at construction, if init is not set or <= 0, lower_bound is
+      not set or negative, or factor is not in (0, 1].
   """
 
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('init', 1.0, 'Value at step 0; > 0.')
+    p.Define('init', None, 'Value at step 0; must be set (> 0).')
     p.Define('lower_bound', None, 'Floor of the value; must be set (>= 0).')
     p.Define('factor', None, 'Multiplier per step; must be in (0, 1].')
     return p
@@ -34,6 +37,9 @@ class AnnealingSchedule(BaseSchedule):
   def __init__(self, params):
     super().__init__(params)
     p = self.params
+    if p.init is None:
+      self._Fail('init', 'must be set', 'Set the value at step 0, e.g. '
+                 'init=1.0.')
     self._CheckPositive('init')
     if p.lower_bound is None:
       self._Fail('lower_bound', 'must be set', 'Set e.g. lower_bound=0.01.')
@@ -55,22 +61,26 @@ class InverseSigmoid(BaseSchedule):
   Value(step) = k / (k + exp(step / k)): k / (k + 1) at step 0, 1/2 at step
   k * ln(k), decaying to 0. Steps count applied updates.
   Source: Bengio et al., "Scheduled Sampling for Sequence Prediction with
-  Recurrent Neural Networks", NeurIPS 2015, section 2.4; Lingvo
-  `lingvo/core/schedule.py` InverseSigmoid.
+  Recurrent Neural Networks", NeurIPS 2015, section 2.4; Lingvo 0.14.2
+  `lingvo/core/schedule.py` InverseSigmoid (same params, defaults,
+  validation and values).
 
   Raises:
-    ValueError: at construction, if k <= 0.
+    ValueError: at construction, if k is not set or k < 1 (as Lingvo).
   """
 
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('k', 10000.0, 'Time scale k (> 0); larger decays later.')
+    p.Define('k', None, 'Time scale k (>= 1, must be set); larger decays '
+             'later.')
     return p
 
   def __init__(self, params):
     super().__init__(params)
-    self._CheckPositive('k')
+    k = self.params.k
+    if isinstance(k, bool) or not isinstance(k, (int, float)) or k < 1:
+      self._Fail('k', 'must be a number >= 1', 'Set e.g. k=10000.')
 
   def FProp(self, theta, step):
     k = float(self.params.k)
@@ -83,8 +93,10 @@ class EmaDecaySchedule(BaseSchedule):
   Value(step) = min(ema_decay, (1 + step) / (10 + step)) (negative steps
   count as 0): 0.1 at step 0, so early averages follow the weights closely.
   Steps count applied updates.
-  Source: `tf.train.ExponentialMovingAverage` with num_updates; Lingvo
-  `lingvo/core/schedule.py` EmaDecaySchedule.
+  Source: `tf.train.ExponentialMovingAverage` with num_updates; Lingvo 0.14.2
+  `lingvo/core/schedule.py` EmaDecaySchedule (same params, defaults and
+  values for steps >= 0). Departure (docs/lingvo.md): a negative step gives
+  0.1 here; Lingvo's formula gives (1+s)/(10+s), e.g. -0.8 at step -5.
 
   Raises:
     ValueError: at construction, if ema_decay is not in [0, 1].

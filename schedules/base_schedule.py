@@ -76,7 +76,11 @@ class BaseSchedule(BaseLayer):
                       _Short(value), problem, fix))
 
   def _CheckBoundaries(self, param='boundaries', allow_empty=True):
-    """Checks that params.<param> is a strictly increasing list of numbers."""
+    """Checks that params.<param> is a strictly increasing list of numbers.
+
+    Lingvo accepts equal neighbours (the value between them is never used);
+    here they are refused as a likely typo (docs/lingvo.md).
+    """
     b = self.params.Get(param)
     if b is None:
       b = []
@@ -131,6 +135,13 @@ class BaseSchedule(BaseLayer):
     if len(values) != expected:
       self._Fail(param, 'has %d entries but %s' % (len(values), expected_text),
                  fix)
+
+  def _CheckNumber(self, param):
+    """Checks that params.<param> is a number (int or float, not bool)."""
+    v = self.params.Get(param)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+      self._Fail(param, 'must be a number', 'Set e.g. %s=0.5.' % param)
+    return v
 
   def _CheckStepValuePair(self, param):
     """Checks that params.<param> is a pair (step, value) of numbers."""

@@ -47,11 +47,16 @@ class PiecewiseSchedule(BaseSchedule):
   step 0) and is evaluated at step - boundaries[i-1] (0 for the first), so
   a piece counts from 0 wherever it is placed. A step equal to a boundary
   already belongs to the next piece. Steps count applied updates.
-  Source: Lingvo `lingvo/core/schedule.py` PiecewiseSchedule.
+  Source: Lingvo 0.14.2 `lingvo/core/schedule.py` PiecewiseSchedule (same
+  params and defaults). Departure (docs/lingvo.md): Lingvo passes the
+  relative step only through its global-step context, so a Value(step)
+  call with an explicit step gives its sub-schedules the absolute step;
+  here they always see the relative step (Lingvo's Learner path).
 
   Raises:
     ValueError: at construction, if boundaries are negative or not strictly
-      increasing, or len(schedules) != len(boundaries) + 1.
+      increasing (Lingvo accepts equal neighbours; docs/lingvo.md), or
+      len(schedules) != len(boundaries) + 1.
   """
 
   @classmethod
@@ -97,12 +102,15 @@ class PiecewiseSchedule(BaseSchedule):
 
 
 class CycleSchedule(BaseSchedule):
-  """Sub-schedules in a repeating cycle; each sees the absolute step.
+  """Sub-schedules in a repeating cycle.
 
   The cycle has period sum(steps); schedules[i] is active for steps[i] steps
-  of each period, in order, and (unlike PiecewiseSchedule) is evaluated at
-  the absolute step. Steps count applied updates.
-  Source: Lingvo `lingvo/core/schedule.py` CycleSchedule.
+  of each period, in order. With `pass_absolute_step` (the default, as in
+  Lingvo) each sub-schedule is evaluated at the absolute step; without it
+  at the step modulo the period (the position in the current cycle, not
+  relative to the sub-schedule's own start). Steps count applied updates.
+  Source: Lingvo 0.14.2 `lingvo/core/schedule.py` CycleSchedule (same
+  params, defaults and values).
 
   Raises:
     ValueError: at construction, if len(schedules) != len(steps) or a step
@@ -112,10 +120,11 @@ class CycleSchedule(BaseSchedule):
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('schedules', None, 'A list of schedule params, run in turn; '
-             'each sees the absolute step.')
+    p.Define('schedules', None, 'A list of schedule params, run in turn.')
     p.Define('steps', None, 'How many steps (applied updates, positive ints) '
              'each schedule runs per cycle.')
+    p.Define('pass_absolute_step', True, 'If True the sub-schedules see the '
+             'absolute step; if False the step modulo sum(steps).')
     return p
 
   def __init__(self, params):
@@ -134,9 +143,10 @@ class CycleSchedule(BaseSchedule):
     self._boundaries = ends[:-1]
 
   def FProp(self, theta, step):
-    values = [self._ChildValue(s, t, step)
-              for s, t in zip(self.schedules, theta.schedules)]
     relative = tf.math.floormod(step, tf.constant(self._period, tf.int64))
+    seen = step if self.params.pass_absolute_step else relative
+    values = [self._ChildValue(s, t, seen)
+              for s, t in zip(self.schedules, theta.schedules)]
     return PiecewiseConstant(relative, self._boundaries, values)
 
   def Boundaries(self):

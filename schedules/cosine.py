@@ -14,21 +14,22 @@ from schedules.polynomial import LinearSchedule
 class CosineSchedule(BaseSchedule):
   """Cosine decay from initial_value to final_value over total_steps.
 
-  With s = step (or step mod total_steps if `cyclical`) and
-  gap = initial_value - final_value:
-    full cycle (default):  final_value + gap * (1 + cos(pi * min(1, s / T))) / 2
-    half_cycle=True:       final_value + gap * cos(pi / 2 * min(1, s / T))
-  Without `cyclical` the value stays at final_value from total_steps on;
-  with it the decay restarts every total_steps (warm restarts). Steps count
-  applied updates. The step is converted to float64 before the division, so
-  an int64 step works in every mode.
+  With T = total_steps and gap = initial_value - final_value:
+    Value = final_value + gap * (1 + cos(pi * r / T)) / 2
+    r = min(step, T)          if not cyclical (flat at final_value from T)
+    r = step mod T            if cyclical and half_cycle (restart every T)
+    r = step                  if cyclical and not half_cycle (2T period:
+                              down over T steps, back up over the next T)
+  So `half_cycle` only matters with `cyclical`. Steps count applied updates;
+  arithmetic is in float64 (Lingvo: float32), rounded once to float32.
 
   Source: Loshchilov & Hutter, "SGDR: Stochastic Gradient Descent with Warm
-  Restarts", ICLR 2017 (cycles, quarter-wave angle); the 0..pi single cycle
-  as in Lingvo `lingvo/core/schedule.py` CosineSchedule.
+  Restarts", ICLR 2017 (restarts); Lingvo 0.14.2 `lingvo/core/schedule.py`
+  CosineSchedule (same params, defaults and values; docs/lingvo.md).
 
   Raises:
-    ValueError: at construction, if total_steps <= 0.
+    ValueError: at construction, if total_steps <= 0 (Lingvo asserts it in
+      Value()).
   """
 
   @classmethod
@@ -38,10 +39,11 @@ class CosineSchedule(BaseSchedule):
     p.Define('final_value', 0., 'Value at total_steps (and after it unless '
              'cyclical).')
     p.Define('total_steps', 0, 'Applied updates to reach final_value; > 0.')
-    p.Define('cyclical', False, 'If True, restart the decay every '
-             'total_steps steps instead of staying at final_value.')
-    p.Define('half_cycle', False, 'If True, the angle runs from 0 to pi/2 '
-             '(value = final + gap * cos(angle)) instead of 0 to pi.')
+    p.Define('cyclical', False, 'If False, stay at final_value from '
+             'total_steps on; if True, the value cycles (see half_cycle).')
+    p.Define('half_cycle', True, 'Only used if cyclical: True restarts at '
+             'initial_value every total_steps (angle period pi); False lets '
+             'the value rise back over the next total_steps (period 2 pi).')
     return p
 
   def __init__(self, params):
@@ -50,13 +52,14 @@ class CosineSchedule(BaseSchedule):
 
   def FProp(self, theta, step):
     p = self.params
-    if p.cyclical:
-      step = tf.math.floormod(step, tf.constant(int(p.total_steps), tf.int64))
-    frac = tf.clip_by_value(StepAsFloat(step) / float(p.total_steps), 0.0, 1.0)
+    total = int(p.total_steps)
+    if not p.cyclical:
+      step = tf.minimum(step, tf.constant(total, tf.int64))
+    elif p.half_cycle:
+      step = tf.math.floormod(step, tf.constant(total, tf.int64))
+    angle = math.pi * StepAsFloat(step) / float(p.total_steps)
     gap = float(p.initial_value) - float(p.final_value)
-    if p.half_cycle:
-      return p.final_value + gap * tf.cos(0.5 * math.pi * frac)
-    return p.final_value + 0.5 * gap * (1.0 + tf.cos(math.pi * frac))
+    return p.final_value + 0.5 * gap * (1.0 + tf.cos(angle))
 
   def Boundaries(self):
     return [int(self.params.total_steps)]
@@ -67,12 +70,16 @@ class LinearRampupCosineSchedule(BaseSchedule):
 
   Value(step) = min(Linear((0, warmup_init*n) -> (warmup_steps//n,
   initial_value*n)), Cosine(initial_value*n -> final_value*n over
-  total_steps//n)) with n = num_splits. With the default warmup_init=0 the
+  total_steps//n, cyclical)) with n = num_splits; with `cyclical` the
+  cosine restarts every total_steps//n steps (the ramp is not repeated: it
+  is above the cosine after step warmup_steps//n). With warmup_init=0 the
   value is 0 at step 0, as in Lingvo (ported configs keep their values; use
   `Warmup` for a ramp whose first update already trains). Steps count
   applied updates.
 
-  Source: Lingvo `lingvo/core/schedule.py` LinearRampupCosineSchedule.
+  Source: Lingvo 0.14.2 `lingvo/core/schedule.py` LinearRampupCosineSchedule
+  (same params and defaults). Departure (docs/lingvo.md): warmup_steps // n
+  == 0 is accepted here (pure cosine); Lingvo's Value() raises for it.
 
   Raises:
     ValueError: at construction, if total_steps // num_splits <= 0 or
@@ -82,12 +89,15 @@ class LinearRampupCosineSchedule(BaseSchedule):
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('warmup_init', 0., 'Value at step 0 (before scaling by '
+    p.Define('warmup_init', 0, 'Value at step 0 (before scaling by '
              'num_splits).')
     p.Define('warmup_steps', 0, 'Applied updates of the linear ramp; >= 0.')
     p.Define('initial_value', 1.0, 'Peak value, start of the cosine.')
     p.Define('final_value', 0., 'Value at total_steps and after.')
     p.Define('total_steps', 0, 'Applied updates to reach final_value; > 0.')
+    p.Define('cyclical', False, 'If True, the cosine restarts at the peak '
+             'every total_steps // num_splits steps (CosineSchedule with '
+             'cyclical and half_cycle); if False it stays at final_value.')
     p.Define(
         'num_splits', 1, 'Scales values up and step counts down by this '
         'factor (batch splitting); <= 0 uses the current tf.distribute '
@@ -112,7 +122,8 @@ class LinearRampupCosineSchedule(BaseSchedule):
           limit=(warmup, p.initial_value * splits)))
     scheds.append(CosineSchedule.Params().Set(
         initial_value=p.initial_value * splits,
-        final_value=p.final_value * splits, total_steps=total))
+        final_value=p.final_value * splits, total_steps=total,
+        cyclical=p.cyclical))
     self._CreateScheduleChild(
         'combine', CombinedMinimumSchedule.Params().Set(schedules=scheds))
 

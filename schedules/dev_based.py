@@ -2,11 +2,38 @@
 
 import tensorflow as tf
 
+from params import Params
 from schedules.base_schedule import BaseSchedule
 from schedules.base_schedule import ToInt64Step
 
 _MODES = {'min': 'min', 'minimize': 'min', 'minimise': 'min',
           'max': 'max', 'maximize': 'max', 'maximise': 'max'}
+
+
+def MetricHistoryParams():
+  """Params of the dev-metric history (Lingvo's early_stop.MetricHistory).
+
+  Same names and defaults as Lingvo 0.14.2's MetricHistory.Params(). Here the
+  trainer feeds the metric through DevBasedSchedule.UpdateWithMetric, so
+  only `minimize` is read (by UpdateWithMetric when no mode is given); the
+  others (which job and metric Lingvo's evaler wrote, where to) are kept
+  so a ported config sets them without error, and have no effect: the
+  trainer's `eval.dev_metric` names the metric.
+  """
+  p = Params()
+  p.Define('name', 'MetricHistory', 'Name, for messages.')
+  p.Define('jobname', 'eval_dev', 'Lingvo: the job whose metric is tracked. '
+           'No effect here.')
+  p.Define('metric', 'log_pplx', 'Lingvo: the metric tracked. No effect '
+           'here (the trainer\'s eval.dev_metric names it).')
+  p.Define('minimize', True, 'True if a lower metric is better (a loss), '
+           'False if higher is (an accuracy).')
+  p.Define('logdir', '', 'Lingvo: where the history file is. No effect here.')
+  p.Define('tfevent_file', False, 'Lingvo: also write a tf event file. No '
+           'effect here.')
+  p.Define('local_filesystem', False, 'Lingvo: history on a local disk. No '
+           'effect here.')
+  return p
 
 
 class DevBasedSchedule(BaseSchedule):
@@ -32,17 +59,27 @@ class DevBasedSchedule(BaseSchedule):
   the evaler and updated the factor inside Value, here the history lives in
   the variables and Value has no side effects. Steps count applied updates.
 
-  Source: Lingvo `lingvo/core/schedule.py` DevBasedSchedule.
+  Departures (docs/lingvo.md): Lingvo always minimises (its BestStep op is
+  called without `metric_history.minimize`); here `minimize=False` (or
+  UpdateWithMetric's mode) maximises, and the default True is Lingvo's.
+  Lingvo reads the history from the evaler's file; here the trainer calls
+  UpdateWithMetric, so the other metric_history fields have no effect.
+  Source: Lingvo 0.14.2 `lingvo/core/schedule.py` DevBasedSchedule (same
+  params and defaults; Lingvo's testDevBasedSchedule sequence gives the
+  same factors).
 
   Raises:
     ValueError: at construction, if tolerance or window is negative, decay
-      is not in (0, 1], min_factor is not in [0, 1], or metric_mode is not
-      'min' or 'max'.
+      is not in (0, 1], min_factor is not in [0, 1], or
+      metric_history.minimize is not a bool.
   """
 
   @classmethod
   def Params(cls):
     p = super().Params()
+    p.Define('metric_history', MetricHistoryParams(), 'The dev metric\'s '
+             'history (Lingvo\'s MetricHistory params); minimize=True if a '
+             'lower metric is better. UpdateWithMetric\'s mode overrides it.')
     p.Define('tolerance', 0.0, 'Minimum improvement of the metric that '
              'counts as better; >= 0.')
     p.Define('window', 10000, 'Applied updates since the best step or the '
@@ -50,9 +87,6 @@ class DevBasedSchedule(BaseSchedule):
     p.Define('decay', 0.5, 'Factor by which cur_factor is multiplied; in '
              '(0, 1].')
     p.Define('min_factor', 0.01, 'Floor of cur_factor; in [0, 1].')
-    p.Define('metric_mode', 'min', '"min" if a lower dev metric is better '
-             '(a loss), "max" if higher is (an accuracy). UpdateWithMetric\'s '
-             'mode argument overrides it.')
     return p
 
   def __init__(self, params):
@@ -65,9 +99,15 @@ class DevBasedSchedule(BaseSchedule):
     if not (isinstance(p.min_factor, (int, float)) and
             0 <= p.min_factor <= 1):
       self._Fail('min_factor', 'must be in [0, 1]', 'Set e.g. 0.01.')
-    if p.metric_mode not in _MODES:
-      self._Fail('metric_mode', 'must be "min" or "max"',
-                 'Set metric_mode="min" for a loss, "max" for an accuracy.')
+    history = p.metric_history
+    if not isinstance(history, Params) or 'minimize' not in history:
+      self._Fail('metric_history', 'must be MetricHistoryParams()',
+                 'Use schedules.dev_based.MetricHistoryParams().')
+    if not isinstance(history.minimize, bool):
+      raise ValueError(
+          'DevBasedSchedule %r: metric_history.minimize=%r must be a bool. '
+          'Set True for a loss, False for an accuracy.' %
+          (p.name, history.minimize))
     kw = dict(trainable=False,
               aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
     self._cur_factor = self.CreateVariable('cur_factor', [], init=1.0,
@@ -97,7 +137,7 @@ class DevBasedSchedule(BaseSchedule):
       step: Python int or int32/int64 scalar tensor, the learner's
         num_updates when the model was evaluated.
       value: float scalar (Python or tensor), the dev metric.
-      mode: None (use params.metric_mode), 'min'/'minimize' or
+      mode: None (use params.metric_history.minimize), 'min'/'minimize' or
         'max'/'maximize'.
 
     Returns:
@@ -108,7 +148,9 @@ class DevBasedSchedule(BaseSchedule):
       ValueError: for an unknown mode, naming it.
     """
     p = self.params
-    given = p.metric_mode if mode is None else mode
+    if mode is None:
+      mode = 'min' if p.metric_history.minimize else 'max'
+    given = mode
     mode = _MODES.get(given)
     if mode is None:
       raise ValueError('DevBasedSchedule %r: mode=%r must be "min" or "max" '

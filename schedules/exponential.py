@@ -105,10 +105,12 @@ class ContinuousSchedule(BaseSchedule):
 class StepwiseExponentialSchedule(BaseSchedule):
   """Multiplies by `decay` every `num_steps_per_decay` steps.
 
-  Value(step) = decay ** floor(step / num_steps_per_decay), with integer
-  division of the int64 step (never a float division of a large step).
-  Steps count applied updates.
-  Source: Lingvo `lingvo/core/schedule.py` StepwiseExponentialSchedule.
+  Value(step) = decay ** floor(step / num_steps_per_decay). For an int
+  num_steps_per_decay this is an integer division of the int64 step (exact
+  for any step); a float one (e.g. 2.5) divides in float64, as Lingvo
+  divides in float32. Steps count applied updates.
+  Source: Lingvo 0.14.2 `lingvo/core/schedule.py` StepwiseExponentialSchedule
+  (same params, defaults and values).
 
   Raises:
     ValueError: at construction, if num_steps_per_decay <= 0 or decay <= 0.
@@ -129,6 +131,9 @@ class StepwiseExponentialSchedule(BaseSchedule):
 
   def FProp(self, theta, step):
     p = self.params
-    n = tf.math.floordiv(step, tf.constant(int(p.num_steps_per_decay),
-                                           tf.int64))
-    return tf.pow(tf.constant(float(p.decay), tf.float64), StepAsFloat(n))
+    k = p.num_steps_per_decay
+    if isinstance(k, int):
+      n = StepAsFloat(tf.math.floordiv(step, tf.constant(k, tf.int64)))
+    else:
+      n = tf.floor(StepAsFloat(step) / float(k))
+    return tf.pow(tf.constant(float(p.decay), tf.float64), n)

@@ -40,7 +40,9 @@ class PiecewiseConstantSchedule(BaseSchedule):
   Python-int, int32 and int64 steps alike; boundaries may be floats (as
   LinearRampupPiecewiseConstantSchedule makes them).
 
-  Source: Lingvo `lingvo/core/schedule.py` PiecewiseConstantSchedule.
+  Source: Lingvo 0.14.2 `lingvo/core/schedule.py` PiecewiseConstantSchedule
+  (same params, defaults and values). Departure (docs/lingvo.md): equal
+  neighbouring boundaries, accepted by Lingvo, are refused here.
 
   Raises:
     ValueError: at construction, if boundaries are not strictly increasing

@@ -162,9 +162,11 @@ class LinearRampupDecaySchedule(_CombinedMinimumOf):
   """Linear ramp from 0 to 1 at step `peak`, linear decay to 0 at `end`.
 
   Value(step) = step / peak before peak, (end - step) / (end - peak) between
-  peak and end, 0 from end on (0 at step 0, as in Lingvo). peak=0 skips the
-  ramp. Steps count applied updates.
-  Source: Lingvo `lingvo/core/schedule.py` LinearRampupDecaySchedule.
+  peak and end, 0 from end on (0 at step 0, as in Lingvo). Steps count
+  applied updates.
+  Source: Lingvo 0.14.2 `lingvo/core/schedule.py` LinearRampupDecaySchedule
+  (same params, defaults and values). Departure (docs/lingvo.md): peak=0 is
+  accepted here and skips the ramp (value 1 at step 0); Lingvo raises.
 
   Raises:
     ValueError: at construction, if peak < 0 or end <= peak.
@@ -173,8 +175,8 @@ class LinearRampupDecaySchedule(_CombinedMinimumOf):
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('peak', 10000, 'Step (applied updates) where the value is 1.')
-    p.Define('end', 100000, 'Step where the value reaches 0; > peak.')
+    p.Define('peak', 1, 'Step (applied updates) where the value is 1; >= 0.')
+    p.Define('end', 2, 'Step where the value reaches 0; > peak.')
     return p
 
   def __init__(self, params):

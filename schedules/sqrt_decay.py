@@ -41,53 +41,56 @@ class SqrtDecay(BaseSchedule):
 
 
 class SqrtDecayToZero(BaseSchedule):
-  """Inverse square root decay shifted and scaled to reach 0 at num_train_steps.
+  """Inverse square root decay shifted and scaled to reach 0 at final_steps.
 
-  With W = warmup_steps, T = num_train_steps, s = min(max(step, W), T):
-    Value = multiplier * W**-0.5 * (s**-0.5 - T**-0.5) / (W**-0.5 - T**-0.5)
-  so it is flat at multiplier / sqrt(W) until W, follows the inverse square
-  root shifted down, and is 0 at T.
+  With W = warmup_steps, F = final_steps, s = min(max(step, W), F):
+    Value = starting_lr * (s**-0.5 - F**-0.5) / (W**-0.5 - F**-0.5)
+  so it is flat at starting_lr until W, follows the inverse square root
+  shifted down, and is 0 at F. Steps count applied updates.
 
-  Fix of Lingvo's quirk: Lingvo's formula keeps decreasing after
-  num_train_steps and goes negative (a negative rate trains uphill); here the
-  step is clamped at num_train_steps, so the value is exactly 0 from T on.
-  Steps count applied updates.
-
-  Source: Lingvo `lingvo/core/schedule.py` SqrtDecayToZero.
+  Departure from Lingvo (docs/lingvo.md): Lingvo's formula keeps decreasing
+  after final_steps and goes negative (a negative rate trains uphill; its
+  defaults give -0.0023 at step 400000); here the step is clamped at
+  final_steps, so the value is exactly 0 from F on. Before F the values
+  are Lingvo's.
+  Source: Lingvo 0.14.2 `lingvo/core/schedule.py` SqrtDecayToZero (same
+  params and defaults).
 
   Raises:
-    ValueError: at construction, if warmup_steps <= 0 or num_train_steps <=
-      warmup_steps.
+    ValueError: at construction, if warmup_steps <= 0 (Lingvo: "Must be >
+      0") or final_steps <= warmup_steps.
   """
 
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('warmup_steps', 10000, 'Applied updates of the flat start; > 0.')
-    p.Define('num_train_steps', 100000, 'Applied update at which the value '
+    p.Define('warmup_steps', 10000.0, 'Applied updates of the flat start; '
+             '> 0.')
+    p.Define('starting_lr', 0.01, 'Value during the flat start.')
+    p.Define('final_steps', 100000.0, 'Applied update at which the value '
              'reaches 0 and stays there; > warmup_steps.')
-    p.Define('multiplier', 1.0, 'Scale of the value.')
     return p
 
   def __init__(self, params):
     super().__init__(params)
     p = self.params
     self._CheckPositive('warmup_steps')
-    self._CheckPositive('num_train_steps')
-    if not p.num_train_steps > p.warmup_steps:
-      self._Fail('num_train_steps', 'must be > warmup_steps=%r' %
+    self._CheckPositive('final_steps')
+    self._CheckNumber('starting_lr')
+    if not p.final_steps > p.warmup_steps:
+      self._Fail('final_steps', 'must be > warmup_steps=%r' %
                  p.warmup_steps, 'Train for longer than the flat start.')
 
   def FProp(self, theta, step):
     p = self.params
-    w, t = float(p.warmup_steps), float(p.num_train_steps)
-    s = tf.clip_by_value(StepAsFloat(step), w, t)
-    value = (p.multiplier * w**-0.5 * (tf.math.rsqrt(s) - t**-0.5) /
-             (w**-0.5 - t**-0.5))
+    w, f = float(p.warmup_steps), float(p.final_steps)
+    s = tf.clip_by_value(StepAsFloat(step), w, f)
+    value = (p.starting_lr * (tf.math.rsqrt(s) - f**-0.5) /
+             (w**-0.5 - f**-0.5))
     return tf.maximum(value, 0.0)
 
   def Boundaries(self):
-    return [int(self.params.warmup_steps), int(self.params.num_train_steps)]
+    return [int(self.params.warmup_steps), int(self.params.final_steps)]
 
 
 class LinearRampupSqrtDecay(BaseSchedule):
@@ -97,7 +100,8 @@ class LinearRampupSqrtDecay(BaseSchedule):
     Value = peak * min(s / W, sqrt(W / s))
   so step 0 already gives peak / W (the value of step 1), the peak is at W,
   and the value halves every 4x steps after it. Steps count applied updates.
-  Source: Lingvo `lingvo/core/schedule.py` LinearRampupSqrtDecay.
+  Source: Lingvo 0.14.2 `lingvo/core/schedule.py` LinearRampupSqrtDecay (same
+  params, order and defaults).
 
   Raises:
     ValueError: at construction, if warmup_steps <= 0.
@@ -106,8 +110,8 @@ class LinearRampupSqrtDecay(BaseSchedule):
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('warmup_steps', 10000, 'Applied updates of the linear ramp; > 0.')
     p.Define('peak', 1.0, 'Value at warmup_steps.')
+    p.Define('warmup_steps', 4000, 'Applied updates of the linear ramp; > 0.')
     return p
 
   def __init__(self, params):
@@ -135,7 +139,7 @@ class LinearRampupSqrtDecayByBatchSizeAndReplicas(BaseSchedule):
 
   Raises:
     ValueError: at construction, if batch_size is not positive, num_replicas
-      is set and not positive, or warmup_examples is not positive.
+      is negative, or warmup_examples is not positive.
   """
 
   @classmethod
@@ -145,9 +149,9 @@ class LinearRampupSqrtDecayByBatchSizeAndReplicas(BaseSchedule):
              'linear warmup; > 0.')
     p.Define('batch_size', None, 'Per-replica batch size (examples); must be '
              'set.')
-    p.Define('num_replicas', None, 'Number of replicas; None uses the '
+    p.Define('num_replicas', None, 'Number of replicas; None or 0 uses the '
              'current tf.distribute strategy\'s num_replicas_in_sync at '
-             'construction.')
+             'construction (Lingvo: the cluster\'s).')
     return p
 
   def __init__(self, params):
@@ -158,7 +162,7 @@ class LinearRampupSqrtDecayByBatchSizeAndReplicas(BaseSchedule):
       self._Fail('batch_size', 'must be set', 'Set the per-replica batch '
                  'size, e.g. batch_size=128.')
     self._CheckPositive('batch_size')
-    if p.num_replicas is not None:
+    if p.num_replicas:  # None or 0 infers, as Lingvo's `if p.num_replicas`.
       self._CheckPositive('num_replicas')
       self._num_replicas = p.num_replicas
     else:

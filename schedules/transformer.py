@@ -7,81 +7,85 @@ from schedules.base_schedule import StepAsFloat
 
 
 class TransformerSchedule(BaseSchedule):
-  """Linear warmup to warmup_steps, then inverse-power decay.
+  """Linear warmup to warmup_steps, then power-law decay (Lingvo's form).
 
-  With s the effective step and W = warmup_steps * worker_replicas,
-  d = decay_factor:
-    Value = model_dim**-0.5 * min((s + 1) * W**-(1 + d), (s + 1)**-d)
-  which with the default d = 0.5 is Lingvo's (and Vaswani et al.'s)
+  With s the effective step, W = warmup_steps * worker_replicas,
+  d = decay_factor (an exponent, normally negative) and k = start_step:
+    Value = model_dim**-0.5 * min((s + 1) * W**(d - 1), (s + k + 1)**d)
+  which with the default d = -0.5 and k = 0 is Vaswani et al.'s
   model_dim**-0.5 * min((s+1) * W**-1.5, (s+1)**-0.5): finite at step 0,
-  peak at s = W - 1. The effective step s is the step with, in order:
-  `start_step` subtracted (clamped at 0), wrapped modulo `cyclical_step` if
-  set (the warmup and decay restart every cyclical_step steps), and clamped
-  at `decay_end` if set (the value stays flat from there). Steps count
-  applied updates. The step is converted to float64 before any arithmetic,
-  so an int64 step works in every mode.
-
-  `decay_factor`, `start_step` and `cyclical_step` are extensions; their
-  defaults give Lingvo's values exactly.
+  peak at s = W - 1. The effective step s is the step wrapped modulo
+  `cyclical_step` if set (warmup and decay restart every cyclical_step
+  steps), then clamped at `decay_end` if set (flat from there).
+  `start_step` translates only the decay term to the left: the warmup
+  follows the real step (so with k > 0 the decay is reached earlier and
+  lower). W = 0 (warmup_steps=0) gives W**(d-1) = inf, i.e. no warmup: the
+  value is the decay term from step 0, as in Lingvo. Steps count applied
+  updates; arithmetic is in float64 (Lingvo: float32), rounded once to
+  float32.
 
   Source: Vaswani et al., "Attention Is All You Need", NeurIPS 2017, eq. 3;
-  Lingvo `lingvo/core/schedule.py` TransformerSchedule.
+  Lingvo 0.14.2 `lingvo/core/schedule.py` TransformerSchedule (same params,
+  defaults and values; docs/lingvo.md).
 
   Raises:
-    ValueError: at construction, if warmup_steps, model_dim,
-      worker_replicas or decay_factor is not positive, start_step is
-      negative, or decay_end / cyclical_step is set and not positive.
+    ValueError: at construction, if model_dim is not positive, warmup_steps
+      or worker_replicas is negative, decay_factor is not a number,
+      start_step is negative, or decay_end / cyclical_step is set and not
+      positive (cyclical_step must be an int, as Lingvo asserts).
   """
 
   @classmethod
   def Params(cls):
     p = super().Params()
     p.Define('warmup_steps', 4000, 'Applied updates of the linear warmup '
-             '(times worker_replicas); > 0.')
+             '(times worker_replicas); >= 0, 0 for no warmup.')
     p.Define('model_dim', 512, 'Model dimension; the value is scaled by '
              'model_dim**-0.5.')
     p.Define('worker_replicas', 1, 'Number of worker replicas; multiplies '
              'warmup_steps.')
     p.Define('decay_end', None, 'If set, the effective step stops growing at '
              'decay_end (the value is flat from there).')
-    p.Define('decay_factor', 0.5, 'Exponent d of the (s+1)**-d decay; 0.5 is '
-             'the inverse square root of the paper.')
-    p.Define('start_step', 0, 'The schedule counts from this step; earlier '
-             'steps give its value at step 0.')
-    p.Define('cyclical_step', None, 'If set, the effective step is taken '
-             'modulo cyclical_step, restarting warmup and decay.')
+    p.Define('decay_factor', -0.5, 'Exponent d of the decay term '
+             '(s + start_step + 1)**d; -0.5 is the inverse square root of the '
+             'paper.')
+    p.Define('start_step', 0, 'Translates the decay term left in the step '
+             'axis: it is evaluated at step + start_step; the warmup uses the '
+             'real step.')
+    p.Define('cyclical_step', None, 'If set (an int > 0), the effective step '
+             'is taken modulo cyclical_step, restarting warmup and decay.')
     return p
 
   def __init__(self, params):
     super().__init__(params)
     p = self.params
-    for name in ('warmup_steps', 'model_dim', 'worker_replicas',
-                 'decay_factor'):
-      self._CheckPositive(name)
-    self._CheckPositive('start_step', allow_zero=True)
-    for name in ('decay_end', 'cyclical_step'):
-      if p.Get(name) is not None:
-        self._CheckPositive(name)
+    self._CheckPositive('model_dim')
+    for name in ('warmup_steps', 'worker_replicas', 'start_step'):
+      self._CheckPositive(name, allow_zero=True)
+    self._CheckNumber('decay_factor')
+    if p.decay_end is not None:
+      self._CheckPositive('decay_end')
+    if p.cyclical_step is not None:
+      self._CheckPositive('cyclical_step')
+      if not isinstance(p.cyclical_step, int):
+        self._Fail('cyclical_step', 'must be an int', 'Set e.g. 3000.')
 
   def FProp(self, theta, step):
     p = self.params
-    if p.start_step:
-      step = tf.maximum(step - tf.constant(int(p.start_step), tf.int64),
-                        tf.constant(0, tf.int64))
     if p.cyclical_step is not None:
-      step = tf.math.floormod(step, tf.constant(int(p.cyclical_step),
-                                                tf.int64))
+      step = tf.math.floormod(step, tf.constant(p.cyclical_step, tf.int64))
     s = StepAsFloat(step)
     if p.decay_end is not None:
       s = tf.minimum(s, float(p.decay_end))
-    w = float(p.warmup_steps * p.worker_replicas)
+    w = tf.constant(float(p.warmup_steps * p.worker_replicas), tf.float64)
     d = float(p.decay_factor)
-    return float(p.model_dim)**-0.5 * tf.minimum(
-        (s + 1.0) * w**-(1.0 + d), tf.pow(s + 1.0, -d))
+    warmup = (s + 1.0) * tf.pow(w, d - 1.0)  # inf when w = 0 and d < 1.
+    decay = tf.pow(s + float(p.start_step) + 1.0, d)
+    return float(p.model_dim)**-0.5 * tf.minimum(warmup, decay)
 
   def Boundaries(self):
     p = self.params
-    out = {int(p.start_step + p.warmup_steps * p.worker_replicas - 1)}
+    out = {max(int(p.warmup_steps * p.worker_replicas) - 1, 0)}
     if p.decay_end is not None:
       out.add(int(p.decay_end))
     return sorted(out)

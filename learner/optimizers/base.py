@@ -12,9 +12,12 @@ Contract (docs/DESIGN.md, "Optimizer"):
     Regularization", ICLR 2019): `w <- w - lr * wd * w_old`, with the
     scheduled rate and the weights from before this step's update.
   * Sparse gradients (tf.IndexedSlices): duplicate indices are merged first;
-    by default they are densified (same result as a dense gradient);
-    `lazy_sparse_updates=True` updates only the rows present (TF1 semantics)
-    through `_ApplySparse`, for optimizers with SUPPORTS_LAZY_SPARSE.
+    with `lazy_sparse_updates=False` they are densified (same result as a
+    dense gradient); `lazy_sparse_updates=True` updates only the rows
+    present (TF1 semantics) through `_ApplySparse`, for optimizers with
+    SUPPORTS_LAZY_SPARSE. The base default is False; the Lingvo-named
+    classes set TF1's choice (True for SGD, Momentum, Adagrad, RMSProp,
+    AdaDelta; False for Adam).
     Under XLA (`jit_compile=True`) sparse gradients are always densified.
 
 Subclasses implement `_CreateSlots(var)` -> {slot_name: initial value or
@@ -66,8 +69,9 @@ class BaseOptimizer(BaseLayer):
     p.Define(
         'lazy_sparse_updates', False,
         'For tf.IndexedSlices gradients: if True only rows present in the '
-        'batch are updated (their slots too), as in TF1; if False (default) '
-        'the gradient is densified, identical to a dense gradient.')
+        'batch are updated (their slots too), as in TF1; if False the '
+        'gradient is densified, identical to a dense gradient. The Lingvo-'
+        'named classes default to TF1\'s choice (True except for Adam).')
     return p
 
   SUPPORTS_LAZY_SPARSE = False
@@ -77,6 +81,12 @@ class BaseOptimizer(BaseLayer):
 
   def __init__(self, params):
     super().__init__(params)
+    p = self.params
+    if 'use_bf16_gradients_ar' in p and p.use_bf16_gradients_ar:
+      raise ValueError(
+          '%s: use_bf16_gradients_ar=True (Lingvo: all-reduce gradients in '
+          'bfloat16) is not supported. Leave it False; for bfloat16 '
+          'communication use mixed precision (docs/lingvo.md).' % self.path)
     self._num_updates = self.CreateVariable(
         'num_updates', [], init=0, trainable=False, dtype=tf.int64)
     self._slots = {}
@@ -482,13 +492,41 @@ def CheckNoWrapperDecay(layer):
         (layer.path, type(layer).__name__, layer.params.decoupled_weight_decay))
 
 
+def DefineLingvoBaseParams(p):
+  """Defines Lingvo 0.14.2's optimizer.Base params on `p` (in place).
+
+  For the classes under a Lingvo name, so a ported config that sets them
+  keeps working. Here: `use_bf16_gradients_ar` must stay False (refused at
+  construction otherwise); `add_summary_in_apply` has no effect (the
+  learner already reports the rate as the eval metric 'learning_rate');
+  `clear_variable_scope` has no effect (TF2 has no variable scopes).
+  """
+  p.Define('use_bf16_gradients_ar', False, 'Lingvo: all-reduce gradients in '
+           'bfloat16. Only False is supported here.')
+  p.Define('add_summary_in_apply', True, 'Lingvo: write the rate summary in '
+           'Apply. No effect here (see the learner\'s learning_rate metric).')
+  p.Define('clear_variable_scope', None, 'Lingvo: clear the TF1 variable '
+           'scope in Apply. No effect in TF2.')
+  return p
+
+
 class SGD(BaseOptimizer):
   """Plain gradient descent: w <- w - lr * g (TF's ResourceApplyGradientDescent).
 
-  Lazy sparse update: scatter_sub of lr * g on the rows present.
+  Lazy sparse update: scatter_sub of lr * g on the rows present; the
+  default, as TF1's GradientDescentOptimizer that Lingvo wraps (for SGD a
+  lazy and a dense update give the same numbers).
+  Source: Lingvo 0.14.2 `lingvo/core/optimizer.py` SGD (no params of its
+  own; the base params differ, docs/lingvo.md).
   """
 
   SUPPORTS_LAZY_SPARSE = True
+
+  @classmethod
+  def Params(cls):
+    p = DefineLingvoBaseParams(super().Params())
+    p.lazy_sparse_updates = True  # TF1's (Lingvo's) sparse SGD.
+    return p
 
   def _ApplyDense(self, lr, var, grad, slots):
     del slots

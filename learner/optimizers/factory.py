@@ -37,7 +37,7 @@ _OPTIMIZERS = {
                                  'weight_decay': 'decoupled_weight_decay'}),
     'adagrad': (update_rules.Adagrad, {}),
     'rmsprop': (update_rules.RMSProp, {'rho': 'decay'}),
-    'adadelta': (update_rules.AdaDelta, {}),
+    'adadelta': (update_rules.AdaDelta, {'rho': 'decay'}),
     'adafactor': (update_rules.Adafactor, {'beta_1': 'beta1'}),
     'lamb': (update_rules.LAMB, {'beta_1': 'beta1', 'beta_2': 'beta2'}),
     'lion': (update_rules.Lion, {'beta_1': 'beta1', 'beta_2': 'beta2',
@@ -147,8 +147,8 @@ def get_optimizer_fn(name, **kwargs):  # pylint: disable=invalid-name
     **kwargs: `learning_rate` (the base rate, float; the learner uses it when
       its own learning_rate is unset), the optimizer's param names, and the
       MoXing/TF1/Keras names: `momentum` for Momentum's alpha, `beta_1` /
-      `beta_2`, `rho` (RMSProp's decay), `weight_decay` (AdamW, Lion:
-      decoupled_weight_decay).
+      `beta_2`, `rho` (RMSProp's and AdaDelta's decay), `weight_decay`
+      (AdamW, Lion: decoupled_weight_decay).
 
   Returns:
     An `OptimizerFn`: callable (builds the optimizer), with `.Params()`,

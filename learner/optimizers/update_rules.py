@@ -10,6 +10,12 @@ used for bias correction is `num_updates + 1` at the time of the update.
 Sparse gradients give the dense result unless `lazy_sparse_updates=True`
 (then only the rows in the batch move, slots included, for the optimizers
 with a sparse update; the others densify, which the class docstring says).
+
+The classes named as Lingvo's (SGD, Momentum, Adam, Adagrad, RMSProp,
+AdaDelta) take Lingvo 0.14.2's params and defaults and compute its (TF1
+optimizers') numbers, including `lazy_sparse_updates` defaulting to TF1's
+behaviour per class (lazy for all but Adam); docs/lingvo.md lists the few
+deliberate differences.
 """
 
 import re
@@ -18,6 +24,7 @@ import tensorflow as tf
 
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.base import BaseOptimizer
+from learner.optimizers.base import DefineLingvoBaseParams
 from learner.optimizers.base import SGD  # pylint: disable=unused-import
 
 
@@ -33,7 +40,10 @@ class Momentum(BaseOptimizer):
   use_nesterov: w <- w - lr * (g + alpha * v)  (v already updated).
   The rate multiplies the whole velocity, so a drop in lr takes effect at
   once (unlike Keras' SGD(momentum), where v absorbs the rate).
-  Slot: 'momentum' (zeros). Sparse: ResourceSparseApplyMomentum.
+  Slot: 'momentum' (zeros). Sparse: ResourceSparseApplyMomentum; lazy by
+  default (`lazy_sparse_updates=True`), as TF1's MomentumOptimizer that
+  Lingvo wraps: rows absent from a sparse gradient keep their velocity and
+  do not move.
 
   Folded gradient scale (`fold_grad_scale`, default True): when the learner
   applies `c_t * g` (its clip scale, under accumulation times 1/sum(weight))
@@ -49,7 +59,9 @@ class Momentum(BaseOptimizer):
   lazy sparse update, Nesterov momentum or fold_grad_scale=False keep s
   and multiply the gradient by c_t / s instead.
   Source: Polyak 1964; Sutskever et al., ICML 2013 (Nesterov form); the
-  fold is this project's (benchmarks/README.md, tf_fused_folded).
+  fold is this project's (benchmarks/README.md, tf_fused_folded); Lingvo
+  0.14.2 `lingvo/core/optimizer.py` Momentum (same params and defaults;
+  `fold_grad_scale` is an extension that does not change the numbers).
   """
 
   SUPPORTS_LAZY_SPARSE = True
@@ -57,7 +69,8 @@ class Momentum(BaseOptimizer):
 
   @classmethod
   def Params(cls):
-    p = super().Params()
+    p = DefineLingvoBaseParams(super().Params())
+    p.lazy_sparse_updates = True  # TF1's (Lingvo's) sparse Momentum.
     p.Define('alpha', 0.9, 'Momentum coefficient alpha in [0, 1).')
     p.Define('use_nesterov', False, 'Use Nesterov momentum.')
     p.Define(
@@ -160,21 +173,36 @@ class Adam(BaseOptimizer):
   bias correction; it equals the paper's epsilon times sqrt(1 - beta2^t).
   Slots: 'm', 'v' (zeros). Lazy sparse update (`lazy_sparse_updates`):
   only the rows in the batch move (TF1's LazyAdam); no fused kernel exists,
-  so it is written with gathers and scatters.
+  so it is written with gathers and scatters. The default is dense, as
+  TF1's AdamOptimizer (which Lingvo wraps) decays every row's m and v.
+  epsilon defaults to Lingvo's 1e-6; Keras's Adam has the same formula with
+  epsilon 1e-7 (set epsilon=1e-7 for Keras's numbers). `ParamsA()` and
+  `ParamsB()` are Lingvo's presets.
   Source: Kingma & Ba, "Adam: A Method for Stochastic Optimization", ICLR
-  2015, Algorithm 1.
+  2015, Algorithm 1; Lingvo 0.14.2 `lingvo/core/optimizer.py` Adam (same
+  params, defaults and presets).
   """
 
   SUPPORTS_LAZY_SPARSE = True
 
   @classmethod
   def Params(cls):
-    p = super().Params()
+    p = DefineLingvoBaseParams(super().Params())
     p.Define('beta1', 0.9, 'Decay of the first moment estimate.')
     p.Define('beta2', 0.999, 'Decay of the second moment estimate.')
-    p.Define('epsilon', 1e-7,
+    p.Define('epsilon', 1e-6,
              'Epsilon hat: added to sqrt(v) (not bias corrected).')
     return p
+
+  @classmethod
+  def ParamsA(cls):
+    """Lingvo's preset A: beta1 0.9, beta2 0.997, epsilon 1e-9."""
+    return cls.Params().Set(beta1=0.9, beta2=0.997, epsilon=1e-9)
+
+  @classmethod
+  def ParamsB(cls):
+    """Lingvo's preset B: beta1 0.9, beta2 0.98, epsilon 1e-9."""
+    return cls.Params().Set(beta1=0.9, beta2=0.98, epsilon=1e-9)
 
   def _CreateSlots(self, var):
     return {'m': None, 'v': None}
@@ -214,6 +242,8 @@ class AdamW(Adam):
 
   Exactly `Adam` with `decoupled_weight_decay` (see BaseOptimizer):
   w <- w - lr * adam_step - lr * wd * w_old, with the scheduled rate.
+  AdamW is not a Lingvo class: it keeps Keras's AdamW epsilon (1e-7), not
+  Lingvo Adam's 1e-6.
   Source: Loshchilov & Hutter, "Decoupled Weight Decay Regularization", ICLR
   2019, Algorithm 2.
   """
@@ -222,6 +252,7 @@ class AdamW(Adam):
   def Params(cls):
     p = super().Params()
     p.decoupled_weight_decay = 0.01
+    p.epsilon = 1e-7
     return p
 
 
@@ -229,30 +260,42 @@ class Adagrad(BaseOptimizer):
   """Adagrad (TF's ResourceApplyAdagradV2).
 
   a <- a + g^2;  w <- w - lr * g / (sqrt(a) + epsilon)
-  Slot: 'accumulator' (initial_accumulator_value). Sparse:
-  ResourceSparseApplyAdagradV2.
-  Source: Duchi, Hazan & Singer, JMLR 2011.
+  Slot: 'accumulator' (initial_accumulator_value, Lingvo's default 1.0).
+  With the default epsilon=0 this is TF1's AdagradOptimizer, which Lingvo
+  wraps (no epsilon); `epsilon` is an extension (Keras adds 1e-7). Sparse:
+  ResourceSparseApplyAdagradV2, lazy by default as in TF1 (for Adagrad a
+  lazy and a dense update give the same numbers).
+  Source: Duchi, Hazan & Singer, JMLR 2011; Lingvo 0.14.2
+  `lingvo/core/optimizer.py` Adagrad (same params, defaults, validation).
 
   Raises:
-    ValueError: at construction if initial_accumulator_value < 0.
+    ValueError: at construction if initial_accumulator_value <= 0 (as TF1's
+      AdagradOptimizer) or epsilon < 0.
   """
 
   SUPPORTS_LAZY_SPARSE = True
 
   @classmethod
   def Params(cls):
-    p = super().Params()
-    p.Define('initial_accumulator_value', 0.1,
-             'Starting value of the squared-gradient accumulator (>= 0).')
-    p.Define('epsilon', 1e-7, 'Added to sqrt(accumulator).')
+    p = DefineLingvoBaseParams(super().Params())
+    p.lazy_sparse_updates = True  # TF1's (Lingvo's) sparse Adagrad.
+    p.Define('initial_accumulator_value', 1.0,
+             'Starting value of the squared-gradient accumulator (> 0).')
+    p.Define('epsilon', 0.0, 'Added to sqrt(accumulator); 0 is TF1/Lingvo, '
+             'Keras uses 1e-7.')
     return p
 
   def __init__(self, params):
     super().__init__(params)
-    if self.params.initial_accumulator_value < 0:
+    p = self.params
+    if not p.initial_accumulator_value > 0:
       raise ValueError(
-          '%s: initial_accumulator_value=%r must be >= 0.' %
-          (self.path, self.params.initial_accumulator_value))
+          '%s: initial_accumulator_value=%r must be > 0 (TF1 and Lingvo '
+          'refuse it too). Use e.g. 0.1.' %
+          (self.path, p.initial_accumulator_value))
+    if not p.epsilon >= 0:
+      raise ValueError('%s: epsilon=%r must be >= 0. Use 0 (Lingvo) or 1e-7 '
+                       '(Keras).' % (self.path, p.epsilon))
 
   def _CreateSlots(self, var):
     return {'accumulator': float(self.params.initial_accumulator_value)}
@@ -271,32 +314,44 @@ class Adagrad(BaseOptimizer):
 
 
 class RMSProp(BaseOptimizer):
-  """RMSProp (TF's ResourceApply[Centered]RMSProp).
+  """RMSProp with TF1's (Lingvo's) semantics (ResourceApply[Centered]RMSProp).
 
   ms <- decay * ms + (1 - decay) * g^2
   centered: mg <- decay * mg + (1 - decay) * g;  denom = ms - mg^2
   mom <- momentum * mom + lr * g / sqrt(denom + epsilon);  w <- w - mom
-  Note epsilon is inside the square root. Slots 'ms', 'mom' (and 'mg' when
-  centered) start at zero, as in Keras (TF1's RMSPropOptimizer started ms at
-  one). Sparse: ResourceSparseApply[Centered]RMSProp.
+  epsilon is inside the square root and the rate inside the momentum
+  accumulator. The mean-square slot 'ms' starts at 1.0, as in TF1's
+  RMSPropOptimizer (so the first steps are small: ms = 1 + ...);
+  'mom' (and 'mg' when centered) start at zero. Defaults are Lingvo's:
+  decay 0.9, momentum 0.9, epsilon 1.0.
+  `keras_semantics=True` starts 'ms' at zero instead, as Keras's RMSprop
+  (whose update is otherwise this one: epsilon inside the sqrt, rate inside
+  the momentum; its defaults are momentum 0, epsilon 1e-7, set them too).
+  Sparse: ResourceSparseApply[Centered]RMSProp, lazy by default as in TF1.
   Source: Tieleman & Hinton, COURSERA Neural Networks lecture 6.5, 2012;
-  centered form: Graves, "Generating Sequences With RNNs", 2013, eq. 38-45.
+  centered form: Graves, "Generating Sequences With RNNs", 2013, eq. 38-45;
+  Lingvo 0.14.2 `lingvo/core/optimizer.py` RMSProp (same params and
+  defaults; `centered` and `keras_semantics` are extensions, off by
+  default).
   """
 
   SUPPORTS_LAZY_SPARSE = True
 
   @classmethod
   def Params(cls):
-    p = super().Params()
+    p = DefineLingvoBaseParams(super().Params())
+    p.lazy_sparse_updates = True  # TF1's (Lingvo's) sparse RMSProp.
     p.Define('decay', 0.9, 'Decay (Keras: rho) of the mean square.')
-    p.Define('momentum', 0.0, 'Momentum coefficient.')
-    p.Define('epsilon', 1e-7, 'Added to the mean square inside the sqrt.')
+    p.Define('momentum', 0.9, 'Momentum coefficient.')
+    p.Define('epsilon', 1.0, 'Added to the mean square inside the sqrt.')
     p.Define('centered', False,
              'Normalise by the centered second moment (variance estimate).')
+    p.Define('keras_semantics', False, 'If True the mean-square slot starts '
+             'at 0 (Keras); if False at 1 (TF1 and Lingvo).')
     return p
 
   def _CreateSlots(self, var):
-    slots = {'ms': None, 'mom': None}
+    slots = {'ms': 0.0 if self.params.keras_semantics else 1.0, 'mom': None}
     if self.params.centered:
       slots['mg'] = None
     return slots
@@ -329,21 +384,25 @@ class RMSProp(BaseOptimizer):
 class AdaDelta(BaseOptimizer):
   """AdaDelta (TF's ResourceApplyAdadelta).
 
-  a <- rho * a + (1 - rho) * g^2
+  a <- decay * a + (1 - decay) * g^2
   u = sqrt(au + epsilon) / sqrt(a + epsilon) * g
-  w <- w - lr * u;  au <- rho * au + (1 - rho) * u^2
+  w <- w - lr * u;  au <- decay * au + (1 - decay) * u^2
   Slots 'accum', 'accum_update' (zeros). With lr = 1 this is the paper's
-  method. Sparse: ResourceSparseApplyAdadelta.
-  Source: Zeiler, "ADADELTA: An Adaptive Learning Rate Method", 2012, Alg. 1.
+  method. `decay` is TF1's and Keras's `rho`. Sparse:
+  ResourceSparseApplyAdadelta, lazy by default as in TF1.
+  Source: Zeiler, "ADADELTA: An Adaptive Learning Rate Method", 2012, Alg. 1;
+  Lingvo 0.14.2 `lingvo/core/optimizer.py` AdaDelta (same params and
+  defaults).
   """
 
   SUPPORTS_LAZY_SPARSE = True
 
   @classmethod
   def Params(cls):
-    p = super().Params()
-    p.Define('rho', 0.95, 'Decay of both accumulators.')
-    p.Define('epsilon', 1e-7, 'Added inside both square roots.')
+    p = DefineLingvoBaseParams(super().Params())
+    p.lazy_sparse_updates = True  # TF1's (Lingvo's) sparse AdaDelta.
+    p.Define('decay', 0.95, 'Decay of both accumulators (TF1/Keras: rho).')
+    p.Define('epsilon', 1e-8, 'Added inside both square roots.')
     return p
 
   def _CreateSlots(self, var):
@@ -353,7 +412,7 @@ class AdaDelta(BaseOptimizer):
     p = self.params
     return dict(var=var.handle, accum=slots['accum'].handle,
                 accum_update=slots['accum_update'].handle, lr=_C(lr, var),
-                rho=_C(p.rho, var), epsilon=_C(p.epsilon, var),
+                rho=_C(p.decay, var), epsilon=_C(p.epsilon, var),
                 use_locking=False)
 
   def _ApplyDense(self, lr, var, grad, slots):

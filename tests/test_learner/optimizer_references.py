@@ -68,7 +68,10 @@ class RefAdagrad(RefSGD):
 class RefRMSProp(RefSGD):
 
   def slots(self, w):
-    s = {'ms': np.zeros_like(w), 'mom': np.zeros_like(w)}
+    # TF1's RMSPropOptimizer (Lingvo 0.14.2 optimizer.py RMSProp wraps it)
+    # starts the mean square at ones; Keras (keras_semantics) at zeros.
+    ms0 = 0.0 if self.p.keras_semantics else 1.0
+    s = {'ms': np.full_like(w, ms0), 'mom': np.zeros_like(w)}
     if self.p.centered:
       s['mg'] = np.zeros_like(w)
     return s
@@ -91,7 +94,7 @@ class RefAdaDelta(RefSGD):
     return {'accum': np.zeros_like(w), 'accum_update': np.zeros_like(w)}
 
   def step(self, t, lr, w, g, s):
-    rho, eps = F(self.p.rho), F(self.p.epsilon)
+    rho, eps = F(self.p.decay), F(self.p.epsilon)  # Lingvo's name for rho.
     s['accum'] = _f(rho * s['accum'] + (1 - rho) * g * g)
     u = np.sqrt(s['accum_update'] + eps) / np.sqrt(s['accum'] + eps) * g
     s['accum_update'] = _f(rho * s['accum_update'] + (1 - rho) * u * u)

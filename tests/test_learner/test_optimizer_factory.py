@@ -36,7 +36,8 @@ _HAS_ACCUMULATION = importlib.util.find_spec(
      optimizers.Adagrad.Params().Set(initial_accumulator_value=0.5)),
     ('rmsprop', {'rho': 0.8, 'centered': True},
      optimizers.RMSProp.Params().Set(decay=0.8, centered=True)),
-    ('adadelta', {'rho': 0.9}, optimizers.AdaDelta.Params().Set(rho=0.9)),
+    # Lingvo 0.14.2 optimizer.py AdaDelta names TF1's rho `decay`.
+    ('adadelta', {'rho': 0.9}, optimizers.AdaDelta.Params().Set(decay=0.9)),
     ('adafactor', {'decay_rate': 0.7}, optimizers.Adafactor.Params().Set(
         decay_rate=0.7)),
     ('lamb', {'weight_decay': 0.01}, optimizers.LAMB.Params().Set(

@@ -189,7 +189,8 @@ def test_s25_piecewise_schedule_pieces_see_relative_step():
 
 
 def test_s27_annealing_schedule():
-  s = Build(sch.AnnealingSchedule, lower_bound=0.5, factor=0.8)
+  # Lingvo 0.14.2 schedule_test.py testAnnealingSchedule sets init=1.
+  s = Build(sch.AnnealingSchedule, init=1, lower_bound=0.5, factor=0.8)
   np.testing.assert_allclose(Values(s, [0, 1, 2, 3, 4]),
                              [1, 0.8, 0.64, 0.512, 0.5], rtol=1e-5)
 

@@ -53,8 +53,11 @@ BAD = [
          warmup_steps=-1, total_steps=10), 'warmup_steps'),
     ('rampup_exponential_negative_warmup',
      sch.LinearRampupExponentialDecay.Params().Set(warmup=-1), 'warmup'),
-    ('transformer_zero_warmup', sch.TransformerSchedule.Params().Set(
-        warmup_steps=0), 'warmup_steps'),
+    # Lingvo 0.14.2 accepts warmup_steps=0 (schedule_test.py
+    # testTransformerScheduleCycle uses it; tests/test_lingvo covers it), so
+    # only a negative warmup is refused.
+    ('transformer_negative_warmup', sch.TransformerSchedule.Params().Set(
+        warmup_steps=-1), 'warmup_steps'),
     # start after limit.
     ('polynomial_start_after_limit', sch.PolynomialSchedule.Params().Set(
         start=(100, 1.), limit=(50, 0.)), 'start'),
@@ -84,15 +87,23 @@ BAD = [
         step_size=10, boundaries=[5]), 'step_size'),
     ('step_decay_factor', sch.StepDecay.Params().Set(
         step_size=10, factor=2.0), 'factor'),
+    # Lingvo 0.14.2 names the end `final_steps` (schedule.py SqrtDecayToZero).
     ('sqrt_decay_to_zero_end', sch.SqrtDecayToZero.Params().Set(
-        num_train_steps=5000), 'num_train_steps'),
+        final_steps=5000), 'final_steps'),
+    # Lingvo 0.14.2's AnnealingSchedule init defaults to None and must be set
+    # (schedule.py: `assert p.init`).
+    ('annealing_no_init', sch.AnnealingSchedule.Params().Set(
+        lower_bound=0.1, factor=0.5), 'init'),
     ('annealing_no_lower_bound', sch.AnnealingSchedule.Params().Set(
-        factor=0.5), 'lower_bound'),
+        init=1.0, factor=0.5), 'lower_bound'),
     ('annealing_factor', sch.AnnealingSchedule.Params().Set(
-        lower_bound=0.1, factor=1.5), 'factor'),
+        init=1.0, lower_bound=0.1, factor=1.5), 'factor'),
     ('ema_decay_range', sch.EmaDecaySchedule.Params().Set(ema_decay=1.5),
      'ema_decay'),
     ('inverse_sigmoid_k', sch.InverseSigmoid.Params().Set(k=0.), 'k'),
+    # Lingvo 0.14.2 InverseSigmoid: `if not p.k or p.k < 1: raise ValueError`.
+    ('inverse_sigmoid_k_unset', sch.InverseSigmoid.Params(), 'k'),
+    ('inverse_sigmoid_k_below_1', sch.InverseSigmoid.Params().Set(k=0.5), 'k'),
     ('rampup_decay_end', sch.LinearRampupDecaySchedule.Params().Set(
         peak=100, end=100), 'end'),
     ('rampup_exponential_num_splits',
@@ -113,8 +124,9 @@ BAD = [
     ('linear_scaling_no_batch', sch.LinearScaling.Params(), 'batch_size'),
     ('linear_scaling_base', sch.LinearScaling.Params().Set(
         global_batch_size=512, base_batch_size=0), 'base_batch_size'),
+    # Lingvo 0.14.2 has metric_history (MetricHistory params), not metric_mode.
     ('dev_based_mode', sch.DevBasedSchedule.Params().Set(
-        metric_mode='lower'), 'metric_mode'),
+        **{'metric_history.minimize': 'lower'}), 'metric_history.minimize'),
     ('dev_based_decay', sch.DevBasedSchedule.Params().Set(decay=0.), 'decay'),
 ]
 

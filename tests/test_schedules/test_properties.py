@@ -46,8 +46,9 @@ CATALOG = {
         steps=[5, 3], schedules=[Const(1.0), Lin((0, 0.5), (100, 0.0))]),
     'CosineSchedule_cyclical': sch.CosineSchedule.Params().Set(
         initial_value=2.0, final_value=0.5, total_steps=30, cyclical=True),
+    # Lingvo 0.14.2's half_cycle=False (with cyclical): a 2*T period.
     'CosineSchedule_half_cycle': sch.CosineSchedule.Params().Set(
-        total_steps=30, half_cycle=True),
+        total_steps=30, cyclical=True, half_cycle=False),
     'LinearRampupCosineSchedule': sch.LinearRampupCosineSchedule.Params().Set(
         warmup_steps=10, initial_value=3.0, final_value=1.0, total_steps=80),
     'CosineDecay': sch.CosineDecay.Params().Set(total_steps=50, alpha=0.1),
@@ -59,14 +60,14 @@ CATALOG = {
         warmup_steps=20, model_dim=16, decay_end=100),
     'TransformerSchedule_cyclical': sch.TransformerSchedule.Params().Set(
         warmup_steps=8, model_dim=16, start_step=3, cyclical_step=50,
-        decay_factor=1.0),
+        decay_factor=-1.0),
     'TransformerScheduleNoWarmUp': sch.TransformerScheduleNoWarmUp.Params(
     ).Set(decay_start=20, model_dim=16),
     'TransformerMLPerfSchedule': sch.TransformerMLPerfSchedule.Params().Set(
         warmup_steps=20, warmup_init_fraction=0.1, model_dim=16),
     'SqrtDecay': sch.SqrtDecay.Params().Set(warmup_steps=20, offset=5.0),
     'SqrtDecayToZero': sch.SqrtDecayToZero.Params().Set(
-        warmup_steps=20, num_train_steps=100, multiplier=2.0),
+        warmup_steps=20.0, final_steps=100.0, starting_lr=0.5),
     'LinearRampupSqrtDecay': sch.LinearRampupSqrtDecay.Params().Set(
         warmup_steps=20, peak=2.0),
     'LinearRampupSqrtDecayByBatchSizeAndReplicas':

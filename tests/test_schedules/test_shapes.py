@@ -127,14 +127,18 @@ def test_transformer_decay_end_is_flat_after():
 
 
 def test_transformer_start_step_cyclical_step_and_decay_factor():
+  # Lingvo 0.14.2 schedule.py TransformerSchedule: decay_factor d is the
+  # exponent (-1 here) and start_step k shifts only the decay term:
+  # 16**-0.5 * min((s+1) * 8**(d-1), (s+k+1)**d), s = step mod 50.
   base = Build(sch.TransformerSchedule, warmup_steps=8, model_dim=16,
-               decay_factor=1.0)
+               decay_factor=-1.0)
   s = Build(sch.TransformerSchedule, warmup_steps=8, model_dim=16,
-            decay_factor=1.0, start_step=3, cyclical_step=50)
-  # Effective step ((step - 3) clamped at 0) mod 50.
-  np.testing.assert_allclose(Values(s, [0, 3, 10, 52, 53, 60]),
-                             Values(base, [0, 0, 7, 49, 0, 7]), rtol=1e-6)
-  # d = 1: 16**-0.5 * min((s+1) / 8**2, 1 / (s+1)).
+            decay_factor=-1.0, start_step=3, cyclical_step=50)
+  cyc = np.array([0, 3, 10, 52, 53, 60]) % 50
+  np.testing.assert_allclose(
+      Values(s, [0, 3, 10, 52, 53, 60]),
+      0.25 * np.minimum((cyc + 1) / 64, 1 / (cyc + 4)), rtol=1e-6)
+  # d = -1: 16**-0.5 * min((s+1) / 8**2, 1 / (s+1)).
   np.testing.assert_allclose(Values(base, [0, 7, 15]),
                              [0.25 / 64, 0.25 / 8, 0.25 / 16], rtol=1e-6)
 
@@ -155,11 +159,13 @@ def test_cosine_schedule_cyclical_restarts_and_half_cycle():
   np.testing.assert_allclose(Values(cyc, [0, 15, 29, 30, 45, 75]),
                              [full(0), full(15), full(29), 2.0, full(15),
                               full(15)], rtol=1e-6)
-  half = Build(sch.CosineSchedule, total_steps=30, half_cycle=True)
-  np.testing.assert_allclose(Values(half, [0, 10, 15, 30, 60]),
-                             [1.0, math.cos(math.pi / 6),
-                              math.cos(math.pi / 4), 0.0, 0.0],
-                             rtol=1e-6, atol=1e-7)
+  # Lingvo 0.14.2 schedule.py CosineSchedule: cyclical with half_cycle=False
+  # runs the angle on (period 2 pi): down over 30 steps, back up over 30.
+  half = Build(sch.CosineSchedule, total_steps=30, cyclical=True,
+               half_cycle=False)
+  np.testing.assert_allclose(Values(half, [0, 10, 15, 30, 45, 60]),
+                             [1.0, 0.5 * (1 + math.cos(math.pi / 3)), 0.5,
+                              0.0, 0.5, 1.0], rtol=1e-6, atol=1e-7)
 
 
 def test_linear_rampup_cosine_continuous_at_warmup_join():
@@ -279,8 +285,9 @@ def test_epochs_to_updates():
 
 
 def test_dev_based_maximise_and_value_under_xla():
+  # Lingvo 0.14.2's param is metric_history (minimize), not metric_mode.
   s = Build(sch.DevBasedSchedule, window=2, decay=0.5, min_factor=0.1,
-            metric_mode='max')
+            **{'metric_history.minimize': False})
   xla = tf.function(s.Value, jit_compile=True)
   # Accuracy 0.5 @1, 0.6 @2 (better), 0.6 @5 (not better, 5 - 2 >= 2: decay).
   for step, acc, want in [(1, 0.5, 1.0), (2, 0.6, 1.0), (5, 0.6, 0.5)]:
