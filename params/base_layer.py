@@ -101,6 +101,7 @@ class BaseLayer(tf.Module):
     return p
 
   def _Build(self, name, params):
+    _CheckChildParams(self.path, name, params)
     p = self._InheritBaseParams(params)
     if not p.name:
       p.name = name
@@ -120,6 +121,8 @@ class BaseLayer(tf.Module):
 
     Raises:
       ValueError: if `name` is taken or not an identifier.
+      TypeError: if `params` is not InstantiableParams (e.g. a class, an
+        unbound `X.Params` or an object); the message says what to pass.
     """
     self._CheckNewName(name)
     child = self._Build(name, params)
@@ -365,3 +368,35 @@ def _InitialValue(init, shape, dtype, seed):
   if initializer is None:
     return tf.zeros(shape, dtype)
   return tf.convert_to_tensor(initializer(shape, dtype=dtype), dtype)
+
+
+def _CheckChildParams(parent_path, name, params):
+  """Raises TypeError, with the fix, unless `params` can be instantiated.
+
+  The usual mistakes: a class (`Adam` instead of `Adam.Params()`), the
+  unbound method (`Adam.Params` without the call), or a built object (a Keras
+  optimizer or schedule instance) where params are expected.
+  """
+  if isinstance(params, hyperparams.InstantiableParams):
+    return
+  where = '%s.%s' % (parent_path, name) if parent_path else name
+  if isinstance(params, type) and callable(getattr(params, 'Params', None)):
+    fix = 'pass %s.Params() (params, not the class).' % params.__name__
+  elif callable(params) and getattr(params, '__name__', '') == 'Params':
+    owner = getattr(getattr(params, '__self__', None), '__name__', 'X')
+    fix = 'call it: %s.Params().' % owner
+  else:
+    fix = ('pass the Params of one of our layers (e.g. <Class>.Params()); '
+           'a Keras object has its own adapter, see the param\'s doc.')
+  raise TypeError('%s: expected InstantiableParams, got %s. Fix: %s' %
+                  (where, _Describe(params), fix))
+
+
+def _Describe(value):
+  """'the class X', 'X.Params (a method)', or 'an instance of m.X'."""
+  if isinstance(value, type):
+    return 'the class %s' % value.__name__
+  if callable(value) and getattr(value, '__name__', '') == 'Params':
+    return '%s (a method, not called)' % getattr(value, '__qualname__', 'Params')
+  cls = type(value)
+  return 'an instance of %s.%s' % (cls.__module__, cls.__qualname__)
