@@ -30,10 +30,12 @@ import re
 from absl import logging
 import tensorflow as tf
 
-from learner.optimizers import base as base_optimizer
 from learner import cross_replica
 from learner import gradient_pipeline as pipeline
 from learner import gradient_tape
+from learner import loss_scale as loss_scale_lib
+from learner.optimizers import base as base_optimizer
+from learner.optimizers import factory as optimizer_factory
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.var_grad import VarGrad
 from params import BaseLayer
@@ -164,7 +166,6 @@ class Learner(BaseLayer):
     if p.gradient_combiner is not None:
       self.CreateChild('gradient_combiner', p.gradient_combiner)
     if p.loss_scale is not None:
-      from learner import loss_scale as loss_scale_lib  # pylint: disable=g-import-not-at-top
       ls = loss_scale_lib.LossScale.Params()
       if p.loss_scale == 'dynamic':
         ls.Set(mode='dynamic')
@@ -241,7 +242,6 @@ class Learner(BaseLayer):
     fn_lr = None
     if p.optimizer_fn is not None:
       fn = p.optimizer_fn
-      from learner.optimizers import factory as optimizer_factory  # pylint: disable=g-import-not-at-top
       if isinstance(fn, (base_optimizer.BaseOptimizer,
                          tf.keras.optimizers.Optimizer)):
         raise TypeError(optimizer_factory.InstanceGivenMessage(

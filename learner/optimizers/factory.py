@@ -19,6 +19,7 @@ import difflib
 
 import tensorflow as tf
 
+from learner.optimizers import accumulation as gradient_accumulation
 from learner.optimizers import base as base_optimizer
 from learner.optimizers import ema as ema_lib
 from learner.optimizers import keras_optimizer
@@ -214,7 +215,6 @@ class OptimizerWrapperFn(_Factory):
         'last.')
     kwargs = {k: v for k, v in self._kwargs.items() if k != 'learning_rate'}
     if self._name == 'batch_gradients':
-      from learner.optimizers import accumulation as gradient_accumulation  # pylint: disable=g-import-not-at-top
       p = gradient_accumulation.GradientAccumulation.Params()
       aliases = {}
     elif self._name == 'lars':
