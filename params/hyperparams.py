@@ -73,8 +73,8 @@ def _Index(key, container, i):
   if not isinstance(container, (list, tuple)):
     raise AttributeError(
         'Key %r: [%d] indexes a list or tuple, but the value there is not a '
-        'list (it is a %s: %r). Drop the [%d] or point the key at a list.' %
-        (key, i, type(container).__name__, container, i))
+        'list (it is a %s: %s). Drop the [%d] or point the key at a list.' %
+        (key, i, type(container).__name__, _OneLine(repr(container), 80), i))
   if not -len(container) <= i < len(container):
     raise AttributeError(
         'Key %r: index [%d] is out of range: the list has %d item(s) '

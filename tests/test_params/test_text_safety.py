@@ -520,3 +520,10 @@ def test_trainer_command_refuses_the_issue_payload(marker, tmp_path):
   assert proc.returncode != 0
   assert 'refusing to call it' in proc.stderr, proc.stderr
   assert not logdir.exists()
+
+
+def test_an_index_into_params_is_refused_in_one_line():
+  # The message used to hold repr(Params), i.e. its whole multi-line text.
+  msg, _ = _Refused("task[3].cls : Class('schedules.cosine.CosineDecay')",
+                    'task[3].cls')
+  assert '[3] indexes a list or tuple' in msg
