@@ -504,13 +504,21 @@ class Params:
     `Params()` classmethod) whose X differs from the current class, or whose
     'a.b' is None, first replaces 'a.b' by `X.Params()`, keeping the values of
     the keys both define; 'a.b[i].cls' lines may so also grow a list of
-    params. Class lines are applied first, outer keys before inner ones.
+    params (one element at a time). Class lines are applied first, outer
+    keys before inner ones.
+
+    The text is data (README, "Params text is data"): no module is imported,
+    and a line's value is built (registered constructors, `X.Params()`) only
+    after its key exists and the kind of its value fits the key; see
+    `DecodeValue` for what may be named, and MAX_TEXT_CHARS,
+    MAX_VALUE_CHARS, MAX_DEPTH, MAX_ITEMS, MAX_BUILDS for the bounds.
 
     Raises:
       AttributeError: if the params are frozen.
-      ValueError: naming the line and key if a line is malformed, the key
-        does not exist (with close names), the value has no text form, or the
-        value's type does not match the current value.
+      ValueError: one line naming the line and key if a line is malformed,
+        the key does not exist (with close names), the value has no text
+        form, exceeds a bound, names something text may not name, or its
+        type does not match the current value.
     """
     if self._immutable:
       raise AttributeError(
