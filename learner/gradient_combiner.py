@@ -47,6 +47,21 @@ class BaseGradientCombiner(BaseLayer):
         the grads maps have different keys (the message names the loss and
         the differing keys).
     """
+    names, items, keys = self._FlatGradMaps(losses_and_grads)
+    variables, per_loss = self._GradsPerLoss(vmap, names, items, keys)
+    combined = self._CombineGrads(names, variables, per_loss)
+    template = losses_and_grads[names[0]]['grads']
+    template = (template if isinstance(template, NestedMap) else
+                NestedMap(template))
+    return template.Pack(
+        [VarGrad(v, g) for v, g in zip(variables, combined)])
+
+  def _FlatGradMaps(self, losses_and_grads):
+    """Checks the per-loss grads maps; returns (names, items, keys).
+
+    items[i] is loss i's grads map as FlattenItems() pairs; keys are their
+    common keys, in order. Raises the ValueErrors `Combine` documents.
+    """
     if not losses_and_grads:
       raise ValueError(
           '%s %r: losses_and_grads is empty; expected one entry per loss '
@@ -76,7 +91,15 @@ class BaseGradientCombiner(BaseLayer):
             (type(self).__name__, self.path, name, names[0], name,
              sorted(set(other) - set(keys)), names[0],
              sorted(set(keys) - set(other))))
+    return names, items, keys
 
+  def _GradsPerLoss(self, vmap, names, items, keys):
+    """Returns (variables, per_loss) from `_FlatGradMaps`' items.
+
+    variables[k] is the variable at keys[k] (from the first VarGrad that
+    has it, else from vmap, else None); per_loss[i][k] is loss i's grad for
+    it, or None.
+    """
     variables = []
     per_loss = [[] for _ in names]
     for pos, key in enumerate(keys):
@@ -99,13 +122,7 @@ class BaseGradientCombiner(BaseLayer):
         except (KeyError, AttributeError, ValueError, IndexError, TypeError):
           var = None
       variables.append(var)
-
-    combined = self._CombineGrads(names, variables, per_loss)
-    template = losses_and_grads[names[0]]['grads']
-    template = (template if isinstance(template, NestedMap) else
-                NestedMap(template))
-    return template.Pack(
-        [VarGrad(v, g) for v, g in zip(variables, combined)])
+    return variables, per_loss
 
   def _CombineGrads(self, names, variables, per_loss):
     """Returns one grad (or None) per variable.

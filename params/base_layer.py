@@ -11,8 +11,13 @@ After Lingvo's `lingvo/core/base_layer.py`, in TF2 form:
     `fprop_dtype` for floating point ones.
   * tf.Module tracking: `tf.train.Checkpoint(model=layer)` saves every child
     and variable.
+  * Keras layers and models held in public attributes (`self.dense =
+    tf.keras.layers.Dense(8)`) are part of the tree: their variables appear
+    in `vars` (under the attribute name) named '<layer path>/<attribute>/...'
+    like `CreateVariable`'s, and are checkpointed (see `__setattr__`).
 """
 
+import functools
 import re
 import zlib
 
@@ -70,6 +75,7 @@ class BaseLayer(tf.Module):
     self._parent_path = getattr(BaseLayer, '_building_parent_path', '')
     self._private_children = {}
     self._private_vars = {}
+    self._private_keras = {}
 
   # ---- identity ------------------------------------------------------------
 
@@ -101,6 +107,7 @@ class BaseLayer(tf.Module):
     return p
 
   def _Build(self, name, params):
+    _CheckChildParams(self.path, name, params)
     p = self._InheritBaseParams(params)
     if not p.name:
       p.name = name
@@ -120,6 +127,8 @@ class BaseLayer(tf.Module):
 
     Raises:
       ValueError: if `name` is taken or not an identifier.
+      TypeError: if `params` is not InstantiableParams (e.g. a class, an
+        unbound `X.Params` or an object); the message says what to pass.
     """
     self._CheckNewName(name)
     child = self._Build(name, params)
@@ -174,7 +183,8 @@ class BaseLayer(tf.Module):
     if not isinstance(name, str) or not _NAME_RE.match(name):
       raise ValueError('%s: child/variable name %r must be an identifier.' %
                        (self.path, name))
-    if name in self._private_children or name in self._private_vars:
+    if (name in self._private_children or name in self._private_vars or
+        name in self.__dict__.get('_private_keras', ())):
       raise ValueError('%s: %r is already a child or variable of this layer.'
                        % (self.path, name))
 
@@ -189,6 +199,33 @@ class BaseLayer(tf.Module):
         v = _ChildView(v)
       out[k] = v
     return out
+
+  def __setattr__(self, name, value):
+    """Records a Keras layer (or model) set as a public attribute.
+
+    `self.<name> = <keras layer>` makes the Keras layer part of this layer's
+    tree: its variables appear in `vars[name]` (and so in `theta`, in the
+    learners' selection, in `task.vars`) and are saved by
+    `tf.train.Checkpoint` (tf.Module tracks the attribute). If the Keras
+    layer is not built yet, it is renamed `name` and will build inside this
+    layer's name scope, so its variables are named
+    '<self.path>/<name>/<keras variable path>', e.g. 'task/dense/kernel',
+    like `CreateVariable`'s. Build it in `__init__` (`layer.build(shape)`
+    or one call on an example) so the learners see its variables when they
+    bind. A Keras layer already built keeps the variable names Keras gave it.
+
+    Raises:
+      ValueError: if `name` is already a child or variable of this layer.
+    """
+    if (not name.startswith('_') and _IsKerasLayer(value) and
+        '_private_keras' in self.__dict__):
+      if self._private_keras.get(name) is not value:
+        self._CheckNewName(name)
+        _AdoptKerasLayer(value, name, self.path)
+        self._private_keras[name] = value
+    elif '_private_keras' in self.__dict__:
+      self._private_keras.pop(name, None)
+    super().__setattr__(name, value)
 
   def __getattr__(self, name):
     # Children are reachable as attributes, as in Lingvo.
@@ -291,6 +328,8 @@ class BaseLayer(tf.Module):
       sub = _ChildVars(child)
       if sub is not None:
         out[k] = sub
+    for k, keras_layer in self._private_keras.items():
+      out[k] = _KerasVars(keras_layer, '%s.%s' % (self.path, k))
     return out
 
   @property
@@ -335,6 +374,74 @@ def _ChildVars(child):
   return None
 
 
+def _IsKerasLayer(value):
+  return isinstance(value, tf.keras.layers.Layer)
+
+
+def _AdoptKerasLayer(keras_layer, name, parent_path):
+  """Names an unbuilt Keras layer `name`; it builds in scope `parent_path`.
+
+  Keras names a variable '<tf name scope>/<layer name>/<variable>' when the
+  layer builds; building inside the absolute scope '<parent_path>/<name>/'
+  gives '<parent_path>/<name>/<variable>'. Keras itself wraps `build` per
+  instance the same way (functools.wraps keeps the signature Keras reads).
+  """
+  if keras_layer.built:
+    return
+  keras_layer.name = name
+  keras_build = keras_layer.build
+
+  # wraps: Keras reads build's signature to pass the input shapes by name.
+  @functools.wraps(keras_build)
+  def _BuildInScope(*args, **kwargs):
+    # Absolute scope '<parent_path>/<name>/'; Keras' own scope for the layer
+    # (opened again inside `keras_build`, or already open when the layer
+    # builds on its first call) then adds nothing: it deduplicates against
+    # this one, which names the same layer.
+    with tf.name_scope(parent_path + '/'):
+      with tf.keras.name_scope(name, caller=keras_layer, deduplicate=False):
+        return keras_build(*args, **kwargs)
+
+  keras_layer.build = _BuildInScope
+
+
+def _KerasVars(keras_layer, where):
+  """NestedMap of a Keras layer's tf.Variables, keyed by their Keras paths.
+
+  'dense/kernel' of the layer 'dense' is `out.kernel`; a model's
+  'mlp/hidden/kernel' is `out.hidden.kernel`. Values are the tf.Variables
+  under the Keras variables (what optimizers update and tapes watch).
+  """
+  if not keras_layer.built:
+    raise ValueError(
+        '%s is a Keras layer that is not built, so it has no variables yet '
+        'and no learner would train it. Build it in __init__, e.g. '
+        '`self.%s.build(input_shape)` or one call on an example input.' %
+        (where, where.rsplit('.', 1)[-1]))
+  out = NestedMap()
+  prefix = (keras_layer.path or keras_layer.name) + '/'
+  for kv in keras_layer.variables:
+    var = kv.value if not isinstance(kv, tf.Variable) else kv
+    if not isinstance(var, tf.Variable):
+      raise TypeError('%s: Keras variable %r does not hold a tf.Variable '
+                      '(got %r).' % (where, kv.path, type(var).__name__))
+    path = kv.path[len(prefix):] if kv.path.startswith(prefix) else kv.path
+    keys = [_KerasKey(k) for k in path.split('/')]
+    node = out
+    for k in keys[:-1]:
+      if k not in node:
+        node[k] = NestedMap()
+      node = node[k]
+    node[keys[-1]] = var
+  return out
+
+
+def _KerasKey(part):
+  """A Keras path part as a NestedMap key (identifier characters only)."""
+  key = re.sub(r'[^A-Za-z0-9_]', '_', part)
+  return '_' + key if not key or key[0].isdigit() else key
+
+
 def _InitialValue(init, shape, dtype, seed):
   """Returns the initial value tensor for CreateVariable."""
   if init is None:
@@ -365,3 +472,35 @@ def _InitialValue(init, shape, dtype, seed):
   if initializer is None:
     return tf.zeros(shape, dtype)
   return tf.convert_to_tensor(initializer(shape, dtype=dtype), dtype)
+
+
+def _CheckChildParams(parent_path, name, params):
+  """Raises TypeError, with the fix, unless `params` can be instantiated.
+
+  The usual mistakes: a class (`Adam` instead of `Adam.Params()`), the
+  unbound method (`Adam.Params` without the call), or a built object (a Keras
+  optimizer or schedule instance) where params are expected.
+  """
+  if isinstance(params, hyperparams.InstantiableParams):
+    return
+  where = '%s.%s' % (parent_path, name) if parent_path else name
+  if isinstance(params, type) and callable(getattr(params, 'Params', None)):
+    fix = 'pass %s.Params() (params, not the class).' % params.__name__
+  elif callable(params) and getattr(params, '__name__', '') == 'Params':
+    owner = getattr(getattr(params, '__self__', None), '__name__', 'X')
+    fix = 'call it: %s.Params().' % owner
+  else:
+    fix = ('pass the Params of one of our layers (e.g. <Class>.Params()); '
+           'a Keras object has its own adapter, see the param\'s doc.')
+  raise TypeError('%s: expected InstantiableParams, got %s. Fix: %s' %
+                  (where, _Describe(params), fix))
+
+
+def _Describe(value):
+  """'the class X', 'X.Params (a method)', or 'an instance of m.X'."""
+  if isinstance(value, type):
+    return 'the class %s' % value.__name__
+  if callable(value) and getattr(value, '__name__', '') == 'Params':
+    return '%s (a method, not called)' % getattr(value, '__qualname__', 'Params')
+  cls = type(value)
+  return 'an instance of %s.%s' % (cls.__module__, cls.__qualname__)

@@ -5,13 +5,21 @@ params) and `Eval()` (the eval input params), registered with `@Register`.
 Its key is its module path under `configs/` plus the class name, e.g. the
 class `MlpMomentum` in `configs/digits.py` is `digits.MlpMomentum`.
 
+An experiment may also live in the user's own package: `mypkg.exp.MyModel`
+is looked up as `configs/mypkg/exp.py` first and then as the module
+`mypkg.exp` (importable from the working directory or the environment),
+whose `@Register`-ed class `MyModel` keeps its full path as its key.
+
 This is the one place where `params` refers upward: `GetParams` imports
-`configs.<module>` by name when asked for a key that is not yet registered.
+`configs.<module>` (or the module a full key names) by name when asked for a
+key that is not yet registered. Only a key given by the user (the trainer's
+--model) is imported this way; params text never imports anything.
 """
 
 import difflib
 import importlib
 import pkgutil
+import sys
 
 from params import hyperparams
 
@@ -97,20 +105,34 @@ def _ImportAllConfigs():
     importlib.import_module(info.name)
 
 
-def _ImportFor(key):
-  """Imports the configs module a key names, if it exists.
+def _TryImport(module):
+  """Imports `module`; False if it (or a parent package) does not exist.
 
   A module that exists but fails to import raises its error: a broken config
   must not look like an unregistered one.
   """
-  module = '%s.%s' % (_CONFIGS_PACKAGE,
-                      key.rsplit('.', 1)[0] if '.' in key else key)
   try:
     importlib.import_module(module)
   except ModuleNotFoundError as e:
     missing = e.name or ''
     if not (module == missing or module.startswith(missing + '.')):
       raise
+    return False
+  return True
+
+
+def _ImportFor(key):
+  """Imports the module a key names: `configs.<module>`, else `<module>`.
+
+  'digits.MlpMomentum' imports configs.digits; 'mypkg.exp.MyModel' imports
+  configs.mypkg.exp if it exists, else the user's module mypkg.exp.
+  """
+  if '.' not in key:
+    _TryImport('%s.%s' % (_CONFIGS_PACKAGE, key))
+    return
+  module = key.rsplit('.', 1)[0]
+  if not _TryImport('%s.%s' % (_CONFIGS_PACKAGE, module)):
+    _TryImport(module)
 
 
 def GetAllRegisteredKeys():
@@ -133,6 +155,11 @@ def GetClass(key):
       return _REGISTRY[key]
     close = difflib.get_close_matches(key, keys, n=3, cutoff=0.4)
     msg = 'Experiment %r is not registered.' % key
+    module = key.rsplit('.', 1)[0] if '.' in key else ''
+    if module and module in sys.modules:
+      msg += (' Module %r was imported but registers no %r: decorate the '
+              'class with @params.registry.Register.' %
+              (module, key.rsplit('.', 1)[1]))
     if close:
       msg += ' Did you mean %s?' % ' or '.join(repr(c) for c in close)
     msg += ' Registered: %s.' % keys

@@ -36,3 +36,5 @@ from schedules.warmup import Warmup
 from schedules.linear_scaling import LinearScaling
 from schedules.recipes import EpochsToUpdates
 from schedules.recipes import ResNet50Schedule
+from schedules.keras_adapter import KerasSchedule
+from schedules.keras_adapter import AsKerasSchedule

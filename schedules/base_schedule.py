@@ -104,6 +104,34 @@ class BaseSchedule(BaseLayer):
                                       'positive'))
     return v
 
+  def _CheckListOf(self, param, element_ok, what, example):
+    """Checks that params.<param> is a list whose elements pass `element_ok`.
+
+    Args:
+      param: name of the parameter.
+      element_ok: predicate on one element (bools are refused before it).
+      what: the elements in the message, e.g. 'positive ints'.
+      example: a valid value for the fix, e.g. '[1000, 500]'.
+
+    Returns:
+      The value, as given.
+    """
+    v = self.params.Get(param)
+    if not isinstance(v, (list, tuple)) or any(
+        isinstance(x, bool) or not element_ok(x) for x in v):
+      self._Fail(param, 'must be a list of %s' % what,
+                 'Set e.g. %s=%s.' % (param, example))
+    return v
+
+  def _CheckCount(self, param, values, expected, expected_text, fix):
+    """Checks that `values` (of params.<param>) has `expected` entries.
+
+    The message reads 'has <n> entries but <expected_text>'.
+    """
+    if len(values) != expected:
+      self._Fail(param, 'has %d entries but %s' % (len(values), expected_text),
+                 fix)
+
   def _CheckStepValuePair(self, param):
     """Checks that params.<param> is a pair (step, value) of numbers."""
     v = self.params.Get(param)
@@ -233,3 +261,4 @@ class ConstantOne(Constant):
     p = super().Params()
     p.value = 1.0
     return p
+

@@ -120,17 +120,12 @@ class CycleSchedule(BaseSchedule):
 
   def __init__(self, params):
     super().__init__(params)
-    p = self.params
     scheds = self._CheckScheduleList('schedules')
-    steps = p.steps
-    if not isinstance(steps, (list, tuple)) or any(
-        isinstance(s, bool) or not isinstance(s, int) or s <= 0
-        for s in steps):
-      self._Fail('steps', 'must be a list of positive ints',
-                 'Set e.g. steps=[1000, 500].')
-    if len(steps) != len(scheds):
-      self._Fail('steps', 'has %d entries but there are %d schedules' %
-                 (len(steps), len(scheds)), 'Give one step count per schedule.')
+    steps = self._CheckListOf('steps', lambda s: isinstance(s, int) and s > 0,
+                              'positive ints', '[1000, 500]')
+    self._CheckCount('steps', steps, len(scheds),
+                     'there are %d schedules' % len(scheds),
+                     'Give one step count per schedule.')
     self._CreateScheduleChildren('schedules', scheds)
     self._period = sum(steps)
     ends = []

@@ -58,19 +58,14 @@ class PiecewiseConstantSchedule(BaseSchedule):
 
   def __init__(self, params):
     super().__init__(params)
-    p = self.params
     boundaries = self._CheckBoundaries('boundaries')
-    values = p.values
-    if not isinstance(values, (list, tuple)) or any(
-        isinstance(v, bool) or not isinstance(v, (int, float))
-        for v in values):
-      self._Fail('values', 'must be a list of numbers',
-                 'Set e.g. values=[1.0, 0.1, 0.01].')
-    if len(values) != len(boundaries) + 1:
-      self._Fail('values', 'has %d entries but len(boundaries) + 1 = %d' %
-                 (len(values), len(boundaries) + 1),
-                 'Give exactly one value per interval: one more value than '
-                 'boundaries.')
+    values = self._CheckListOf('values',
+                               lambda v: isinstance(v, (int, float)),
+                               'numbers', '[1.0, 0.1, 0.01]')
+    self._CheckCount('values', values, len(boundaries) + 1,
+                     'len(boundaries) + 1 = %d' % (len(boundaries) + 1),
+                     'Give exactly one value per interval: one more value '
+                     'than boundaries.')
 
   def FProp(self, theta, step):
     p = self.params

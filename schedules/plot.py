@@ -228,8 +228,8 @@ def WritePng(path, steps, values, title):
   except ImportError:
     raise RuntimeError(
         '--png needs matplotlib, which is not installed. Install it with '
-        '`pip install matplotlib` (or `pip install tf-learner[plot]`), or '
-        'drop --png to get the text plot only.') from None
+        "pip install matplotlib  (in a checkout: pip install -e '.[plot]'), "
+        'or drop --png to get the text plot only.') from None
   fig, ax = plt.subplots(figsize=(7, 3.5))
   ax.plot(steps, values)
   ax.set_xlabel('step (applied updates)')
@@ -345,5 +345,10 @@ def Main(argv, out=None, err=None):
   return 0
 
 
-if __name__ == '__main__':
+def ConsoleMain():
+  """The `tf-learner-plot-schedule` console script."""
   sys.exit(Main(sys.argv))
+
+
+if __name__ == '__main__':
+  ConsoleMain()

@@ -93,19 +93,8 @@ def ResNet50Schedule(steps_per_epoch,
   """
   to_updates = lambda e: EpochsToUpdates(e, steps_per_epoch, num_batches)
   warmup = to_updates(warmup_epochs)
-  if decay == 'step':
-    child = StepDecay.Params().Set(
-        boundaries=[to_updates(e) for e in decay_epochs], factor=decay_factor)
-    shift = False
-  elif decay == 'cosine':
-    if not total_epochs > warmup_epochs:
-      raise ValueError('total_epochs=%r must be > warmup_epochs=%r for a '
-                       'cosine decay.' % (total_epochs, warmup_epochs))
-    child = CosineDecay.Params().Set(
-        total_steps=to_updates(total_epochs) - warmup, alpha=alpha)
-    shift = True
-  else:
-    raise ValueError('decay=%r must be "step" or "cosine".' % (decay,))
+  child, shift = _DecayParams(decay, to_updates, warmup, warmup_epochs,
+                              decay_epochs, decay_factor, total_epochs, alpha)
   schedule = LinearScaling.Params().Set(
       base_batch_size=base_batch_size,
       global_batch_size=global_batch_size,
@@ -116,3 +105,24 @@ def ResNet50Schedule(steps_per_epoch,
           warmup_steps=warmup, shift_decay=shift, schedule=child))
   schedule.Copy().Instantiate()  # Validates now, naming the bad parameter.
   return float(base_learning_rate), schedule
+
+
+def _DecayParams(decay, to_updates, warmup, warmup_epochs, decay_epochs,
+                 decay_factor, total_epochs, alpha):
+  """ResNet50Schedule's decay after the warmup: (schedule params, shift).
+
+  `to_updates` converts epochs to applied updates and `warmup` is the
+  warmup in updates; shift says whether Warmup starts the decay after the
+  ramp (the cosine) or counts it from update 0 (the absolute step decay).
+  """
+  if decay == 'step':
+    return StepDecay.Params().Set(
+        boundaries=[to_updates(e) for e in decay_epochs],
+        factor=decay_factor), False
+  if decay == 'cosine':
+    if not total_epochs > warmup_epochs:
+      raise ValueError('total_epochs=%r must be > warmup_epochs=%r for a '
+                       'cosine decay.' % (total_epochs, warmup_epochs))
+    return CosineDecay.Params().Set(
+        total_steps=to_updates(total_epochs) - warmup, alpha=alpha), True
+  raise ValueError('decay=%r must be "step" or "cosine".' % (decay,))

@@ -39,10 +39,11 @@ import tensorflow as tf
 
 from learner.optimizers import base as base_optimizer
 from learner.optimizers import var_grad as var_grad_lib
+from learner.optimizers import wrapper
 from params import NestedMap
 
 
-class GradientAccumulation(base_optimizer.BaseOptimizer):
+class GradientAccumulation(wrapper.BaseWrapper):
   """Accumulates weighted micro-batch gradients; the inner optimizer applies.
 
   Raises:
@@ -53,14 +54,14 @@ class GradientAccumulation(base_optimizer.BaseOptimizer):
   """
 
   IS_ACCUMULATION = True
+  INNER_OPTIMIZER_DOC = (
+      'Params of the inner optimizer that applies the averaged gradient once '
+      'per window (e.g. Momentum, or Lars around it).')
 
   @classmethod
   def Params(cls):
     p = super().Params()
     p.name = 'gradient_accumulation'
-    p.Define('optimizer', None,
-             'Params of the inner optimizer that applies the averaged '
-             'gradient once per window (e.g. Momentum, or Lars around it).')
     p.Define('num_batches', 1,
              'Micro-batches per applied update (window length, in train '
              'steps); >= 1.')
@@ -74,31 +75,11 @@ class GradientAccumulation(base_optimizer.BaseOptimizer):
   def __init__(self, params):
     super().__init__(params)
     p = self.params
-    inner = p.optimizer
-    cls = getattr(inner, 'cls', None)
-    if not (isinstance(cls, type) and
-            issubclass(cls, base_optimizer.BaseOptimizer)):
-      raise ValueError(
-          'GradientAccumulation %r: params.optimizer must be the params of an '
-          'optimizer (e.g. SGD.Params()), got %r.' % (self.path, inner))
-    if getattr(cls, 'IS_ACCUMULATION', False):
-      raise ValueError(
-          'GradientAccumulation %r: params.optimizer is %s, another gradient '
-          'accumulation; accumulation must be the outermost wrapper. Use one '
-          'GradientAccumulation with num_batches = the product.' %
-          (self.path, cls.__name__))
     if (not isinstance(p.num_batches, int) or isinstance(p.num_batches, bool)
         or p.num_batches < 1):
       raise ValueError(
           'GradientAccumulation %r: num_batches=%r; expected an int >= 1 '
           '(micro-batches per applied update).' % (self.path, p.num_batches))
-    if p.decoupled_weight_decay:
-      raise ValueError(
-          'GradientAccumulation %r: decoupled_weight_decay=%r is set on the '
-          'wrapper, where it would be ignored; set '
-          'params.optimizer.decoupled_weight_decay instead.' %
-          (self.path, p.decoupled_weight_decay))
-    self.CreateChild('optimizer', inner)
     if p.sync_on_apply:
       per_replica = dict(synchronization=tf.VariableSynchronization.ON_READ,
                          aggregation=tf.VariableAggregation.SUM)
@@ -120,11 +101,6 @@ class GradientAccumulation(base_optimizer.BaseOptimizer):
     self._warned_sync = False
 
   # ---- properties --------------------------------------------------------
-
-  @property
-  def inner(self):
-    """The inner optimizer (the child 'optimizer')."""
-    return self.optimizer
 
   @property
   def num_updates(self):
@@ -155,7 +131,6 @@ class GradientAccumulation(base_optimizer.BaseOptimizer):
   def Bind(self, vmap):
     """Binds the inner optimizer and creates one accumulator per variable."""
     super().Bind(vmap)
-    self.optimizer.Bind(vmap)
     for name, var in self.bound_variables.items():
       if name in self._accums:
         continue
@@ -359,13 +334,6 @@ class GradientAccumulation(base_optimizer.BaseOptimizer):
     tf.cond(self.IsApplyStep(step), _ApplyWindow,
             lambda: tf.constant(False))
     return None if tf.executing_eagerly() else tf.no_op()
-
-  def _CheckBound(self, var):
-    name = var_grad_lib.VarName(var)
-    if name not in self._accums:
-      raise ValueError(
-          '%s: variable %r was not bound; call Bind() with every variable '
-          'before Apply(). Bound: %s' % (self.path, name, sorted(self._accums)))
 
 
 def _AssignZero(var, zero=None):

@@ -20,7 +20,14 @@ Contract (docs/DESIGN.md, "Optimizer"):
 Subclasses implement `_CreateSlots(var)` -> {slot_name: initial value or
 None} and `_ApplyDense(lr, var, grad, slots)`; optionally `_ApplySparse`
 (merged tf.IndexedSlices) with `SUPPORTS_LAZY_SPARSE = True`. Wrappers
-(Lars, Ema, Composite, KerasOptimizer) override `Bind` and `Apply`.
+around one inner optimizer (Lars, Ema, GradientAccumulation) derive from
+`wrapper.BaseWrapper`; Composite and KerasOptimizer override `Bind` and
+`Apply` themselves.
+
+Averages of the weights to evaluate on (Ema) are found by asking the
+optimizer tree: `EvalAverages()` on a built optimizer, `EvalAverageClasses(p)`
+on params; both are empty here and delegated by wrappers to their inner
+optimizers.
 """
 
 import re
@@ -132,6 +139,55 @@ class BaseOptimizer(BaseLayer):
     """{variable name: variable} of the variables bound so far."""
     return dict(self._bound)
 
+  # ---- the optimizer tree ----------------------------------------------------
+
+  @property
+  def inner_optimizers(self):
+    """List of the optimizers this one hands its update to ([] here)."""
+    return []
+
+  @classmethod
+  def InnerOptimizerParams(cls, p):
+    """List of the inner optimizers' params that `p` configures ([] here).
+
+    The params counterpart of `inner_optimizers`, read without building.
+    """
+    del p
+    return []
+
+  def EvalAverages(self):
+    """The optimizers in this tree that keep averages of the weights.
+
+    Evaluation swaps the averages in (each returned optimizer has
+    `SwapAverages()`, a context manager). An update rule keeps none; a
+    wrapper returns its inner optimizers' (Ema adds itself first).
+
+    Returns:
+      A list of optimizers, outermost first; [] for none.
+    """
+    return [a for inner in self.inner_optimizers for a in inner.EvalAverages()]
+
+  @classmethod
+  def EvalAverageClasses(cls, p):
+    """`EvalAverages` from params: the classes of the averaging optimizers.
+
+    For evaluating a checkpoint without building any optimizer: each
+    returned class has `AverageCheckpointKeySuffix(var)`, the end of the
+    checkpoint key its averages are saved under.
+
+    Args:
+      p: params of this class (anything else in the tree is skipped).
+
+    Returns:
+      A list of classes, outermost first; [] for none.
+    """
+    out = []
+    for inner in cls.InnerOptimizerParams(p):
+      inner_cls = getattr(inner, 'cls', None)
+      if isinstance(inner_cls, type) and issubclass(inner_cls, BaseOptimizer):
+        out.extend(inner_cls.EvalAverageClasses(inner))
+    return out
+
   # ---- applying ----------------------------------------------------------
 
   @tf.autograph.experimental.do_not_convert
@@ -157,10 +213,25 @@ class BaseOptimizer(BaseLayer):
         continue
       self._CheckBound(vg.var)
       ops.append(self._ApplyOne(lr, vg.var, vg.grad, _grad_scale))
+    return self._FinishApply(ops)
+
+  def _FinishApply(self, ops):
+    """Counts one update after `ops`; returns the update op (None eagerly).
+
+    Every `Apply` ends here, so `num_updates` advances once per call, after
+    the update, and the return convention is the same for all optimizers.
+
+    Args:
+      ops: list of the update's ops (None entries, as eager calls give, are
+        skipped).
+
+    Returns:
+      tf.group of `ops` and the increment in graph mode; None when eager.
+    """
     ops = [o for o in ops if o is not None]
     with tf.control_dependencies(ops):
       inc = self._num_updates.assign_add(1)
-    return tf.group(ops + [inc]) if not tf.executing_eagerly() else None
+    return None if tf.executing_eagerly() else tf.group(ops + [inc])
 
   @tf.autograph.experimental.do_not_convert
   def ApplyScaled(self, lr, var_grads, grad_scale):
@@ -362,7 +433,8 @@ def InXla():
   return _InXla()
 
 
-def CheckInnerOptimizerParams(owner, key, inner_params):
+def CheckInnerOptimizerParams(owner, key, inner_params,
+                              owner_is_accumulation=False):
   """Raises unless `inner_params` may be wrapped by the wrapper `owner`.
 
   Args:
@@ -370,6 +442,8 @@ def CheckInnerOptimizerParams(owner, key, inner_params):
     key: the param holding the inner optimizer (e.g. 'optimizer'), for the
       message.
     inner_params: InstantiableParams of the inner optimizer.
+    owner_is_accumulation: True when `owner` is itself a gradient
+      accumulation (the fix is then one accumulation, not a reordering).
 
   Raises:
     ValueError: if `inner_params` is not optimizer params, or its class is a
@@ -382,6 +456,11 @@ def CheckInnerOptimizerParams(owner, key, inner_params):
     raise ValueError(
         '%s: params.%s must be the params of a BaseOptimizer subclass (e.g. '
         'SGD.Params()), got %r.' % (owner, key, cls if cls else inner_params))
+  if getattr(cls, 'IS_ACCUMULATION', False) and owner_is_accumulation:
+    raise ValueError(
+        '%s: params.%s is %s, another gradient accumulation; accumulation '
+        'must be the outermost wrapper. Use one %s with num_batches = the '
+        'product.' % (owner, key, cls.__name__, owner))
   if getattr(cls, 'IS_ACCUMULATION', False):
     raise ValueError(
         '%s: params.%s is %s, a gradient accumulation; accumulation must be '

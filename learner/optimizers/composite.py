@@ -22,7 +22,9 @@ class Composite(base_optimizer.BaseOptimizer):
   not). Every group's optimizer is applied once per update, so each
   group's `num_updates` equals this wrapper's.
   Groups are children named 'group_<i>' in the map's order, the default
-  group 'default'.
+  group 'default'. Not a `wrapper.BaseWrapper`: it has several inner
+  optimizers, each bound to a subset of the variables; `inner_optimizers`
+  lists them, so an Ema inside a group is found by `EvalAverages()`.
 
   Raises:
     ValueError: at construction, for an empty map, an entry that is not
@@ -78,6 +80,17 @@ class Composite(base_optimizer.BaseOptimizer):
     self._assignment = {}
 
   @property
+  def inner_optimizers(self):
+    """The groups' optimizers, in the map's order."""
+    return list(self._groups)
+
+  @classmethod
+  def InnerOptimizerParams(cls, p):
+    """The groups' optimizer params (entries that are not pairs skipped)."""
+    return [e[0] for e in p.optimizer_map.values()
+            if isinstance(e, (tuple, list)) and len(e) == 2]
+
+  @property
   def groups(self):
     """List of (regex or 'default_optimizer', multiplier, optimizer)."""
     return list(zip(self._regexes, self._multipliers, self._groups))
@@ -127,28 +140,17 @@ class Composite(base_optimizer.BaseOptimizer):
   def Apply(self, lr, var_grads):
     """Applies each group's optimizer at lr * its multiplier.
 
-    Args:
-      lr: float32 scalar, the learner's scheduled rate.
-      var_grads: NestedMap of VarGrad; grad None leaves the variable alone.
-
-    Returns:
-      The update op (None when eager).
-
-    Raises:
-      ValueError: if a variable was not bound.
+    Args, return value and errors as `BaseOptimizer.Apply` (lr: the
+    learner's scheduled rate; an unbound variable raises ValueError).
     """
     lr = tf.convert_to_tensor(lr, tf.float32)
+    self._CheckAllBound(var_grads)
     per_group = [NestedMap() for _ in self._groups]
     for n, vg in enumerate(var_grads.Flatten()):
-      if vg.grad is None:
-        continue
-      self._CheckBound(vg.var)
-      i = self._assignment[var_grad_lib.VarName(vg.var)]
-      per_group[i]['v%d' % n] = vg
-    ops = []
-    for group, mult, gvg in zip(self._groups, self._multipliers, per_group):
-      ops.append(group.Apply(lr * mult, gvg))
-    ops = [o for o in ops if o is not None]
-    with tf.control_dependencies(ops):
-      inc = self.num_updates.assign_add(1)
-    return None if tf.executing_eagerly() else tf.group(ops + [inc])
+      if vg.grad is not None:
+        i = self._assignment[var_grad_lib.VarName(vg.var)]
+        per_group[i]['v%d' % n] = vg
+    return self._FinishApply([
+        group.Apply(lr * mult, gvg)
+        for group, mult, gvg in zip(self._groups, self._multipliers, per_group)
+    ])

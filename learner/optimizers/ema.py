@@ -4,12 +4,17 @@ import contextlib
 
 import tensorflow as tf
 
-from learner.optimizers import base as base_optimizer
 from learner.optimizers import var_grad as var_grad_lib
+from learner.optimizers import wrapper
 from schedules import base_schedule
 
+# The name of the attribute `Ema._averages`: it names the averages in a
+# checkpoint ('<path to the Ema>/_averages/<sanitized variable name>/...'),
+# so renaming either breaks every checkpoint written before.
+_AVERAGES_ATTR = '_averages'
 
-class Ema(base_optimizer.BaseOptimizer):
+
+class Ema(wrapper.BaseWrapper):
   """Keeps an exponential moving average of every bound variable.
 
   After each update of the inner optimizer (`p.optimizer`):
@@ -22,7 +27,10 @@ class Ema(base_optimizer.BaseOptimizer):
   `schedules.EmaDecaySchedule`) gives it as a function of this wrapper's
   `num_updates` before the update (0 on the first update).
   `SwapAverages()` is a context manager that puts the averages into the
-  variables (for evaluation) and the trained values back on exit.
+  variables (for evaluation) and the trained values back on exit. An Ema is
+  found through `EvalAverages()` (built) or `EvalAverageClasses(p)`
+  (params) of any optimizer around it, and `AverageCheckpointKeySuffix`
+  names its averages in a checkpoint.
   Source: Polyak & Juditsky, "Acceleration of Stochastic Approximation by
   Averaging", 1992; TF's ExponentialMovingAverage.
 
@@ -38,7 +46,6 @@ class Ema(base_optimizer.BaseOptimizer):
   def Params(cls):
     p = super().Params()
     p.name = 'ema'
-    p.Define('optimizer', None, 'Params of the inner optimizer.')
     p.Define('decay', 0.999,
              'Fixed decay of the average, in [0, 1]; unused when '
              'decay_schedule is set.')
@@ -50,8 +57,6 @@ class Ema(base_optimizer.BaseOptimizer):
   def __init__(self, params):
     super().__init__(params)
     p = self.params
-    base_optimizer.CheckInnerOptimizerParams('Ema', 'optimizer', p.optimizer)
-    base_optimizer.CheckNoWrapperDecay(self)
     if p.decay_schedule is not None:
       cls = getattr(p.decay_schedule, 'cls', None)
       if not (isinstance(cls, type) and
@@ -63,24 +68,47 @@ class Ema(base_optimizer.BaseOptimizer):
     elif not 0.0 <= p.decay <= 1.0:
       raise ValueError('%s: decay=%r must be in [0, 1] (e.g. 0.999).' %
                        (self.path, p.decay))
-    self.CreateChild('optimizer', p.optimizer)
     if p.decay_schedule is not None:
       self.CreateChild('decay_schedule', p.decay_schedule)
-    self._averages = {}
+    self._averages = {}  # Named by _AVERAGES_ATTR in checkpoints.
 
   def Bind(self, vmap):
     """Binds the inner optimizer and creates an average per new variable."""
-    before = set(self.bound_variables)
     super().Bind(vmap)
-    self.optimizer.Bind(vmap)
     for name, var in self.bound_variables.items():
-      if name in before:
+      key = var_grad_lib.SanitizedName(name)
+      if key in self._averages:
         continue
       with tf.init_scope():
-        self._averages[var_grad_lib.SanitizedName(name)] = tf.Variable(
+        self._averages[key] = tf.Variable(
             var.read_value(), name='%s/%s/average' % (self.path, name),
             trainable=False)
     return self
+
+  @classmethod
+  def AverageCheckpointKeySuffix(cls, var):
+    """The end of the checkpoint key of `var`'s average (a str).
+
+    A `tf.train.Checkpoint` holding this Ema saves the average of `var` under
+    '<path to this Ema>/_averages/<sanitized name>/.ATTRIBUTES/VARIABLE_VALUE';
+    this returns everything from '/_averages/' on, so a checkpoint can be
+    read without building the optimizer.
+
+    Args:
+      var: a variable (or its name, a str).
+    """
+    name = var if isinstance(var, str) else var_grad_lib.VarName(var)
+    return '/%s/%s/.ATTRIBUTES/VARIABLE_VALUE' % (
+        _AVERAGES_ATTR, var_grad_lib.SanitizedName(name))
+
+  def EvalAverages(self):
+    """[this Ema] and any averaging optimizer inside it."""
+    return [self] + super().EvalAverages()
+
+  @classmethod
+  def EvalAverageClasses(cls, p):
+    """[this class] and the averaging classes inside `p.optimizer`."""
+    return [cls] + super().EvalAverageClasses(p)
 
   def GetAverage(self, var):
     """Returns the average variable of the bound variable `var`."""
@@ -93,20 +121,8 @@ class Ema(base_optimizer.BaseOptimizer):
       return self.decay_schedule.Value(self.num_updates)
     return tf.constant(self.params.decay, tf.float32)
 
-  def Apply(self, lr, var_grads):
-    """Applies the inner update, then moves every average.
-
-    Args:
-      lr: float32 scalar, the learner's scheduled rate (passed through).
-      var_grads: NestedMap of VarGrad; grad None leaves the variable alone.
-
-    Returns:
-      The update op (None when eager).
-
-    Raises:
-      ValueError: if a variable was not bound.
-    """
-    self._CheckAllBound(var_grads)
+  def _ApplyWrapped(self, lr, var_grads):
+    """Applies the inner update, then moves every bound variable's average."""
     decay = self.Decay()
     op = self.optimizer.Apply(lr, var_grads)
     ops = []
@@ -115,9 +131,7 @@ class Ema(base_optimizer.BaseOptimizer):
         avg = self._averages[var_grad_lib.SanitizedName(name)]
         d = tf.cast(decay, avg.dtype)
         ops.append(avg.assign(d * avg + (1. - d) * var.read_value()))
-    with tf.control_dependencies(ops):
-      inc = self.num_updates.assign_add(1)
-    return None if tf.executing_eagerly() else tf.group(op, *ops, inc)
+    return [op] + ops
 
   @contextlib.contextmanager
   def SwapAverages(self):

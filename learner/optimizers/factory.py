@@ -23,24 +23,24 @@ from learner.optimizers import base as base_optimizer
 from learner.optimizers import ema as ema_lib
 from learner.optimizers import keras_optimizer
 from learner.optimizers import lars as lars_lib
-from learner import optimizers
+from learner.optimizers import update_rules
 from params import hyperparams
 
 # name -> (optimizer class, {accepted keyword (MoXing/TF1/Keras): param}).
 # A class's own param names are accepted too.
 _OPTIMIZERS = {
-    'sgd': (optimizers.SGD, {}),
-    'momentum': (optimizers.Momentum, {'momentum': 'alpha'}),
-    'nesterov': (optimizers.Momentum, {'momentum': 'alpha'}),
-    'adam': (optimizers.Adam, {'beta_1': 'beta1', 'beta_2': 'beta2'}),
-    'adamw': (optimizers.AdamW, {'beta_1': 'beta1', 'beta_2': 'beta2',
+    'sgd': (update_rules.SGD, {}),
+    'momentum': (update_rules.Momentum, {'momentum': 'alpha'}),
+    'nesterov': (update_rules.Momentum, {'momentum': 'alpha'}),
+    'adam': (update_rules.Adam, {'beta_1': 'beta1', 'beta_2': 'beta2'}),
+    'adamw': (update_rules.AdamW, {'beta_1': 'beta1', 'beta_2': 'beta2',
                                  'weight_decay': 'decoupled_weight_decay'}),
-    'adagrad': (optimizers.Adagrad, {}),
-    'rmsprop': (optimizers.RMSProp, {'rho': 'decay'}),
-    'adadelta': (optimizers.AdaDelta, {}),
-    'adafactor': (optimizers.Adafactor, {'beta_1': 'beta1'}),
-    'lamb': (optimizers.LAMB, {'beta_1': 'beta1', 'beta_2': 'beta2'}),
-    'lion': (optimizers.Lion, {'beta_1': 'beta1', 'beta_2': 'beta2',
+    'adagrad': (update_rules.Adagrad, {}),
+    'rmsprop': (update_rules.RMSProp, {'rho': 'decay'}),
+    'adadelta': (update_rules.AdaDelta, {}),
+    'adafactor': (update_rules.Adafactor, {'beta_1': 'beta1'}),
+    'lamb': (update_rules.LAMB, {'beta_1': 'beta1', 'beta_2': 'beta2'}),
+    'lion': (update_rules.Lion, {'beta_1': 'beta1', 'beta_2': 'beta2',
                                'weight_decay': 'decoupled_weight_decay'}),
 }
 

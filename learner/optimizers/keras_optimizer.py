@@ -57,6 +57,9 @@ class KerasOptimizer(base_optimizer.BaseOptimizer):
   step at once. Keras handles sparse gradients itself. This layer's
   `decoupled_weight_decay` is applied on top of whatever the Keras
   optimizer does (prefer one or the other).
+  An adapter, not a `wrapper.BaseWrapper`: there is no inner BaseOptimizer
+  to delegate to, so `EvalAverages()` is empty (a Keras optimizer's own
+  `use_ema` averages are not swapped in for evaluation).
 
   Raises:
     TypeError: at construction, if `optimizer_fn` is not a zero-argument
@@ -101,20 +104,12 @@ class KerasOptimizer(base_optimizer.BaseOptimizer):
   def Apply(self, lr, var_grads):
     """Sets the Keras rate to `lr` and applies every gradient at once.
 
-    Args:
-      lr: float32 scalar, the learner's scheduled rate.
-      var_grads: NestedMap of VarGrad; grad None leaves the variable alone.
-
-    Returns:
-      The update op (None when eager).
-
-    Raises:
-      ValueError: if a variable was not bound.
+    Args, return value and errors as `BaseOptimizer.Apply` (lr: the
+    learner's scheduled rate; an unbound variable raises ValueError).
     """
     lr = tf.convert_to_tensor(lr, tf.float32)
+    self._CheckAllBound(var_grads)
     pairs = [vg for vg in var_grads.Flatten() if vg.grad is not None]
-    for vg in pairs:
-      self._CheckBound(vg.var)
     wd = self.params.decoupled_weight_decay
     decays = []
     for vg in pairs:
@@ -125,10 +120,7 @@ class KerasOptimizer(base_optimizer.BaseOptimizer):
     if pairs:
       self.keras_optimizer.apply([vg.grad for vg in pairs],
                                  [vg.var for vg in pairs])
-    for var, d in decays:
-      var.assign_sub(d)
-    inc = self.num_updates.assign_add(1)
-    return None if tf.executing_eagerly() else tf.group(inc)
+    return self._FinishApply([var.assign_sub(d) for var, d in decays])
 
 
 def KerasOptimizerParams(optimizer_fn):

@@ -4,12 +4,12 @@ import re
 
 import tensorflow as tf
 
-from learner.optimizers import base as base_optimizer
 from learner.optimizers import var_grad as var_grad_lib
+from learner.optimizers import wrapper
 from params import NestedMap
 
 
-class Lars(base_optimizer.BaseOptimizer):
+class Lars(wrapper.BaseWrapper):
   """Layer-wise Adaptive Rate Scaling around an inner optimizer.
 
   For each variable w with gradient g (not excluded):
@@ -30,12 +30,13 @@ class Lars(base_optimizer.BaseOptimizer):
       wrapper), or if this wrapper's own decoupled_weight_decay is set.
   """
 
+  INNER_OPTIMIZER_DOC = (
+      'Params of the inner optimizer that applies the scaled gradient.')
+
   @classmethod
   def Params(cls):
     p = super().Params()
     p.name = 'lars'
-    p.Define('optimizer', None,
-             'Params of the inner optimizer that applies the scaled gradient.')
     p.Define('eta', 0.001, 'Trust coefficient eta (MoXing: ratio).')
     p.Define('weight_decay', 0.0,
              'L2 decay added to the gradient before scaling: g + wd * w.')
@@ -47,19 +48,6 @@ class Lars(base_optimizer.BaseOptimizer):
              'Also exclude every variable of rank <= 1 (biases, norm '
              'scales), as You et al. do.')
     return p
-
-  def __init__(self, params):
-    super().__init__(params)
-    base_optimizer.CheckInnerOptimizerParams('Lars', 'optimizer',
-                                             self.params.optimizer)
-    base_optimizer.CheckNoWrapperDecay(self)
-    self.CreateChild('optimizer', self.params.optimizer)
-
-  def Bind(self, vmap):
-    """Binds the inner optimizer to `vmap` (Lars keeps no slots)."""
-    super().Bind(vmap)
-    self.optimizer.Bind(vmap)
-    return self
 
   def _Excluded(self, var):
     p = self.params
@@ -91,24 +79,9 @@ class Lars(base_optimizer.BaseOptimizer):
                      tf.ones_like(w_norm))
     return trust * (grad + p.weight_decay * w)
 
-  def Apply(self, lr, var_grads):
-    """Scales each gradient and lets the inner optimizer apply it.
-
-    Args:
-      lr: float32 scalar, the learner's scheduled rate (passed through).
-      var_grads: NestedMap of VarGrad; grad None leaves the variable alone.
-
-    Returns:
-      The update op (None when eager).
-
-    Raises:
-      ValueError: if a variable was not bound.
-    """
-    self._CheckAllBound(var_grads)
+  def _ApplyWrapped(self, lr, var_grads):
+    """Scales each gradient (`ScaledGradient`); the inner optimizer applies."""
     scaled = var_grads.Transform(
         lambda vg: vg if vg.grad is None else var_grad_lib.VarGrad(
             vg.var, self.ScaledGradient(vg.var, vg.grad)))
-    op = self.optimizer.Apply(lr, NestedMap(scaled))
-    with tf.control_dependencies([op] if op is not None else []):
-      inc = self.num_updates.assign_add(1)
-    return None if tf.executing_eagerly() else tf.group(op, inc)
+    return [self.optimizer.Apply(lr, NestedMap(scaled))]

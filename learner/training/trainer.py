@@ -34,8 +34,9 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from params import hyperparams
 from params import registry
+from learner.optimizers import base as base_optimizer
+from learner.optimizers import var_grad
 from learner.training import checkpointer as checkpointer_lib
 from learner.training.mode_keys import ModeKeys
 from learner.training import progress as progress_lib
@@ -125,22 +126,20 @@ def _FindLayers(root, predicate):
       stack.extend(obj.values())
 
 
-def _IsEmaParams(p):
-  cls = getattr(p, 'cls', None) if isinstance(p, hyperparams.Params) else None
-  return cls is not None and getattr(cls, '__name__', '') == 'Ema' and (
-      hasattr(cls, 'SwapAverages'))
+def _EmaClasses(task):
+  """The averaging optimizer classes (Ema) in the task's learners' params.
 
-
-def _ParamsTreeHas(p, predicate):
-  if isinstance(p, hyperparams.Params):
-    if predicate(p):
-      return True
-    return any(_ParamsTreeHas(v, predicate) for _, v in p.IterParams())
-  if isinstance(p, (list, tuple)):
-    return any(_ParamsTreeHas(v, predicate) for v in p)
-  if isinstance(p, dict):
-    return any(_ParamsTreeHas(v, predicate) for v in p.values())
-  return False
+  Asked through `BaseOptimizer.EvalAverageClasses`, which wrappers delegate
+  to their inner optimizers, so no optimizer is built. A learner given
+  `optimizer_fn` instead of `optimizer` params is not searched.
+  """
+  out = []
+  for lp in task.LearnerParamsList():
+    opt = lp.optimizer
+    cls = getattr(opt, 'cls', None)
+    if isinstance(cls, type) and issubclass(cls, base_optimizer.BaseOptimizer):
+      out.extend(cls.EvalAverageClasses(opt))
+  return out
 
 
 def _Float(x):
@@ -425,10 +424,9 @@ class Trainer:
   # ---- evaluation ------------------------------------------------------------
 
   def _EmaContexts(self, task):
-    emas = []
-    for learner in task.learners:
-      emas.extend(_FindLayers(learner, lambda l: hasattr(l, 'SwapAverages')))
-    return emas
+    """The optimizers with weight averages (each has `SwapAverages()`)."""
+    return [ema for learner in task.learners
+            for ema in learner.optimizer.EvalAverages()]
 
   def Evaluate(self, task, step, use_ema_layers=()):
     """Evaluates on the eval input; returns {metric: weighted mean}.
@@ -493,7 +491,6 @@ class Trainer:
     return results
 
   def _RunEval(self):
-    p = self._params
     task = self._BuildTask(train=False)
     ckpt = tf.train.Checkpoint(task=task)
     ckpter = checkpointer_lib.Checkpointer(
@@ -505,8 +502,9 @@ class Trainer:
           'train or train_and_eval) with this logdir.' %
           os.path.join(self._logdir, 'ckpt'))
     step = int(task.global_step.numpy())
-    if _ParamsTreeHas(p.task.train.learner, _IsEmaParams):
-      n = LoadEmaAverages(restored, task)
+    ema_classes = _EmaClasses(task)
+    if ema_classes:
+      n = LoadEmaAverages(restored, task, ema_classes)
       self._Print('Evaluating on the EMA averages of the weights (%d '
                   'variables restored from %s).' % (n, restored))
     results = self.Evaluate(task, step)
@@ -546,12 +544,17 @@ def ParamsChangeWarning(path, old_text, new_text, max_lines=10):
           % (path, listing))
 
 
-def LoadEmaAverages(checkpoint_path, task):
+def LoadEmaAverages(checkpoint_path, task, ema_classes):
   """Assigns each model variable its EMA average from a training checkpoint.
 
-  Reads the averages that an `Ema` optimizer wrapper saved (checkpoint keys
-  ending in '/_averages/<sanitized variable name>'), without building any
+  Reads the averages that the averaging optimizers saved, under the keys
+  their classes give (`AverageCheckpointKeySuffix`), without building any
   optimizer.
+
+  Args:
+    checkpoint_path: a checkpoint written while training.
+    task: the built task whose model variables get the averages.
+    ema_classes: the averaging optimizer classes (see `_EmaClasses`).
 
   Returns:
     The number of variables assigned.
@@ -560,14 +563,12 @@ def LoadEmaAverages(checkpoint_path, task):
     ValueError: if a trainable model variable has no average in the
       checkpoint.
   """
-  from learner.optimizers import var_grad  # pylint: disable=g-import-not-at-top
   reader = tf.train.load_checkpoint(checkpoint_path)
   keys = list(reader.get_variable_to_shape_map())
   n = 0
   for var in task.ModelVars().Flatten():
-    name = var_grad.SanitizedName(var_grad.VarName(var))
-    suffix = '/_averages/%s/.ATTRIBUTES/VARIABLE_VALUE' % name
-    found = [k for k in keys if k.endswith(suffix)]
+    suffixes = tuple(c.AverageCheckpointKeySuffix(var) for c in ema_classes)
+    found = [k for k in keys if k.endswith(suffixes)]
     if not found:
       if var.trainable:
         raise ValueError(

@@ -22,7 +22,7 @@ def test_unknown_accumulate_mode_names_it():
 
 
 def test_checked_prototype_drops_a_non_finite_micro_batch():
-  # C-accum semantics: a micro-batch with an Inf is not added.
+  # C-accum-nonfinite: a micro-batch with an Inf is not added.
   row = accumulation.TfAccumulateRow([np.ones(3, np.float32)],
                                      'fused_checked', weight=2.0)
   row.step()

@@ -1,4 +1,4 @@
-"""GradientAccumulation: O7 and the accumulation cases of cases/optimizers.md."""
+"""GradientAccumulation: O7 and the accumulation cases of docs/cases/optimizers.md."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Learner acceptance cases of cases/learner.md (ids in the test names)."""
+"""Learner acceptance cases of docs/cases/learner.md (ids in the test names)."""
 
 import logging as py_logging
 

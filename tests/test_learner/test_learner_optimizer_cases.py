@@ -1,4 +1,4 @@
-"""Optimizer cases marked [L] in cases/optimizers.md (they need a Learner)."""
+"""Optimizer cases that need a Learner, from docs/cases/optimizers.md."""
 
 import logging as py_logging
 

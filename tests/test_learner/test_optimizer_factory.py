@@ -217,7 +217,7 @@ def test_c_not_callable_instance_is_type_error_showing_lambda(instance):
   assert '...(' not in str(e.value)  # No "lambda: ...(e.g." run-together.
 
 
-def test_c_keras_instance_message_suggests_a_lambda_around_its_class():
+def test_c_not_callable_keras_instance_message_suggests_a_lambda_around_its_class():
   with pytest.raises(TypeError) as e:
     factory.OptimizerParamsFromFn(tf.keras.optimizers.RMSprop(0.1))
   msg = str(e.value)
@@ -226,7 +226,7 @@ def test_c_keras_instance_message_suggests_a_lambda_around_its_class():
   assert 'optimizer_fn=lambda: tf.keras.optimizers.Adam(0.1)), ' in msg
 
 
-def test_c_our_instance_message_suggests_params_or_a_factory_not_a_lambda():
+def test_c_not_callable_our_instance_message_suggests_params_or_a_factory_not_a_lambda():
   from learner.optimizers import accumulation as gradient_accumulation  # pylint: disable=g-import-not-at-top
   opt = gradient_accumulation.GradientAccumulation.Params().Set(
       optimizer=optimizers.SGD.Params()).Instantiate()

@@ -381,3 +381,30 @@ def test_get_descendant_through_an_index_and_on():
   assert leaf.path == 's/blocks_1/leaves_0'
   assert leaf.vars.w.name == 's/blocks_1/leaves_0/w:0'
   assert s.GetDescendant('blocks[0].named.left').path == 's/blocks_0/left'
+
+
+class _Holder(BaseLayer):
+  """A layer with one child slot, for the wrong-type errors."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('child', None, 'Params of the child.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    self.CreateChild('child', self.params.child)
+
+
+@pytest.mark.parametrize('given,says', [
+    (BaseLayer, 'got the class BaseLayer. Fix: pass BaseLayer.Params()'),
+    (BaseLayer.Params, 'got BaseLayer.Params (a method, not called). Fix: '
+     'call it: BaseLayer.Params().'),
+    (object(), 'got an instance of builtins.object.'),
+])
+def test_create_child_wrong_type_names_the_slot_and_the_fix(given, says):
+  with pytest.raises(TypeError) as e:
+    _Holder.Params().Set(name='h', child=given).Instantiate()
+  assert str(e.value).startswith('h.child: expected InstantiableParams, ')
+  assert says in str(e.value)

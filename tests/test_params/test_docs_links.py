@@ -5,7 +5,8 @@ import re
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
-_PACKAGES = ('params', 'schedules', 'learner', 'configs', 'benchmarks')
+_PACKAGES = ('params', 'schedules', 'learner', 'layers', 'configs',
+             'benchmarks')
 
 
 def _Citations():

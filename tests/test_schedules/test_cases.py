@@ -1,4 +1,4 @@
-"""Every case of shared/cases/schedules.md, with its id in the test name."""
+"""Every case of docs/cases/schedules.md, with its id in the test name."""
 
 import math
 

@@ -101,6 +101,9 @@ CATALOG = {
     'ResNet50Schedule': sch.ResNet50Schedule(
         steps_per_epoch=10, batch_size=64, num_replicas=2, num_batches=2,
         warmup_epochs=1, decay='cosine', total_epochs=9)[1],
+    'KerasSchedule': sch.KerasSchedule.FromKeras(
+        tf.keras.optimizers.schedules.ExponentialDecay(
+            initial_learning_rate=1.0, decay_steps=10, decay_rate=0.5)),
 }
 
 STEPS = [0, 1, 3, 9, 10, 11, 19, 20, 21, 33, 59, 60, 99, 100, 250, 123456]

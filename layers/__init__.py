@@ -1,0 +1,30 @@
+"""Lingvo-style model layers: Params-configured BaseLayers, FProp(theta, ...).
+
+  embedding       EmbeddingLayer (lookup with sparse gradient, tied Logits),
+                  PositionalEmbeddingLayer (sinusoids)
+  normalization   LayerNorm
+  attention       MultiHeadedAttention (causal self-attention)
+  transformer     FeedForwardLayer, TransformerBlock (pre-norm),
+                  TransformerStack
+  dropout         DropoutLayer (keep_prob; only when FProp(..., training=True))
+  conv            Conv1DLayer, Pool1DLayer
+  keras_layer     KerasLayer (any Keras layer, configured by params)
+  activations     GetActivation(name)
+  matmul          MatMulLastDim(x, w): x [..., i] @ w [i, o]
+
+Imports point one way: `configs → layers → params`.
+"""
+
+from layers.activations import GetActivation
+from layers.attention import MultiHeadedAttention
+from layers.conv import Conv1DLayer
+from layers.conv import Pool1DLayer
+from layers.dropout import DropoutLayer
+from layers.embedding import EmbeddingLayer
+from layers.embedding import PositionalEmbeddingLayer
+from layers.keras_layer import KerasLayer
+from layers.matmul import MatMulLastDim
+from layers.normalization import LayerNorm
+from layers.transformer import FeedForwardLayer
+from layers.transformer import TransformerBlock
+from layers.transformer import TransformerStack

@@ -1,0 +1,63 @@
+"""DropoutLayer: inverted dropout, applied only when training.
+
+Srivastava et al. 2014, "Dropout: A Simple Way to Prevent Neural Networks
+from Overfitting" (JMLR), in the inverted form: kept units are scaled by
+1 / keep_prob at training time, so evaluation is the identity.
+
+Training versus evaluation is an FProp argument: `FProp(theta, x,
+training=False)`. Every layer in `layers/` that has dropout takes the same
+`training` keyword (default False: evaluation, deterministic) and passes it
+on to its children, so a model is trained with `training=True` and
+evaluated with the default.
+"""
+
+import tensorflow as tf
+
+from params import BaseLayer
+
+
+class DropoutLayer(BaseLayer):
+  """Drops each element with probability 1 - keep_prob when training.
+
+  Input: float tensor of any shape and dtype. Output: same shape and dtype;
+  x unchanged if not training or keep_prob == 1, else x * mask / keep_prob
+  with mask ~ Bernoulli(keep_prob) (broadcast over
+  `noise_shape_broadcast_dims`).
+  No variables.
+  """
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('keep_prob', 1.0,
+             'Probability of keeping an element, in (0, 1] (Lingvo\'s name; '
+             'the drop rate is 1 - keep_prob). 1.0 disables dropout.')
+    p.Define(
+        'noise_shape_broadcast_dims', None,
+        'Dimensions (ints, may be negative) along which one mask value is '
+        'shared, e.g. [1] on [batch, time, dim] for one mask per sequence '
+        '(the same units dropped at every step). None: an independent mask '
+        'value per element.')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    p = self.params
+    if not 0.0 < p.keep_prob <= 1.0:
+      raise ValueError('%s: keep_prob must be in (0, 1], got %r (it is the '
+                       'probability of keeping, not dropping).' %
+                       (self.path, p.keep_prob))
+
+  def FProp(self, theta, x, training=False):
+    """x [any shape] -> same shape; dropout only if `training`."""
+    p = self.params
+    if not training or p.keep_prob == 1.0:
+      return x
+    noise_shape = None
+    if p.noise_shape_broadcast_dims:
+      shape = tf.unstack(tf.shape(x))
+      for d in p.noise_shape_broadcast_dims:
+        shape[d] = 1
+      noise_shape = tf.stack(shape)
+    return tf.nn.dropout(x, rate=1.0 - p.keep_prob, noise_shape=noise_shape,
+                         seed=p.random_seed)

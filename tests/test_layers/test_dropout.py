@@ -1,0 +1,45 @@
+"""DropoutLayer: inverted dropout, only when training (Srivastava et al.)."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from layers import dropout
+
+
+def _Drop(**kw):
+  return dropout.DropoutLayer.Params().Set(name='drop', **kw).Instantiate()
+
+
+def test_identity_when_not_training():
+  layer = _Drop(keep_prob=0.5)
+  x = tf.ones([4, 5])
+  np.testing.assert_array_equal(layer.FProp(layer.theta, x).numpy(), 1.0)
+
+
+def test_training_keeps_about_keep_prob_and_scales_by_its_inverse():
+  layer = _Drop(keep_prob=0.8, random_seed=1)
+  out = layer.FProp(layer.theta, tf.ones([200, 100]), training=True).numpy()
+  kept = out != 0
+  np.testing.assert_allclose(out[kept], 1.0 / 0.8, rtol=1e-6)
+  # 20000 Bernoulli(0.8) draws: std of the mean 0.0028; 5 sigma.
+  assert abs(kept.mean() - 0.8) < 0.015
+
+
+def test_broadcast_dims_share_one_mask_value():
+  layer = _Drop(keep_prob=0.5, noise_shape_broadcast_dims=[1])
+  out = layer.FProp(layer.theta, tf.ones([8, 6, 10]), training=True).numpy()
+  np.testing.assert_array_equal(out, np.broadcast_to(out[:, :1], out.shape))
+
+
+def test_keep_prob_one_is_identity_when_training():
+  layer = _Drop(keep_prob=1.0)
+  x = tf.constant([[1.0, 2.0]])
+  np.testing.assert_array_equal(
+      layer.FProp(layer.theta, x, training=True).numpy(), x.numpy())
+
+
+@pytest.mark.parametrize('keep_prob', [0.0, 1.5])
+def test_bad_keep_prob_raises(keep_prob):
+  with pytest.raises(ValueError, match='keep_prob must be in'):
+    _Drop(keep_prob=keep_prob)
