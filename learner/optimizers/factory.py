@@ -74,8 +74,13 @@ def _SetKwargs(where, p, kwargs, aliases):
   return p
 
 
-class _Factory(hyperparams.TextSerializable):
-  """Shared behaviour of the factories: text form, equality, learning_rate."""
+class _Factory(hyperparams.TextSerializable, text_constructor=False):
+  """Shared behaviour of the factories: text form, equality, learning_rate.
+
+  The subclasses, and the two factory functions their text form names, are
+  registered as text constructors: `Object('...get_optimizer_fn', ...)` in
+  params text builds a factory (its Params(), never an optimizer).
+  """
 
   def __init__(self, name, kwargs):
     self._name = name
@@ -139,6 +144,7 @@ class OptimizerFn(_Factory):
             dict(name=self._name, **self._kwargs))
 
 
+@hyperparams.TextFactory
 def get_optimizer_fn(name, **kwargs):  # pylint: disable=invalid-name
   """Returns a factory that builds the optimizer `name` (MoXing's API).
 
@@ -232,6 +238,7 @@ class OptimizerWrapperFn(_Factory):
             dict(name=self._name, inner=self._inner, **self._kwargs))
 
 
+@hyperparams.TextFactory
 def get_optimizer_wrapper_fn(name, inner, **kwargs):  # pylint: disable=invalid-name
   """Returns a factory that wraps `inner` in the wrapper `name` (MoXing's API).
 
