@@ -303,13 +303,21 @@ class Learner(BaseLayer):
       NestedMap (a sub-structure of `vmap`) of the trainable variables whose
       names match `bprop_variable_filter` (if set) and do not match
       `bprop_variable_exclusion` (if set); re.search on the name without
-      ':0'.
+      ':0'. A variable present several times (tied weights, e.g. the
+      softmax reusing the embedding, or one variable under several keys)
+      is kept once, at its first key in traversal order, so that it gets
+      one gradient (the sum of its uses), one update and one entry in every
+      norm and regularizer, as in Lingvo.
     """
     p = self.params
+    seen = set()
 
     def _Keep(var):
       if not getattr(var, 'trainable', False):
         return False
+      if id(var) in seen:
+        return False
+      seen.add(id(var))
       name = var_grad_lib.VarName(var)
       if p.bprop_variable_filter and not re.search(p.bprop_variable_filter,
                                                    name):
@@ -634,7 +642,7 @@ class Learner(BaseLayer):
         raise ValueError(
             'Learner %r: variable %r was not bound; call Bind() first '
             '(bound: %s).' % (self.path, name, sorted(self._bound or {})))
-    return present
+    return _MergeTiedGradients(present)
 
   def _EvalMetrics(self, lr, sched, stats, window_weight):
     """{name: (value, weight)}: the rate, the pipeline's stats, counters."""
@@ -788,6 +796,40 @@ def _AllReduceMean(var_grads, weight):
 
 
 # ---- helpers ---------------------------------------------------------------
+
+
+def _MergeTiedGradients(var_grads):
+  """One VarGrad per variable: a variable given under several keys.
+
+  Args:
+    var_grads: NestedMap of VarGrad with grads present.
+
+  Returns:
+    `var_grads` itself if every variable appears once; else a NestedMap
+    holding each variable at its first key with the sum of its grads (a
+    tied variable's gradient is the sum of its uses), the other keys
+    dropped.
+  """
+  items = var_grads.FlattenItems()
+  first = {}
+  for key, vg in items:
+    first.setdefault(id(vg.var), []).append((key, vg))
+  if len(first) == len(items):
+    return var_grads
+  out = NestedMap()
+  for group in first.values():
+    key, vg = group[0]
+    grads = [g.grad for _, g in group]
+    if all(isinstance(g, tf.IndexedSlices) for g in grads):
+      total = var_grad_lib.MergeDuplicateIndices(tf.IndexedSlices(
+          tf.concat([g.values for g in grads], 0),
+          tf.concat([tf.cast(g.indices, tf.int64) for g in grads], 0),
+          grads[0].dense_shape))
+    else:
+      total = tf.add_n([tf.convert_to_tensor(g) for g in grads])
+    out.Set(key, VarGrad(vg.var, total))
+  return out
+
 
 
 class _Ref:
