@@ -38,12 +38,14 @@ from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.var_grad import VarGrad
 from params import BaseLayer
 from params import NestedMap
-from schedules import base_schedule
+from schedules import exponential
 
 _CLIP_KEYS = ('clip_gradient_norm_to_value',
               'clip_gradient_single_norm_to_value', 'clip_gradient_value',
               'grad_norm_to_clip_to_zero', 'l1_regularizer_weight',
               'l2_regularizer_weight')
+# None turns these off (Lingvo's default); 0.0 computes and reports 0.
+_NONE_OK_KEYS = ('l1_regularizer_weight', 'l2_regularizer_weight')
 
 
 class Learner(BaseLayer):
@@ -86,8 +88,10 @@ class Learner(BaseLayer):
         'Base learning rate; the applied rate is learning_rate x '
         'lr_schedule.Value(step). None takes the rate of optimizer_fn (the '
         'factory\'s learning_rate, or the Keras optimizer\'s own).')
-    p.Define('lr_schedule', base_schedule.ConstantOne.Params(),
-             'Params of a BaseSchedule: the multiplier of learning_rate.')
+    p.Define('lr_schedule', exponential.ContinuousSchedule.Params(),
+             'Params of a BaseSchedule: the multiplier of learning_rate. '
+             'Lingvo\'s default, ContinuousSchedule: 1.0 until step 400000, '
+             'then halving every 100000 steps down to 0.01.')
     p.Define(
         'lr_schedule_step', 'updates',
         '\'updates\': the schedule sees num_updates (applied updates; the '
@@ -117,12 +121,14 @@ class Learner(BaseLayer):
     p.Define('grad_norm_tracker', None,
              'Params of a GradNormTracker that rejects outlier steps, or '
              'None.')
-    p.Define('l1_regularizer_weight', 0.0,
+    p.Define('l1_regularizer_weight', None,
              'Coupled L1: wd*sign(w) is added to each gradient; l1_loss = '
-             'wd*sum|w| is reported. 0 = off.')
-    p.Define('l2_regularizer_weight', 0.0,
+             'wd*sum|w| is reported. None = off; 0.0 reports l1_loss (as '
+             'Lingvo).')
+    p.Define('l2_regularizer_weight', None,
              'Coupled L2: wd*w is added to each gradient; l2_loss = '
-             '0.5*wd*sum(w^2) is reported. 0 = off.')
+             '0.5*wd*sum(w^2) is reported. None = off; 0.0 reports l2_loss '
+             '(as Lingvo).')
     p.Define('skip_lp_1d_vectors', False,
              'If True, rank-1 variables (biases, norm scales) get no L1/L2.')
     p.Define('bprop_variable_filter', None,
@@ -186,6 +192,8 @@ class Learner(BaseLayer):
     p = self.params
     for key in _CLIP_KEYS:
       value = p.Get(key)
+      if value is None and key in _NONE_OK_KEYS:
+        continue
       if not isinstance(value, numbers.Real) or value < 0:
         raise ValueError(
             'Learner %r: %s=%r; expected a number >= 0 (0 turns it off).' %
