@@ -4,10 +4,12 @@ An input generator is a `BaseLayer` whose params name the data source, the
 split, the batch size and the shuffling seed; `GetDataset()` returns a
 `tf.data.Dataset` of batches (dicts of tensors). Datasets are built
 deterministically from the params, so a resumed run continues at the same
-batch: the trainer either saves the iterator in the checkpoint (one process)
+batch: the trainer either saves the iterator in the checkpoint (one device)
 or rebuilds the dataset and skips the batches already consumed
-(`GetDataset(skip_batches=global_step)`, needed under tf.distribute, whose
-iterators TF 2.21 cannot checkpoint).
+(`GetDataset(skip_batches=global_step, input_context)`, needed under
+tf.distribute, whose iterators TF 2.21 cannot checkpoint). Batching, the
+per-worker shard and the skip are written once, in
+`distribution.WorkerDataset`.
 
 The experiments' datasets (digits, diabetes, generated regression) live with
 the experiments, in `configs/inputs.py`.
@@ -16,6 +18,7 @@ the experiments, in `configs/inputs.py`.
 import numpy as np
 import tensorflow as tf
 
+from learner.training import distribution
 from params import BaseLayer
 
 _SPLITS = ('train', 'test', 'all')
@@ -124,23 +127,27 @@ class BaseInputGenerator(BaseLayer):
                       reshuffle_each_iteration=True)
     return ds.repeat(p.num_epochs)
 
-  def GetDataset(self, skip_batches=0):
+  def GetDataset(self, skip_batches=0, input_context=None):
     """Returns a tf.data.Dataset of batches: dicts {name: Tensor[batch, ...]}.
 
     Args:
-      skip_batches: batches to skip from the start (a resumed run that could
-        not restore its iterator skips the global steps already taken).
+      skip_batches: global batches to skip from the start (a resumed run
+        that could not restore its iterator skips the global steps already
+        taken).
+      input_context: optional tf.distribute.InputContext: this input
+        pipeline's shard of the examples, in per-replica batches
+        (`distribution.WorkerDataset`). None: one pipeline of one replica,
+        batches of `batch_size`.
 
     Raises:
       ValueError: if batch_size exceeds the split's size with drop_remainder.
     """
     p = self.params
     self.CheckBatchSize()
-    ds = self.GetExampleDataset()
-    ds = ds.batch(p.batch_size, drop_remainder=p.drop_remainder)
-    if skip_batches:
-      ds = ds.skip(int(skip_batches))
-    return ds
+    return distribution.WorkerDataset(
+        self.GetExampleDataset, input_context or tf.distribute.InputContext(),
+        p.batch_size, skip_batches=int(skip_batches),
+        drop_remainder=p.drop_remainder)
 
   def CheckBatchSize(self):
     """Raises ValueError if batch_size exceeds the split with drop_remainder."""

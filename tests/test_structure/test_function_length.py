@@ -21,7 +21,6 @@ MAX_LINES = 80
 # function that is back under the limit fails too: delete its line then.
 KNOWN_LONG = {
     ('learner/learner.py', 'Learner._Update'),
-    ('learner/training/trainer.py', 'Trainer._RunTrain'),
 }
 
 

@@ -47,10 +47,6 @@ KNOWN_DEFERRED = {
     ('learner/learner.py', 'learner.loss_scale'),
     ('learner/learner.py', 'learner.optimizers.factory'),
     ('learner/optimizers/factory.py', 'learner.optimizers.accumulation'),
-    ('learner/training/run.py', 'learner.training.trainer'),
-    ('learner/training/task.py', 'learner.gradient_tape'),
-    ('learner/training/trainer.py', 'params'),
-    ('learner/training/trainer.py', 'learner.training.distribution'),
 }
 KNOWN_CYCLES = set()
 
