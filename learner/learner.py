@@ -6,12 +6,15 @@ After Lingvo's `lingvo/core/learner.py`, in TF2 form. The data flow of one
   losses      <- metrics[loss_name]        (several names need a combiner)
   var_grads   <- gradients of the (scaled) losses w.r.t. the bound variables,
                  unscaled; a combiner merges several losses' gradients
-  accumulate? <- GradientAccumulation: add weight*grad; unless this micro-step
-                 completes the window, stop (window metrics get weight 0)
+  accumulate? <- GradientAccumulation.AccumulateOrApply, once per micro-step:
+                 add weight*grad; unless this micro-step completes the
+                 window, stop (window metrics get weight 0); else the
+                 window's sums go on below, 1 / sum(weight) folded in
   all-reduce  <- under tf.distribute: sum(weight*grad) / sum(weight), once
                  per applied update (learner/cross_replica.py)
-  var_grads   <- L1/L2 -> gradient_mask -> norms -> gradient_adjuster ->
-                 non-finite check -> grad_norm_tracker -> clip -> scale
+  var_grads   <- learner/gradient_pipeline.py: regularize (L1/L2) -> mask
+                 -> norms -> adjust -> check finite -> track -> clip by
+                 norm -> scale -> clip by value
   lr          <- learning_rate * lr_schedule.Value(num_updates | global_step)
   update      <- optimizer.Apply(lr, var_grads), inside tf.cond: a skipped
                  step changes no model variable and no optimizer slot
@@ -29,6 +32,7 @@ import tensorflow as tf
 
 from learner.optimizers import base as base_optimizer
 from learner import cross_replica
+from learner import gradient_pipeline as pipeline
 from learner import gradient_tape
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.var_grad import VarGrad
@@ -545,7 +549,11 @@ class Learner(BaseLayer):
         multiplied into that variable's gradient; variables absent from it
         are unchanged.
       gradient_adjuster: optional callable var_grads -> var_grads, applied
-        after the norms are measured and before the non-finite check.
+        after the norms are measured and before the non-finite check. It
+        gets a NestedMap of VarGrad keyed like `vmap` (the variables'
+        paths in it, e.g. `vgs.enc.w`; only variables with a gradient), as
+        Lingvo's learner passes it, and returns the same structure with
+        the grads it wants applied (see gradient_pipeline.Adjust).
 
     Returns:
       (losses, update_op, eval_metrics): the list of loss tensors; the
@@ -581,6 +589,7 @@ class Learner(BaseLayer):
     Args:
       var_grads: NestedMap of VarGrad over bound variables (e.g. from
         ComputeGradients or ComputeActivationGradients); grads unscaled.
+        Its keys are what a gradient_adjuster sees.
       weight: float scalar, the loss weight of these gradients.
       gradient_mask, gradient_adjuster: as in Apply.
 
@@ -590,243 +599,164 @@ class Learner(BaseLayer):
     Raises:
       ValueError: if no VarGrad has a gradient, or a variable is not bound.
     """
-    vgs = [vg for vg in var_grads.Flatten() if vg.grad is not None]
-    if not vgs:
+    var_grads = self._PresentGradients(var_grads)
+    weight = tf.cast(weight, tf.float32)
+    lr, sched = self._LearningRate()
+
+    def _Update(vgs, applier, **window):
+      return self._Update(vgs, lr, gradient_mask, gradient_adjuster, applier,
+                          **window)
+
+    if self._is_accum:
+      stats, window_weight = self._AccumulateOrUpdate(var_grads, weight,
+                                                      _Update)
+    else:
+      if cross_replica.NumReplicas() > 1:
+        var_grads = _AllReduceMean(var_grads, weight)
+      stats = _Update(var_grads, self.optimizer)
+      window_weight = tf.constant(1.0)
+    eval_metrics = self._EvalMetrics(lr, sched, stats, window_weight)
+    if tf.executing_eagerly():
+      return None, eval_metrics
+    return tf.group([v for v, _ in eval_metrics.values()]), eval_metrics
+
+  def _PresentGradients(self, var_grads):
+    """`var_grads` without its None grads; raises if empty or unbound."""
+    present = var_grads.Filter(lambda vg: vg.grad is not None)
+    if not present.Flatten():
       raise ValueError(
           'Learner %r: var_grads has no gradient (every grad is None); '
           'nothing to apply. Keys: %s.' %
           (self.path, [k for k, _ in var_grads.FlattenItems()]))
-    for vg in vgs:
+    for vg in present.Flatten():
       name = var_grad_lib.VarName(vg.var)
       if self._bound is None or name not in self._bound:
         raise ValueError(
             'Learner %r: variable %r was not bound; call Bind() first '
             '(bound: %s).' % (self.path, name, sorted(self._bound or {})))
-    weight = tf.cast(weight, tf.float32)
-    lr, sched = self._LearningRate()
-    if self._is_accum:
-      stats, window_weight = self._AccumulateAndMaybeUpdate(
-          vgs, weight, lr, gradient_mask, gradient_adjuster)
-    else:
-      grads = [vg.grad for vg in vgs]
-      if cross_replica.NumReplicas() > 1:
-        grads = self._AllReduceMean(grads, weight)
-      stats = self._Update([vg.var for vg in vgs], grads, lr, gradient_mask,
-                           gradient_adjuster)
-      window_weight = tf.constant(1.0)
+    return present
+
+  def _EvalMetrics(self, lr, sched, stats, window_weight):
+    """{name: (value, weight)}: the rate, the pipeline's stats, counters."""
     one = tf.constant(1.0)
-    eval_metrics = {'learning_rate': (lr, one), 'lr_schedule': (sched, one)}
+    eval_metrics = {pipeline.LEARNING_RATE: (lr, one),
+                    pipeline.LR_SCHEDULE: (sched, one)}
     for k, v in stats.items():
       eval_metrics[k] = (v, window_weight)
-    eval_metrics['num_updates'] = (
+    eval_metrics[pipeline.NUM_UPDATES] = (
         tf.cast(self._num_updates.read_value(), tf.float32), one)
-    eval_metrics['num_skipped_steps'] = (
+    eval_metrics[pipeline.NUM_SKIPPED_STEPS] = (
         tf.cast(self._num_skipped.read_value(), tf.float32), one)
     if self.params.loss_scale is not None:
-      eval_metrics['loss_scale'] = (self.loss_scale.scale, one)
+      eval_metrics[pipeline.LOSS_SCALE] = (self.loss_scale.scale, one)
     if self._is_accum:
-      eval_metrics['num_dropped_microbatches'] = (tf.cast(
+      eval_metrics[pipeline.NUM_DROPPED_MICROBATCHES] = (tf.cast(
           self.optimizer.num_dropped_microbatches.read_value(),
           tf.float32), one)
-    if tf.executing_eagerly():
-      return None, eval_metrics
-    return tf.group([v for v, _ in eval_metrics.values()]), eval_metrics
+    return eval_metrics
 
-  def _AllReduceMean(self, grads, weight):
-    weighted = [g * tf.cast(weight, g.dtype) if not isinstance(
-        g, tf.IndexedSlices) else tf.convert_to_tensor(g) * tf.cast(
-            weight, g.dtype) for g in grads]
-    summed, wsum, _ = cross_replica.WeightedAllReduce(weighted, weight)
-    return [tf.math.divide_no_nan(g, tf.cast(wsum, g.dtype)) for g in summed]
+  def _AccumulateOrUpdate(self, var_grads, weight, update):
+    """One micro-step of the accumulation; returns (stats, window weight).
 
-  def _AccumulateAndMaybeUpdate(self, vgs, weight, lr, gradient_mask,
-                                gradient_adjuster):
-    """Accumulation protocol; returns (stats, window weight).
-
-    A micro-step reads each gradient twice (one L2Loss pass for the finite
-    check, one fused `acc += weight * g`) and materialises nothing; the
-    applying step folds 1 / sum(weight) into the clip scale instead of
-    writing an averaged copy of the sums.
+    The accumulation's one entry point adds the micro-batch and, on the
+    micro-step that completes the window, hands back the window: `update`
+    then runs the pipeline on its sums with 1 / sum(weight) folded into the
+    norms and the clip scale (no averaged copy), and applies through the
+    window. Other micro-steps report zeros with weight 0.
     """
-    acc = self.optimizer
-    variables = [vg.var for vg in vgs]
-    dense = [tf.convert_to_tensor(vg.grad) for vg in vgs]
-    finite = _AllFinite(dense)
-    n = cross_replica.NumReplicas()
-    if n > 1 and not acc.params.sync_on_apply:
-      acc.WarnIfSyncEveryStep()
-      weighted = [g * tf.cast(weight, g.dtype) for g in dense]
-      bad = 1.0 - tf.cast(finite, tf.float32)
-      weighted, weight, (bad,) = cross_replica.WeightedAllReduce(
-          weighted, weight, [bad])
-      finite = tf.equal(bad, 0.0)
-      micro_step = acc.Accumulate(list(zip(variables, weighted)), weight,
-                                  finite)
-    else:
-      micro_step = acc.AccumulateScaled(list(zip(variables, dense)), weight,
-                                        finite)
-    is_apply = acc.IsApplyStep(micro_step)
-    names = self._StatNames(variables)
+    names = pipeline.MetricNames(self.params,
+                                 [vg.var for vg in var_grads.Flatten()])
 
-    def _ApplyWindow():
-      sums, wsum, dropped = acc.AccumulatedSums(variables)
-      if n > 1 and acc.params.sync_on_apply:
-        sums, wsum, (dropped,) = cross_replica.WeightedAllReduce(
-            sums, wsum, [dropped])
-      inv_wsum = tf.math.divide_no_nan(tf.constant(1.0), wsum)
-      stats = self._Update(variables, sums, lr, gradient_mask,
-                           gradient_adjuster, extra_skip=wsum <= 0.0,
-                           window_finite=tf.equal(dropped, 0.0),
-                           grad_prescale=inv_wsum)
-      with tf.control_dependencies(list(stats.values())):
-        acc.Zero()
-      return [tf.identity(stats[k]) for k in names]
+    def _ApplyWindow(window):
+      stats = update(window.var_grads, window,
+                     extra_skip=window.weight_sum <= 0.0,
+                     window_finite=tf.equal(window.num_dropped, 0.0),
+                     grad_prescale=window.grad_scale)
+      return [stats[k] for k in names]
 
-    def _OnlyAccumulate():
-      return [tf.constant(0.0) for _ in names]
-
-    values = base_optimizer.CondAsCall(is_apply, _ApplyWindow, _OnlyAccumulate)
+    all_reduce = (cross_replica.WeightedAllReduce
+                  if cross_replica.NumReplicas() > 1 else None)
+    values, is_apply = self.optimizer.AccumulateOrApply(
+        var_grads, weight, _ApplyWindow,
+        lambda: [tf.constant(0.0) for _ in names], all_reduce=all_reduce)
     if not isinstance(values, (list, tuple)):
       values = [values]
     return dict(zip(names, values)), tf.cast(is_apply, tf.float32)
 
-  def _StatNames(self, variables):
-    p = self.params
-    names = []
-    if p.l1_regularizer_weight:
-      names.append('l1_loss')
-    if p.l2_regularizer_weight:
-      names.append('l2_loss')
-    names.append('grad_norm/all')
-    if p.var_norm_metrics:
-      names.append('var_norm/all')
-    names += ['grad_norm/clipped', 'grad_scale_all', 'has_nan_or_inf']
-    if p.per_variable_norm_metrics:
-      for v in variables:
-        n = var_grad_lib.VarName(v)
-        names += ['grad_norm/' + n, 'var_norm/' + n]
-    return names
-
-  def _Update(self, variables, grads, lr, gradient_mask, gradient_adjuster,
+  def _Update(self, var_grads, lr, gradient_mask, gradient_adjuster, applier,
               extra_skip=None, window_finite=None, grad_prescale=None):
-    """L1/L2 -> mask -> norms -> adjuster -> checks -> clip -> apply.
+    """The gradient pipeline (learner/gradient_pipeline.py), then the update.
 
     Args:
-      variables: list of bound variables.
-      grads: list like `variables` of gradients (Tensor or IndexedSlices),
+      var_grads: NestedMap of VarGrad (keys as in the vmap) whose grads are
         already averaged over replicas / the window, or - with
         `grad_prescale` - sums that `grad_prescale` turns into the gradient.
       lr: float32 scalar, the scheduled rate.
       gradient_mask, gradient_adjuster: as in Apply.
+      applier: what applies the update: this learner's optimizer, or the
+        accumulation's Window (its `Apply` / `ApplyScaled`).
       extra_skip: optional bool scalar that also skips the update.
       window_finite: optional bool scalar; False when a micro-batch of the
         window overflowed (for the loss-scale update).
       grad_prescale: optional float32 scalar: the gradient is
-        `grad_prescale * grads` (accumulation: 1 / sum(weight)). It is
-        folded into the norms and the clip scale (no averaged copy) unless
-        L1/L2, a mask or an adjuster need the gradient itself.
+        `grad_prescale * grads` (accumulation: 1 / sum(weight)).
 
     Returns:
-      {stat name: float32 scalar} in the order of `_StatNames`.
+      {stat name: float32 scalar} in the order of `pipeline.MetricNames`.
     """
     p = self.params
-    stats = {}
-    if grad_prescale is not None and (
-        p.l1_regularizer_weight or p.l2_regularizer_weight or gradient_mask
-        or gradient_adjuster is not None):
-      grads = [None if g is None else _Scale(g, grad_prescale) for g in grads]
-      grad_prescale = None
-    # Coupled L1/L2 regularisation.
-    if p.l1_regularizer_weight or p.l2_regularizer_weight:
-      grads, lp = self._AddLpTerms(variables, grads)
-      stats.update(lp)
-    # Gradient mask.
-    if gradient_mask:
-      grads = _MaskGradients(variables, grads, gradient_mask)
-    # Norms: one l2_loss kernel per tensor, one add_n.
-    grad_half = [_HalfSquaredNorm(g) for g in grads]
-    if grad_prescale is not None:
-      pre2 = grad_prescale * grad_prescale
-      grad_half = [h * pre2 for h in grad_half]
-    grad_norm = tf.sqrt(2.0 * tf.add_n(grad_half))
-    var_half = None
-    if p.var_norm_metrics or p.per_variable_norm_metrics:
-      var_half = [_HalfSquaredNorm(v.read_value()) for v in variables]
-    has_nan_or_inf = tf.logical_not(tf.math.is_finite(grad_norm))
-    # Adjuster.
-    if gradient_adjuster is not None:
-      vg_map = NestedMap()
-      for i, (v, g) in enumerate(zip(variables, grads)):
-        vg_map['v%04d' % i] = VarGrad(v, g)
-      adjusted = gradient_adjuster(vg_map)
-      grads = [adjusted['v%04d' % i].grad for i in range(len(variables))]
-      adj_norm = tf.add_n([_HalfSquaredNorm(g) for g in grads] +
-                          [tf.constant(0.0)])
-      has_nan_or_inf = tf.logical_or(
-          has_nan_or_inf, tf.logical_not(tf.math.is_finite(adj_norm)))
-    # Skip decision.
-    skip = has_nan_or_inf
-    if p.grad_norm_to_clip_to_zero:
-      skip = tf.logical_or(skip, grad_norm >= p.grad_norm_to_clip_to_zero)
-    if p.grad_norm_tracker is not None:
-      accept = self.grad_norm_tracker.Check(grad_norm, has_nan_or_inf)
-      skip = tf.logical_or(skip, tf.logical_not(accept))
-    if extra_skip is not None:
-      skip = tf.logical_or(skip, extra_skip)
-    # Clipping scale.
-    finite_f = tf.cast(tf.logical_not(has_nan_or_inf), tf.float32)
-    per_var_scale = None
-    if p.clip_gradient_norm_to_value:
-      c = tf.constant(p.clip_gradient_norm_to_value, tf.float32)
-      grad_scale = c / tf.maximum(grad_norm, c)
-      grad_scale = tf.where(has_nan_or_inf, 0.0, grad_scale)
-      clipped_norm = grad_norm * grad_scale
-    elif p.clip_gradient_single_norm_to_value:
-      c = tf.constant(p.clip_gradient_single_norm_to_value, tf.float32)
-      per_var_scale = [c / tf.maximum(tf.sqrt(2.0 * h), c) for h in grad_half]
-      grad_scale = finite_f
-      clipped_norm = tf.sqrt(2.0 * tf.add_n(
-          [h * k * k for h, k in zip(grad_half, per_var_scale)]))
-    else:
-      grad_scale = finite_f
-      clipped_norm = grad_norm
-    # The scalar that turns `grads` into the clipped gradient (None = 1),
-    # and per-variable factors for single-norm clipping.
-    apply_scale = grad_scale if p.clip_gradient_norm_to_value else None
-    if grad_prescale is not None:
-      apply_scale = (grad_prescale if apply_scale is None else
-                     apply_scale * grad_prescale)
-    if per_var_scale is not None and grad_prescale is not None:
-      per_var_scale = [k * grad_prescale for k in per_var_scale]
-      apply_scale = None
-    if p.clip_gradient_value:
-      clipped_grads = self._ClipGrads(grads, apply_scale, per_var_scale)
-      clipped_norm = GlobalNorm(clipped_grads)
-    stats['grad_norm/all'] = grad_norm
-    if p.var_norm_metrics:
-      stats['var_norm/all'] = tf.sqrt(2.0 * tf.add_n(var_half))
-    stats['grad_norm/clipped'] = clipped_norm
-    stats['grad_scale_all'] = grad_scale
-    stats['has_nan_or_inf'] = tf.cast(has_nan_or_inf, tf.float32)
-    if p.per_variable_norm_metrics:
-      for v, gh, vh in zip(variables, grad_half, var_half):
-        n = var_grad_lib.VarName(v)
-        stats['grad_norm/' + n] = tf.sqrt(2.0 * gh)
-        stats['var_norm/' + n] = tf.sqrt(2.0 * vh)
+    variables = [vg.var for vg in var_grads.Flatten()]
+    grads = [vg.grad for vg in var_grads.Flatten()]
+    metrics = {}
+    grads, grad_prescale = pipeline.Prescale(
+        grads, grad_prescale, bool(
+            p.l1_regularizer_weight or p.l2_regularizer_weight or
+            gradient_mask or gradient_adjuster is not None))
+    grads, m = pipeline.Regularize(variables, grads, p.l1_regularizer_weight,
+                                   p.l2_regularizer_weight,
+                                   p.skip_lp_1d_vectors)
+    metrics.update(m)
+    grads = pipeline.Mask(variables, grads, gradient_mask)
+    norms, m = pipeline.Norms(variables, grads, grad_prescale,
+                              p.var_norm_metrics, p.per_variable_norm_metrics)
+    metrics.update(m)
+    grads, adjusted_finite = pipeline.Adjust(var_grads, grads,
+                                             gradient_adjuster)
+    has_nan_or_inf, m = pipeline.CheckFinite(norms.norm, adjusted_finite)
+    metrics.update(m)
+    skip = pipeline.Track(
+        norms.norm, has_nan_or_inf, p.grad_norm_to_clip_to_zero,
+        self.grad_norm_tracker if p.grad_norm_tracker is not None else None,
+        extra_skip)
+    clip, m = pipeline.ClipByNorm(norms, has_nan_or_inf,
+                                  p.clip_gradient_norm_to_value,
+                                  p.clip_gradient_single_norm_to_value)
+    metrics.update(m)
+    scaling = pipeline.Scale(clip, grad_prescale, p.clip_gradient_value)
+    metrics.update(pipeline.ClipByValue(grads, scaling))
+    self._ApplyOrSkip(skip, lr, var_grads, grads, scaling, applier)
+    self._UpdateLossScale(has_nan_or_inf, window_finite)
+    return {k: metrics[k] for k in pipeline.MetricNames(p, variables)}
+
+  def _ApplyOrSkip(self, skip, lr, var_grads, grads, scaling, applier):
+    """Inside one tf.cond: applies the scaled `grads`, or counts a skip.
+
+    A skipped step changes no model variable and no optimizer slot. When
+    the scale can be folded (`scaling.foldable`), the optimizer gets it as
+    a scalar (`ApplyScaled`, e.g. into Momentum's kernel).
+    """
 
     def _DoUpdate():
-      fold = (apply_scale is not None and not p.clip_gradient_value)
-      clipped = self._ClipGrads(grads, None if fold else apply_scale,
-                                per_var_scale)
-      vgs = NestedMap()
-      for i, (v, g) in enumerate(zip(variables, clipped)):
-        if g is not None:
-          vgs['v%04d' % i] = VarGrad(v, g)
-      opt = self.optimizer.inner if self._is_accum else self.optimizer
+      fold = scaling.foldable
+      applied = var_grads.Pack([
+          VarGrad(vg.var, g)
+          for vg, g in zip(var_grads.Flatten(),
+                           scaling.Gradients(grads, fold=fold))
+      ]).Filter(lambda vg: vg.grad is not None)
       if fold:
-        opt.ApplyScaled(lr, vgs, apply_scale)
+        applier.ApplyScaled(lr, applied, scaling.scale)
       else:
-        opt.Apply(lr, vgs)
+        applier.Apply(lr, applied)
       self._num_updates.assign_add(1)
       return tf.constant(True)
 
@@ -835,58 +765,26 @@ class Learner(BaseLayer):
       return tf.constant(False)
 
     tf.cond(skip, _Skip, _DoUpdate)
-    if p.loss_scale is not None:
-      finite = tf.logical_not(has_nan_or_inf)
-      if window_finite is not None:
-        finite = tf.logical_and(finite, window_finite)
-      self.loss_scale.Update(finite)
-    names = self._StatNames(variables)
-    return {k: stats[k] for k in names}
 
-  def _ClipGrads(self, grads, apply_scale, per_var_scale):
-    """Scales (global factor `apply_scale` or per-variable factors) and
-    clips values elementwise; returns the list of clipped gradients."""
-    p = self.params
-    out = []
-    for i, g in enumerate(grads):
-      if g is None:
-        out.append(None)
-        continue
-      if per_var_scale is not None:
-        g = _Scale(g, per_var_scale[i])
-      elif apply_scale is not None:
-        g = _Scale(g, apply_scale)
-      if p.clip_gradient_value:
-        v = p.clip_gradient_value
-        g = _MapValues(g, lambda x: tf.clip_by_value(x, -v, v))  # pylint: disable=cell-var-from-loop
-      out.append(g)
-    return out
+  def _UpdateLossScale(self, has_nan_or_inf, window_finite):
+    """Feeds the step's overflow (and the window's) to the loss scale."""
+    if self.params.loss_scale is None:
+      return
+    finite = tf.logical_not(has_nan_or_inf)
+    if window_finite is not None:
+      finite = tf.logical_and(finite, window_finite)
+    self.loss_scale.Update(finite)
 
-  def _AddLpTerms(self, variables, grads):
-    """Adds wd*w (L2) and wd*sign(w) (L1) to the gradients; returns losses."""
-    p = self.params
-    l1_terms, l2_terms, out = [], [], []
-    for v, g in zip(variables, grads):
-      if g is None or (p.skip_lp_1d_vectors and v.shape.rank == 1):
-        out.append(g)
-        continue
-      w = v.read_value()
-      g = tf.convert_to_tensor(g)
-      if p.l2_regularizer_weight:
-        g = g + tf.cast(p.l2_regularizer_weight, g.dtype) * w
-        l2_terms.append(tf.reduce_sum(tf.square(tf.cast(w, tf.float32))))
-      if p.l1_regularizer_weight:
-        g = g + tf.cast(p.l1_regularizer_weight, g.dtype) * tf.sign(w)
-        l1_terms.append(tf.reduce_sum(tf.abs(tf.cast(w, tf.float32))))
-      out.append(g)
-    lp = {}
-    if p.l1_regularizer_weight:
-      lp['l1_loss'] = p.l1_regularizer_weight * tf.add_n(
-          l1_terms + [tf.constant(0.0)])
-    if p.l2_regularizer_weight:
-      lp['l2_loss'] = 0.5 * p.l2_regularizer_weight * tf.add_n(
-          l2_terms + [tf.constant(0.0)])
-    return out, lp
+
+def _AllReduceMean(var_grads, weight):
+  """var_grads with sum(weight * grad) / sum(weight) over the replicas."""
+  vgs = var_grads.Flatten()
+  weighted = [tf.convert_to_tensor(vg.grad) * tf.cast(weight, vg.grad.dtype)
+              for vg in vgs]
+  summed, wsum, _ = cross_replica.WeightedAllReduce(weighted, weight)
+  return var_grads.Pack([
+      VarGrad(vg.var, tf.math.divide_no_nan(g, tf.cast(wsum, g.dtype)))
+      for vg, g in zip(vgs, summed)])
 
 
 # ---- helpers ---------------------------------------------------------------
@@ -903,56 +801,5 @@ def _AsMap(vmap):
   return vmap if isinstance(vmap, NestedMap) else NestedMap(vmap)
 
 
-def _MapValues(g, fn):
-  if isinstance(g, tf.IndexedSlices):
-    return tf.IndexedSlices(fn(g.values), g.indices, g.dense_shape)
-  return fn(g)
-
-
-def _Scale(g, scale):
-  return _MapValues(g, lambda x: x * tf.cast(scale, x.dtype))
-
-
-def _HalfSquaredNorm(g):
-  """sum(g^2) / 2 as float32 (one L2Loss kernel); 0.0 for None."""
-  if g is None:
-    return tf.constant(0.0)
-  if isinstance(g, tf.IndexedSlices):
-    g = g.values
-  if g.dtype != tf.float32:
-    g = tf.cast(g, tf.float32)
-  return tf.nn.l2_loss(g)
-
-
-def GlobalNorm(grads):
-  """sqrt(sum of squares) of a list of gradients; None entries count as 0.
-
-  Args:
-    grads: list of Tensors, tf.IndexedSlices (duplicate-free) or None.
-
-  Returns:
-    float32 scalar; 0.0 for an empty list or only None (acceptance case
-    C-none-grads), never an error.
-  """
-  return tf.sqrt(2.0 * tf.add_n([_HalfSquaredNorm(g) for g in grads] +
-                                [tf.constant(0.0)]))
-
-
-def _AllFinite(grads):
-  if not grads:
-    return tf.constant(True)
-  return tf.math.is_finite(tf.add_n([_HalfSquaredNorm(g) for g in grads]))
-
-
-def _MaskGradients(variables, grads, gradient_mask):
-  mask = {}
-  for k, m in gradient_mask.items():
-    mask[k[:-2] if k.endswith(':0') else k] = m
-  out = []
-  for v, g in zip(variables, grads):
-    m = mask.get(var_grad_lib.VarName(v))
-    if m is None or g is None:
-      out.append(g)
-    else:
-      out.append(_Scale(g, m))
-  return out
+# GlobalNorm is the pipeline's; kept here for `from learner.learner import GlobalNorm`.
+GlobalNorm = pipeline.GlobalNorm

@@ -7,28 +7,34 @@ update applied on the micro-step that completes the window uses
 `sum(weight * grad) / sum(weight)`, exactly the gradient of one step on the
 union batch (acceptance case C-accum-weighted).
 
-The Learner drives the protocol (docs/DESIGN.md, "One training step, as data"):
+One entry point, `AccumulateOrApply`, runs a micro-step (docs/DESIGN.md,
+"One training step, as data"); the Learner calls it once per micro-step:
 
-  1. `Accumulate(weighted_grads, weight, is_finite)`: a finite micro-batch is
-     added; a non-finite one is dropped and counted in
-     `num_dropped_microbatches`. The micro-step counter advances.
-  2. `IsApplyStep()`: True on the micro-step that completes the window.
-  3. On that step only: `AccumulatedSums(vars)` gives the sums, the learner
-     averages (after the all-reduce under tf.distribute), checks, clips and
-     scales them once, and `ApplyInner(lr, var_grads)` lets the inner
-     optimizer apply them (its `num_updates` advances once per applied
-     update); then `Zero()` empties the window, also when the learner skipped
-     the update (the window is discarded).
+  1. The micro-batch's gradient is checked (one L2Loss pass): a finite one
+     is added as `weight * grad` (with its weight), a non-finite one is
+     dropped and counted in `num_dropped_microbatches`. The micro-step
+     counter advances.
+  2. On the micro-step that completes the window only, the caller's
+     `apply_window(window)` gets a `Window`: the sums sum(weight * grad),
+     sum(weight), 1 / sum(weight) and the window's dropped count; the
+     Learner checks, clips and scales that gradient once and applies it
+     through `window.Apply` / `window.ApplyScaled` (the inner optimizer: its
+     `num_updates` advances once per applied update). Then the window is
+     emptied, also when the caller skipped the update (it is discarded).
+  3. Any other micro-step returns the caller's `when_accumulating()`
+     outputs (the Learner's zeros, reported with weight 0).
 
-`Apply(lr, var_grads)` runs this protocol without a learner (no clipping,
-no all-reduce), for standalone use.
+`Apply(lr, var_grads)` is the same entry point with an `apply_window` that
+only averages and applies (no clipping, no all-reduce), for standalone use.
 
 Under tf.distribute, `sync_on_apply=True` (the default) keeps the
 accumulators per replica (`tf.VariableSynchronization.ON_READ`), so a
-micro-step that only accumulates communicates nothing and the learner
-all-reduces the sums once on the applying micro-step. `sync_on_apply=False`
-keeps mirrored accumulators and the learner all-reduces every micro-batch
-before adding it: the same result with num_batches times the traffic.
+micro-step that only accumulates communicates nothing and the sums are
+all-reduced once, on the applying micro-step. `sync_on_apply=False`
+keeps mirrored accumulators and every micro-batch is all-reduced before it
+is added: the same result with num_batches times the traffic. The
+all-reduce itself is the caller's (`all_reduce`, the Learner's
+cross_replica.WeightedAllReduce); this module only decides when it runs.
 
 The accumulators, the accumulated weight and the micro-step counter are
 variables of this layer, so `tf.train.Checkpoint` saves a partial window.
@@ -40,7 +46,6 @@ import tensorflow as tf
 from learner.optimizers import base as base_optimizer
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers import wrapper
-from params import NestedMap
 
 
 class GradientAccumulation(wrapper.BaseWrapper):
@@ -253,19 +258,6 @@ class GradientAccumulation(wrapper.BaseWrapper):
     return (sums, self._weight_sum.read_value(),
             self._window_dropped.read_value())
 
-  def ApplyInner(self, lr, var_grads, grad_scale=None):
-    """The inner optimizer applies the averaged `var_grads` (one update).
-
-    Args:
-      lr: float32 scalar, the scheduled rate.
-      var_grads: NestedMap of VarGrad.
-      grad_scale: optional float32 scalar multiplying every gradient (the
-        inner optimizer's `ApplyScaled`, which folds it where it can).
-    """
-    if grad_scale is None:
-      return self.optimizer.Apply(lr, var_grads)
-    return self.optimizer.ApplyScaled(lr, var_grads, grad_scale)
-
   def Zero(self):
     """Empties the window: accumulators, weight, counter back to zero."""
     # A zero computed at run time: tf.zeros of a static shape is folded into
@@ -289,11 +281,82 @@ class GradientAccumulation(wrapper.BaseWrapper):
     """
     return self.Zero()
 
+  # ---- the entry point ----------------------------------------------------
+
+  @tf.autograph.experimental.do_not_convert
+  def AccumulateOrApply(self, var_grads, weight, apply_window,
+                        when_accumulating, all_reduce=None):
+    """One micro-step: adds this micro-batch; on the window's last, applies.
+
+    Args:
+      var_grads: NestedMap of VarGrad over bound variables, every grad set
+        (a Tensor or tf.IndexedSlices, densified here), unscaled.
+      weight: float scalar, the micro-batch's loss weight (per replica).
+      apply_window: callable(Window) -> a list of tensors, called once, on
+        the micro-step that completes the window; it applies the update
+        (through `window.Apply` / `window.ApplyScaled`) or skips it. The
+        window is emptied after its outputs are computed.
+      when_accumulating: zero-argument callable returning tensors of the
+        same structure and dtypes, the outputs of any other micro-step.
+      all_reduce: None (one replica, or standalone use), or the caller's
+        `fn(tensors, weight, extras) -> (summed, weight_sum, extras)`
+        summing over the replicas in sync (cross_replica.WeightedAllReduce).
+        sync_on_apply=True calls it once, on the window's sums, inside the
+        applying branch; False calls it on every micro-batch's weight*grad
+        (and warns once).
+
+    Returns:
+      (outputs, is_apply): the outputs of the branch taken (a list, or the
+      single tensor), and a bool scalar, True on the applying micro-step.
+
+    Both branches run in one tf.cond that is called, not lowered
+    (`CondAsCall`): a micro-step that only accumulates runs no op of the
+    applying branch, and with sync_on_apply contains no collective.
+    """
+    weight = tf.cast(weight, tf.float32)
+    vgs = var_grads.Flatten()
+    variables = [vg.var for vg in vgs]
+    dense = [tf.convert_to_tensor(vg.grad) for vg in vgs]
+    finite = _AllFinite(dense)
+    if all_reduce is not None and not self.params.sync_on_apply:
+      self.WarnIfSyncEveryStep()
+      weighted = [g * tf.cast(weight, g.dtype) for g in dense]
+      bad = 1.0 - tf.cast(finite, tf.float32)
+      weighted, weight, (bad,) = all_reduce(weighted, weight, [bad])
+      micro_step = self.Accumulate(list(zip(variables, weighted)), weight,
+                                   tf.equal(bad, 0.0))
+    else:
+      micro_step = self.AccumulateScaled(list(zip(variables, dense)), weight,
+                                         finite)
+    is_apply = self.IsApplyStep(micro_step)
+    sums_reduce = all_reduce if self.params.sync_on_apply else None
+
+    def _ApplyWindow():
+      outputs = apply_window(self._Window(var_grads, sums_reduce))
+      flat = tf.nest.flatten(outputs)
+      with tf.control_dependencies(flat):
+        self.Zero()
+      return tf.nest.pack_sequence_as(outputs, [tf.identity(x) for x in flat])
+
+    outputs = base_optimizer.CondAsCall(is_apply, _ApplyWindow,
+                                        when_accumulating)
+    return outputs, is_apply
+
+  def _Window(self, var_grads, all_reduce):
+    """The completed window's Window (sums all-reduced if `all_reduce`)."""
+    vgs = var_grads.Flatten()
+    sums, wsum, dropped = self.AccumulatedSums([vg.var for vg in vgs])
+    if all_reduce is not None:
+      sums, wsum, (dropped,) = all_reduce(sums, wsum, [dropped])
+    window_grads = var_grads.Pack(
+        [var_grad_lib.VarGrad(vg.var, s) for vg, s in zip(vgs, sums)])
+    return Window(window_grads, wsum, dropped, self.optimizer)
+
   # ---- standalone use ----------------------------------------------------
 
   @tf.autograph.experimental.do_not_convert
   def Apply(self, lr, var_grads, weight=1.0):
-    """Runs one micro-step of the protocol without a learner.
+    """Runs one micro-step without a learner: the entry point, averaging only.
 
     Args:
       lr: float32 scalar, the rate the inner optimizer uses when it applies.
@@ -303,37 +366,65 @@ class GradientAccumulation(wrapper.BaseWrapper):
     Returns:
       The update op in graph mode, None eagerly.
 
-    No clipping, no all-reduce: use it through a Learner for those.
+    No clipping, no all-reduce: use it through a Learner for those. A
+    window whose micro-batches were all dropped applies nothing.
     """
-    vgs = [vg for vg in var_grads.Flatten() if vg.grad is not None]
-    for vg in vgs:
+    var_grads = var_grads.Filter(lambda vg: vg.grad is not None)
+    for vg in var_grads.Flatten():
       self._CheckBound(vg.var)
-    weight = tf.cast(weight, tf.float32)
-    dense = [tf.convert_to_tensor(vg.grad) for vg in vgs]
-    sq = [tf.nn.l2_loss(tf.cast(g, tf.float32)) for g in dense]
-    is_finite = tf.math.is_finite(tf.add_n(sq) if sq else tf.constant(0.0))
-    step = self.AccumulateScaled([(vg.var, g) for vg, g in zip(vgs, dense)],
-                                 weight, is_finite)
 
-    def _ApplyWindow():
-      variables = [vg.var for vg in vgs]
-      sums, wsum, _ = self.AccumulatedSums(variables)
-      window = NestedMap()
-      for i, (v, s) in enumerate(zip(variables, sums)):
-        window['v%d' % i] = var_grad_lib.VarGrad(v, s)
+    def _ApplyWindow(window):
 
       def _Inner():
-        self.ApplyInner(lr, window,
-                        grad_scale=tf.math.divide_no_nan(1.0, wsum))
+        window.ApplyScaled(lr, window.var_grads, window.grad_scale)
         return tf.constant(True)
 
-      tf.cond(wsum > 0, _Inner, lambda: tf.constant(False))
-      self.Zero()
-      return tf.constant(True)
+      return [tf.cond(window.weight_sum > 0, _Inner,
+                      lambda: tf.constant(False))]
 
-    tf.cond(self.IsApplyStep(step), _ApplyWindow,
-            lambda: tf.constant(False))
+    self.AccumulateOrApply(var_grads, weight, _ApplyWindow,
+                           lambda: [tf.constant(False)])
     return None if tf.executing_eagerly() else tf.no_op()
+
+
+class Window:
+  """A completed window, as `AccumulateOrApply` hands it to `apply_window`.
+
+  Attributes:
+    var_grads: NestedMap like the micro-step's var_grads (same keys) whose
+      grads are the window's sums sum(weight * grad), float like each
+      variable (summed over replicas when an all_reduce was given).
+    weight_sum: float32 scalar sum(weight) of the added micro-batches; 0
+      when every one was dropped.
+    grad_scale: float32 scalar 1 / weight_sum (0 when weight_sum is 0): the
+      window's gradient is grad_scale * sums.
+    num_dropped: float32 scalar, micro-batches of this window dropped as
+      non-finite.
+  """
+
+  def __init__(self, var_grads, weight_sum, num_dropped, inner):
+    self.var_grads = var_grads
+    self.weight_sum = weight_sum
+    self.grad_scale = tf.math.divide_no_nan(tf.constant(1.0), weight_sum)
+    self.num_dropped = num_dropped
+    self._inner = inner
+
+  def Apply(self, lr, var_grads):
+    """The inner optimizer applies `var_grads` (one update)."""
+    return self._inner.Apply(lr, var_grads)
+
+  def ApplyScaled(self, lr, var_grads, grad_scale):
+    """The inner optimizer applies `grad_scale * var_grads` (one update),
+    folding the scale into its kernel where it can."""
+    return self._inner.ApplyScaled(lr, var_grads, grad_scale)
+
+
+def _AllFinite(grads):
+  """True (bool scalar) if every dense grad is finite: one L2Loss each."""
+  if not grads:
+    return tf.constant(True)
+  return tf.math.is_finite(tf.add_n(
+      [tf.nn.l2_loss(tf.cast(g, tf.float32)) for g in grads]))
 
 
 def _AssignZero(var, zero=None):

@@ -444,16 +444,24 @@ def InXla():
 
 
 def CheckInnerOptimizerParams(owner, key, inner_params,
-                              owner_is_accumulation=False):
+                              owner_is_accumulation=False, fix=None):
   """Raises unless `inner_params` may be wrapped by the wrapper `owner`.
 
+  The one place of the rule "accumulation must be the outermost wrapper":
+  every wrapper checks its inner params here at construction (BaseWrapper,
+  Composite), and the wrapper factory (get_optimizer_wrapper_fn) when it is
+  built.
+
   Args:
-    owner: the wrapper's class name (str), for the message.
+    owner: the wrapper (its class name, or where it is built), for the
+      message.
     key: the param holding the inner optimizer (e.g. 'optimizer'), for the
       message.
     inner_params: InstantiableParams of the inner optimizer.
     owner_is_accumulation: True when `owner` is itself a gradient
       accumulation (the fix is then one accumulation, not a reordering).
+    fix: optional sentence that ends the accumulation message (how to
+      reorder); by default, how to put `owner` inside the accumulation.
 
   Raises:
     ValueError: if `inner_params` is not optimizer params, or its class is a
@@ -466,17 +474,19 @@ def CheckInnerOptimizerParams(owner, key, inner_params,
     raise ValueError(
         '%s: params.%s must be the params of a BaseOptimizer subclass (e.g. '
         'SGD.Params()), got %r.' % (owner, key, cls if cls else inner_params))
-  if getattr(cls, 'IS_ACCUMULATION', False) and owner_is_accumulation:
+  if not getattr(cls, 'IS_ACCUMULATION', False):
+    return
+  if owner_is_accumulation:
     raise ValueError(
         '%s: params.%s is %s, another gradient accumulation; accumulation '
         'must be the outermost wrapper. Use one %s with num_batches = the '
         'product.' % (owner, key, cls.__name__, owner))
-  if getattr(cls, 'IS_ACCUMULATION', False):
-    raise ValueError(
-        '%s: params.%s is %s, a gradient accumulation; accumulation must be '
-        'the outermost wrapper. Put %s inside it instead: '
-        'GradientAccumulation.Params().Set(optimizer=%s.Params().Set('
-        'optimizer=...)).' % (owner, key, cls.__name__, owner, owner))
+  if fix is None:
+    fix = ('Put %s inside it instead: GradientAccumulation.Params().Set('
+           'optimizer=%s.Params().Set(optimizer=...)).' % (owner, owner))
+  raise ValueError(
+      '%s: params.%s is %s, a gradient accumulation; accumulation must be '
+      'the outermost wrapper. %s' % (owner, key, cls.__name__, fix))
 
 
 def CheckNoWrapperDecay(layer):

@@ -208,12 +208,10 @@ class OptimizerWrapperFn(_Factory):
     """Returns the wrapper's InstantiableParams holding the inner params."""
     inner_params, _ = _InnerParams(self._inner)
     where = 'get_optimizer_wrapper_fn(%r)' % self._name
-    if getattr(inner_params.cls, 'IS_ACCUMULATION', False):
-      raise ValueError(
-          '%s: the inner optimizer is %s, a gradient accumulation; '
-          'accumulation must be the outermost wrapper: wrap the other '
-          'optimizers first and apply \'batch_gradients\' last.' %
-          (where, inner_params.cls.__name__))
+    base_optimizer.CheckInnerOptimizerParams(
+        where, 'optimizer', inner_params,
+        fix='Wrap the other optimizers first and apply \'batch_gradients\' '
+        'last.')
     kwargs = {k: v for k, v in self._kwargs.items() if k != 'learning_rate'}
     if self._name == 'batch_gradients':
       from learner.optimizers import accumulation as gradient_accumulation  # pylint: disable=g-import-not-at-top

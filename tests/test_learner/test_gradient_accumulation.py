@@ -331,3 +331,106 @@ def test_micro_batches_of_sizes_2_3_5_equal_one_step_on_the_union(inner):
   for k in s_acc:
     np.testing.assert_allclose(s_acc[k], s_one[k], rtol=1e-5, atol=1e-7,
                                err_msg=k)
+
+
+# ---- the one entry point: AccumulateOrApply -----------------------------------
+
+
+def _EntryPoint(num_batches=2):
+  w = tf.Variable([1.0, 2.0], name='w')
+  acc = Accum(num_batches).Set(name='acc').Instantiate()
+  acc.Bind([w])
+  return w, acc
+
+
+def test_entry_point_hands_back_the_window_only_when_it_completes():
+  # Micro-batches (g=[1, 0], weight 1) and (g=[3, 2], weight 3): the window
+  # is sum(w*g) = [1 + 9, 0 + 6] = [10, 6], sum(w) = 4, grad_scale 0.25.
+  w, acc = _EntryPoint()
+  windows = []
+
+  def ApplyWindow(window):
+    windows.append(window)
+    return [window.weight_sum]
+
+  out, is_apply = acc.AccumulateOrApply(
+      NestedMap(enc=NestedMap(w=VarGrad(w, tf.constant([1.0, 0.0])))), 1.0,
+      ApplyWindow, lambda: [tf.constant(-1.0)])
+  assert not windows and not bool(is_apply) and float(out[0]) == -1.0
+  out, is_apply = acc.AccumulateOrApply(
+      NestedMap(enc=NestedMap(w=VarGrad(w, tf.constant([3.0, 2.0])))), 3.0,
+      ApplyWindow, lambda: [tf.constant(-1.0)])
+  assert bool(is_apply) and float(out[0]) == 4.0
+  (window,) = windows
+  np.testing.assert_array_equal(window.var_grads.enc.w.grad.numpy(),
+                                [10.0, 6.0])
+  assert window.var_grads.enc.w.var is w
+  assert float(window.grad_scale) == 0.25
+  assert float(window.num_dropped) == 0.0
+  # The callback applied nothing: w is unchanged, the window is emptied.
+  np.testing.assert_array_equal(w.numpy(), [1.0, 2.0])
+  np.testing.assert_array_equal(acc.GetAccumulator(w).numpy(), [0.0, 0.0])
+  assert int(acc.micro_step.numpy()) == 0
+  assert float(acc.accumulated_weight.numpy()) == 0.0
+
+
+def test_entry_point_window_applies_through_the_inner_optimizer():
+  # One micro-batch of g=[2, 4], weight 2: sums [4, 8], grad_scale 0.5;
+  # SGD lr 0.1 via ApplyScaled: w = [1, 2] - 0.1 * [2, 4] = [0.8, 1.6].
+  w, acc = _EntryPoint(num_batches=1)
+
+  def ApplyWindow(window):
+    window.ApplyScaled(0.1, window.var_grads, window.grad_scale)
+    return [tf.constant(1.0)]
+
+  acc.AccumulateOrApply(NestedMap(w=VarGrad(w, tf.constant([2.0, 4.0]))),
+                        2.0, ApplyWindow, lambda: [tf.constant(0.0)])
+  np.testing.assert_allclose(w.numpy(), [0.8, 1.6], rtol=1e-6)
+  assert int(acc.num_updates.numpy()) == 1
+
+
+def test_entry_point_drops_a_non_finite_micro_batch_and_counts_it():
+  # (nan, weight 5) is dropped; (g=[1, 1], weight 2) is kept: sums [2, 2],
+  # sum(w) = 2, one dropped in the window and in the run's counter.
+  w, acc = _EntryPoint()
+  windows = []
+
+  def ApplyWindow(window):
+    windows.append(window)
+    return [window.num_dropped]
+
+  acc.AccumulateOrApply(NestedMap(w=VarGrad(w, tf.constant([np.nan, 1.0]))),
+                        5.0, ApplyWindow, lambda: [tf.constant(0.0)])
+  out, _ = acc.AccumulateOrApply(
+      NestedMap(w=VarGrad(w, tf.constant([1.0, 1.0]))), 2.0, ApplyWindow,
+      lambda: [tf.constant(0.0)])
+  assert float(out[0]) == 1.0
+  np.testing.assert_array_equal(windows[0].var_grads.w.grad.numpy(),
+                                [2.0, 2.0])
+  assert float(windows[0].weight_sum) == 2.0
+  assert int(acc.num_dropped_microbatches.numpy()) == 1
+
+
+def test_entry_point_calls_the_all_reduce_only_on_the_window_by_default():
+  # sync_on_apply=True: the caller's all_reduce sees the window's sums
+  # once; with sync_on_apply=False it sees every micro-batch's weight*g.
+  def Run(sync_on_apply):
+    w = tf.Variable([0.0], name='w')
+    acc = Accum(2, sync_on_apply=sync_on_apply).Set(
+        name='acc').Instantiate()
+    acc.Bind([w])
+    calls = []
+
+    def AllReduce(tensors, weight, extras):
+      calls.append([float(t.numpy()[0]) for t in tensors])
+      return tensors, weight, extras
+
+    for g, wt in ((2.0, 1.0), (4.0, 3.0)):
+      acc.AccumulateOrApply(
+          NestedMap(w=VarGrad(w, tf.constant([g]))), wt,
+          lambda window: [window.weight_sum], lambda: [tf.constant(0.0)],
+          all_reduce=AllReduce)
+    return calls
+
+  assert Run(True) == [[2.0 + 12.0]]
+  assert Run(False) == [[2.0], [12.0]]

@@ -352,7 +352,7 @@ def test_apply_is_not_converted_by_autograph():
   lrn.Bind(task.vars)
 
   def Adjuster(vgs):
-    if tf.reduce_sum(vgs.v0000.grad) > 0:  # Python control flow on a tensor.
+    if tf.reduce_sum(vgs.a.grad) > 0:  # Python control flow on a tensor.
       return vgs
     return vgs
 

@@ -1,0 +1,452 @@
+"""The gradient pipeline of one applied update, as named stages.
+
+docs/DESIGN.md, "One training step, as data": between the (all-reduced,
+window-averaged) gradient and the optimizer, `Learner._Update` runs
+
+  Prescale -> Regularize -> Mask -> Norms -> Adjust -> CheckFinite -> Track
+    -> ClipByNorm -> Scale -> ClipByValue
+
+Each stage is a function of lists aligned with `variables` (a gradient is
+a Tensor, a tf.IndexedSlices or None) and returns its result and, when it
+measures anything, a dict {metric name: float32 scalar}. The metric names
+are the constants below, defined here only; `MetricNames` gives the order
+in which a learner reports them.
+
+Costs the stages keep low (see benchmarks/README.md): every norm is one
+`tf.nn.l2_loss` per tensor and one add_n; a global scale (clipping, the
+1 / sum(weight) of an accumulation window) is carried as a scalar
+(`Scaling`) and folded into the optimizer's own kernel (`ApplyScaled`)
+when no elementwise clip needs the scaled values.
+"""
+
+import collections
+
+import tensorflow as tf
+
+from learner.optimizers import var_grad as var_grad_lib
+from learner.optimizers.var_grad import VarGrad
+from params import NestedMap
+
+# ---- metric names (each spelled here only) ---------------------------------
+
+LEARNING_RATE = 'learning_rate'
+LR_SCHEDULE = 'lr_schedule'
+L1_LOSS = 'l1_loss'
+L2_LOSS = 'l2_loss'
+GRAD_NORM = 'grad_norm/all'
+VAR_NORM = 'var_norm/all'
+GRAD_NORM_CLIPPED = 'grad_norm/clipped'
+GRAD_SCALE = 'grad_scale_all'
+HAS_NAN_OR_INF = 'has_nan_or_inf'
+NUM_UPDATES = 'num_updates'
+NUM_SKIPPED_STEPS = 'num_skipped_steps'
+LOSS_SCALE = 'loss_scale'
+NUM_DROPPED_MICROBATCHES = 'num_dropped_microbatches'
+
+
+def GradNormName(var_name):
+  """'grad_norm/<variable name>': one variable's gradient norm."""
+  return 'grad_norm/' + var_name
+
+
+def VarNormName(var_name):
+  """'var_norm/<variable name>': one variable's L2 norm."""
+  return 'var_norm/' + var_name
+
+
+def MetricNames(p, variables):
+  """The pipeline's metric names, in the order a learner reports them.
+
+  Args:
+    p: the Learner's params (l1/l2_regularizer_weight, var_norm_metrics,
+      per_variable_norm_metrics decide which metrics exist).
+    variables: list of the updated variables.
+
+  Returns:
+    list of str: [l1_loss], [l2_loss], grad_norm/all, [var_norm/all],
+    grad_norm/clipped, grad_scale_all, has_nan_or_inf, then
+    grad_norm/<var>, var_norm/<var> per variable if per_variable_norm_metrics.
+  """
+  names = []
+  if p.l1_regularizer_weight:
+    names.append(L1_LOSS)
+  if p.l2_regularizer_weight:
+    names.append(L2_LOSS)
+  names.append(GRAD_NORM)
+  if p.var_norm_metrics:
+    names.append(VAR_NORM)
+  names += [GRAD_NORM_CLIPPED, GRAD_SCALE, HAS_NAN_OR_INF]
+  if p.per_variable_norm_metrics:
+    for v in variables:
+      n = var_grad_lib.VarName(v)
+      names += [GradNormName(n), VarNormName(n)]
+  return names
+
+
+# ---- stages ----------------------------------------------------------------
+
+
+def Prescale(grads, prescale, needs_gradient):
+  """Materialises `prescale * grads` only when a later stage needs it.
+
+  Args:
+    grads: list of gradients (None = no gradient).
+    prescale: None, or a float32 scalar s: the gradient is s * grads (an
+      accumulation window's 1 / sum(weight)).
+    needs_gradient: True when L1/L2, a mask or an adjuster will read the
+      gradient's values; otherwise s stays a scalar that `Norms` and
+      `Scale` fold in (no averaged copy of the sums is written).
+
+  Returns:
+    (grads, prescale): the scaled grads and None, or the inputs unchanged.
+  """
+  if prescale is None or not needs_gradient:
+    return grads, prescale
+  return [None if g is None else ScaleGradient(g, prescale)
+          for g in grads], None
+
+
+def Regularize(variables, grads, l1_weight, l2_weight, skip_1d):
+  """Coupled L1/L2: adds l2*w and l1*sign(w) to each gradient.
+
+  Args:
+    variables: list of variables.
+    grads: list like `variables` of gradients (None = no gradient; a
+      tf.IndexedSlices is densified where a term is added).
+    l1_weight, l2_weight: Python floats >= 0 (0 = off).
+    skip_1d: if True, rank-1 variables (biases, norm scales) get no term.
+
+  Returns:
+    (grads, metrics): metrics has l1_loss = l1 * sum|w| and l2_loss =
+    0.5 * l2 * sum(w^2) (float32 scalars, over the regularized variables)
+    for the weights that are set; grads are unchanged if both are 0.
+  Source: Lingvo's learner (coupled weight decay, as in TF1's regularizers).
+  """
+  if not (l1_weight or l2_weight):
+    return grads, {}
+  l1_terms, l2_terms, out = [], [], []
+  for v, g in zip(variables, grads):
+    if g is None or (skip_1d and v.shape.rank == 1):
+      out.append(g)
+      continue
+    w = v.read_value()
+    g = tf.convert_to_tensor(g)
+    if l2_weight:
+      g = g + tf.cast(l2_weight, g.dtype) * w
+      l2_terms.append(tf.reduce_sum(tf.square(tf.cast(w, tf.float32))))
+    if l1_weight:
+      g = g + tf.cast(l1_weight, g.dtype) * tf.sign(w)
+      l1_terms.append(tf.reduce_sum(tf.abs(tf.cast(w, tf.float32))))
+    out.append(g)
+  metrics = {}
+  if l1_weight:
+    metrics[L1_LOSS] = l1_weight * tf.add_n(l1_terms + [tf.constant(0.0)])
+  if l2_weight:
+    metrics[L2_LOSS] = 0.5 * l2_weight * tf.add_n(
+        l2_terms + [tf.constant(0.0)])
+  return out, metrics
+
+
+def Mask(variables, grads, gradient_mask):
+  """Multiplies each gradient by its variable's entry of `gradient_mask`.
+
+  Args:
+    variables, grads: aligned lists (grad None = no gradient).
+    gradient_mask: None, or {variable name (with or without ':0'): 0/1
+      float or scalar tensor}; variables absent from it are unchanged.
+
+  Returns:
+    The masked list of gradients (no metrics).
+  """
+  if not gradient_mask:
+    return grads
+  mask = {}
+  for k, m in gradient_mask.items():
+    mask[k[:-2] if k.endswith(':0') else k] = m
+  out = []
+  for v, g in zip(variables, grads):
+    m = mask.get(var_grad_lib.VarName(v))
+    out.append(g if m is None or g is None else ScaleGradient(g, m))
+  return out
+
+
+class GradNorms(collections.namedtuple('GradNorms', ['half', 'norm'])):
+  """The measured gradient: `half[i]` = sum(g_i^2) / 2, `norm` = global L2.
+
+  Both float32; with a prescale s they measure s * g.
+  """
+  __slots__ = ()
+
+
+def Norms(variables, grads, prescale, var_norms, per_variable):
+  """Measures the gradient (before the adjuster and clipping).
+
+  Args:
+    variables, grads: aligned lists (grad None counts as 0).
+    prescale: None, or a float32 scalar s: the gradient is s * grads (the
+      1 / sum(weight) of an accumulation window), measured without
+      materialising it: sum((s*g)^2) = s^2 * sum(g^2).
+    var_norms: if True, also measure var_norm/all.
+    per_variable: if True, also grad_norm/<var> and var_norm/<var>.
+
+  Returns:
+    (GradNorms, metrics): metrics has grad_norm/all and, as asked,
+    var_norm/all, grad_norm/<var>, var_norm/<var> (float32 scalars).
+  """
+  half = [HalfSquaredNorm(g) for g in grads]
+  if prescale is not None:
+    pre2 = prescale * prescale
+    half = [h * pre2 for h in half]
+  grad_norm = tf.sqrt(2.0 * tf.add_n(half))
+  metrics = {GRAD_NORM: grad_norm}
+  var_half = None
+  if var_norms or per_variable:
+    var_half = [HalfSquaredNorm(v.read_value()) for v in variables]
+  if var_norms:
+    metrics[VAR_NORM] = tf.sqrt(2.0 * tf.add_n(var_half))
+  if per_variable:
+    for v, gh, vh in zip(variables, half, var_half):
+      n = var_grad_lib.VarName(v)
+      metrics[GradNormName(n)] = tf.sqrt(2.0 * gh)
+      metrics[VarNormName(n)] = tf.sqrt(2.0 * vh)
+  return GradNorms(half, grad_norm), metrics
+
+
+def Adjust(var_grads, grads, gradient_adjuster):
+  """Runs the user's `gradient_adjuster` on the measured gradients.
+
+  Args:
+    var_grads: NestedMap of VarGrad keyed like the vmap given to Apply (the
+      keys are the variables' paths in it, e.g. `enc.w`); only its
+      structure and variables are used.
+    grads: list of the current gradients in `var_grads.Flatten()` order.
+    gradient_adjuster: None, or a callable NestedMap -> NestedMap: it gets
+      `var_grads` with these gradients and must return a NestedMap of the
+      same structure (same keys) of VarGrad; each returned `.grad` replaces
+      its key's gradient (a Tensor, tf.IndexedSlices or None).
+
+  Returns:
+    (grads, finite): the adjusted list, and a bool scalar, False if an
+    adjusted gradient has a NaN or Inf (None when there is no adjuster).
+
+  Raises:
+    ValueError: if the adjuster returns another structure (naming the keys).
+  """
+  if gradient_adjuster is None:
+    return grads, None
+  given = var_grads.Pack([VarGrad(vg.var, g)
+                          for vg, g in zip(var_grads.Flatten(), grads)])
+  adjusted = gradient_adjuster(given)
+  if not given.IsCompatible(adjusted):
+    got = ([k for k, _ in adjusted.FlattenItems()]
+           if isinstance(adjusted, NestedMap) else type(adjusted).__name__)
+    raise ValueError(
+        'gradient_adjuster returned %s; expected a NestedMap of VarGrad with '
+        'the keys it was given: %s. Return the map with its .grad values '
+        'replaced, e.g. var_grads.Transform(lambda vg: VarGrad(vg.var, '
+        '...)).' % (got, [k for k, _ in given.FlattenItems()]))
+  grads = [vg.grad for vg in adjusted.Flatten()]
+  half = tf.add_n([HalfSquaredNorm(g) for g in grads] + [tf.constant(0.0)])
+  return grads, tf.math.is_finite(half)
+
+
+def CheckFinite(grad_norm, adjusted_finite=None):
+  """has_nan_or_inf: the measured or the adjusted gradient is not finite.
+
+  Args:
+    grad_norm: float32 scalar from `Norms`.
+    adjusted_finite: None, or the bool scalar from `Adjust`.
+
+  Returns:
+    (has_nan_or_inf bool scalar, metrics {has_nan_or_inf: 0.0 or 1.0}).
+  """
+  has_nan_or_inf = tf.logical_not(tf.math.is_finite(grad_norm))
+  if adjusted_finite is not None:
+    has_nan_or_inf = tf.logical_or(has_nan_or_inf,
+                                   tf.logical_not(adjusted_finite))
+  return has_nan_or_inf, {HAS_NAN_OR_INF: tf.cast(has_nan_or_inf, tf.float32)}
+
+
+def Track(grad_norm, has_nan_or_inf, clip_to_zero, tracker, extra_skip=None):
+  """The skip decision: True skips the update (no variable or slot moves).
+
+  Args:
+    grad_norm: float32 scalar from `Norms`.
+    has_nan_or_inf: bool scalar from `CheckFinite` (always skips).
+    clip_to_zero: Python float; > 0 skips when grad_norm >= it (0 = off).
+    tracker: None, or a GradNormTracker whose `Check(grad_norm,
+      has_nan_or_inf)` updates its statistics and returns False for an
+      outlier step.
+    extra_skip: None, or a bool scalar that also skips (an empty window).
+
+  Returns:
+    bool scalar (no metrics: the tracker keeps its own statistics).
+  """
+  skip = has_nan_or_inf
+  if clip_to_zero:
+    skip = tf.logical_or(skip, grad_norm >= clip_to_zero)
+  if tracker is not None:
+    accept = tracker.Check(grad_norm, has_nan_or_inf)
+    skip = tf.logical_or(skip, tf.logical_not(accept))
+  if extra_skip is not None:
+    skip = tf.logical_or(skip, extra_skip)
+  return skip
+
+
+class NormClip(collections.namedtuple('NormClip',
+                                      ['scale', 'global_clip',
+                                       'per_variable'])):
+  """The clip-by-norm factors.
+
+  scale: float32 scalar, grad_scale_all: c / max(norm, c) with global
+    clipping (0 when not finite), else 1 (0 when not finite).
+  global_clip: True if `scale` multiplies the gradient (global clipping).
+  per_variable: None, or a list of float32 scalars c / max(|g_i|, c).
+  """
+  __slots__ = ()
+
+
+def ClipByNorm(norms, has_nan_or_inf, clip_norm, clip_single_norm):
+  """Clip by the global norm, or by each variable's norm.
+
+  Args:
+    norms: GradNorms from `Norms`.
+    has_nan_or_inf: bool scalar from `CheckFinite`.
+    clip_norm: Python float c > 0 scales all gradients by c / max(norm, c)
+      (TF's clip_by_global_norm); 0 = off.
+    clip_single_norm: Python float c > 0 scales each gradient by
+      c / max(|g_i|, c); 0 = off. Exclusive with clip_norm.
+
+  Returns:
+    (NormClip, metrics {grad_scale_all, grad_norm/clipped}).
+  """
+  finite_f = tf.cast(tf.logical_not(has_nan_or_inf), tf.float32)
+  per_variable = None
+  if clip_norm:
+    c = tf.constant(clip_norm, tf.float32)
+    scale = c / tf.maximum(norms.norm, c)
+    scale = tf.where(has_nan_or_inf, 0.0, scale)
+    clipped_norm = norms.norm * scale
+  elif clip_single_norm:
+    c = tf.constant(clip_single_norm, tf.float32)
+    per_variable = [c / tf.maximum(tf.sqrt(2.0 * h), c) for h in norms.half]
+    scale = finite_f
+    clipped_norm = tf.sqrt(2.0 * tf.add_n(
+        [h * k * k for h, k in zip(norms.half, per_variable)]))
+  else:
+    scale = finite_f
+    clipped_norm = norms.norm
+  clip = NormClip(scale, bool(clip_norm), per_variable)
+  return clip, {GRAD_SCALE: scale, GRAD_NORM_CLIPPED: clipped_norm}
+
+
+class Scaling(collections.namedtuple('Scaling',
+                                     ['scale', 'per_variable',
+                                      'clip_value'])):
+  """How the applied gradient is made from the pipeline's `grads`.
+
+  g'_i = clip(k * g_i, -clip_value, clip_value), where k is
+  `per_variable[i]` if set, else `scale` (None = 1); clip_value 0 = off.
+  """
+  __slots__ = ()
+
+  @property
+  def foldable(self):
+    """True if the optimizer can take `scale` itself (ApplyScaled)."""
+    return self.scale is not None and not self.clip_value
+
+  def Gradients(self, grads, fold=False):
+    """The list of applied gradients; `fold` leaves `scale` out."""
+    scale = None if fold else self.scale
+    out = []
+    for i, g in enumerate(grads):
+      if g is None:
+        out.append(None)
+        continue
+      if self.per_variable is not None:
+        g = ScaleGradient(g, self.per_variable[i])
+      elif scale is not None:
+        g = ScaleGradient(g, scale)
+      if self.clip_value:
+        v = self.clip_value
+        g = _MapValues(g, lambda x: tf.clip_by_value(x, -v, v))  # pylint: disable=cell-var-from-loop
+      out.append(g)
+    return out
+
+
+def Scale(clip, prescale, clip_value):
+  """Folds the clip factors and the prescale into one `Scaling`.
+
+  Args:
+    clip: NormClip from `ClipByNorm`.
+    prescale: None, or the float32 scalar that turns `grads` into the
+      gradient (1 / sum(weight) of an accumulation window).
+    clip_value: Python float for `ClipByValue` (0 = off).
+
+  Returns:
+    Scaling (no metrics: grad_scale_all is ClipByNorm's).
+  """
+  scale = clip.scale if clip.global_clip else None
+  per_variable = clip.per_variable
+  if prescale is not None:
+    if per_variable is not None:
+      per_variable = [k * prescale for k in per_variable]
+    else:
+      scale = prescale if scale is None else scale * prescale
+  return Scaling(scale, per_variable, clip_value)
+
+
+def ClipByValue(grads, scaling):
+  """Measures the gradient after elementwise clipping, if it is on.
+
+  Args:
+    grads: the pipeline's list of gradients.
+    scaling: Scaling from `Scale`; its clip_value c > 0 clips every scaled
+      element to [-c, c] (TF's clip_by_value), after norm clipping.
+
+  Returns:
+    metrics: {grad_norm/clipped: norm of the clipped gradient} if c > 0
+    (it replaces ClipByNorm's), else {}.
+  """
+  if not scaling.clip_value:
+    return {}
+  return {GRAD_NORM_CLIPPED: GlobalNorm(scaling.Gradients(grads))}
+
+
+# ---- helpers ---------------------------------------------------------------
+
+
+def _MapValues(g, fn):
+  if isinstance(g, tf.IndexedSlices):
+    return tf.IndexedSlices(fn(g.values), g.indices, g.dense_shape)
+  return fn(g)
+
+
+def ScaleGradient(g, scale):
+  """`scale * g` for a Tensor or tf.IndexedSlices (scale cast to g's dtype)."""
+  return _MapValues(g, lambda x: x * tf.cast(scale, x.dtype))
+
+
+def HalfSquaredNorm(g):
+  """sum(g^2) / 2 as float32 (one L2Loss kernel); 0.0 for None."""
+  if g is None:
+    return tf.constant(0.0)
+  if isinstance(g, tf.IndexedSlices):
+    g = g.values
+  if g.dtype != tf.float32:
+    g = tf.cast(g, tf.float32)
+  return tf.nn.l2_loss(g)
+
+
+def GlobalNorm(grads):
+  """sqrt(sum of squares) of a list of gradients; None entries count as 0.
+
+  Args:
+    grads: list of Tensors, tf.IndexedSlices (duplicate-free) or None.
+
+  Returns:
+    float32 scalar; 0.0 for an empty list or only None (acceptance case
+    C-none-grads), never an error.
+  """
+  return tf.sqrt(2.0 * tf.add_n([HalfSquaredNorm(g) for g in grads] +
+                                [tf.constant(0.0)]))
