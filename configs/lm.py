@@ -119,7 +119,7 @@ class CharTransformer:
 
   BATCH_SIZE = 64
   SEQ_LEN = 64
-  MAX_STEPS = 500
+  MAX_STEPS = 400
   WARMUP = 200
   MODEL_DIM = 128
   EMB_FILTER = 'emb/emb$'

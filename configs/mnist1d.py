@@ -137,17 +137,18 @@ class ConvNet:
 class ConvNetTwoLearners(ConvNet):
   """MNIST-1D Keras conv net: Adam on the conv layers, Momentum on the head.
 
-  Learner 'conv' (bprop_variable_filter '/conv_'): Adam, rate 1e-2.
-  Learner 'head' (bprop_variable_filter '/head/'): Momentum 0.9, rate 0.05.
+  Learner 'conv_learner' (bprop_variable_filter '/conv_'): Adam, rate 1e-2.
+  Learner 'head_learner' (bprop_variable_filter '/head/'): Momentum 0.9,
+  rate 0.05.
   Each updates only its own variables from the same loss.
   """
 
   def Task(self):
     p = super().Task()
     p.train.learner = [
-        _Adam('conv', 1e-2, bprop_variable_filter='/conv_'),
+        _Adam('conv_learner', 1e-2, bprop_variable_filter='/conv_'),
         learner_lib.Learner.Params().Set(
-            name='head', loss_name='loss', learning_rate=0.05,
+            name='head_learner', loss_name='loss', learning_rate=0.05,
             optimizer=optimizers.Momentum.Params().Set(alpha=0.9),
             bprop_variable_filter='/head/')]
     return p
