@@ -16,6 +16,9 @@ What a run writes to `--logdir`:
     a logdir with a checkpoint resumes from it, at the same batch.
   * `best/`: the checkpoint with the best `p.task.eval.dev_metric`.
   * `train/`, `eval/`: TensorBoard event files.
+  * `model_analysis.txt` (train and train_and_eval modes, when training
+    starts): every model variable's name, shape, size, dtype and learners,
+    the values each learner trains and the totals (as Lingvo writes it).
   * `metrics.json`: the final evaluation metrics (in 'train' mode, the last
     step's training metrics) and the global step.
 
@@ -40,6 +43,7 @@ from learner.optimizers import base as base_optimizer
 from learner.optimizers import var_grad
 from learner.training import checkpointer as checkpointer_lib
 from learner.training import distribution
+from learner.training import model_analysis
 from learner.training.mode_keys import ModeKeys
 from learner.training import progress as progress_lib
 from learner.training import summary as summary_lib
@@ -233,6 +237,13 @@ class Trainer:
                                              ModeKeys.TRAIN_AND_EVAL else
                                              'train'), text)
 
+  def _WriteModelAnalysis(self, task):
+    """Writes logdir/model_analysis.txt (training modes only, at the start)."""
+    text = model_analysis.ModelAnalysis(task, task.learners)
+    with tf.io.gfile.GFile(os.path.join(self._logdir, 'model_analysis.txt'),
+                           'w') as f:
+      f.write(text)
+
   def _WriteMetrics(self, metrics):
     path = os.path.join(self._logdir, 'metrics.json')
     tmp = path + '.tmp'
@@ -284,6 +295,7 @@ class Trainer:
     input_gen.CheckBatchSize()
     ckpt, ckpter, restored, iterator = self._RestoreTrainState(task,
                                                                input_gen)
+    self._WriteModelAnalysis(task)
     dev = p.task.eval
     if self._mode == ModeKeys.TRAIN_AND_EVAL and dev.dev_metric:
       self._best = checkpointer_lib.BestCheckpoint(
