@@ -172,12 +172,13 @@ def test_metric_names_are_in_the_reported_order():
                            per_variable_norm_metrics=True)
   names = pipeline.MetricNames(p, [_Var([1.0], 'task/w')])
   assert names == ['l1_loss', 'l2_loss', 'grad_norm/all', 'var_norm/all',
-                   'grad_norm/clipped', 'grad_scale_all', 'has_nan_or_inf',
+                   'grad_norm/clipped', 'grad_scale_all',
+                   'grad_norm_is_nan_or_inf', 'has_nan_or_inf',
                    'grad_norm/task/w', 'var_norm/task/w']
   names = pipeline.MetricNames(Learner.Params().Set(var_norm_metrics=False),
                                [])
   assert names == ['grad_norm/all', 'grad_norm/clipped', 'grad_scale_all',
-                   'has_nan_or_inf']
+                   'grad_norm_is_nan_or_inf', 'has_nan_or_inf']
 
 
 def test_adjust_refuses_a_map_of_another_structure_naming_the_keys():
