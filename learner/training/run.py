@@ -245,7 +245,7 @@ def run(model_fn, input_fn, optimizer_fn=None,  # pylint: disable=invalid-name
   if training:
     lp = learner_lib.Learner.Params().Set(
         name='learner', loss_name='loss',
-        lr_schedule=ConstantOne.Params(),  # Not Lingvo's ContinuousSchedule. optimizer_fn=optimizer_fn,
+        optimizer_fn=optimizer_fn, lr_schedule=ConstantOne.Params(),
         learning_rate=learning_rate)
     for k, v in (learner_params or {}).items():
       lp.Set(**{k: v})
