@@ -6,8 +6,11 @@ datasets) or is generated; nothing is downloaded.
 """
 
 import numpy as np
+import tensorflow as tf
 from sklearn import datasets as sklearn_datasets
 
+from configs import char_data
+from configs import mnist1d_data
 from learner.training.input_generator import BaseInputGenerator
 
 
@@ -68,3 +71,74 @@ class LinearRegressionInput(BaseInputGenerator):
     x = rng.uniform(-1.0, 1.0, size=[p.num_examples])
     y = p.w * x + p.b + p.noise_stddev * rng.normal(size=[p.num_examples])
     return {'x': x.astype(np.float32), 'y': y.astype(np.float32)}
+
+
+class CharLmInput(BaseInputGenerator):
+  """Character windows of the pydoc text (configs/char_data.py).
+
+  split 'train': windows starting at every position of the first 90 % of
+  the text (stride 1; shuffled, so batches are random windows); split
+  'test': the held-out last 10 % in non-overlapping windows, in order.
+  Batches: 'ids' int32 [batch, seq_len], 'labels' int32 [batch, seq_len]
+  (ids shifted by one character). The vocabulary is the whole text's
+  (char_data.Vocab(): 103 characters on CPython 3.11). `test_fraction` is
+  the held-out fraction; `split_seed` is not used (the split is by
+  position, not random).
+  """
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('seq_len', 64, 'Characters per window.')
+    p.test_fraction = 0.1
+    return p
+
+  def LoadArrays(self):
+    """{'start': int32 [num_windows]}: the first character of each window."""
+    if self._arrays is None:
+      p = self.params
+      train, test, _ = char_data.Split(p.test_fraction)
+      ids = test if p.split == 'test' else train
+      stride = p.seq_len if p.split == 'test' else 1
+      n = (len(ids) - 1 - p.seq_len) // stride + 1
+      self._ids = ids
+      starts = (np.arange(n) * stride).astype(np.int32)
+      self._arrays = {'start': starts[:p.max_examples or None]}
+    return self._arrays
+
+  def GetExampleDataset(self):
+    """Single windows {'ids', 'labels'} int32 [seq_len], shuffled by seed."""
+    p = self.params
+    ds = super().GetExampleDataset()
+    text = tf.constant(self._ids)
+    offsets = tf.range(p.seq_len + 1, dtype=tf.int32)
+
+    def _Window(ex):
+      w = tf.gather(text, ex['start'] + offsets)
+      return {'ids': w[:-1], 'labels': w[1:]}
+
+    return ds.map(_Window, num_parallel_calls=tf.data.AUTOTUNE,
+                  deterministic=True)
+
+
+class Mnist1dInput(BaseInputGenerator):
+  """MNIST-1D (configs/mnist1d_data.py): 4,000 train / 1,000 test examples.
+
+  The package's own split (split 'train' / 'test'; 'all' is refused):
+  batches 'features' float32 [batch, 40] (standardised), 'labels' int32
+  [batch] in 0..9. `split_seed` and `test_fraction` are not used.
+  """
+
+  def LoadArrays(self):
+    if self._arrays is None:
+      p = self.params
+      if p.split == 'all':
+        raise ValueError("%s: split 'all' is not offered by MNIST-1D; use "
+                         "'train' or 'test'." % self.path)
+      d = mnist1d_data.Load()
+      suffix = '_test' if p.split == 'test' else ''
+      arrays = {'features': d['x' + suffix], 'labels': d['y' + suffix]}
+      if p.max_examples:
+        arrays = {k: v[:p.max_examples] for k, v in arrays.items()}
+      self._arrays = arrays
+    return self._arrays

@@ -101,18 +101,33 @@ class MlpClassifierTask(task_lib.BaseTask):
     return NestedMap(logits=x)
 
   def ComputeLoss(self, theta, predictions, batch):
-    logits = tf.cast(predictions.logits, tf.float32)
-    labels = tf.cast(batch.labels, tf.int32)
-    xent = tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=labels, logits=logits)
-    correct = tf.cast(
-        tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels),
-        tf.float32)
-    n = tf.cast(tf.shape(labels)[0], tf.float32)
-    metrics = NestedMap(
-        loss=(tf.reduce_mean(xent), n),
-        accuracy=(tf.reduce_mean(correct), n))
-    return metrics, NestedMap(xent=xent, correct=correct)
+    return ClassificationMetrics(predictions.logits, batch.labels)
+
+
+def ClassificationMetrics(logits, labels):
+  """(metrics, per_example) of softmax cross-entropy classification.
+
+  Args:
+    logits: float [batch, num_classes].
+    labels: int [batch], in [0, num_classes).
+
+  Returns:
+    metrics NestedMap: 'loss' (mean cross-entropy, nats) and 'accuracy'
+    (fraction whose argmax is the label), both (value, batch size);
+    per_example NestedMap: 'xent', 'correct', float32 [batch].
+  """
+  logits = tf.cast(logits, tf.float32)
+  labels = tf.cast(labels, tf.int32)
+  xent = tf.nn.sparse_softmax_cross_entropy_with_logits(
+      labels=labels, logits=logits)
+  correct = tf.cast(
+      tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels),
+      tf.float32)
+  n = tf.cast(tf.shape(labels)[0], tf.float32)
+  metrics = NestedMap(
+      loss=(tf.reduce_mean(xent), n),
+      accuracy=(tf.reduce_mean(correct), n))
+  return metrics, NestedMap(xent=xent, correct=correct)
 
 
 class LinearRegressionTask(task_lib.BaseTask):

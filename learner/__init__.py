@@ -45,6 +45,7 @@ _EXPORTS = {
     # The training runtime.
     'BaseTask': 'learner.training.task',
     'BaseInputGenerator': 'learner.training.input_generator',
+    'DatasetInput': 'learner.training.input_generator',
     'ModeKeys': 'learner.training.mode_keys',
     'ModelSpec': 'learner.training.run',
     'run': 'learner.training.run',

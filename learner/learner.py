@@ -30,15 +30,19 @@ import re
 from absl import logging
 import tensorflow as tf
 
-from learner.optimizers import base as base_optimizer
 from learner import cross_replica
 from learner import gradient_pipeline as pipeline
 from learner import gradient_tape
+from learner import loss_scale as loss_scale_lib
+from learner.optimizers import base as base_optimizer
+from learner.optimizers import factory as optimizer_factory
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.var_grad import VarGrad
 from params import BaseLayer
 from params import NestedMap
+from schedules import base_schedule
 from schedules import exponential
+from schedules import keras_adapter
 
 _CLIP_KEYS = ('clip_gradient_norm_to_value',
               'clip_gradient_single_norm_to_value', 'clip_gradient_value',
@@ -161,16 +165,16 @@ class Learner(BaseLayer):
     names = p.loss_name if p.loss_name is not None else p.name
     self._loss_names = (list(names) if isinstance(names, (list, tuple)) else
                         [names])
+    schedule_params = _ScheduleParams(self.path, p.lr_schedule)
     optimizer_params, base_lr = self._ResolveOptimizer()
     self._base_lr = base_lr
     self.CreateChild('optimizer', optimizer_params)
-    self.CreateChild('lr_schedule', p.lr_schedule)
+    self.CreateChild('lr_schedule', schedule_params)
     if p.grad_norm_tracker is not None:
       self.CreateChild('grad_norm_tracker', p.grad_norm_tracker)
     if p.gradient_combiner is not None:
       self.CreateChild('gradient_combiner', p.gradient_combiner)
     if p.loss_scale is not None:
-      from learner import loss_scale as loss_scale_lib  # pylint: disable=g-import-not-at-top
       ls = loss_scale_lib.LossScale.Params()
       if p.loss_scale == 'dynamic':
         ls.Set(mode='dynamic')
@@ -228,6 +232,12 @@ class Learner(BaseLayer):
       raise ValueError(
           'Learner %r: loss_scale=%r; expected None, a positive number (a '
           'fixed scale) or \'dynamic\'.' % (self.path, ls))
+    if keras_adapter.IsKerasSchedule(p.learning_rate):
+      raise TypeError(
+          'Learner %r: learning_rate is the Keras schedule %r; give it as '
+          'lr_schedule=<the schedule> (learning_rate=None, or 1.0: the '
+          'Keras schedule holds the rate).' %
+          (self.path, type(p.learning_rate).__name__))
     if p.learning_rate is not None and (
         not isinstance(p.learning_rate, numbers.Real) or p.learning_rate < 0):
       raise ValueError('Learner %r: learning_rate=%r; expected a number >= 0 '
@@ -249,7 +259,6 @@ class Learner(BaseLayer):
     fn_lr = None
     if p.optimizer_fn is not None:
       fn = p.optimizer_fn
-      from learner.optimizers import factory as optimizer_factory  # pylint: disable=g-import-not-at-top
       if isinstance(fn, (base_optimizer.BaseOptimizer,
                          tf.keras.optimizers.Optimizer)):
         raise TypeError(optimizer_factory.InstanceGivenMessage(
@@ -261,7 +270,10 @@ class Learner(BaseLayer):
             'from get_optimizer_fn(...); got %r.' % (self.path, fn))
       opt_params, fn_lr = optimizer_factory.OptimizerParamsFromFn(fn)
     else:
-      opt_params = p.optimizer
+      opt_params = _OptimizerParams(self.path, p.optimizer)
+    if p.learning_rate is None and keras_adapter.IsKerasSchedule(
+        p.lr_schedule) and fn_lr is None:
+      return opt_params, 1.0  # A Keras schedule gives the rate itself.
     if p.learning_rate is None:
       if fn_lr is None:
         raise ValueError(
@@ -546,10 +558,10 @@ class Learner(BaseLayer):
       logging.warning(
           'Learner %r: variables %s get no gradient from %s; they and their '
           'slots are left unchanged.', self.path, new, self.loss_names)
-    var_grads = NestedMap()
-    for (key, var), g in zip(items, grads):
-      if g is not None:
-        var_grads.Set(key, VarGrad(var, g))
+    # Pack, not Set by key: Set cannot create the lists of CreateChildren.
+    var_grads = selected.Pack([
+        VarGrad(v, g) if g is not None else None
+        for v, g in zip(variables, grads)]).Filter(lambda vg: vg is not None)
     return losses, var_grads
 
   @tf.autograph.experimental.do_not_convert
@@ -853,3 +865,67 @@ def _AsMap(vmap):
 
 # GlobalNorm is the pipeline's; kept here for `from learner.learner import GlobalNorm`.
 GlobalNorm = pipeline.GlobalNorm
+
+
+def _WrongParamsMessage(where, key, value, base_name, example):
+  """The one-line error for a value of `key` that is not Params: the fix."""
+  got = type(value).__name__
+  if isinstance(value, type):
+    got = 'the class %s' % value.__name__
+    fix = '%s=%s.Params()' % (key, value.__name__)
+  elif callable(value) and getattr(value, '__name__', '') == 'Params':
+    owner = getattr(value, '__self__', None)
+    owner = owner.__name__ if isinstance(owner, type) else 'X'
+    got = '%s.Params (not called)' % owner
+    fix = '%s=%s.Params() (with parentheses)' % (key, owner)
+  else:
+    got = '%s %r' % (got, value)
+    fix = '%s=%s' % (key, example)
+  return ('Learner %r: %s must be the Params of a %s, got %s; write %s.' %
+          (where, key, base_name, got, fix))
+
+
+def _OptimizerParams(where, value):
+  """`value` if it is BaseOptimizer params; else TypeError with the fix."""
+  cls = getattr(value, 'cls', None)
+  if isinstance(cls, type) and issubclass(cls, base_optimizer.BaseOptimizer):
+    return value
+  if isinstance(value, tf.keras.optimizers.Optimizer):
+    name = type(value).__name__
+    raise TypeError(
+        'Learner %r: optimizer is the Keras optimizer instance %s; give a '
+        'factory: optimizer_fn=lambda: tf.keras.optimizers.%s(...), or '
+        'optimizer=KerasOptimizer.Params().Set(optimizer_fn=lambda: '
+        'tf.keras.optimizers.%s(...)).' % (where, name, name, name))
+  if isinstance(value, base_optimizer.BaseOptimizer):
+    raise TypeError('Learner %r: optimizer is the built optimizer %r; give '
+                    'its params: optimizer=<instance>.params, or '
+                    'optimizer=%s.Params().' % (where, value.path,
+                                                type(value).__name__))
+  if keras_adapter.IsKerasSchedule(value):
+    raise TypeError('Learner %r: optimizer is the Keras schedule %s; give it '
+                    'as lr_schedule=<the schedule>.' %
+                    (where, type(value).__name__))
+  raise TypeError(_WrongParamsMessage(where, 'optimizer', value,
+                                      'BaseOptimizer', 'Adam.Params()'))
+
+
+def _ScheduleParams(where, value):
+  """Params of our schedule for `value`: a Keras schedule is wrapped.
+
+  A Keras LearningRateSchedule becomes schedules.KerasSchedule params (its
+  value is the Keras rate itself; the learner's base rate defaults to 1.0).
+  Anything that is not BaseSchedule params raises TypeError with the fix.
+  """
+  if keras_adapter.IsKerasSchedule(value):
+    return keras_adapter.KerasSchedule.FromKeras(value)
+  cls = getattr(value, 'cls', None)
+  if isinstance(cls, type) and issubclass(cls, base_schedule.BaseSchedule):
+    return value
+  if isinstance(value, base_schedule.BaseSchedule):
+    raise TypeError('Learner %r: lr_schedule is the built schedule %r; give '
+                    'its params: lr_schedule=<instance>.params.' %
+                    (where, value.path))
+  raise TypeError(_WrongParamsMessage(
+      where, 'lr_schedule', value, 'BaseSchedule (or a Keras '
+      'LearningRateSchedule)', 'CosineDecay.Params().Set(total_steps=...)'))

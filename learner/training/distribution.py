@@ -12,9 +12,11 @@ This module is the one place where the trainer meets `tf.distribute`
     onto TF2: every replica aggregates every step; backup workers (fewer
     replicas to aggregate than replicas) are refused.
   * `DistributeDataset(strategy, dataset_fn, ...)` gives each worker its own
-    shard (`ShardForWorker`), batched per replica, and skips the batches a
-    resumed run already consumed (distributed iterators are not
-    checkpointable in TF 2.21, so resume is by deterministic skip).
+    shard (`ShardForWorker`), batched per replica (`WorkerDataset`), and
+    skips the batches a resumed run already consumed (distributed iterators
+    are not checkpointable in TF 2.21, so resume is by deterministic skip);
+    `DistributeBatches` does the same for any per-pipeline batches function
+    (the trainer's input, on one device too).
   * `IsChief`, `WorkerLogdir`, `RemoveWorkerLogdir`: the chief writes
     checkpoints and summaries to the real logdir; other workers write to a
     temporary directory, as TF's multi-worker tutorial documents.
@@ -36,6 +38,7 @@ import shutil
 
 from absl import logging
 import tensorflow as tf
+from tensorflow.python.eager import context  # pylint: disable=g-direct-tensorflow-import
 
 STRATEGY_NAMES = ('default', 'mirrored', 'multi_worker', 'tpu')
 
@@ -53,7 +56,6 @@ _COMMUNICATION = {
 def _RuntimeInitialized():
   """True once the TF eager runtime has been initialised by some op."""
   # pylint: disable=protected-access
-  from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
   return context.context()._context_handle is not None
   # pylint: enable=protected-access
 
@@ -320,8 +322,42 @@ def DistributeDataset(strategy, example_dataset_fn, global_batch_size,
     ValueError: global_batch_size not a positive multiple of the replicas,
       or skip_batches negative.
   """
+  return DistributeBatches(
+      strategy,
+      lambda ctx: WorkerDataset(example_dataset_fn, ctx, global_batch_size,
+                                skip_batches, drop_remainder),
+      global_batch_size, skip_batches)
+
+
+def DistributeBatches(strategy, batches_fn, global_batch_size,
+                      skip_batches=0):
+  """`batches_fn`'s per-replica batches, one input pipeline per worker.
+
+  The input of every train step, on one device or under any strategy: with
+  the default strategy the result is `batches_fn(InputContext())`, a plain
+  tf.data.Dataset (whose iterator can be checkpointed); under a strategy a
+  `tf.distribute.DistributedDataset` (whose iterator cannot, in TF 2.21).
+
+  Args:
+    strategy: tf.distribute.Strategy.
+    batches_fn: callable(tf.distribute.InputContext) -> tf.data.Dataset of
+      this input pipeline's per-replica batches, the first `skip_batches`
+      global batches already skipped (e.g. `WorkerDataset`, or
+      `BaseInputGenerator.GetDataset(skip_batches, input_context)`).
+    global_batch_size: int, examples per step over all replicas, or None
+      with one replica (an input that batches itself).
+    skip_batches: int >= 0, global batches `batches_fn` skips (checked).
+
+  Returns:
+    tf.data.Dataset (default strategy) or tf.distribute.DistributedDataset.
+
+  Raises:
+    ValueError: global_batch_size not a positive multiple of the replicas,
+      or skip_batches negative.
+  """
   num_replicas = NumReplicas(strategy)
-  if (not isinstance(global_batch_size, int) or global_batch_size < 1 or
+  if (global_batch_size is not None or num_replicas > 1) and (
+      not isinstance(global_batch_size, int) or global_batch_size < 1 or
       global_batch_size % num_replicas):
     raise ValueError(
         'global_batch_size=%r must be a positive multiple of the number of '
@@ -330,18 +366,16 @@ def DistributeDataset(strategy, example_dataset_fn, global_batch_size,
   if skip_batches < 0:
     raise ValueError('skip_batches=%r must be >= 0 (the global batches '
                      'already consumed).' % (skip_batches,))
-
-  return strategy.distribute_datasets_from_function(
-      lambda ctx: WorkerDataset(example_dataset_fn, ctx, global_batch_size,
-                                skip_batches, drop_remainder))
+  return strategy.distribute_datasets_from_function(batches_fn)
 
 
 def WorkerDataset(example_dataset_fn, input_context, global_batch_size,
                   skip_batches=0, drop_remainder=True):
   """One worker's input pipeline: its shard, in per-replica batches.
 
-  The `dataset_fn` of `DistributeDataset`, public so that a trainer with its
-  own input generator can reuse it.
+  The one place where examples become batches and a resumed run skips the
+  consumed ones: `DistributeDataset` and `BaseInputGenerator.GetDataset`
+  call it (one device: `InputContext()`, one pipeline of one replica).
 
   Args:
     example_dataset_fn: callable() -> deterministic tf.data.Dataset of

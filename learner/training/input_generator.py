@@ -4,18 +4,25 @@ An input generator is a `BaseLayer` whose params name the data source, the
 split, the batch size and the shuffling seed; `GetDataset()` returns a
 `tf.data.Dataset` of batches (dicts of tensors). Datasets are built
 deterministically from the params, so a resumed run continues at the same
-batch: the trainer either saves the iterator in the checkpoint (one process)
+batch: the trainer either saves the iterator in the checkpoint (one device)
 or rebuilds the dataset and skips the batches already consumed
-(`GetDataset(skip_batches=global_step)`, needed under tf.distribute, whose
-iterators TF 2.21 cannot checkpoint).
+(`GetDataset(skip_batches=global_step, input_context)`, needed under
+tf.distribute, whose iterators TF 2.21 cannot checkpoint). Batching, the
+per-worker shard and the skip are written once, in
+`distribution.WorkerDataset`.
 
-The experiments' datasets (digits, diabetes, generated regression) live with
+`DatasetInput` wraps the user's own tf.data factory of examples (one device
+or any strategy). The experiments' datasets (digits, diabetes, generated
+regression, MNIST-1D, the pydoc text) live with
 the experiments, in `configs/inputs.py`.
 """
+
+import inspect
 
 import numpy as np
 import tensorflow as tf
 
+from learner.training import distribution
 from params import BaseLayer
 
 _SPLITS = ('train', 'test', 'all')
@@ -124,23 +131,27 @@ class BaseInputGenerator(BaseLayer):
                       reshuffle_each_iteration=True)
     return ds.repeat(p.num_epochs)
 
-  def GetDataset(self, skip_batches=0):
+  def GetDataset(self, skip_batches=0, input_context=None):
     """Returns a tf.data.Dataset of batches: dicts {name: Tensor[batch, ...]}.
 
     Args:
-      skip_batches: batches to skip from the start (a resumed run that could
-        not restore its iterator skips the global steps already taken).
+      skip_batches: global batches to skip from the start (a resumed run
+        that could not restore its iterator skips the global steps already
+        taken).
+      input_context: optional tf.distribute.InputContext: this input
+        pipeline's shard of the examples, in per-replica batches
+        (`distribution.WorkerDataset`). None: one pipeline of one replica,
+        batches of `batch_size`.
 
     Raises:
       ValueError: if batch_size exceeds the split's size with drop_remainder.
     """
     p = self.params
     self.CheckBatchSize()
-    ds = self.GetExampleDataset()
-    ds = ds.batch(p.batch_size, drop_remainder=p.drop_remainder)
-    if skip_batches:
-      ds = ds.skip(int(skip_batches))
-    return ds
+    return distribution.WorkerDataset(
+        self.GetExampleDataset, input_context or tf.distribute.InputContext(),
+        p.batch_size, skip_batches=int(skip_batches),
+        drop_remainder=p.drop_remainder)
 
   def CheckBatchSize(self):
     """Raises ValueError if batch_size exceeds the split with drop_remainder."""
@@ -151,3 +162,102 @@ class BaseInputGenerator(BaseLayer):
           '%s: batch_size %d is larger than the %r split (%d examples); '
           'lower batch_size or set drop_remainder=False.' %
           (self.path, p.batch_size, p.split, n))
+
+
+class DatasetInput(BaseLayer):
+  """The user's own tf.data pipeline as an input: a factory of examples.
+
+      def MyExamples():
+        x, y = np.load('x.npy'), np.load('y.npy')
+        ds = tf.data.Dataset.from_tensor_slices({'x': x, 'y': y})
+        return ds.shuffle(len(x), seed=1).repeat()
+
+      p.train_input = DatasetInput.Params().Set(dataset_fn=MyExamples,
+                                                batch_size=64)
+
+  `dataset_fn` returns an *unbatched* tf.data.Dataset of examples, each a
+  dict {name: Tensor} (the batch keys the task reads), in the same order
+  every time it is called (fixed shuffle seeds): this class batches it, so
+  the same code runs on one device and under every strategy. Either form:
+    * `dataset_fn()`: all examples; under a strategy each input pipeline
+      (one per worker) keeps its shard (every k-th example), and each
+      replica gets batch_size / num_replicas of them per step, so one step
+      sees the examples of the single-device run's batch.
+    * `dataset_fn(input_context)`: a tf.distribute.InputContext; the
+      function returns this pipeline's own examples (e.g. reads its own
+      files: `input_context.input_pipeline_id` of
+      `input_context.num_input_pipelines`), which are not sharded again.
+  Resume is exact: the dataset is rebuilt and the consumed batches skipped
+  (or the iterator restored from the checkpoint on one device), as for
+  every input generator.
+
+  Batches: the example dict with a leading batch dimension of
+  batch_size / num_replicas per replica.
+
+  Raises:
+    TypeError: at construction if dataset_fn is not callable; in GetDataset
+      if it returns something else than a tf.data.Dataset of dicts.
+  """
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.name = 'input'
+    p.Define('dataset_fn', None,
+             'Callable () or (tf.distribute.InputContext) -> unbatched, '
+             'deterministic tf.data.Dataset of dict examples.')
+    p.Define('batch_size', 32,
+             'Examples per step (the global batch, over all replicas).')
+    p.Define('drop_remainder', True,
+             'Drop the last partial batch (a finite dataset, e.g. for '
+             'evaluation, keeps it with False).')
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    p = self.params
+    if not callable(p.dataset_fn):
+      raise TypeError('%s: dataset_fn must be a callable returning a '
+                      'tf.data.Dataset of dict examples, got %r; e.g. '
+                      'dataset_fn=lambda: tf.data.Dataset.from_tensor_slices('
+                      '{\'x\': x, \'y\': y}).' % (self.path, p.dataset_fn))
+    if not isinstance(p.batch_size, int) or p.batch_size <= 0:
+      raise ValueError('%s: batch_size must be a positive int, got %r.' %
+                       (self.path, p.batch_size))
+    try:
+      sig = inspect.signature(p.dataset_fn)
+      self._takes_context = bool(sig.parameters)
+    except (TypeError, ValueError):
+      self._takes_context = False
+
+  def _Examples(self, input_context):
+    fn = self.params.dataset_fn
+    ds = fn(input_context) if self._takes_context else fn()
+    if not isinstance(ds, tf.data.Dataset) or not isinstance(ds.element_spec,
+                                                             dict):
+      raise TypeError(
+          '%s: dataset_fn must return an unbatched tf.data.Dataset of dicts '
+          '{name: Tensor}, got %r; e.g. tf.data.Dataset.from_tensor_slices('
+          '{\'x\': x, \'y\': y}).' % (self.path, getattr(ds, 'element_spec',
+                                                         ds)))
+    return ds
+
+  def CheckBatchSize(self):
+    """Nothing to check: the dataset's size is not known in advance."""
+
+  def GetDataset(self, skip_batches=0, input_context=None):
+    """Per-replica batches of dataset_fn's examples, skip_batches skipped.
+
+    Args and result as BaseInputGenerator.GetDataset.
+    """
+    p = self.params
+    ctx = input_context or tf.distribute.InputContext()
+    if not self._takes_context:
+      return distribution.WorkerDataset(
+          lambda: self._Examples(None), ctx, p.batch_size,
+          skip_batches=int(skip_batches), drop_remainder=p.drop_remainder)
+    # The function shards itself: batch and skip as WorkerDataset does.
+    ds = self._Examples(ctx).batch(ctx.get_per_replica_batch_size(
+        p.batch_size), drop_remainder=p.drop_remainder)
+    local_replicas = ctx.num_replicas_in_sync // ctx.num_input_pipelines
+    return ds.skip(int(skip_batches) * local_replicas) if skip_batches else ds

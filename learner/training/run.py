@@ -42,6 +42,7 @@ from params import hyperparams
 from learner import learner as learner_lib
 from learner.optimizers import factory as optimizer_factory
 from learner.training import task as task_lib
+from learner.training import trainer as trainer_lib
 from learner.optimizers import var_grad
 from learner.training.mode_keys import ModeKeys
 from schedules.base_schedule import ConstantOne
@@ -169,8 +170,15 @@ class FnInput(BaseLayer):
   def CheckBatchSize(self):
     """Nothing to check: input_fn batches itself."""
 
-  def GetDataset(self, skip_batches=0):
-    """input_fn(mode), with the first `skip_batches` batches skipped."""
+  def GetDataset(self, skip_batches=0, input_context=None):
+    """input_fn(mode), with the first `skip_batches` batches skipped.
+
+    Raises:
+      ValueError: for an input_context of several replicas (input_fn's
+        batches cannot be split among them).
+    """
+    if input_context is not None and input_context.num_replicas_in_sync > 1:
+      self.GetExampleDataset()  # Raises: one device only.
     ds = self.params.input_fn(self.params.mode)
     if not isinstance(ds, tf.data.Dataset):
       raise TypeError('input_fn must return a tf.data.Dataset of batches, got '
@@ -258,7 +266,6 @@ def run(model_fn, input_fn, optimizer_fn=None,  # pylint: disable=invalid-name
   p.Define('eval_input', FnInput.Params().Set(
       name='eval_input', input_fn=eval_input_fn or input_fn,
       mode=ModeKeys.EVAL), 'Evaluation input.')
-  from learner.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   t = trainer_lib.Trainer(p, log_dir, mode=run_mode, seed=seed, tty=tty,
                           stream=stream)
   return t.Run()

@@ -11,17 +11,23 @@ learners (with their optimizers, slots, schedules) are built only by
 `CreateLearners()`, which the trainer calls for training; a task built for
 evaluation has the model variables and the global step, nothing else.
 
-The train step (`TrainStep`, one `tf.function`, optionally `jit_compile`):
+The train step is written once, here, for one device and for every
+tf.distribute strategy: the strategy is the one whose scope built the task
+(`task.strategy`, as a Keras model keeps its `distribute_strategy`), and
+each step runs one replica's share under `strategy.run`:
 
-    with learner.GradientTape():
-      metrics, per_example = task.FProp(task.theta, batch)
-    for each learner: losses, update_op, eval_metrics = learner.Apply(metrics, vmap)
-    global_step += 1
+    strategy.run(replica step):           # one call per replica
+      with learner.GradientTape():
+        metrics, per_example = task.FProp(task.theta, batch)
+      for each learner: losses, update_op, eval_metrics = learner.Apply(...)
+    global_step += 1                      # once, in cross-replica context
 
-`TrainLoop(iterator, n)` runs n such steps in one `tf.function` call, taking
-each batch from the iterator inside the graph (Keras' steps_per_execution);
-the trainer runs `p.train.steps_per_loop` steps per call. Steps are traced
-without AutoGraph unless `p.train.autograph` (or the code needs it).
+`TrainStep(batch)` runs one step in one `tf.function`; `TrainLoop(iterator,
+n)` runs n steps in one `tf.function` call, taking each batch from the
+iterator inside the graph (Keras' steps_per_execution; a distributed
+dataset's iterator under a strategy). `p.train.jit_compile` compiles each
+replica's step with XLA. Steps are traced without AutoGraph unless
+`p.train.autograph` (or the code needs it).
 
 Source: Lingvo's `base_model.BaseTask` (`lingvo/core/base_model.py`).
 """
@@ -29,6 +35,7 @@ Source: Lingvo's `base_model.BaseTask` (`lingvo/core/base_model.py`).
 from absl import logging
 import tensorflow as tf
 
+from learner import gradient_tape
 from params import BaseLayer
 from params import NestedMap
 from params import hyperparams
@@ -59,19 +66,23 @@ def _TrainParams():
   tp.Define(
       'steps_per_loop', 100,
       'Train steps run per tf.function call (Keras: steps_per_execution), '
-      'batches taken from the iterator inside the graph. A loop also ends '
-      'at every save, summary, log and eval step and at max_steps, so '
-      'checkpoints, summaries and resumed runs are the same as with 1; '
-      'larger values only save per-call Python overhead (about 0.5 ms per '
-      'call). A terminal progress bar is redrawn once per loop. Runs under a '
-      'distribution strategy use 1.')
+      'batches taken from the iterator inside the graph (also under a '
+      'distribution strategy). A loop also ends at every save, summary, log '
+      'and eval step and at max_steps, so checkpoints, summaries and '
+      'resumed runs are the same as with 1; larger values only save '
+      'per-call Python overhead (about 0.5 ms per call). A terminal '
+      'progress bar is redrawn once per loop.')
   tp.Define(
       'autograph', False,
       'Trace the train and eval steps with AutoGraph. Not needed unless '
       'the task branches on tensors with Python `if`/`for`; such a task is '
       'retraced with AutoGraph automatically (with a warning).')
-  tp.Define('jit_compile', False,
-            'Compile the train step with XLA (tf.function(jit_compile=True)).')
+  tp.Define(
+      'jit_compile', False,
+      'Compile each replica\'s train step with XLA (tf.function('
+      'jit_compile=True)). Refused under a strategy with several replicas '
+      'on CPU devices: XLA cannot compile their all-reduce on CPU (TF '
+      '2.21); see BaseTask.CreateLearners.')
   tp.Define(
       'init_from_checkpoint', '',
       'Checkpoint (a prefix, or a directory holding one) to warm-start the '
@@ -130,7 +141,11 @@ class BaseTask(BaseLayer):
     self._global_step = self.CreateVariable(
         'global_step', [], init=0, trainable=False, dtype=tf.int64,
         aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+    # The strategy whose scope builds the variables; the train step runs
+    # under it (Keras: Model.distribute_strategy).
+    self._strategy = tf.distribute.get_strategy()
     self._learners = None
+    self._replica_step_fns = {}
     self._train_step_fn = None
     self._train_loop_fn = None
     self._eval_step_fn = None
@@ -165,6 +180,15 @@ class BaseTask(BaseLayer):
   def global_step(self):
     """The int64 scalar variable counting train steps (batches)."""
     return self._global_step
+
+  @property
+  def strategy(self):
+    """The tf.distribute.Strategy whose scope built this task.
+
+    Its `run` executes each replica's share of a train step; the default
+    strategy (no scope) means one device.
+    """
+    return self._strategy
 
   def ComputePredictions(self, theta, batch):
     """Returns the predictions (any nest of tensors) for `batch`.
@@ -242,6 +266,7 @@ class BaseTask(BaseLayer):
       if names.count(n) > 1:
         raise ValueError('%s: two learners are named %r in train.learner; '
                          'learner names must differ.' % (self.path, n))
+    self._CheckJitCompile()
     model_vars = self.ModelVars()
     learners = []
     for lp in lps:
@@ -250,6 +275,34 @@ class BaseTask(BaseLayer):
       learners.append(learner)
     self._learners = learners
     return learners
+
+  def _CheckJitCompile(self):
+    """Refuses jit_compile where XLA cannot compile the step's all-reduce.
+
+    Measured with TF 2.21 (tests/test_learner/test_task_strategy.py): under
+    a MirroredStrategy over 2 CPU devices, an XLA-compiled replica step
+    fails at its first run with "UNIMPLEMENTED: Collectives are not yet
+    implemented for CPU devices when compiling with XLA". The same holds for
+    MultiWorkerMirroredStrategy on CPU workers. One replica needs no
+    all-reduce, and GPU collectives are compiled, so both are allowed.
+
+    Raises:
+      ValueError: jit_compile with several replicas on a CPU device.
+    """
+    strategy = self._strategy
+    if not self.params.train.jit_compile or (
+        strategy.num_replicas_in_sync <= 1):
+      return
+    devices = list(getattr(strategy.extended, 'worker_devices', ()))
+    cpus = [d for d in devices if 'CPU' in d.upper().rsplit('/', 1)[-1]]
+    if cpus:
+      raise ValueError(
+          '%s: train.jit_compile is True under %s with %d replicas on CPU '
+          'devices (%s), but XLA cannot compile the gradient all-reduce (a '
+          'collective op) on CPU in TF %s. Set task.train.jit_compile : '
+          'False for this strategy, or run it on GPUs.' %
+          (self.path, type(strategy).__name__,
+           strategy.num_replicas_in_sync, ', '.join(cpus), tf.__version__))
 
   @property
   def learners(self):
@@ -265,8 +318,13 @@ class BaseTask(BaseLayer):
 
   # ---- steps -----------------------------------------------------------------
 
-  def _TrainStep(self, batch):
-    from learner import gradient_tape  # pylint: disable=g-import-not-at-top
+  def _ReplicaStep(self, batch):
+    """One replica's share of a train step: FProp, then every learner.
+
+    Returns the step output (see `TrainStep`); its tensors depend on every
+    learner's update, so the global step that follows them counts a done
+    step.
+    """
     batch = _AsNestedMap(batch)
     with gradient_tape.GradientTape():
       metrics, _ = self.FProp(self.theta, batch)
@@ -279,6 +337,39 @@ class BaseTask(BaseLayer):
         ops.append(update_op)
       out['learners'][learner.params.name] = dict(eval_metrics)
     with tf.control_dependencies(ops):
+      return tf.nest.map_structure(tf.identity, out)
+
+  def _CompiledReplicaStep(self, *batch):
+    """`_ReplicaStep` under XLA when p.train.jit_compile, for strategy.run.
+
+    One tf.function per replica: a function traced for one replica captures
+    that replica's variables and device, so another replica must not reuse
+    its trace. Without jit_compile the step is traced inline into the
+    caller's graph (no nested function, which would refuse the strategy's
+    merge_call).
+    """
+    if not self.params.train.jit_compile:
+      return self._ReplicaStep(*batch)
+    replica_id = tf.get_static_value(
+        tf.distribute.get_replica_context().replica_id_in_sync_group)
+    key = int(replica_id) if replica_id is not None else 0
+    if key not in self._replica_step_fns:
+      self._replica_step_fns[key] = self._StepFunction(self._ReplicaStep,
+                                                       jit_compile=True)
+    return self._replica_step_fns[key](*batch)
+
+  def _TrainStep(self, batch):
+    """Graph body of one train step under `self.strategy`.
+
+    Every replica runs its share on its part of `batch` (a distributed
+    value under a strategy with several replicas, a dict of tensors
+    otherwise); then the global step counts one step, in cross-replica
+    context (once, not once per replica), after every replica's update.
+    """
+    out = self._strategy.run(self._CompiledReplicaStep, args=(batch,))
+    done = [t for t in tf.nest.flatten(out, expand_composites=True)
+            if isinstance(t, tf.Tensor)]
+    with self._strategy.scope(), tf.control_dependencies(done):
       self._global_step.assign_add(1)
     return out
 
@@ -314,17 +405,21 @@ class BaseTask(BaseLayer):
   def _CompiledTrainStep(self):
     if self._train_step_fn is None:
       self.learners  # pylint: disable=pointless-statement
-      self._train_step_fn = self._StepFunction(
-          self._TrainStep, jit_compile=bool(self.params.train.jit_compile))
+      self._train_step_fn = self._StepFunction(self._TrainStep)
     return self._train_step_fn
 
   def TrainStep(self, batch):
-    """Runs one train step on `batch` (a dict of tensors).
+    """Runs one train step on `batch` under `self.strategy`.
+
+    Args:
+      batch: a dict of tensors; under a strategy with several replicas, a
+        distributed value (an element of a distributed dataset).
 
     Returns:
       {'metrics': {name: (value, weight)},
        'learners': {learner name: eval_metrics {name: (value, weight)}}}
-      (plain dicts: learner metric names contain '/').
+      (plain dicts: learner metric names contain '/'); under a strategy
+      with several replicas the values are PerReplica (one per replica).
 
     Raises:
       ValueError: if the learners are not built.
@@ -335,9 +430,10 @@ class BaseTask(BaseLayer):
   def _TrainLoop(self, iterator, num_steps):
     """Graph body of TrainLoop: step 1 outside, steps 2..n in a while loop.
 
-    The first step fixes the structure of the outputs that the loop carries;
-    both call the same traced step function (one trace). parallel_iterations
-    is 1: every step reads the variables the previous step wrote.
+    The first step fixes the structure of the outputs that the loop carries
+    (PerReplica values under a strategy); both call the same traced step
+    function (one trace). parallel_iterations is 1: every step reads the
+    variables the previous step wrote.
     """
     step_fn = self._CompiledTrainStep()
     out = step_fn(iterator.get_next())
@@ -356,11 +452,13 @@ class BaseTask(BaseLayer):
     The batches are taken from the iterator inside the graph (as Keras'
     `model.fit` does), so a step costs no Python work, and the iterator is
     advanced by exactly `num_steps` batches: a checkpoint of the iterator
-    written after the call continues at the next batch.
+    written after the call continues at the next batch. Under a strategy
+    the iterator is a distributed dataset's and every step runs
+    `strategy.run` inside the loop.
 
     Args:
       iterator: a tf.data iterator (`iter(dataset)`) yielding batches (dicts
-        of tensors).
+        of tensors), or `iter(distributed dataset)` under `self.strategy`.
       num_steps: int >= 1 (a Python int or an int64 scalar tensor; either
         way the loop is traced once).
 
@@ -376,8 +474,8 @@ class BaseTask(BaseLayer):
       raise ValueError('%s: TrainLoop num_steps must be >= 1, got %d.' %
                        (self.path, num_steps))
     if self._train_loop_fn is None:
-      # Not jit-compiled itself: iterator ops do not compile; the step
-      # inside is, when p.train.jit_compile.
+      # Not jit-compiled itself: iterator ops do not compile; each
+      # replica's step inside is, when p.train.jit_compile.
       self._train_loop_fn = self._StepFunction(self._TrainLoop)
     return self._train_loop_fn(iterator,
                                tf.convert_to_tensor(num_steps, tf.int64))

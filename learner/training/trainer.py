@@ -16,6 +16,9 @@ What a run writes to `--logdir`:
     a logdir with a checkpoint resumes from it, at the same batch.
   * `best/`: the checkpoint with the best `p.task.eval.dev_metric`.
   * `train/`, `eval/`: TensorBoard event files.
+  * `model_analysis.txt` (train and train_and_eval modes, when training
+    starts): every model variable's name, shape, size, dtype and learners,
+    the values each learner trains and the totals (as Lingvo writes it).
   * `metrics.json`: the final evaluation metrics (in 'train' mode, the last
     step's training metrics) and the global step.
 
@@ -34,10 +37,13 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from params import BaseLayer
 from params import registry
 from learner.optimizers import base as base_optimizer
 from learner.optimizers import var_grad
 from learner.training import checkpointer as checkpointer_lib
+from learner.training import distribution
+from learner.training import model_analysis
 from learner.training.mode_keys import ModeKeys
 from learner.training import progress as progress_lib
 from learner.training import summary as summary_lib
@@ -112,7 +118,6 @@ def ParseRules(text):
 
 def _FindLayers(root, predicate):
   """Yields root and its descendants (children trees) matching predicate."""
-  from params import BaseLayer  # pylint: disable=g-import-not-at-top
   stack = [root]
   while stack:
     obj = stack.pop()
@@ -208,7 +213,6 @@ class Trainer:
     if s is None or s == 'default':
       return tf.distribute.get_strategy()
     if isinstance(s, str):
-      from learner.training import distribution  # pylint: disable=g-import-not-at-top
       return distribution.CreateStrategy(s)
     return s
 
@@ -233,6 +237,13 @@ class Trainer:
                                              ModeKeys.TRAIN_AND_EVAL else
                                              'train'), text)
 
+  def _WriteModelAnalysis(self, task):
+    """Writes logdir/model_analysis.txt (training modes only, at the start)."""
+    text = model_analysis.ModelAnalysis(task, task.learners)
+    with tf.io.gfile.GFile(os.path.join(self._logdir, 'model_analysis.txt'),
+                           'w') as f:
+      f.write(text)
+
   def _WriteMetrics(self, metrics):
     path = os.path.join(self._logdir, 'metrics.json')
     tmp = path + '.tmp'
@@ -251,7 +262,6 @@ class Trainer:
       tf.config.experimental.enable_op_determinism()
     # Multi-worker: only the chief writes to logdir; the other workers write
     # to a temporary directory and resume from the chief's checkpoints.
-    from learner.training import distribution  # pylint: disable=g-import-not-at-top
     self._chief_logdir = self._logdir
     self._logdir = distribution.WorkerLogdir(self._logdir, self._strategy)
     distribution.RemoveWorkerLogdir(self._chief_logdir, self._strategy)
@@ -277,24 +287,79 @@ class Trainer:
 
   def _RunTrain(self):
     p = self._params
-    strategy = self._strategy
-    distributed = strategy.num_replicas_in_sync > 1 or (
-        strategy is not tf.distribute.get_strategy())
-    from learner.training import distribution  # pylint: disable=g-import-not-at-top
     distribution.CheckReplicasToAggregate(
-        p.task.train.replicas_to_aggregate, strategy.num_replicas_in_sync)
+        p.task.train.replicas_to_aggregate,
+        self._strategy.num_replicas_in_sync)
     task = self._BuildTask(train=True)
     input_gen = p.train_input.Instantiate()
     input_gen.CheckBatchSize()
+    ckpt, ckpter, restored, iterator = self._RestoreTrainState(task,
+                                                               input_gen)
+    self._WriteModelAnalysis(task)
+    dev = p.task.eval
+    if self._mode == ModeKeys.TRAIN_AND_EVAL and dev.dev_metric:
+      self._best = checkpointer_lib.BestCheckpoint(
+          ckpt, os.path.join(self._logdir, 'best'), dev.dev_metric_mode)
+    step, out, last_saved = self._TrainToMaxSteps(task, iterator, ckpter,
+                                                  restored)
+    if last_saved != step:
+      ckpter.Save(step)
+    result = {'global_step': step}
+    if self._mode == ModeKeys.TRAIN_AND_EVAL:
+      eval_metrics = self._EvaluateAndUpdate(task, step, final=True)
+      # The state changed by the final evaluation (dev-based schedules) is
+      # saved too, so a rerun on this logdir is a no-op.
+      ckpter.Save(step)
+      result.update(eval_metrics)
+    else:
+      last_train = (summary_lib.FlattenStepOutput(out, len(task.learners))
+                    if out is not None else {})
+      result.update({'train/%s' % k: v for k, (v, w) in last_train.items()
+                     if w != 0})
+    self._WriteMetrics(result)
+    self._Print('Final metrics (global step %d): %s' % (
+        step, json.dumps({k: v for k, v in result.items()}, sort_keys=True)))
+    return result
+
+  def _Distributed(self):
+    """True under a strategy other than the default one (any replicas)."""
+    strategy = self._strategy
+    return strategy.num_replicas_in_sync > 1 or (
+        strategy is not tf.distribute.get_strategy())
+
+  def _TrainIterator(self, input_gen, skip_batches):
+    """The iterator of the train batches, `skip_batches` global batches on.
+
+    One input path for every strategy (`input_gen.GetDataset` per input
+    pipeline, `distribution.DistributeBatches`); on one device it is a
+    tf.data iterator, which the checkpoint saves.
+    """
+    return iter(distribution.DistributeBatches(
+        self._strategy,
+        lambda ctx: input_gen.GetDataset(skip_batches, ctx),
+        input_gen.params.batch_size, skip_batches))
+
+  def _RestoreTrainState(self, task, input_gen):
+    """Restores (or warm-starts) the task; returns the train state.
+
+    Resume continues at the next batch: one device saves the iterator in
+    the checkpoint; under a strategy (whose distributed iterators TF 2.21
+    cannot checkpoint) the dataset is rebuilt after the restore, skipping
+    the global steps already taken.
+
+    Returns:
+      (tf.train.Checkpoint, Checkpointer of this logdir, the restored path
+      or None, the train iterator).
+    """
     objects = {'task': task}
     iterator = None
-    if not distributed:
-      iterator = iter(input_gen.GetDataset())
+    if not self._Distributed():
+      iterator = self._TrainIterator(input_gen, 0)
       objects['iterator'] = iterator
     ckpt = tf.train.Checkpoint(**objects)
     ckpter = checkpointer_lib.Checkpointer(
         ckpt, os.path.join(self._logdir, 'ckpt'),
-        max_to_keep=p.task.train.save_max_to_keep,
+        max_to_keep=self._params.task.train.save_max_to_keep,
         variable_names=checkpointer_lib.VariableCheckpointKeys(task),
         report=self._Print)
     if self._logdir != self._chief_logdir:  # Non-chief: the chief's ckpt.
@@ -313,94 +378,74 @@ class Trainer:
           self._init_ckpt, model_vars, self._init_rules)
       self._Print('Warm-started %d variables from %s.' %
                   (len(assigned), self._init_ckpt))
+    if iterator is None:
+      iterator = self._TrainIterator(input_gen,
+                                     int(task.global_step.numpy()))
+    return ckpt, ckpter, restored, iterator
+
+  def _TrainLoop(self, task, iterator, num_steps):
+    """`task.TrainLoop` under the strategy; one output of plain values."""
+    with distribution.ReportPeerFailure(self._strategy):
+      out = task.TrainLoop(iterator, num_steps)
+    return self._ReducePerReplica(out) if self._Distributed() else out
+
+  def _TrainToMaxSteps(self, task, iterator, ckpter, restored):
+    """Runs train loops to max_steps with summaries, logs, evals and saves.
+
+    Every loop ends at the next step where something happens outside the
+    graph (summary, log line, eval, checkpoint) or at max_steps, and runs
+    at most p.task.train.steps_per_loop steps.
+
+    Returns:
+      (the global step reached, the last step's output or None, the step
+      last saved or None).
+    """
+    tp, dev = self._params.task.train, self._params.task.eval
     step = int(task.global_step.numpy())
-    if distributed:
-      from learner.training import distribution  # pylint: disable=g-import-not-at-top
-      dist_ds = distribution.DistributeDataset(
-          strategy, input_gen.GetExampleDataset,
-          input_gen.params.batch_size, skip_batches=step,
-          drop_remainder=input_gen.params.drop_remainder)
-      iterator = iter(dist_ds)
-
-      def _DistStepFn(it):
-        return strategy.run(task._TrainStep, args=(next(it),))  # pylint: disable=protected-access
-
-      dist_step = tf.function(_DistStepFn, autograph=bool(
-          p.task.train.autograph))
-
-      def _Loop(unused_num_steps):  # One step per call under a strategy.
-        with distribution.ReportPeerFailure(strategy):
-          return self._ReducePerReplica(dist_step(iterator))
-      steps_per_loop = 1
-    else:
-      def _Loop(num_steps):
-        return task.TrainLoop(iterator, num_steps)
-      steps_per_loop = p.task.train.steps_per_loop
-
-    dev = p.task.eval
-    if self._mode == ModeKeys.TRAIN_AND_EVAL and dev.dev_metric:
-      self._best = checkpointer_lib.BestCheckpoint(
-          ckpt, os.path.join(self._logdir, 'best'), dev.dev_metric_mode)
-
-    tp = p.task.train
-    max_steps = tp.max_steps
-    progress = progress_lib.Progress(max_steps, step, tp.log_interval_steps,
+    progress = progress_lib.Progress(tp.max_steps, step,
+                                     tp.log_interval_steps,
                                      stream=self._stream, tty=self._tty)
-    num_learners = len(task.learners)
     train_writer = self._Writer('train')
     out = None
     last_saved = step if restored else None
-    eval_metrics = None
     evaluating = self._mode == ModeKeys.TRAIN_AND_EVAL and dev.interval_steps
-    # Every loop ends at the next step where something happens outside the
-    # graph (summary, log line, eval, checkpoint) or at max_steps.
     intervals = [tp.summary_interval_steps, tp.save_interval_steps]
     if evaluating:
       intervals.append(dev.interval_steps)
     if not progress.is_tty:
       intervals.append(tp.log_interval_steps)
-    while step < max_steps:
-      end = min([max_steps, step + steps_per_loop] +
+    while step < tp.max_steps:
+      end = min([tp.max_steps, step + tp.steps_per_loop] +
                 [(step // k + 1) * k for k in intervals])
-      out = _Loop(end - step)
+      out = self._TrainLoop(task, iterator, end - step)
       step = end
-      tagged = None
-      if step % tp.summary_interval_steps == 0 or step == max_steps:
-        tagged = summary_lib.FlattenStepOutput(out, num_learners)
-        summary_lib.WriteScalars(train_writer, step, tagged, flush=False)
-      if progress.WantsValues(step):
-        if tagged is None:
-          tagged = summary_lib.FlattenStepOutput(out, num_learners)
-        progress.Update(step, _LossOf(tagged), _LrOf(tagged))
-      else:
-        progress.Update(step)
-      if evaluating and step % dev.interval_steps == 0 and step < max_steps:
+      self._ReportTrainStep(task, step, out, progress, train_writer)
+      if evaluating and step % dev.interval_steps == 0 and (
+          step < tp.max_steps):
         progress.Close() if progress.is_tty else None
-        eval_metrics = self._EvaluateAndUpdate(task, step)
+        self._EvaluateAndUpdate(task, step)
       if step % tp.save_interval_steps == 0:
         train_writer.flush()
         ckpter.Save(step)
         last_saved = step
     train_writer.flush()
-    last_train = (summary_lib.FlattenStepOutput(out, num_learners)
-                  if out is not None else {})
     progress.Close()
-    if last_saved != step:
-      ckpter.Save(step)
-    result = {'global_step': step}
-    if self._mode == ModeKeys.TRAIN_AND_EVAL:
-      eval_metrics = self._EvaluateAndUpdate(task, step, final=True)
-      # The state changed by the final evaluation (dev-based schedules) is
-      # saved too, so a rerun on this logdir is a no-op.
-      ckpter.Save(step)
-      result.update(eval_metrics)
+    return step, out, last_saved
+
+  def _ReportTrainStep(self, task, step, out, progress, train_writer):
+    """Writes the step's summaries (when due) and updates the progress."""
+    tp = self._params.task.train
+    num_learners = len(task.learners)
+    tagged = None
+    if step % tp.summary_interval_steps == 0 or step == tp.max_steps:
+      tagged = summary_lib.FlattenStepOutput(out, num_learners)
+      summary_lib.WriteScalars(train_writer, step, tagged, flush=False)
+    if progress.WantsValues(step):
+      if tagged is None:
+        tagged = summary_lib.FlattenStepOutput(out, num_learners)
+      progress.Update(step, _LossOf(tagged), _LrOf(tagged))
     else:
-      result.update({'train/%s' % k: v for k, (v, w) in last_train.items()
-                     if w != 0})
-    self._WriteMetrics(result)
-    self._Print('Final metrics (global step %d): %s' % (
-        step, json.dumps({k: v for k, v in result.items()}, sort_keys=True)))
-    return result
+      progress.Update(step)
 
   def _ReducePerReplica(self, out):
     """Per-replica step outputs -> one output (weighted means of metrics)."""
