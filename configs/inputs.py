@@ -10,6 +10,8 @@ import tensorflow as tf
 from sklearn import datasets as sklearn_datasets
 
 from learner.training.input_generator import BaseInputGenerator
+from configs import char_data
+from configs import mnist1d_data
 
 
 class DigitsInput(BaseInputGenerator):
@@ -94,7 +96,6 @@ class CharLmInput(BaseInputGenerator):
   def LoadArrays(self):
     """{'start': int32 [num_windows]}: the first character of each window."""
     if self._arrays is None:
-      from configs import char_data  # pylint: disable=g-import-not-at-top
       p = self.params
       train, test, _ = char_data.Split(p.test_fraction)
       ids = test if p.split == 'test' else train
@@ -130,7 +131,6 @@ class Mnist1dInput(BaseInputGenerator):
 
   def LoadArrays(self):
     if self._arrays is None:
-      from configs import mnist1d_data  # pylint: disable=g-import-not-at-top
       p = self.params
       if p.split == 'all':
         raise ValueError("%s: split 'all' is not offered by MNIST-1D; use "
