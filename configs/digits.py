@@ -113,6 +113,9 @@ class MlpLarsAccumulate:
     opt_fn = get_optimizer_wrapper_fn('batch_gradients', opt_fn,
                                       num_batches=self.NUM_BATCHES)
     p.train.learner = learner_lib.Learner.Params().Set(
+        # 0.0 as before the Lingvo default (None): the same numbers, and
+        # l1_loss / l2_loss (0) are reported, as Lingvo does for 0.0.
+        l1_regularizer_weight=0.0, l2_regularizer_weight=0.0,
         name='learner', loss_name='loss', optimizer_fn=opt_fn,
         lr_schedule=Warmup.Params().Set(
             warmup_steps=10,

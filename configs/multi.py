@@ -27,6 +27,9 @@ class TwoLearners:
     p.train.max_steps = self.MAX_STEPS
     p.eval.interval_steps = 400
     first = learner_lib.Learner.Params().Set(
+        # 0.0 as before the Lingvo default (None): the same numbers, and
+        # l1_loss / l2_loss (0) are reported, as Lingvo does for 0.0.
+        l1_regularizer_weight=0.0, l2_regularizer_weight=0.0,
         name='first', loss_name='loss', learning_rate=0.1,
         lr_schedule=ConstantOne.Params(),
         # Adagrad's and Adam's defaults were Keras's when this experiment's
@@ -38,6 +41,9 @@ class TwoLearners:
         bprop_variable_filter='layer_0/',
         clip_gradient_single_norm_to_value=1.0)
     rest = learner_lib.Learner.Params().Set(
+        # 0.0 as before the Lingvo default (None): the same numbers, and
+        # l1_loss / l2_loss (0) are reported, as Lingvo does for 0.0.
+        l1_regularizer_weight=0.0, l2_regularizer_weight=0.0,
         name='rest', loss_name='loss', learning_rate=0.01,
         lr_schedule=Warmup.Params().Set(
             warmup_steps=20, schedule=CosineDecay.Params().Set(

@@ -10,6 +10,7 @@ from params import registry
 from configs import inputs
 from learner import learner as learner_lib
 from learner.optimizers.factory import get_optimizer_fn
+from schedules.base_schedule import ConstantOne
 from configs import model_tasks
 from configs import regression_distributed
 
@@ -33,6 +34,9 @@ class LinearRegression:
     p.eval.dev_metric = 'loss'
     p.train.learner = learner_lib.Learner.Params().Set(
         name='learner', loss_name='loss',
+        # Constant rate, explicitly: the Learner's default is now Lingvo's
+        # ContinuousSchedule (the same 1.0 below step 400000).
+        lr_schedule=ConstantOne.Params(),
         optimizer_fn=get_optimizer_fn('momentum', learning_rate=0.05,
                                       momentum=0.9))
     return p

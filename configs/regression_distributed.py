@@ -28,6 +28,7 @@ its defining module, and issue 7 asks for that key).
 from configs import inputs
 from learner import learner as learner_lib
 from learner.optimizers.factory import get_optimizer_fn
+from schedules.base_schedule import ConstantOne
 from configs import model_tasks
 
 
@@ -54,6 +55,9 @@ class DistributedLinearRegressionBase:
     p.eval.dev_metric = 'loss'
     p.train.learner = learner_lib.Learner.Params().Set(
         name='learner', loss_name='loss',
+        # Constant rate, explicitly: the Learner's default is now Lingvo's
+        # ContinuousSchedule (the same 1.0 below step 400000).
+        lr_schedule=ConstantOne.Params(),
         optimizer_fn=get_optimizer_fn(
             'sgd', learning_rate=self.LEARNING_RATE))
     return p

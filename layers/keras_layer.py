@@ -21,11 +21,11 @@ from params import hyperparams
 
 
 def _ResolveKerasClass(keras_class, where):
-  """A Layer subclass from a class, a tf.keras.layers name or an import path."""
+  """A Layer subclass from a class, a tf.keras.layers name or the path of an already imported class (never imports)."""
   cls = keras_class
   if isinstance(keras_class, str):
     if '.' in keras_class:
-      cls = hyperparams.ResolveImportPath(keras_class)
+      cls = hyperparams.LookupImported(keras_class)
     else:
       cls = getattr(tf.keras.layers, keras_class, None)
       if cls is None:
@@ -58,8 +58,9 @@ class KerasLayer(BaseLayer):
     p = super().Params()
     p.Define(
         'keras_class', None,
-        'The Keras layer class: a name in tf.keras.layers (\'Conv1D\'), an '
-        'import path (\'pkg.module.Class\') or the class itself.')
+        'The Keras layer class: a name in tf.keras.layers (\'Conv1D\'), the '
+        'path of an already imported class (\'pkg.module.Class\'; nothing '
+        'is imported) or the class itself.')
     p.Define('keras_config', {},
              'Keyword arguments of the class\'s constructor, e.g. '
              'dict(filters=8, kernel_size=3). A \'name\' here is replaced '

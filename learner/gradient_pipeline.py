@@ -38,6 +38,7 @@ VAR_NORM = 'var_norm/all'
 GRAD_NORM_CLIPPED = 'grad_norm/clipped'
 GRAD_SCALE = 'grad_scale_all'
 HAS_NAN_OR_INF = 'has_nan_or_inf'
+GRAD_NORM_IS_NAN_OR_INF = 'grad_norm_is_nan_or_inf'
 NUM_UPDATES = 'num_updates'
 NUM_SKIPPED_STEPS = 'num_skipped_steps'
 LOSS_SCALE = 'loss_scale'
@@ -63,19 +64,21 @@ def MetricNames(p, variables):
     variables: list of the updated variables.
 
   Returns:
-    list of str: [l1_loss], [l2_loss], grad_norm/all, [var_norm/all],
-    grad_norm/clipped, grad_scale_all, has_nan_or_inf, then
+    list of str: [l1_loss], [l2_loss] (when the weight is not None, as in
+    Lingvo), grad_norm/all, [var_norm/all], grad_norm/clipped,
+    grad_scale_all, grad_norm_is_nan_or_inf, has_nan_or_inf, then
     grad_norm/<var>, var_norm/<var> per variable if per_variable_norm_metrics.
   """
   names = []
-  if p.l1_regularizer_weight:
+  if p.l1_regularizer_weight is not None:
     names.append(L1_LOSS)
-  if p.l2_regularizer_weight:
+  if p.l2_regularizer_weight is not None:
     names.append(L2_LOSS)
   names.append(GRAD_NORM)
   if p.var_norm_metrics:
     names.append(VAR_NORM)
-  names += [GRAD_NORM_CLIPPED, GRAD_SCALE, HAS_NAN_OR_INF]
+  names += [GRAD_NORM_CLIPPED, GRAD_SCALE, GRAD_NORM_IS_NAN_OR_INF,
+            HAS_NAN_OR_INF]
   if p.per_variable_norm_metrics:
     for v in variables:
       n = var_grad_lib.VarName(v)
@@ -113,17 +116,24 @@ def Regularize(variables, grads, l1_weight, l2_weight, skip_1d):
     variables: list of variables.
     grads: list like `variables` of gradients (None = no gradient; a
       tf.IndexedSlices is densified where a term is added).
-    l1_weight, l2_weight: Python floats >= 0 (0 = off).
+    l1_weight, l2_weight: None (off) or Python floats >= 0; 0.0 adds
+      nothing but reports the loss (0), as Lingvo does.
     skip_1d: if True, rank-1 variables (biases, norm scales) get no term.
 
   Returns:
     (grads, metrics): metrics has l1_loss = l1 * sum|w| and l2_loss =
     0.5 * l2 * sum(w^2) (float32 scalars, over the regularized variables)
-    for the weights that are set; grads are unchanged if both are 0.
+    for the weights that are not None; grads are unchanged if both are
+    None or 0.
   Source: Lingvo's learner (coupled weight decay, as in TF1's regularizers).
   """
+  metrics = {}
+  if l1_weight is not None and not l1_weight:
+    metrics[L1_LOSS] = tf.constant(0.0)
+  if l2_weight is not None and not l2_weight:
+    metrics[L2_LOSS] = tf.constant(0.0)
   if not (l1_weight or l2_weight):
-    return grads, {}
+    return grads, metrics
   l1_terms, l2_terms, out = [], [], []
   for v, g in zip(variables, grads):
     if g is None or (skip_1d and v.shape.rank == 1):
@@ -138,7 +148,6 @@ def Regularize(variables, grads, l1_weight, l2_weight, skip_1d):
       g = g + tf.cast(l1_weight, g.dtype) * tf.sign(w)
       l1_terms.append(tf.reduce_sum(tf.abs(tf.cast(w, tf.float32))))
     out.append(g)
-  metrics = {}
   if l1_weight:
     metrics[L1_LOSS] = l1_weight * tf.add_n(l1_terms + [tf.constant(0.0)])
   if l2_weight:
@@ -258,13 +267,20 @@ def CheckFinite(grad_norm, adjusted_finite=None):
     adjusted_finite: None, or the bool scalar from `Adjust`.
 
   Returns:
-    (has_nan_or_inf bool scalar, metrics {has_nan_or_inf: 0.0 or 1.0}).
+    (has_nan_or_inf bool scalar, metrics {grad_norm_is_nan_or_inf: the
+    measured norm (before the adjuster) is not finite, has_nan_or_inf:
+    that or the adjusted gradient is not finite}), each 0.0 or 1.0:
+    Lingvo's are bools; ours are float32 like every eval metric, so they
+    average over steps and go to summaries (docs/lingvo.md).
   """
-  has_nan_or_inf = tf.logical_not(tf.math.is_finite(grad_norm))
+  norm_bad = tf.logical_not(tf.math.is_finite(grad_norm))
+  has_nan_or_inf = norm_bad
   if adjusted_finite is not None:
     has_nan_or_inf = tf.logical_or(has_nan_or_inf,
                                    tf.logical_not(adjusted_finite))
-  return has_nan_or_inf, {HAS_NAN_OR_INF: tf.cast(has_nan_or_inf, tf.float32)}
+  return has_nan_or_inf, {
+      GRAD_NORM_IS_NAN_OR_INF: tf.cast(norm_bad, tf.float32),
+      HAS_NAN_OR_INF: tf.cast(has_nan_or_inf, tf.float32)}
 
 
 def Track(grad_norm, has_nan_or_inf, clip_to_zero, tracker, extra_skip=None):

@@ -30,21 +30,26 @@ import re
 from absl import logging
 import tensorflow as tf
 
-from learner.optimizers import base as base_optimizer
 from learner import cross_replica
 from learner import gradient_pipeline as pipeline
 from learner import gradient_tape
+from learner import loss_scale as loss_scale_lib
+from learner.optimizers import base as base_optimizer
+from learner.optimizers import factory as optimizer_factory
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.var_grad import VarGrad
 from params import BaseLayer
 from params import NestedMap
 from schedules import base_schedule
+from schedules import exponential
 from schedules import keras_adapter
 
 _CLIP_KEYS = ('clip_gradient_norm_to_value',
               'clip_gradient_single_norm_to_value', 'clip_gradient_value',
               'grad_norm_to_clip_to_zero', 'l1_regularizer_weight',
               'l2_regularizer_weight')
+# None turns these off (Lingvo's default); 0.0 computes and reports 0.
+_NONE_OK_KEYS = ('l1_regularizer_weight', 'l2_regularizer_weight')
 
 
 class Learner(BaseLayer):
@@ -87,8 +92,10 @@ class Learner(BaseLayer):
         'Base learning rate; the applied rate is learning_rate x '
         'lr_schedule.Value(step). None takes the rate of optimizer_fn (the '
         'factory\'s learning_rate, or the Keras optimizer\'s own).')
-    p.Define('lr_schedule', base_schedule.ConstantOne.Params(),
-             'Params of a BaseSchedule: the multiplier of learning_rate.')
+    p.Define('lr_schedule', exponential.ContinuousSchedule.Params(),
+             'Params of a BaseSchedule: the multiplier of learning_rate. '
+             'Lingvo\'s default, ContinuousSchedule: 1.0 until step 400000, '
+             'then halving every 100000 steps down to 0.01.')
     p.Define(
         'lr_schedule_step', 'updates',
         '\'updates\': the schedule sees num_updates (applied updates; the '
@@ -118,12 +125,14 @@ class Learner(BaseLayer):
     p.Define('grad_norm_tracker', None,
              'Params of a GradNormTracker that rejects outlier steps, or '
              'None.')
-    p.Define('l1_regularizer_weight', 0.0,
+    p.Define('l1_regularizer_weight', None,
              'Coupled L1: wd*sign(w) is added to each gradient; l1_loss = '
-             'wd*sum|w| is reported. 0 = off.')
-    p.Define('l2_regularizer_weight', 0.0,
+             'wd*sum|w| is reported. None = off; 0.0 reports l1_loss (as '
+             'Lingvo).')
+    p.Define('l2_regularizer_weight', None,
              'Coupled L2: wd*w is added to each gradient; l2_loss = '
-             '0.5*wd*sum(w^2) is reported. 0 = off.')
+             '0.5*wd*sum(w^2) is reported. None = off; 0.0 reports l2_loss '
+             '(as Lingvo).')
     p.Define('skip_lp_1d_vectors', False,
              'If True, rank-1 variables (biases, norm scales) get no L1/L2.')
     p.Define('bprop_variable_filter', None,
@@ -166,7 +175,6 @@ class Learner(BaseLayer):
     if p.gradient_combiner is not None:
       self.CreateChild('gradient_combiner', p.gradient_combiner)
     if p.loss_scale is not None:
-      from learner import loss_scale as loss_scale_lib  # pylint: disable=g-import-not-at-top
       ls = loss_scale_lib.LossScale.Params()
       if p.loss_scale == 'dynamic':
         ls.Set(mode='dynamic')
@@ -188,6 +196,8 @@ class Learner(BaseLayer):
     p = self.params
     for key in _CLIP_KEYS:
       value = p.Get(key)
+      if value is None and key in _NONE_OK_KEYS:
+        continue
       if not isinstance(value, numbers.Real) or value < 0:
         raise ValueError(
             'Learner %r: %s=%r; expected a number >= 0 (0 turns it off).' %
@@ -249,7 +259,6 @@ class Learner(BaseLayer):
     fn_lr = None
     if p.optimizer_fn is not None:
       fn = p.optimizer_fn
-      from learner.optimizers import factory as optimizer_factory  # pylint: disable=g-import-not-at-top
       if isinstance(fn, (base_optimizer.BaseOptimizer,
                          tf.keras.optimizers.Optimizer)):
         raise TypeError(optimizer_factory.InstanceGivenMessage(
@@ -314,13 +323,21 @@ class Learner(BaseLayer):
       NestedMap (a sub-structure of `vmap`) of the trainable variables whose
       names match `bprop_variable_filter` (if set) and do not match
       `bprop_variable_exclusion` (if set); re.search on the name without
-      ':0'.
+      ':0'. A variable present several times (tied weights, e.g. the
+      softmax reusing the embedding, or one variable under several keys)
+      is kept once, at its first key in traversal order, so that it gets
+      one gradient (the sum of its uses), one update and one entry in every
+      norm and regularizer, as in Lingvo.
     """
     p = self.params
+    seen = set()
 
     def _Keep(var):
       if not getattr(var, 'trainable', False):
         return False
+      if id(var) in seen:
+        return False
+      seen.add(id(var))
       name = var_grad_lib.VarName(var)
       if p.bprop_variable_filter and not re.search(p.bprop_variable_filter,
                                                    name):
@@ -645,7 +662,7 @@ class Learner(BaseLayer):
         raise ValueError(
             'Learner %r: variable %r was not bound; call Bind() first '
             '(bound: %s).' % (self.path, name, sorted(self._bound or {})))
-    return present
+    return _MergeTiedGradients(present)
 
   def _EvalMetrics(self, lr, sched, stats, window_weight):
     """{name: (value, weight)}: the rate, the pipeline's stats, counters."""
@@ -799,6 +816,40 @@ def _AllReduceMean(var_grads, weight):
 
 
 # ---- helpers ---------------------------------------------------------------
+
+
+def _MergeTiedGradients(var_grads):
+  """One VarGrad per variable: a variable given under several keys.
+
+  Args:
+    var_grads: NestedMap of VarGrad with grads present.
+
+  Returns:
+    `var_grads` itself if every variable appears once; else a NestedMap
+    holding each variable at its first key with the sum of its grads (a
+    tied variable's gradient is the sum of its uses), the other keys
+    dropped.
+  """
+  items = var_grads.FlattenItems()
+  first = {}
+  for key, vg in items:
+    first.setdefault(id(vg.var), []).append((key, vg))
+  if len(first) == len(items):
+    return var_grads
+  out = NestedMap()
+  for group in first.values():
+    key, vg = group[0]
+    grads = [g.grad for _, g in group]
+    if all(isinstance(g, tf.IndexedSlices) for g in grads):
+      total = var_grad_lib.MergeDuplicateIndices(tf.IndexedSlices(
+          tf.concat([g.values for g in grads], 0),
+          tf.concat([tf.cast(g.indices, tf.int64) for g in grads], 0),
+          grads[0].dense_shape))
+    else:
+      total = tf.add_n([tf.convert_to_tensor(g) for g in grads])
+    out.Set(key, VarGrad(vg.var, total))
+  return out
+
 
 
 class _Ref:

@@ -4,6 +4,8 @@ from params.hyperparams import DecodeValue
 from params.hyperparams import EncodeValue
 from params.hyperparams import InstantiableParams
 from params.hyperparams import Params
+from params.hyperparams import LookupImported
+from params.hyperparams import RegisterForText
 from params.hyperparams import ResolveImportPath
 from params.hyperparams import TextFactory
 from params.hyperparams import TextSerializable

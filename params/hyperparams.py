@@ -10,7 +10,10 @@ Design after Lingvo's `lingvo/core/hyperparams.py`, with these differences:
   * `Freeze()` freezes every nested Params too, not only the top level.
   * The text form covers lists/dicts of Params, classes, functions, enums,
     `tf.DType` and self-describing objects (see `TextSerializable`), and it is
-    parsed by a small safe reader: nothing is ever `eval`-ed or unpickled.
+    parsed by a small safe reader: nothing is ever `eval`-ed or unpickled,
+    no module is imported, and nothing is called but the constructors
+    registered for text (see "Params text is data" in README.md and
+    `DecodeValue`).
   * Values with no text form (lambdas, arbitrary objects) are written as a
     marker that `FromText` refuses with a clear error.
 """
@@ -23,6 +26,8 @@ import importlib
 import inspect
 import keyword
 import re
+import sys
+import types
 import warnings
 
 import numpy as np
@@ -68,8 +73,8 @@ def _Index(key, container, i):
   if not isinstance(container, (list, tuple)):
     raise AttributeError(
         'Key %r: [%d] indexes a list or tuple, but the value there is not a '
-        'list (it is a %s: %r). Drop the [%d] or point the key at a list.' %
-        (key, i, type(container).__name__, container, i))
+        'list (it is a %s: %s). Drop the [%d] or point the key at a list.' %
+        (key, i, type(container).__name__, _OneLine(repr(container), 80), i))
   if not -len(container) <= i < len(container):
     raise AttributeError(
         'Key %r: index [%d] is out of range: the list has %d item(s) '
@@ -81,22 +86,82 @@ class TextSerializable:
   """Protocol for objects that have a text form inside Params.
 
   An object whose class defines `TextSpec()` returning
-  `(import_path, kwargs)` is written as `Object('import.path', k=v, ...)` and
-  read back by importing `import_path` (a callable) and calling it with the
-  keyword arguments (which must themselves have a text form). This lets
-  packages above `params` (e.g. `learner.get_optimizer_fn`) round-trip their
-  objects without `params` importing them. Subclassing this class is optional:
-  any object with a `TextSpec` method qualifies.
+  `(import_path, kwargs)` is written as `Object('import.path', k=v, ...)`.
+  `FromText` reads it back by calling the constructor registered for text
+  under `import_path` with the keyword arguments (which must themselves have
+  a text form). This lets packages above `params` (e.g.
+  `learner.optimizers.factory.get_optimizer_fn`) round-trip their objects
+  without `params` importing them.
 
-  For safety `FromText` calls the named factory only if it is a class with a
-  `TextSpec` method, a function decorated with `TextFactory`, or a callable
-  defined in one of this project's packages (params, schedules, learner,
-  layers, configs, benchmarks); anything else is refused with a ValueError.
+  Subclassing this class registers the subclass itself as a text
+  constructor (its `__init__` may be called from text with keyword
+  arguments); pass `text_constructor=False` in the class statement to opt
+  out. A factory function named by `TextSpec` is registered with
+  `TextFactory`. An object with a `TextSpec` method but no registered
+  constructor is still written, but `FromText` refuses to read it.
   """
+
+  def __init_subclass__(cls, text_constructor=True, **kwargs):
+    super().__init_subclass__(**kwargs)
+    if text_constructor:
+      _Register(cls, constructor=True)
 
   def TextSpec(self):
     """Returns (import_path: str, kwargs: dict) that rebuild this object."""
     raise NotImplementedError
+
+
+# ---- the text registry --------------------------------------------------------
+
+# import path -> (object, may Object(...) call it). Filled only by code, when
+# the module that defines the object is imported: text never adds to it.
+_TEXT_REGISTRY = {}
+
+
+def _Register(obj, constructor):
+  path = ImportPath(obj)
+  if path is None:
+    if constructor:
+      return  # A local class (e.g. in a test function): not readable by path.
+    raise ValueError('RegisterForText(%r): it has no import path (a lambda or '
+                     'a function defined inside a function).' % (obj,))
+  old = _TEXT_REGISTRY.get(path)
+  _TEXT_REGISTRY[path] = (obj, constructor or bool(old and old[0] is obj and
+                                                   old[1]))
+
+
+def RegisterForText(obj):
+  """Lets params text name `obj` as `Function('path')` or `Class('path')`.
+
+  Text may then *name* the class or function (it is looked up, never called
+  while reading). Use it for functions that are values of params (e.g. an
+  activation); classes with a `Params()` classmethod and Enum classes need no
+  registration. Usable as a decorator; returns `obj` unchanged.
+
+  Raises:
+    ValueError: if `obj` has no import path (a lambda, a nested function).
+  """
+  _Register(obj, constructor=False)
+  return obj
+
+
+def TextFactory(fn):
+  """Decorator: registers `fn` as a constructor `Object('path', ...)` may call.
+
+  `FromText` calls `fn(**kwargs)` with keyword arguments read from text
+  (literals, registered objects, params), so register only functions that
+  build a value from their arguments and do nothing else (no files, no
+  processes, bounded work). Returns `fn` unchanged (also marked with
+  `fn.__text_factory__ = True`).
+  """
+  fn.__text_factory__ = True
+  _Register(fn, constructor=True)
+  return fn
+
+
+def RegisteredForText():
+  """Returns {import path: (object, is_constructor)} registered for text."""
+  return dict(_TEXT_REGISTRY)
 
 
 def ImportPath(obj):
@@ -113,6 +178,9 @@ def ImportPath(obj):
 
 def ResolveImportPath(path):
   """Imports 'pkg.module.Name[.Inner]' and returns the named object.
+
+  For code only (it imports modules): params text is read with
+  `LookupImported`, which never imports.
 
   Args:
     path: str, a module path followed by attribute names.
@@ -436,27 +504,30 @@ class Params:
     `Params()` classmethod) whose X differs from the current class, or whose
     'a.b' is None, first replaces 'a.b' by `X.Params()`, keeping the values of
     the keys both define; 'a.b[i].cls' lines may so also grow a list of
-    params. Class lines are applied first, outer keys before inner ones.
+    params (one element at a time). Class lines are applied first, outer
+    keys before inner ones.
+
+    The text is data (README, "Params text is data"): no module is imported,
+    and a line's value is built (registered constructors, `X.Params()`) only
+    after its key exists and the kind of its value fits the key; see
+    `DecodeValue` for what may be named, and MAX_TEXT_CHARS,
+    MAX_VALUE_CHARS, MAX_DEPTH, MAX_ITEMS, MAX_BUILDS for the bounds.
 
     Raises:
       AttributeError: if the params are frozen.
-      ValueError: naming the line and key if a line is malformed, the key
-        does not exist (with close names), the value has no text form, or the
-        value's type does not match the current value.
+      ValueError: one line naming the line and key if a line is malformed,
+        the key does not exist (with close names), the value has no text
+        form, exceeds a bound, names something text may not name, or its
+        type does not match the current value.
     """
     if self._immutable:
       raise AttributeError(
           'Params are frozen; FromText cannot change them. Apply the text to '
           'a mutable copy: p.Copy(frozen=False).FromText(text).')
-    lines = []
-    for line_no, line in _SplitLines(text):
-      if ':' not in line:
-        raise ValueError('Line %s %r: expected "key : value".' %
-                         (line_no, line))
-      key, value_text = line.split(':', 1)
-      lines.append((line_no, line, key.strip(), value_text.strip()))
+    lines = list(TextLines(text))
     self._ApplyClassLines(lines)
     for line_no, line, key, value_text in lines:
+      shown = '%s %s' % (line_no, _ShownLine(line))
       try:
         current = self.Get(key)
       except AttributeError as e:
@@ -464,37 +535,27 @@ class Params:
         why = str(e)
         if why.startswith('Key %r: ' % key):
           why = why[len('Key %r: ' % key):]
-        raise ValueError('Line %s %r: unknown key %r: %s' %
-                         (line_no, line, key, why)) from None
-      if value_text.startswith(_NO_TEXT_MARKER):
-        raise ValueError(
-            'Line %s: key %r holds a value with no text form (%s); it must be '
-            'set in code, not in text.' % (line_no, key, value_text))
-      try:
-        value = DecodeValue(value_text)
-      except ValueError as e:
-        hint = ''
-        if isinstance(current, str):
-          hint = (' %r holds a string: quote the value, e.g. %s : %r.' %
-                  (key, key, value_text))
-        raise ValueError('Line %s %r: cannot read the value of %r: %s.%s' %
-                         (line_no, line, key, e, hint)) from None
-      err = _TypeMismatch(current, value)
-      if err:
-        raise ValueError('Line %s %r: wrong type for %r: %s' %
-                         (line_no, line, key, err))
+        raise ValueError('Line %s: unknown key %r: %s' %
+                         (shown, key, why)) from None
+      value = _ReadLineValue(shown, key, value_text, current)
       if (isinstance(current, float) and isinstance(value, int) and
           not isinstance(value, bool)):
         value = float(value)  # '1' for a float param means 1.0.
       try:
         self._SetKey(key, value)
       except AttributeError as e:
-        raise ValueError('Line %s %r: cannot set %r: %s' %
-                         (line_no, line, key, e)) from None
+        raise ValueError('Line %s: cannot set %r: %s' %
+                         (shown, key, e)) from None
     return self
 
   def _ApplyClassLines(self, lines):
-    """Rebuilds nested params named by 'prefix.cls' lines (see FromText)."""
+    """Rebuilds nested params named by 'prefix.cls' lines (see FromText).
+
+    The key is resolved before the value is read, the value is only planned
+    (a class is looked up, nothing is called), and X.Params() is called only
+    for a class with a Params() classmethod. Anything else is left to the
+    line-by-line pass, which reports it.
+    """
     cls_lines = []
     for _, _, key, value_text in lines:
       if key.endswith('.cls'):
@@ -505,34 +566,21 @@ class Params:
         cls_lines.append((depth, order, prefix, value_text))
     for _, _, prefix, value_text in sorted(cls_lines, key=lambda x: x[:2]):
       try:
-        new_cls = DecodeValue(value_text)
         parent, name, indices = self._Resolve(prefix)
-      except (ValueError, AttributeError):
-        continue  # The line-by-line pass reports it.
-      if not isinstance(new_cls, type) or not callable(
-          getattr(new_cls, 'Params', None)):
+      except (AttributeError, ValueError):
         continue
-      if not indices:
-        current = parent._params[name].value
-        if _NeedsRebuild(current, new_cls):
-          setattr(parent, name, _Rebuilt(new_cls, current))
+      slot = _ClassLineSlot(parent, name, indices)
+      if slot is None:
         continue
-      container = parent._params[name].value
-      if container is None and len(indices) == 1:
-        container = []
-        setattr(parent, name, container)
+      old, setter = slot
+      current_cls = old.cls if isinstance(old, Params) and 'cls' in old else None
       try:
-        for i in indices[:-1]:
-          container = container[i]
-      except (IndexError, TypeError, KeyError):
+        plan = _ValueReader(current_cls).Plan(value_text)
+      except ValueError:
         continue
-      if not isinstance(container, list):
-        continue
-      i = indices[-1]
-      if i >= len(container):
-        container.extend([None] * (i + 1 - len(container)))
-      if _NeedsRebuild(container[i], new_cls):
-        container[i] = _Rebuilt(new_cls, container[i])
+      new_cls = plan[1] if plan[0] == 'value' else None
+      if _IsParamsClass(new_cls) and _NeedsRebuild(old, new_cls):
+        setter(_Rebuilt(new_cls, old))
 
   def TextDiff(self, other):
     """Returns a readable diff of two params: only keys that differ.
@@ -587,12 +635,100 @@ def _NeedsRebuild(current, new_cls):
 
 def _Rebuilt(new_cls, old):
   """new_cls.Params() with the values of the keys `old` also defines."""
-  p = new_cls.Params()
+  p = _CallParams(new_cls)
   if isinstance(old, Params):
     for k, v in old.IterParams():
       if k != 'cls' and k in p:
         setattr(p, k, _CopyValue(v))
   return p
+
+
+def _ClassLineSlot(parent, name, indices):
+  """(old value, setter) of the params a 'prefix.cls' line may rebuild, or None.
+
+  Nothing is changed here. A list grows by one element at a time (index ==
+  its length, the order ToText writes), up to MAX_ITEMS; a None list may
+  start at index 0; other indices must exist.
+  """
+  value = parent._params[name].value
+  if not indices:
+    if value is None or isinstance(value, Params):
+      return value, lambda v: setattr(parent, name, v)
+    return None
+  if value is None and indices == [0]:
+    return None, lambda v: setattr(parent, name, [v])
+  container = value
+  try:
+    for i in indices[:-1]:
+      container = container[i]
+  except (IndexError, TypeError, KeyError):
+    return None
+  i = indices[-1]
+  if not isinstance(container, list) or i > len(container) or i >= MAX_ITEMS:
+    return None
+  if i == len(container):
+    return None, container.append
+  old = container[i]
+  if old is not None and not isinstance(old, Params):
+    return None
+  return old, lambda v: container.__setitem__(i, v)
+
+
+def _ReadLineValue(shown, key, value_text, current):
+  """Decodes one line's value for `key`, checking its kind before building."""
+  if value_text.startswith(_NO_TEXT_MARKER):
+    raise ValueError(
+        'Line %s: key %r holds a value with no text form (%s); it must be '
+        'set in code, not in text.' % (shown, key, _ShownLine(value_text)))
+  reader = _ValueReader(current)
+  try:
+    plan = reader.Plan(value_text)
+    err = _PlanMismatch(current, plan)
+    if err is None:
+      value = reader.Build(plan)
+      err = _TypeMismatch(current, value)
+  except ValueError as e:
+    hint = ''
+    if isinstance(current, str) and len(value_text) <= 80:
+      hint = (' %r holds a string: quote the value, e.g. %s : %r.' %
+              (key, key, value_text))
+    raise ValueError('Line %s: cannot read the value of %r: %s.%s' %
+                     (shown, key, _OneLine(e), hint)) from None
+  if err:
+    raise ValueError('Line %s: wrong type for %r: %s' %
+                     (shown, key, _OneLine(err)))
+  return value
+
+
+def _ShownLine(line, limit=120):
+  """repr(line), cut to `limit` characters so errors stay one short line."""
+  if len(line) <= limit:
+    return repr(line)
+  return '%r... (%d characters)' % (line[:limit], len(line))
+
+
+def TextLines(text):
+  """Yields (position, item, key, value_text) for each 'key : value' item.
+
+  The reader every caller of params text shares (`Params.FromText`,
+  `schedules.plot`). Items are separated by newlines or ';'; blank items and
+  '#' comments are skipped (see `_SplitLines` for the position).
+
+  Raises:
+    ValueError: if the text exceeds MAX_TEXT_CHARS, or an item has no ':'
+      (naming its position and its first characters).
+  """
+  if not isinstance(text, str):
+    raise ValueError('params text must be a str, got %s' % type(text).__name__)
+  if len(text) > MAX_TEXT_CHARS:
+    raise ValueError('params text is %d characters long; at most %d are read '
+                     '(MAX_TEXT_CHARS).' % (len(text), MAX_TEXT_CHARS))
+  for line_no, line in _SplitLines(text):
+    if ':' not in line:
+      raise ValueError('Line %s %s: expected "key : value".' %
+                       (line_no, _ShownLine(line, 60)))
+    key, value_text = line.split(':', 1)
+    yield line_no, line, key.strip(), value_text.strip()
 
 
 def _NestedParams(value):
@@ -751,25 +887,6 @@ def _SplitOutsideQuotes(line, sep):
 
 # ---- value encoding ------------------------------------------------------------
 
-# Packages of this project whose callables may appear in `Object(...)` text.
-# `params` names them without importing them, like the registry names
-# `configs`; any other factory must be a class with `TextSpec` or be marked
-# with `TextFactory`. This keeps `FromText` from calling arbitrary functions
-# (e.g. 'subprocess.run') named in a text file.
-_TRUSTED_FACTORY_PACKAGES = frozenset(
-    ['params', 'schedules', 'learner', 'layers', 'configs', 'benchmarks'])
-
-
-def TextFactory(fn):
-  """Decorator: allows `fn` as the factory in `Object('path', ...)` text.
-
-  Needed only for factories outside this project's packages that are not
-  classes with a `TextSpec` method. Returns `fn` unchanged (marked).
-  """
-  fn.__text_factory__ = True
-  return fn
-
-
 def EncodeValue(value):
   """Returns the text form of one value (one line, no newline).
 
@@ -884,20 +1001,393 @@ def _IsDType(value):
   return t.__name__ == 'DType' and t.__module__.startswith('tensorflow')
 
 
+
+# ---- reading values: params text is data ---------------------------------------
+#
+# Reading never imports a module, never calls anything but the constructors
+# registered for text (TextFactory, TextSerializable subclasses), the Params()
+# classmethod of an already-imported class for a Params value, NestedMap and
+# tf.as_dtype, and calls those only after the key and the kind of its value
+# were checked. Every value is bounded before Python's parser sees it.
+
+MAX_TEXT_CHARS = 4_000_000   # One FromText call (a --params_file, a params.txt).
+MAX_VALUE_CHARS = 100_000    # The value of one line.
+MAX_DEPTH = 32               # Brackets and calls nested in one value.
+MAX_ITEMS = 10_000           # Elements of one list/tuple/dict/call; list growth.
+MAX_BUILDS = 1_000           # Constructor and Params() calls for one value.
+
 _SUPPORTED_FORMS = (
     "supported forms: Python literals (1, 2.5, 'str', True, None, [..], "
     "(..), {..}), float('nan'|'inf'|'-inf'), Class('mod.Name'), "
     "Function('mod.fn'), Enum('mod.Enum', 'MEMBER'), DType('float32'), "
     "Params(k=v, ...), NestedMap(k=v, ...), Object('mod.factory', k=v, ...)")
 
+# The tokens a value may hold; anything else (operators, '.', keywords other
+# than True/False/None, f-strings, triple quotes) is refused before parsing.
+# With '+'/'-' only as the sign of a number, only brackets and calls nest, so
+# the parse tree is at most about 2 * MAX_DEPTH deep.
+_TOKEN_RE = re.compile(r'''
+    (?P<space>\s+)
+  | (?P<triple>[bBrRuU]{0,2}(?:\'\'\'|"""))
+  | (?P<str>[bBrRuU]{0,2}(?:'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"))
+  | (?P<num>0[xXoObB][0-9a-fA-F_]+
+      |(?:\d[\d_]*(?:\.[\d_]*)?|\.\d[\d_]*)(?:[eE][+-]?\d[\d_]*)?[jJ]?)
+  | (?P<name>[A-Za-z_][A-Za-z0-9_]*(?![A-Za-z0-9_'"]))
+  | (?P<op>\*\*|[()\[\]{},:=+-])''', re.VERBOSE)
+_OPEN, _CLOSE = '([{', ')]}'
+_VALUE_KEYWORDS = ('True', 'False', 'None')
+_OPERAND_START = (None, '(', '[', '{', ',', ':', '=')
+
+
+def _Prescan(text):
+  """Checks size, nesting, item counts and tokens of one value's text.
+
+  Linear in len(text); raises ValueError saying which bound was hit.
+  """
+  if len(text) > MAX_VALUE_CHARS:
+    raise ValueError('the value is %d characters long; at most %d are read '
+                     '(MAX_VALUE_CHARS)' % (len(text), MAX_VALUE_CHARS))
+  counts, pos, prev = [0], 0, None
+  while pos < len(text):
+    m = _TOKEN_RE.match(text, pos)
+    if m is None or m.lastgroup == 'triple':
+      raise ValueError('unsupported text at character %d: %r; %s' %
+                       (pos, text[pos:pos + 20], _SUPPORTED_FORMS))
+    kind, tok, pos = m.lastgroup, m.group(), m.end()
+    if kind == 'space':
+      continue
+    if prev in ('+', '-') and kind != 'num':
+      raise ValueError('a sign must be followed by a number, got %r after %r'
+                       % (tok[:20], prev))
+    if tok in ('+', '-') and prev not in _OPERAND_START:
+      raise ValueError('%r is only a sign before a number here; there are no '
+                       'operators in params text' % tok)
+    if kind == 'name' and keyword.iskeyword(tok) and tok not in _VALUE_KEYWORDS:
+      raise ValueError('the keyword %r is not a value; %s' %
+                       (tok, _SUPPORTED_FORMS))
+    if tok in _OPEN:
+      counts.append(0)
+      if len(counts) > MAX_DEPTH + 1:
+        raise ValueError('brackets and calls nest more than %d deep '
+                         '(MAX_DEPTH)' % MAX_DEPTH)
+    elif tok in _CLOSE:
+      if len(counts) == 1:
+        raise ValueError('unbalanced %r at character %d' % (tok, m.start()))
+      counts.pop()
+    elif tok == ',':
+      counts[-1] += 1
+      if counts[-1] >= MAX_ITEMS:
+        raise ValueError('a list, tuple, dict or call holds more than %d '
+                         'items (MAX_ITEMS)' % MAX_ITEMS)
+    prev = tok if kind == 'op' else kind
+
+
+def LookupImported(path):
+  """Returns the object 'pkg.module.Name[.Inner]' names; never imports.
+
+  Only modules already in `sys.modules` are searched, by their `__dict__`
+  (so a module's `__getattr__`, a lazy loader or a property never runs), and
+  only through modules and classes. Paths that moved (params/moved_paths.py)
+  are mapped to their new place first, with a FutureWarning.
+
+  Raises:
+    ValueError: if no prefix of the path is an imported module, a name is
+      missing, or the path goes through something that is neither a plain
+      module nor a class.
+  """
+  path = _MovedPath(path)
+  parts = path.split('.')
+  for i in range(len(parts) - 1, 0, -1):
+    module_name = '.'.join(parts[:i])
+    obj = sys.modules.get(module_name)
+    if obj is None:
+      continue
+    for attr in parts[i:]:
+      if type(obj) is not types.ModuleType and not isinstance(obj, type):
+        raise ValueError('cannot look up %r: %r is neither a module nor a '
+                         'class' % (path, attr))
+      found = vars(obj).get(attr, _MISSING)
+      if found is _MISSING:
+        raise ValueError(
+            'cannot resolve %r: %r has no %r, or it is a module that is not '
+            'imported (params text never imports a module: import it in '
+            'code)' % (path, getattr(obj, '__name__', module_name), attr))
+      obj = found.__func__ if isinstance(found, staticmethod) else found
+    return obj
+  raise ValueError('cannot resolve %r: its module is not imported (params text '
+                   'never imports a module: import it in code, or run the '
+                   'experiment that imports it)' % path)
+
+
+_MISSING = object()
+
+
+def _MovedPath(path):
+  if not isinstance(path, str) or not path or len(path) > 500:
+    raise ValueError('an import path must be a non-empty str of at most 500 '
+                     'characters, got %r' % (path[:80] if isinstance(
+                         path, str) else path,))
+  moved = moved_paths.Resolve(path)
+  if moved is None:
+    return path
+  warnings.warn('%r has moved to %r; params text written with the old path '
+                'still loads, but write the new one.' % (path, moved),
+                FutureWarning, stacklevel=3)
+  return moved
+
+
+def _IsParamsClass(obj):
+  """True if `obj` is a class whose `Params` is a classmethod (found statically)."""
+  if not isinstance(obj, type):
+    return False
+  try:
+    return isinstance(inspect.getattr_static(obj, 'Params'), classmethod)
+  except AttributeError:
+    return False
+
+
+def _ResolveClass(path, current):
+  """A class text may name: registered, with Params(), an Enum, or `current`."""
+  entry = _TEXT_REGISTRY.get(_MovedPath(path))
+  obj = entry[0] if entry else LookupImported(path)
+  if not isinstance(obj, type):
+    raise ValueError('%r is not a class' % path)
+  if (entry or obj is current or _IsParamsClass(obj) or
+      issubclass(obj, enum.Enum)):
+    return obj
+  raise ValueError(
+      'Class(%r) is refused: params text may name only classes with a '
+      'Params() classmethod, Enum classes, classes registered with '
+      'params.hyperparams.RegisterForText, or the class already there' % path)
+
+
+def _ResolveFunction(path, current):
+  """A function text may name: registered for text, or the one already there."""
+  entry = _TEXT_REGISTRY.get(_MovedPath(path))
+  if entry is not None and callable(entry[0]):
+    return entry[0]
+  if current is not None and callable(current) and ImportPath(current) in (
+      path, _MovedPath(path)):
+    return current
+  raise ValueError(
+      'Function(%r) is refused: params text may name only functions '
+      'registered with params.hyperparams.RegisterForText (or TextFactory) '
+      'in their module, or the function already there' % path)
+
+
+def _ResolveEnum(path, member):
+  enum_cls = _TEXT_REGISTRY.get(_MovedPath(path), (None,))[0]
+  if enum_cls is None:
+    enum_cls = LookupImported(path)
+  if not (isinstance(enum_cls, type) and issubclass(enum_cls, enum.Enum)):
+    raise ValueError('%r is not an Enum class' % path)
+  members = vars(enum_cls).get('_member_map_')
+  if not isinstance(members, dict) or member not in members:
+    raise ValueError('%r has no member %r' % (path, member))
+  return members[member]
+
+
+def _ResolveConstructor(path):
+  entry = _TEXT_REGISTRY.get(_MovedPath(path))
+  if entry is None or not entry[1]:
+    raise ValueError(
+        'Object(%r, ...): %r is not registered as a text constructor (a '
+        'TextSerializable subclass or a function decorated with '
+        'params.hyperparams.TextFactory, in a module this process has '
+        'imported); refusing to call it' % (path, path))
+  return entry[0]
+
+
+_NO_CURRENT = object()
+
+
+class _ValueReader:
+  """Reads one value in two steps: Plan (looks names up, calls nothing),
+  then Build (calls the registered constructors, at most MAX_BUILDS)."""
+
+  def __init__(self, current=_NO_CURRENT):
+    self._current = None if current is _NO_CURRENT else current
+    self._builds = 0
+
+  def Plan(self, text):
+    """Returns the plan of `text`: nested tuples ('value', v), ('list', [..]),
+    ('tuple', [..]), ('dict', [(k, v)..]), ('dtype', name),
+    ('params', kwargs), ('nested_map', kwargs), ('object', path, fn, kwargs)."""
+    text = text.strip()
+    _Prescan(text)
+    try:
+      tree = ast.parse(text, mode='eval')
+    except (SyntaxError, ValueError, MemoryError, RecursionError) as e:
+      raise ValueError('not a valid value (%s)' %
+                       (getattr(e, 'msg', None) or type(e).__name__)) from None
+    return self._PlanNode(tree.body, top=True)
+
+  def _PlanNode(self, node, top=False):
+    if isinstance(node, ast.Constant):
+      return ('value', node.value)
+    if isinstance(node, ast.UnaryOp) and isinstance(
+        node.op, (ast.USub, ast.UAdd)) and isinstance(
+            node.operand, ast.Constant):
+      v = node.operand.value
+      if not isinstance(v, (int, float, complex)) or isinstance(v, bool):
+        raise ValueError('unary sign on a non-number')
+      return ('value', -v if isinstance(node.op, ast.USub) else v)
+    if isinstance(node, (ast.List, ast.Tuple)):
+      kind = 'list' if isinstance(node, ast.List) else 'tuple'
+      return (kind, [self._PlanNode(e) for e in node.elts])
+    if isinstance(node, ast.Dict):
+      if any(k is None for k in node.keys):
+        raise ValueError('** inside a dict literal is not supported')
+      return ('dict', [(self._PlanNode(k), self._PlanNode(v))
+                       for k, v in zip(node.keys, node.values)])
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+      return self._PlanCall(node, node.func.id, top)
+    raise ValueError('unsupported expression %r; %s' %
+                     (ast.unparse(node)[:80], _SUPPORTED_FORMS))
+
+  def _PlanCall(self, node, fn, top):
+    """Plans Class/Function/Enum/DType/float/Object/Params/NestedMap(...)."""
+    strs = [a.value for a in node.args
+            if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+    if len(strs) != len(node.args):
+      strs = None  # Positional arguments must be string literals.
+    plain = strs is not None and not node.keywords
+    current = self._current if top else None
+    if fn == 'float' and plain and strs in (['nan'], ['inf'], ['-inf']):
+      return ('value', float(strs[0]))
+    if fn == 'Class' and plain and len(strs) == 1:
+      return ('value', _ResolveClass(strs[0], current))
+    if fn == 'Function' and plain and len(strs) == 1:
+      return ('value', _ResolveFunction(strs[0], current))
+    if fn == 'Enum' and plain and len(strs) == 2:
+      return ('value', _ResolveEnum(strs[0], strs[1]))
+    if fn == 'DType' and plain and len(strs) == 1:
+      return ('dtype', strs[0])
+    if fn == 'Object' and strs is not None and len(strs) == 1:
+      return ('object', strs[0], _ResolveConstructor(strs[0]),
+              self._PlanKwargs(node))
+    if fn in ('Params', 'NestedMap') and not node.args:
+      return ('params' if fn == 'Params' else 'nested_map',
+              self._PlanKwargs(node))
+    raise ValueError('unsupported expression %r; %s' %
+                     (ast.unparse(node)[:80], _SUPPORTED_FORMS))
+
+  def _PlanKwargs(self, node):
+    out = []
+    for kw in node.keywords:
+      plan = self._PlanNode(kw.value)
+      if kw.arg is None and plan[0] != 'dict':
+        raise ValueError('** arguments must be a dict')
+      out.append((kw.arg, plan))
+    return out
+
+  def Build(self, plan):
+    """Returns the value of a plan; ValueError if a constructor fails."""
+    kind = plan[0]
+    if kind == 'value':
+      return plan[1]
+    if kind in ('list', 'tuple'):
+      items = [self.Build(p) for p in plan[1]]
+      return items if kind == 'list' else tuple(items)
+    if kind == 'dict':
+      out = {}
+      for k, v in plan[1]:
+        key, value = self.Build(k), self.Build(v)
+        try:
+          out[key] = value
+        except TypeError:
+          raise ValueError('a dict key must be hashable, got %s %r' %
+                           (type(key).__name__, key)) from None
+      return out
+    if kind == 'dtype':
+      return _AsDType(plan[1])
+    kwargs = self._BuildKwargs(plan[-1])
+    if kind == 'nested_map':
+      return nested_map.NestedMap(kwargs)
+    self._builds += 1
+    if self._builds > MAX_BUILDS:
+      raise ValueError('the value builds more than %d params or objects '
+                       '(MAX_BUILDS)' % MAX_BUILDS)
+    if kind == 'params':
+      return _BuildParams(kwargs)
+    try:
+      return plan[2](**kwargs)
+    except Exception as e:  # pylint: disable=broad-except
+      raise ValueError('Object(%r, ...) failed: %s: %s' % (
+          plan[1], type(e).__name__, _OneLine(e))) from None
+
+  def _BuildKwargs(self, plans):
+    kwargs = {}
+    for name, plan in plans:
+      value = self.Build(plan)
+      if name is not None:
+        kwargs[name] = value
+        continue
+      if not all(isinstance(k, str) for k in value):
+        raise ValueError('** argument keys must be strings')
+      kwargs.update(value)
+    return kwargs
+
+
+def _AsDType(name):
+  tf = sys.modules.get('tensorflow')
+  if tf is None:
+    raise ValueError('DType(%r) needs TensorFlow, which this process has not '
+                     'imported' % (name,))
+  try:
+    return tf.as_dtype(name)
+  except (TypeError, ValueError) as e:
+    raise ValueError('DType(%r): %s' % (name, _OneLine(e))) from None
+
+
+_PLAN_KINDS = {'list': ([], 'a list'), 'tuple': ((), 'a tuple'),
+               'dict': ({}, 'a dict'), 'params': (None, 'Params'),
+               'nested_map': (None, 'a NestedMap')}
+
+
+def _PlanMismatch(current, plan):
+  """Like `_TypeMismatch`, for a value that is not built yet; None if it fits."""
+  if current is None:
+    return None
+  kind = plan[0]
+  if kind == 'value':
+    return _TypeMismatch(current, plan[1])
+  expected = _KindOf(current)
+  if kind == 'object':
+    got = 'Object(%r, ...)' % plan[1]
+    return None if expected is None else 'expected %s, got %s' % (
+        expected[0], got)
+  if kind == 'dtype':
+    ok = expected is None or _IsDType(current)
+    return None if ok else 'expected %s, got a DType' % expected[0]
+  sample, got = _PLAN_KINDS[kind]
+  if sample is None:
+    sample = Params() if kind == 'params' else nested_map.NestedMap()
+  if expected is None:
+    bad = callable(current) and not callable(sample)
+    return 'expected a callable, got %s' % got if bad else None
+  return None if expected[1](sample) else 'expected %s, got %s' % (
+      expected[0], got)
+
+
+def _OneLine(e, limit=600):
+  text = ' '.join(str(e).split())
+  return text if len(text) <= limit else text[:limit] + '...'
+
 
 def DecodeValue(text):
   """Reads a value written by `EncodeValue`; never evaluates code.
 
-  Only literal syntax and the named forms of `EncodeValue` are accepted;
-  `Object('mod.factory', ...)` calls the factory only if it is a class with
-  a `TextSpec` method, a function marked with `TextFactory`, or lives in one
-  of this project's packages.
+  Only literal syntax and the named forms of `EncodeValue` are accepted, and
+  within the bounds MAX_VALUE_CHARS, MAX_DEPTH, MAX_ITEMS and MAX_BUILDS.
+  No module is imported: `Class`, `Function` and `Enum` look names up in
+  modules already imported. `Class` names only classes with a `Params()`
+  classmethod, Enum classes and classes registered with `RegisterForText`;
+  `Function` only registered functions; `Object('path', ...)` calls only a
+  constructor registered for text (`TextFactory`, `TextSerializable`);
+  `Params(cls=X, ...)` calls `X.Params()` only for such an X.
+  `Params.FromText` also lets a line restate the class or function already
+  at its key, and checks the kind of the value before building it.
 
   Args:
     text: str, one encoded value.
@@ -906,107 +1396,21 @@ def DecodeValue(text):
     The value.
 
   Raises:
-    ValueError: if the text is not a valid encoded value, names an import
-      path that does not resolve, or a factory that is not allowed or fails.
+    ValueError: if the text is not a valid encoded value, exceeds a bound,
+      names something not allowed or not imported, or a constructor fails.
   """
-  try:
-    tree = ast.parse(text.strip(), mode='eval')
-  except (SyntaxError, ValueError) as e:
-    raise ValueError('not a valid value (%s)' % getattr(e, 'msg', e)) from None
-  try:
-    return _Decode(tree.body)
-  except (TypeError, KeyError, AttributeError) as e:
-    raise ValueError('cannot build the value: %s: %s' %
-                     (type(e).__name__, e)) from None
-
-
-def _DecodeKwargs(node):
-  kwargs = {}
-  for kw in node.keywords:
-    if kw.arg is None:
-      extra = _Decode(kw.value)
-      if not isinstance(extra, dict):
-        raise ValueError('** arguments must be a dict')
-      kwargs.update(extra)
-    else:
-      kwargs[kw.arg] = _Decode(kw.value)
-  return kwargs
-
-
-def _CheckFactory(path, factory):
-  if isinstance(factory, type) and callable(getattr(factory, 'TextSpec', None)):
-    return
-  if getattr(factory, '__text_factory__', False):
-    return
-  module = getattr(factory, '__module__', '') or ''
-  if module.split('.')[0] in _TRUSTED_FACTORY_PACKAGES:
-    return
-  raise ValueError(
-      'Object(%r, ...): the factory must be a class with a TextSpec() method, '
-      'a function decorated with params.hyperparams.TextFactory, or live in '
-      'one of %s; refusing to call it.' %
-      (path, sorted(_TRUSTED_FACTORY_PACKAGES)))
-
-
-def _Decode(node):
-  if isinstance(node, ast.Constant):
-    return node.value
-  if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub,
-                                                            ast.UAdd)):
-    v = _Decode(node.operand)
-    if not isinstance(v, (int, float)) or isinstance(v, bool):
-      raise ValueError('unary sign on a non-number')
-    return -v if isinstance(node.op, ast.USub) else v
-  if isinstance(node, ast.List):
-    return [_Decode(e) for e in node.elts]
-  if isinstance(node, ast.Tuple):
-    return tuple(_Decode(e) for e in node.elts)
-  if isinstance(node, ast.Dict):
-    if any(k is None for k in node.keys):
-      raise ValueError('** inside a dict literal is not supported')
-    return {_Decode(k): _Decode(v) for k, v in zip(node.keys, node.values)}
-  if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
-    fn = node.func.id
-    args = [_Decode(a) for a in node.args]
-    kwargs = _DecodeKwargs(node)
-    if fn == 'float' and len(args) == 1 and not kwargs and args[0] in (
-        'nan', 'inf', '-inf'):
-      return float(args[0])
-    if fn in ('Class', 'Function') and len(args) == 1 and not kwargs:
-      obj = ResolveImportPath(args[0])
-      if fn == 'Class' and not isinstance(obj, type):
-        raise ValueError('%r is not a class' % args[0])
-      if fn == 'Function' and not callable(obj):
-        raise ValueError('%r is not callable' % args[0])
-      return obj
-    if fn == 'Enum' and len(args) == 2 and not kwargs:
-      enum_cls = ResolveImportPath(args[0])
-      if not (isinstance(enum_cls, type) and issubclass(enum_cls, enum.Enum)):
-        raise ValueError('%r is not an Enum class' % args[0])
-      try:
-        return enum_cls[args[1]]
-      except KeyError:
-        raise ValueError('%r has no member %r' % (args[0], args[1])) from None
-    if fn == 'DType' and len(args) == 1 and not kwargs:
-      import tensorflow as tf  # pylint: disable=g-import-not-at-top
-      return tf.as_dtype(args[0])
-    if fn == 'Object' and len(args) == 1 and isinstance(args[0], str):
-      factory = ResolveImportPath(args[0])
-      _CheckFactory(args[0], factory)
-      return factory(**kwargs)
-    if fn == 'Params' and not args:
-      return _BuildParams(kwargs)
-    if fn == 'NestedMap' and not args:
-      return nested_map.NestedMap(kwargs)
-  raise ValueError('unsupported expression %r; %s' %
-                   (ast.unparse(node)[:80], _SUPPORTED_FORMS))
+  reader = _ValueReader()
+  return reader.Build(reader.Plan(text))
 
 
 def _BuildParams(kwargs):
   """Rebuilds an inline Params: cls.Params() if cls has one, with the keys."""
   cls = kwargs.get('cls')
-  if cls is not None and callable(getattr(cls, 'Params', None)):
-    p = cls.Params()
+  if cls is not None and not isinstance(cls, type):
+    raise ValueError('Params(cls=...) must be a class, got %s %r' %
+                     (type(cls).__name__, cls))
+  if _IsParamsClass(cls):
+    p = _CallParams(cls)
   elif 'cls' in kwargs:
     p = InstantiableParams(cls)
   else:
@@ -1019,4 +1423,13 @@ def _BuildParams(kwargs):
       setattr(p, k, v)
     else:
       p.Define(k, v, '')
+  return p
+
+
+def _CallParams(cls):
+  """cls.Params() for a class `_IsParamsClass` accepts; checks what it returns."""
+  p = inspect.getattr_static(cls, 'Params').__get__(None, cls)()
+  if not isinstance(p, InstantiableParams) or p.cls is not cls:
+    raise ValueError('%s.Params() did not return InstantiableParams with cls '
+                     '%s' % (cls.__qualname__, cls.__qualname__))
   return p

@@ -74,12 +74,36 @@ class KerasSchedule(base_schedule.BaseSchedule):
     if not isinstance(config, dict) or 'class_name' not in config:
       self._Fail('keras_schedule', 'is not a serialized Keras schedule',
                  'Build the params with KerasSchedule.FromKeras(obj).')
+    cls = self._ScheduleClass(config)
     try:
-      self._keras = tf.keras.optimizers.schedules.deserialize(
-          _PlainCopy(config))
+      self._keras = cls.from_config(_PlainCopy(config.get('config', {})))
     except (TypeError, ValueError) as e:
       self._Fail('keras_schedule', 'cannot be rebuilt by Keras (%s)' % e,
                  'Build the params with KerasSchedule.FromKeras(obj).')
+
+  def _ScheduleClass(self, config):
+    """The LearningRateSchedule class `config` names; never imports.
+
+    Keras' own schedules are found in tf.keras.optimizers.schedules; any
+    other class must already be imported (params text is data: naming a
+    class never imports its module, see README).
+    """
+    module = config.get('module') or ''
+    name = config['class_name']
+    cls = None
+    if not module or module.startswith('keras.'):
+      cls = getattr(tf.keras.optimizers.schedules, name, None)
+    if cls is None and module:
+      try:
+        cls = hyperparams.LookupImported('%s.%s' % (module, name))
+      except ValueError:
+        cls = None
+    if not (isinstance(cls, type) and issubclass(cls, _KERAS_SCHEDULE)):
+      self._Fail('keras_schedule', 'names no imported Keras schedule class '
+                 '(%s.%s)' % (module, name),
+                 'Import the module that defines it before building, or use '
+                 'one of tf.keras.optimizers.schedules.')
+    return cls
 
   def FProp(self, theta, step):
     del theta

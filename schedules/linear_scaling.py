@@ -32,8 +32,7 @@ class LinearScaling(BaseSchedule):
   @classmethod
   def Params(cls):
     p = super().Params()
-    p.Define('schedule', ConstantOne.Params(), 'Params of the scaled '
-             'schedule (the child).')
+    p.Define('schedule', ConstantOne.Params(), 'The scaled schedule (child).')
     p.Define('base_batch_size', 256, 'Batch size (examples per update) the '
              'base learning rate was tuned for; > 0.')
     p.Define('global_batch_size', None, 'Examples per applied update, all '

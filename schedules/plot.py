@@ -10,7 +10,10 @@ Usage:
 task.train.learner[--learner].lr_schedule. --params_text takes the text (or
 a file holding it) of a schedule's params, a learner's params or a whole
 experiment's params (the text `Params.ToText()` writes); the schedule is the
-root params if its `cls` is a schedule, else the `lr_schedule` in it.
+root params if its `cls` is a schedule, else the `lr_schedule` in it. The
+text is read as data (README, "Params text is data"): only the schedules of
+`schedules/` (imported by this command) and registered names resolve, and
+nothing else in the text is decoded.
 
 Prints a small text plot and the key values: the peak (value and step), the
 value at the end, and the value on both sides of each boundary (end of
@@ -36,42 +39,13 @@ from schedules.base_schedule import DEFAULT_NAME
 _NO_TEXT = '<no text form: '
 
 
-def _SplitOutsideQuotes(line):
-  """Splits `line` on ';' outside quotes; drops a '#' comment."""
-  parts, cur, quote = [], [], None
-  for ch in line:
-    if quote:
-      cur.append(ch)
-      if ch == quote:
-        quote = None
-    elif ch in '"\'':
-      quote = ch
-      cur.append(ch)
-    elif ch == '#':
-      break
-    elif ch == ';':
-      parts.append(''.join(cur))
-      cur = []
-    else:
-      cur.append(ch)
-  parts.append(''.join(cur))
-  return parts
-
-
 def _ParseLines(text):
-  """Returns {dotted key: value text} for 'key : value' lines of `text`."""
-  entries = {}
-  for line_no, raw in enumerate(text.split('\n'), 1):
-    for line in _SplitOutsideQuotes(raw):
-      line = line.strip()
-      if not line:
-        continue
-      if ':' not in line:
-        raise ValueError('Line %d %r: expected "key : value".' %
-                         (line_no, line))
-      key, value = line.split(':', 1)
-      entries[key.strip()] = value.strip()
-  return entries
+  """Returns {dotted key: value text} for 'key : value' lines of `text`.
+
+  Uses the reader of `Params.FromText` (`hyperparams.TextLines`), with its
+  size bounds; nothing is decoded here.
+  """
+  return {key: value for _, _, key, value in hyperparams.TextLines(text)}
 
 
 def _Decode(key, value_text):
@@ -82,8 +56,9 @@ def _Decode(key, value_text):
   try:
     return hyperparams.DecodeValue(value_text)
   except ValueError as e:
+    shown = value_text if len(value_text) <= 80 else value_text[:80] + '...'
     raise ValueError('Key %r: cannot read the value %r: %s' %
-                     (key, value_text, e)) from None
+                     (key, shown, e)) from None
 
 
 def _Build(entries, prefix):
@@ -93,8 +68,9 @@ def _Build(entries, prefix):
     raise ValueError('No %r line: cannot tell which class %r builds.' %
                      (key, prefix.rstrip('.')))
   cls = _Decode(key, entries[key])
-  if not (isinstance(cls, type) and callable(getattr(cls, 'Params', None))):
-    raise ValueError('%r = %r is not a class with Params().' % (key, cls))
+  if not (isinstance(cls, type) and issubclass(cls, BaseSchedule)):
+    raise ValueError('%r = %r is not a schedule class (a subclass of '
+                     'schedules.base_schedule.BaseSchedule).' % (key, cls))
   text = '\n'.join('%s : %s' % (k[len(prefix):], v)
                    for k, v in entries.items() if k.startswith(prefix))
   # Params.FromText rebuilds nested params from their cls lines.
@@ -125,8 +101,13 @@ def ScheduleParamsFromText(text, learner=0):
   """
   entries = _ParseLines(text)
   root_cls = entries.get('cls')
+  root_error = ''
   if root_cls is not None:
-    cls = _Decode('cls', root_cls)
+    try:
+      cls = _Decode('cls', root_cls)
+    except ValueError as e:
+      # E.g. a learner's class, whose module this command never imports.
+      cls, root_error = None, ' (%s)' % e
     if isinstance(cls, type) and issubclass(cls, BaseSchedule):
       return _Build(entries, '')
   prefixes = sorted({k[:-len('cls')] for k in entries
@@ -136,10 +117,10 @@ def ScheduleParamsFromText(text, learner=0):
               if not any(x != y and x.startswith(y) for y in prefixes)]
   if not prefixes:
     raise ValueError(
-        'The text holds no schedule: its root cls is %s and no '
+        'The text holds no schedule: its root cls is %s%s and no '
         '"...lr_schedule.cls" line was found. Give a schedule\'s params '
         '(with a cls line), a learner\'s or an experiment\'s.' %
-        (root_cls or 'missing'))
+        (root_cls or 'missing', root_error))
   if len(prefixes) > 1:
     chosen = [x for x in prefixes if '[%d].lr_schedule.' % learner in x]
     if len(chosen) != 1:

@@ -32,7 +32,12 @@ accumulators per replica (`tf.VariableSynchronization.ON_READ`), so a
 micro-step that only accumulates communicates nothing and the sums are
 all-reduced once, on the applying micro-step. `sync_on_apply=False`
 keeps mirrored accumulators and every micro-batch is all-reduced before it
-is added: the same result with num_batches times the traffic. The
+is added: the same result with num_batches times the traffic. In both, a
+non-finite shard (one replica's part of a micro-batch) is dropped on its
+replica only, so the update is sum(weight * grad) / sum(weight) over the
+window's finite shards, and `num_dropped_microbatches` counts dropped shards,
+the same value on every replica (docs/distributed.md, "Gradient accumulation
+under a strategy", says exactly when this equals single-process training). The
 all-reduce itself is the caller's (`all_reduce`, the Learner's
 cross_replica.WeightedAllReduce); this module only decides when it runs.
 
@@ -119,7 +124,15 @@ class GradientAccumulation(wrapper.BaseWrapper):
 
   @property
   def num_dropped_microbatches(self):
-    """int64 variable: non-finite micro-batches dropped so far."""
+    """int64 variable: non-finite micro-batch shards dropped so far.
+
+    A shard is one replica's part of one micro-batch (the micro-batch itself
+    with one replica). With one replica it counts at the dropping
+    micro-step; under R > 1 replicas it counts on the micro-step that
+    completes the window, by the window's count summed over the replicas,
+    so every replica holds the same value (equal to the one-replica count
+    at every window boundary).
+    """
     return self._num_dropped
 
   @property
@@ -161,7 +174,7 @@ class GradientAccumulation(wrapper.BaseWrapper):
 
   # ---- the protocol the learner drives -------------------------------------
 
-  def Accumulate(self, weighted_grads, weight, is_finite):
+  def Accumulate(self, weighted_grads, weight, is_finite, num_dropped=None):
     """Adds one micro-batch, or drops it if it is not finite.
 
     Args:
@@ -170,11 +183,17 @@ class GradientAccumulation(wrapper.BaseWrapper):
       weight: float32 scalar, the micro-batch's loss weight (summed over
         replicas when the caller all-reduced the grads).
       is_finite: bool scalar; False drops the micro-batch and counts it.
+      num_dropped: None, or a float32 scalar: the caller already removed
+        that many non-finite shards from `weighted_grads` and `weight` (the
+        all-reduced count under sync_on_apply=False); the rest is added and
+        the count goes into the window's dropped count.
 
     Returns:
       The micro-step counter's new value (int64 scalar tensor).
     """
     weight = tf.cast(weight, tf.float32)
+    if num_dropped is not None:
+      self._window_dropped.assign_add(tf.cast(num_dropped, tf.float32))
 
     def _Add():
       for var, wg in weighted_grads:
@@ -184,7 +203,8 @@ class GradientAccumulation(wrapper.BaseWrapper):
       return tf.constant(True)
 
     def _Drop():
-      self._num_dropped.assign_add(1)
+      if _CountsAtOnce():
+        self._num_dropped.assign_add(1)
       self._window_dropped.assign_add(1.0)
       return tf.constant(False)
 
@@ -229,7 +249,8 @@ class GradientAccumulation(wrapper.BaseWrapper):
       return tf.constant(True)
 
     def _Drop():
-      self._num_dropped.assign_add(1)
+      if _CountsAtOnce():
+        self._num_dropped.assign_add(1)
       self._window_dropped.assign_add(1.0)
       return tf.constant(False)
 
@@ -320,11 +341,15 @@ class GradientAccumulation(wrapper.BaseWrapper):
     finite = _AllFinite(dense)
     if all_reduce is not None and not self.params.sync_on_apply:
       self.WarnIfSyncEveryStep()
-      weighted = [g * tf.cast(weight, g.dtype) for g in dense]
+      # Per-shard dropping, as with sync_on_apply=True: a non-finite shard
+      # contributes zeros and weight 0; the finite shards are kept.
+      weighted = [tf.where(finite, g * tf.cast(weight, g.dtype),
+                           tf.zeros_like(g)) for g in dense]
+      weight = tf.where(finite, weight, 0.0)
       bad = 1.0 - tf.cast(finite, tf.float32)
       weighted, weight, (bad,) = all_reduce(weighted, weight, [bad])
       micro_step = self.Accumulate(list(zip(variables, weighted)), weight,
-                                   tf.equal(bad, 0.0))
+                                   tf.constant(True), num_dropped=bad)
     else:
       micro_step = self.AccumulateScaled(list(zip(variables, dense)), weight,
                                          finite)
@@ -348,6 +373,10 @@ class GradientAccumulation(wrapper.BaseWrapper):
     sums, wsum, dropped = self.AccumulatedSums([vg.var for vg in vgs])
     if all_reduce is not None:
       sums, wsum, (dropped,) = all_reduce(sums, wsum, [dropped])
+    if not _CountsAtOnce():
+      # Under replicas the run's counter moves here, by the window's count
+      # of dropped shards summed over the replicas: one value everywhere.
+      self._num_dropped.assign_add(tf.cast(dropped, tf.int64))
     window_grads = var_grads.Pack(
         [var_grad_lib.VarGrad(vg.var, s) for vg, s in zip(vgs, sums)])
     return Window(window_grads, wsum, dropped, self.optimizer)
@@ -417,6 +446,16 @@ class Window:
     """The inner optimizer applies `grad_scale * var_grads` (one update),
     folding the scale into its kernel where it can."""
     return self._inner.ApplyScaled(lr, var_grads, grad_scale)
+
+
+def _CountsAtOnce():
+  """True with one replica: a dropped micro-batch is counted when dropped.
+
+  Under several replicas in sync it is counted on the window's applying
+  micro-step instead (`_Window`), from the all-reduced count, so that
+  `num_dropped_microbatches` holds the same value on every replica.
+  """
+  return tf.distribute.get_strategy().num_replicas_in_sync == 1
 
 
 def _AllFinite(grads):

@@ -19,6 +19,7 @@ import difflib
 
 import tensorflow as tf
 
+from learner.optimizers import accumulation as gradient_accumulation
 from learner.optimizers import base as base_optimizer
 from learner.optimizers import ema as ema_lib
 from learner.optimizers import keras_optimizer
@@ -73,8 +74,13 @@ def _SetKwargs(where, p, kwargs, aliases):
   return p
 
 
-class _Factory(hyperparams.TextSerializable):
-  """Shared behaviour of the factories: text form, equality, learning_rate."""
+class _Factory(hyperparams.TextSerializable, text_constructor=False):
+  """Shared behaviour of the factories: text form, equality, learning_rate.
+
+  The subclasses, and the two factory functions their text form names, are
+  registered as text constructors: `Object('...get_optimizer_fn', ...)` in
+  params text builds a factory (its Params(), never an optimizer).
+  """
 
   def __init__(self, name, kwargs):
     self._name = name
@@ -138,6 +144,7 @@ class OptimizerFn(_Factory):
             dict(name=self._name, **self._kwargs))
 
 
+@hyperparams.TextFactory
 def get_optimizer_fn(name, **kwargs):  # pylint: disable=invalid-name
   """Returns a factory that builds the optimizer `name` (MoXing's API).
 
@@ -214,7 +221,6 @@ class OptimizerWrapperFn(_Factory):
         'last.')
     kwargs = {k: v for k, v in self._kwargs.items() if k != 'learning_rate'}
     if self._name == 'batch_gradients':
-      from learner.optimizers import accumulation as gradient_accumulation  # pylint: disable=g-import-not-at-top
       p = gradient_accumulation.GradientAccumulation.Params()
       aliases = {}
     elif self._name == 'lars':
@@ -232,6 +238,7 @@ class OptimizerWrapperFn(_Factory):
             dict(name=self._name, inner=self._inner, **self._kwargs))
 
 
+@hyperparams.TextFactory
 def get_optimizer_wrapper_fn(name, inner, **kwargs):  # pylint: disable=invalid-name
   """Returns a factory that wraps `inner` in the wrapper `name` (MoXing's API).
 

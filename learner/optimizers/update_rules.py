@@ -18,6 +18,7 @@ behaviour per class (lazy for all but Adam); docs/lingvo.md lists the few
 deliberate differences.
 """
 
+import numbers
 import re
 
 import tensorflow as tf
@@ -246,6 +247,10 @@ class AdamW(Adam):
   Lingvo Adam's 1e-6.
   Source: Loshchilov & Hutter, "Decoupled Weight Decay Regularization", ICLR
   2019, Algorithm 2.
+
+  Raises:
+    ValueError: decoupled_weight_decay is None or not a number (as Keras's
+      AdamW refuses weight_decay=None), instead of silently being Adam.
   """
 
   @classmethod
@@ -254,6 +259,16 @@ class AdamW(Adam):
     p.decoupled_weight_decay = 0.01
     p.epsilon = 1e-7
     return p
+
+  def __init__(self, params):
+    wd = params.decoupled_weight_decay
+    if wd is None or isinstance(wd, bool) or not isinstance(
+        wd, numbers.Real):
+      raise ValueError(
+          '%s: AdamW decoupled_weight_decay=%r; expected a float >= 0 (the '
+          'default is 0.01). Keras\'s AdamW refuses None too; for Adam '
+          'without decay use Adam.Params().' % (params.name, wd))
+    super().__init__(params)
 
 
 class Adagrad(BaseOptimizer):

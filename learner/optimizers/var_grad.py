@@ -1,17 +1,49 @@
 """VarGrad: the (variable, gradient) pair that learners and optimizers pass."""
 
-import collections
-
 import tensorflow as tf
 
 
-class VarGrad(collections.namedtuple('VarGrad', ['var', 'grad'])):
+class VarGrad:
   """A variable and its gradient (a Tensor, a tf.IndexedSlices, or None).
 
   A NestedMap of VarGrads (`var_grads`) is what `Learner.Apply` builds and
-  `BaseOptimizer.Apply` consumes. NestedMap treats VarGrad as a leaf.
+  `BaseOptimizer.Apply` consumes. It is ONE leaf for tf.nest and for
+  NestedMap, as Lingvo's code treats it: `tf.nest.flatten(var_grads)` gives
+  one entry per variable, not a variable and a gradient. (A namedtuple
+  would be split in two by tf.nest.) `v, g = vg` still unpacks it, and two
+  VarGrads are equal when their variable and gradient are the same objects.
+
+  Attributes:
+    var: the tf.Variable.
+    grad: its gradient, or None.
   """
-  __slots__ = ()
+  __slots__ = ('var', 'grad')
+
+  def __init__(self, var, grad):
+    self.var = var
+    self.grad = grad
+
+  def __iter__(self):
+    return iter((self.var, self.grad))
+
+  def __len__(self):
+    return 2
+
+  def __getitem__(self, i):
+    return (self.var, self.grad)[i]
+
+  def __eq__(self, other):
+    return (isinstance(other, VarGrad) and self.var is other.var and
+            self.grad is other.grad)
+
+  def __ne__(self, other):
+    return not self == other
+
+  def __hash__(self):
+    return hash((id(self.var), id(self.grad)))
+
+  def __repr__(self):
+    return 'VarGrad(var=%r, grad=%r)' % (self.var, self.grad)
 
 
 def VarName(var):

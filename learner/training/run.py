@@ -45,6 +45,7 @@ from learner.training import task as task_lib
 from learner.training import trainer as trainer_lib
 from learner.optimizers import var_grad
 from learner.training.mode_keys import ModeKeys
+from schedules.base_schedule import ConstantOne
 
 class ModelSpec(collections.namedtuple('ModelSpec', ['loss', 'log_info'])):
   """What `model_fn(inputs, mode)` returns (MoXing's `mox.ModelSpec`).
@@ -251,7 +252,8 @@ def run(model_fn, input_fn, optimizer_fn=None,  # pylint: disable=invalid-name
                log_interval_steps=log_every_n_steps, jit_compile=jit_compile)
   if training:
     lp = learner_lib.Learner.Params().Set(
-        name='learner', loss_name='loss', optimizer_fn=optimizer_fn,
+        name='learner', loss_name='loss',
+        lr_schedule=ConstantOne.Params(),  # Not Lingvo's ContinuousSchedule. optimizer_fn=optimizer_fn,
         learning_rate=learning_rate)
     for k, v in (learner_params or {}).items():
       lp.Set(**{k: v})

@@ -86,3 +86,18 @@ def test_params_text_round_trip():
   p = _Conv()
   q = keras_layer.KerasLayer.Params().FromText(p.ToText())
   assert q.keras_config == p.keras_config and q.keras_class == 'Conv1D'
+
+
+def test_class_path_of_a_module_not_imported_is_refused_and_not_imported(
+    tmp_path, monkeypatch):
+  # Params text is data (issue 12): naming a class must not import its module.
+  marker = tmp_path / 'imported'
+  (tmp_path / 'kl_not_imported_q3.py').write_text(
+      'open(%r, "w").write("x")\n' % str(marker))
+  monkeypatch.syspath_prepend(str(tmp_path))
+  p = keras_layer.KerasLayer.Params().Set(
+      name='k', keras_class='kl_not_imported_q3.Dense',
+      keras_config={'units': 2})
+  with pytest.raises(ValueError):
+    p.Instantiate()
+  assert not marker.exists()

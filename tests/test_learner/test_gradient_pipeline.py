@@ -43,10 +43,25 @@ def test_regularize_adds_coupled_l1_and_l2_and_reports_their_losses():
 def test_regularize_skips_rank_1_variables_when_asked():
   # skip_1d: the bias keeps g = [1, 1] and adds nothing to l2_loss (0).
   w = _Var([3.0, 4.0], 'bias')
-  grads, m = pipeline.Regularize([w], [tf.constant([1.0, 1.0])], 0.0, 0.1,
+  # L1 None is off (0.0 would report l1_loss = 0, as Lingvo does).
+  grads, m = pipeline.Regularize([w], [tf.constant([1.0, 1.0])], None, 0.1,
                                  skip_1d=True)
   np.testing.assert_array_equal(_Np(grads)[0], [1.0, 1.0])
   assert float(m[pipeline.L2_LOSS]) == 0.0 and pipeline.L1_LOSS not in m
+
+
+def test_regularize_weight_zero_reports_zero_loss_and_none_is_off():
+  # Lingvo 0.14.2 learner.py: the loss is computed and reported unless the
+  # weight is None; with 0.0 it is 0 and the gradient is unchanged.
+  w = _Var([3.0, 4.0], 'w0')
+  grads, m = pipeline.Regularize([w], [tf.constant([1.0, 2.0])], 0.0, 0.0,
+                                 skip_1d=False)
+  np.testing.assert_array_equal(_Np(grads)[0], [1.0, 2.0])
+  assert float(m[pipeline.L1_LOSS]) == 0.0
+  assert float(m[pipeline.L2_LOSS]) == 0.0
+  _, m = pipeline.Regularize([w], [tf.constant([1.0, 2.0])], None, None,
+                             skip_1d=False)
+  assert m == {}
 
 
 def test_mask_multiplies_by_the_entry_of_the_variable_name():
@@ -157,12 +172,13 @@ def test_metric_names_are_in_the_reported_order():
                            per_variable_norm_metrics=True)
   names = pipeline.MetricNames(p, [_Var([1.0], 'task/w')])
   assert names == ['l1_loss', 'l2_loss', 'grad_norm/all', 'var_norm/all',
-                   'grad_norm/clipped', 'grad_scale_all', 'has_nan_or_inf',
+                   'grad_norm/clipped', 'grad_scale_all',
+                   'grad_norm_is_nan_or_inf', 'has_nan_or_inf',
                    'grad_norm/task/w', 'var_norm/task/w']
   names = pipeline.MetricNames(Learner.Params().Set(var_norm_metrics=False),
                                [])
   assert names == ['grad_norm/all', 'grad_norm/clipped', 'grad_scale_all',
-                   'has_nan_or_inf']
+                   'grad_norm_is_nan_or_inf', 'has_nan_or_inf']
 
 
 def test_adjust_refuses_a_map_of_another_structure_naming_the_keys():

@@ -38,6 +38,10 @@ SCHEDULES = [
     'PiecewiseSchedule', 'SqrtDecay', 'SqrtDecayToZero', 'CycleSchedule',
     'InverseSigmoid']
 OPTIMIZERS = ['SGD', 'Momentum', 'RMSProp', 'Adagrad', 'AdaDelta', 'Adam']
+# Issue 13 part B: lingvo/core/learner.py Learner, lingvo/core/layers.py
+# GradNormTracker.
+LAYERS = {'Learner': 'lingvo.core.learner.Learner',
+          'GradNormTracker': 'lingvo.core.layers.GradNormTracker'}
 
 # Lingvo 0.14.2 lingvo/core/early_stop.py MetricHistory.Params(): the nested
 # default of DevBasedSchedule.metric_history (the recorder keeps it as an
@@ -57,11 +61,20 @@ def _Lingvo():
     out[name] = classes['lingvo.core.schedule.' + name]
   for name in OPTIMIZERS:
     out[name] = classes['lingvo.core.optimizer.' + name]
+  for name, key in LAYERS.items():
+    out[name] = classes[key]
   return out
 
 
 def _Ours(name):
-  cls = getattr(sch, name, None) or getattr(optimizers, name)
+  if name == 'Learner':
+    from learner import learner as learner_lib  # pylint: disable=g-import-not-at-top
+    cls = learner_lib.Learner
+  elif name == 'GradNormTracker':
+    from learner import grad_norm_tracker  # pylint: disable=g-import-not-at-top
+    cls = grad_norm_tracker.GradNormTracker
+  else:
+    cls = getattr(sch, name, None) or getattr(optimizers, name)
   return cls, dict(cls.Params().IterParams())
 
 
@@ -71,6 +84,11 @@ def _Same(lingvo, ours):
     expr = lingvo['expr']
     if expr == 'tf.float32':
       return ours == tf.float32
+    if expr == 'schedule.ContinuousSchedule.Params()':
+      return (isinstance(ours, Params) and
+              ours.cls is sch.ContinuousSchedule and
+              dict(ours.IterParams()) ==
+              dict(sch.ContinuousSchedule.Params().IterParams()))
     if expr == '[LinearSchedule.Params()]':
       return (isinstance(ours, list) and len(ours) == 1 and
               ours[0].cls is sch.LinearSchedule)
@@ -133,7 +151,7 @@ def _Kind(lingvo, ours):
           else 'default')
 
 
-@pytest.mark.parametrize('name', SCHEDULES + OPTIMIZERS)
+@pytest.mark.parametrize('name', SCHEDULES + OPTIMIZERS + list(LAYERS))
 def test_params_and_defaults_match_lingvo_except_documented_rows(name):
   record = _Lingvo()[name]
   allowed = _AllowList()
@@ -149,7 +167,8 @@ def test_params_and_defaults_match_lingvo_except_documented_rows(name):
 
 
 def test_allow_list_names_only_known_classes():
-  unknown = {n for n, _ in _AllowList()} - set(SCHEDULES + OPTIMIZERS)
+  unknown = {n for n, _ in _AllowList()} - set(SCHEDULES + OPTIMIZERS +
+                                               list(LAYERS))
   assert not unknown
 
 

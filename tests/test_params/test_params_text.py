@@ -50,6 +50,12 @@ class Schedule(TextSerializable):
             (other.name, other.rate, other.steps))
 
 
+# Params text may name a function, or a class without Params(), only if it is
+# registered for text (issue 12: text is data); _AllTypes holds these.
+for _value in (Square, Outer.Inner, Schedule.TextSpec, tf.nn.relu, max):
+  hyperparams.RegisterForText(_value)
+
+
 class Built:
   """An instantiable class with its own Params()."""
 

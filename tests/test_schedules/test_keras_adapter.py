@@ -70,3 +70,19 @@ def test_our_schedule_as_keras_learning_rate_drives_a_keras_optimizer():
 def test_as_keras_schedule_refuses_other_values():
   with pytest.raises(TypeError, match='expects the params of one of our'):
     AsKerasSchedule(Params())
+
+
+def test_keras_schedule_of_a_module_not_imported_is_refused_unimported(
+    tmp_path, monkeypatch):
+  # Params text is data (issue 12): a serialized schedule naming a module
+  # must not make Keras import it.
+  marker = tmp_path / 'imported'
+  (tmp_path / 'ks_not_imported_q5.py').write_text(
+      'open(%r, "w").write("x")\n' % str(marker))
+  monkeypatch.syspath_prepend(str(tmp_path))
+  p = KerasSchedule.Params().Set(keras_schedule={
+      'module': 'ks_not_imported_q5', 'class_name': 'Evil', 'config': {},
+      'registered_name': 'Evil'})
+  with pytest.raises(ValueError, match='names no imported Keras schedule'):
+    p.Instantiate()
+  assert not marker.exists()
