@@ -12,8 +12,6 @@ from sklearn import datasets as sklearn_datasets
 from configs import char_data
 from configs import mnist1d_data
 from learner.training.input_generator import BaseInputGenerator
-from configs import char_data
-from configs import mnist1d_data
 
 
 class DigitsInput(BaseInputGenerator):
