@@ -156,6 +156,13 @@ def GetClass(key):
     close = difflib.get_close_matches(key, keys, n=3, cutoff=0.4)
     msg = 'Experiment %r is not registered.' % key
     module = key.rsplit('.', 1)[0] if '.' in key else ''
+    if module and module not in sys.modules and (
+        '%s.%s' % (_CONFIGS_PACKAGE, module)) not in sys.modules:
+      msg += (' No module %r could be imported (neither configs/%s.py nor '
+              '%s on the import path): run from the directory that contains '
+              '%s/, or add it to PYTHONPATH.' %
+              (module, module.replace('.', '/'), module,
+               module.split('.')[0]))
     if module and module in sys.modules:
       msg += (' Module %r was imported but registers no %r: decorate the '
               'class with @params.registry.Register.' %

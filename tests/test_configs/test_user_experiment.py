@@ -91,3 +91,12 @@ def test_user_module_without_the_class_says_how_to_register(
     registry.GetClass('%s.exp.NotThere' % name)
   assert '@params.registry.Register' in str(e.value)
   assert "'%s.exp'" % name in str(e.value)
+
+
+def test_user_module_that_cannot_be_imported_says_where_to_run_from():
+  with pytest.raises(LookupError) as e:
+    registry.GetClass('nosuchpkg_q9.exp.MyRegression')
+  assert ("No module 'nosuchpkg_q9.exp' could be imported (neither "
+          "configs/nosuchpkg_q9/exp.py nor nosuchpkg_q9.exp on the import "
+          "path): run from the directory that contains nosuchpkg_q9/, or add "
+          "it to PYTHONPATH.") in str(e.value)
