@@ -17,6 +17,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import time
 
@@ -281,12 +282,16 @@ def test_restarted_group_resumes_and_ends_as_an_uninterrupted_run(
   final = _CheckpointWeights(_Checkpoint(out['logdir']))
   # The seeds' example reaches w ~ 5, b ~ 2.
   assert abs(final['w'] - 5.0) < 0.05 and abs(final['b'] - 2.0) < 0.05
-  # Uninterrupted single-process run on the same global batches.
-  from learner.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
-  params = trainer_lib.LoadExperimentParams(_MODEL, params_override=_OVERRIDE)
+  # Uninterrupted single-process run on the same global batches, in its own
+  # process like the workers, so no state of this test process (strategies,
+  # logical devices, seeds set by earlier tests) can reach the reference.
   ref_dir = str(tmp_path / 'uninterrupted')
-  with open(os.devnull, 'w') as devnull:
-    trainer_lib.Trainer(params, ref_dir, tty=False, stream=devnull).Run()
+  proc = subprocess.run(
+      [sys.executable, '-m', 'learner.trainer', '--model=' + _MODEL,
+       '--logdir=' + ref_dir, '--params_override=' + _OVERRIDE],
+      env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'), capture_output=True,
+      text=True, timeout=_DEADLINE_SECS)
+  assert proc.returncode == 0, proc.stderr[-3000:]
   ref = _CheckpointWeights(_Checkpoint(ref_dir))
   for name in ('w', 'b'):
     np.testing.assert_allclose(final[name], ref[name], rtol=1e-5, atol=1e-7,
