@@ -202,13 +202,7 @@ class GradientAccumulation(wrapper.BaseWrapper):
       self._weight_sum.assign_add(weight)
       return tf.constant(True)
 
-    def _Drop():
-      if _CountsAtOnce():
-        self._num_dropped.assign_add(1)
-      self._window_dropped.assign_add(1.0)
-      return tf.constant(False)
-
-    tf.cond(is_finite, _Add, _Drop)
+    tf.cond(is_finite, _Add, self._DropMicroBatch)
     return self._micro_step.assign_add(1)
 
   def AccumulateScaled(self, var_grads, weight, is_finite):
@@ -248,14 +242,15 @@ class GradientAccumulation(wrapper.BaseWrapper):
       self._weight_sum.assign_add(weight)
       return tf.constant(True)
 
-    def _Drop():
-      if _CountsAtOnce():
-        self._num_dropped.assign_add(1)
-      self._window_dropped.assign_add(1.0)
-      return tf.constant(False)
-
-    base_optimizer.CondAsCall(is_finite, _Add, _Drop)
+    base_optimizer.CondAsCall(is_finite, _Add, self._DropMicroBatch)
     return self._micro_step.assign_add(1)
+
+  def _DropMicroBatch(self):
+    """Counts one dropped (non-finite) micro-batch; returns False."""
+    if _CountsAtOnce():
+      self._num_dropped.assign_add(1)
+    self._window_dropped.assign_add(1.0)
+    return tf.constant(False)
 
   def IsApplyStep(self, micro_step=None):
     """True (bool scalar) when the window is complete after Accumulate."""
