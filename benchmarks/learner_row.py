@@ -101,7 +101,8 @@ class LearnerRow(object):
   reference_form = 'tf'
 
   def __init__(self, cfg, specs, weights, grads, jit_compile=False,
-               accumulate_batches=0, name=None, clip=True):
+               accumulate_batches=0, name=None, clip=True,
+               check_finite_weights=False):
     from learner import learner as learner_lib  # pylint: disable=g-import-not-at-top
     from learner.optimizers import var_grad  # pylint: disable=g-import-not-at-top
     self.name = name or ('learner' + ('_jit' if jit_compile else ''))
@@ -115,6 +116,8 @@ class LearnerRow(object):
         clip_gradient_norm_to_value=cfg.clip if clip else 0.0,
         optimizer=OptimizerParams(cfg, accumulate_batches),
         lr_schedule=CosineScheduleParams(cfg.total_steps, cfg.alpha))
+    if check_finite_weights:
+      p.check_finite_weights = True
     self.learner = p.Instantiate()
     self.learner.Bind(self.vmap)
     self.step = tf.function(self._Step, jit_compile=jit_compile)

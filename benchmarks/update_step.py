@@ -9,7 +9,9 @@ For each variable set (`small`: 20 variables, 1.0 M parameters; `resnet50`:
 global-norm clip of 1.0 and a cosine-scheduled rate, in the same process and
 the same run:
   (a) `learner`, `learner_jit`: our Learner inside tf.function, plain and
-      jit_compile=True;
+      jit_compile=True; `learner_checked`: plain, with
+      check_finite_weights=True (an update that makes a weight non-finite
+      is undone; costs a copy of the weights and slots per step);
   (b) `tf_fused`, `tf_fused_jit`: a hand-written tf.function over TF's fused
       ResourceApplyMomentum/ResourceApplyAdam and tf.clip_by_global_norm;
       `tf_fused_folded` (Momentum only) is a design prototype, not a peer:
@@ -95,6 +97,9 @@ def BuildRows(cfg, specs, weights, grads, wanted, notes):
       ('learner', lambda: learner_row.LearnerRow(cfg, specs, weights, grads)),
       ('learner_jit', lambda: learner_row.LearnerRow(
           cfg, specs, weights, grads, jit_compile=True)),
+      ('learner_checked', lambda: learner_row.LearnerRow(
+          cfg, specs, weights, grads, check_finite_weights=True,
+          name='learner_checked')),
       ('tf_fused', lambda: peer_rows.TfFusedRow(cfg, weights, grads)),
       ('tf_fused_jit', lambda: peer_rows.TfFusedRow(
           cfg, weights, grads, jit_compile=True)),

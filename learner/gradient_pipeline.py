@@ -259,25 +259,27 @@ def Adjust(var_grads, grads, gradient_adjuster):
   return grads, tf.math.is_finite(half)
 
 
-def CheckFinite(grad_norm, adjusted_finite=None):
-  """has_nan_or_inf: the measured or the adjusted gradient is not finite.
+def CheckFinite(grad_norm, adjusted_finite=None, losses_finite=None):
+  """has_nan_or_inf: a loss, the measured or the adjusted gradient is NaN/Inf.
 
   Args:
     grad_norm: float32 scalar from `Norms`.
     adjusted_finite: None, or the bool scalar from `Adjust`.
+    losses_finite: None, or a bool scalar, False when a loss is NaN or Inf
+      (its gradient may still be finite, e.g. an Inf constant term).
 
   Returns:
     (has_nan_or_inf bool scalar, metrics {grad_norm_is_nan_or_inf: the
     measured norm (before the adjuster) is not finite, has_nan_or_inf:
-    that or the adjusted gradient is not finite}), each 0.0 or 1.0:
+    that, the adjusted gradient or a loss is not finite}), each 0.0 or 1.0:
     Lingvo's are bools; ours are float32 like every eval metric, so they
     average over steps and go to summaries (docs/lingvo.md).
   """
   norm_bad = tf.logical_not(tf.math.is_finite(grad_norm))
   has_nan_or_inf = norm_bad
-  if adjusted_finite is not None:
-    has_nan_or_inf = tf.logical_or(has_nan_or_inf,
-                                   tf.logical_not(adjusted_finite))
+  for finite in (adjusted_finite, losses_finite):
+    if finite is not None:
+      has_nan_or_inf = tf.logical_or(has_nan_or_inf, tf.logical_not(finite))
   return has_nan_or_inf, {
       GRAD_NORM_IS_NAN_OR_INF: tf.cast(norm_bad, tf.float32),
       HAS_NAN_OR_INF: tf.cast(has_nan_or_inf, tf.float32)}

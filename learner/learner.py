@@ -51,6 +51,16 @@ _CLIP_KEYS = ('clip_gradient_norm_to_value',
 # None turns these off (Lingvo's default); 0.0 computes and reports 0.
 _NONE_OK_KEYS = ('l1_regularizer_weight', 'l2_regularizer_weight')
 
+# Why an update was skipped, as `Learner.SkipStatistics` counts it. A loss
+# that is not finite wins over its gradient; 'other' is
+# grad_norm_to_clip_to_zero, the grad_norm_tracker or an empty window.
+SKIP_NON_FINITE_LOSS = 'non-finite loss'
+SKIP_NON_FINITE_GRADIENT = 'non-finite gradient'
+SKIP_NON_FINITE_WEIGHTS = 'non-finite updated weights'
+SKIP_OTHER = 'other'
+SKIP_REASONS = (SKIP_NON_FINITE_LOSS, SKIP_NON_FINITE_GRADIENT,
+                SKIP_NON_FINITE_WEIGHTS, SKIP_OTHER)
+
 
 class Learner(BaseLayer):
   """Computes gradients of a loss and applies one update (Lingvo's Learner).
@@ -150,6 +160,17 @@ class Learner(BaseLayer):
              'If True, eval_metrics also has grad_norm/<var> and '
              'var_norm/<var> for every variable.')
     p.Define(
+        'check_finite_weights', False,
+        'If True, a step whose update would make an updated weight NaN or '
+        'Inf is skipped exactly: the weights and every optimizer slot are '
+        'put back as they were (reason \'non-finite updated weights\'). '
+        'Costs a copy of each updated weight and slot and one read of the '
+        'weights per applied update (benchmarks/README.md, "Finite '
+        'weights"). False (default): such an update is applied; the '
+        'following steps are skipped as non-finite, the trainer stops '
+        'after task.train.max_consecutive_skipped_steps and never saves '
+        'non-finite weights.')
+    p.Define(
         'var_norm_metrics', True,
         'If True (default), eval_metrics has var_norm/all, the global L2 '
         'norm of the variables: one more read of every weight per applied '
@@ -185,6 +206,15 @@ class Learner(BaseLayer):
         'num_updates', [], init=0, trainable=False, dtype=tf.int64)
     self._num_skipped = self.CreateVariable(
         'num_skipped_steps', [], init=0, trainable=False, dtype=tf.int64)
+    # Per-process statistics for the trainer's warning and its limit; not
+    # checkpointed (a _Ref), so checkpoints keep their keys.
+    with tf.init_scope():
+      self._skip_stats = _Ref(NestedMap(
+          consecutive=tf.Variable(0, dtype=tf.int64, trainable=False,
+                                  name=self.path + '/consecutive_skipped'),
+          by_reason=tf.Variable(
+              tf.zeros([len(SKIP_REASONS)], tf.int64), trainable=False,
+              name=self.path + '/skipped_by_reason')))
     self._bound = None  # frozenset of bound variable names after Bind.
     self._global_step = _Ref(None)  # Not tracked: the task checkpoints it.
     self._warned_no_grad = set()
@@ -300,6 +330,19 @@ class Learner(BaseLayer):
     """int64 variable: updates skipped (non-finite, clipped to zero,
     rejected by the tracker, loss-scale overflow); checkpointed."""
     return self._num_skipped
+
+  def SkipStatistics(self):
+    """What the skipped steps of this process were, as Python ints.
+
+    Returns:
+      (consecutive, {reason: count}): the updates skipped in a row up to
+      now (0 after an applied update) and, for each of SKIP_REASONS, the
+      updates skipped for it since this learner was built. Not restored
+      from a checkpoint (num_skipped_steps is).
+    """
+    stats = self._skip_stats.value
+    counts = [int(c) for c in stats.by_reason.numpy()]
+    return int(stats.consecutive.numpy()), dict(zip(SKIP_REASONS, counts))
 
   @property
   def base_learning_rate(self):
@@ -606,12 +649,12 @@ class Learner(BaseLayer):
     weight = metrics[self._loss_names[0]][1]
     update_op, eval_metrics = self.ApplyGradients(
         var_grads, weight, gradient_mask=gradient_mask,
-        gradient_adjuster=gradient_adjuster)
+        gradient_adjuster=gradient_adjuster, losses=losses)
     return losses, update_op, eval_metrics
 
   @tf.autograph.experimental.do_not_convert
   def ApplyGradients(self, var_grads, weight=1.0, gradient_mask=None,
-                     gradient_adjuster=None):
+                     gradient_adjuster=None, losses=None):
     """Applies given gradients: accumulation, all-reduce, checks, update.
 
     Args:
@@ -620,6 +663,9 @@ class Learner(BaseLayer):
         Its keys are what a gradient_adjuster sees.
       weight: float scalar, the loss weight of these gradients.
       gradient_mask, gradient_adjuster: as in Apply.
+      losses: optional list of the loss tensors; a non-finite one skips the
+        update (reason 'non-finite loss'). Not used under accumulation,
+        whose micro-batches are dropped on their gradients.
 
     Returns:
       (update_op, eval_metrics) as in Apply.
@@ -641,7 +687,8 @@ class Learner(BaseLayer):
     else:
       if cross_replica.NumReplicas() > 1:
         var_grads = _AllReduceMean(var_grads, weight)
-      stats = _Update(var_grads, self.optimizer)
+      stats = _Update(var_grads, self.optimizer,
+                      losses_finite=_AllFinite(losses))
       window_weight = tf.constant(1.0)
     eval_metrics = self._EvalMetrics(lr, sched, stats, window_weight)
     if tf.executing_eagerly():
@@ -712,7 +759,8 @@ class Learner(BaseLayer):
     return dict(zip(names, values)), tf.cast(is_apply, tf.float32)
 
   def _Update(self, var_grads, lr, gradient_mask, gradient_adjuster, applier,
-              extra_skip=None, window_finite=None, grad_prescale=None):
+              extra_skip=None, window_finite=None, grad_prescale=None,
+              losses_finite=None):
     """The gradient pipeline (learner/gradient_pipeline.py), then the update.
 
     Args:
@@ -728,6 +776,7 @@ class Learner(BaseLayer):
         window overflowed (for the loss-scale update).
       grad_prescale: optional float32 scalar: the gradient is
         `grad_prescale * grads` (accumulation: 1 / sum(weight)).
+      losses_finite: optional bool scalar, False when a loss is not finite.
 
     Returns:
       {stat name: float32 scalar} in the order of `pipeline.MetricNames`.
@@ -750,7 +799,8 @@ class Learner(BaseLayer):
     metrics.update(m)
     grads, adjusted_finite = pipeline.Adjust(var_grads, grads,
                                              gradient_adjuster)
-    has_nan_or_inf, m = pipeline.CheckFinite(norms.norm, adjusted_finite)
+    has_nan_or_inf, m = pipeline.CheckFinite(norms.norm, adjusted_finite,
+                                             losses_finite)
     metrics.update(m)
     skip = pipeline.Track(
         norms.norm, has_nan_or_inf, p.grad_norm_to_clip_to_zero,
@@ -762,16 +812,25 @@ class Learner(BaseLayer):
     metrics.update(m)
     scaling = pipeline.Scale(clip, grad_prescale, p.clip_gradient_value)
     metrics.update(pipeline.ClipByValue(grads, scaling))
-    self._ApplyOrSkip(skip, lr, var_grads, grads, scaling, applier)
+    reason = _SkipReason(has_nan_or_inf, losses_finite)
+    self._ApplyOrSkip(skip, reason, lr, var_grads, grads, scaling, applier)
     self._UpdateLossScale(has_nan_or_inf, window_finite)
     return {k: metrics[k] for k in pipeline.MetricNames(p, variables)}
 
-  def _ApplyOrSkip(self, skip, lr, var_grads, grads, scaling, applier):
+  def _ApplyOrSkip(self, skip, reason, lr, var_grads, grads, scaling,
+                   applier):
     """Inside one tf.cond: applies the scaled `grads`, or counts a skip.
 
     A skipped step changes no model variable and no optimizer slot. When
     the scale can be folded (`scaling.foldable`), the optimizer gets it as
-    a scalar (`ApplyScaled`, e.g. into Momentum's kernel).
+    a scalar (`ApplyScaled`, e.g. into Momentum's kernel). With
+    check_finite_weights the update is undone if it made a weight
+    non-finite (`_CheckedApply`).
+
+    Args:
+      skip: bool scalar, True skips.
+      reason: int32 scalar, the index in SKIP_REASONS counted on a skip.
+      lr, var_grads, grads, scaling, applier: as `_Update` has them.
     """
 
     def _DoUpdate():
@@ -781,18 +840,70 @@ class Learner(BaseLayer):
           for vg, g in zip(var_grads.Flatten(),
                            scaling.Gradients(grads, fold=fold))
       ]).Filter(lambda vg: vg.grad is not None)
-      if fold:
-        applier.ApplyScaled(lr, applied, scaling.scale)
-      else:
-        applier.Apply(lr, applied)
-      self._num_updates.assign_add(1)
-      return tf.constant(True)
 
-    def _Skip():
-      self._num_skipped.assign_add(1)
-      return tf.constant(False)
+      def _Apply():
+        if fold:
+          applier.ApplyScaled(lr, applied, scaling.scale)
+        else:
+          applier.Apply(lr, applied)
 
-    tf.cond(skip, _Skip, _DoUpdate)
+      if self.params.check_finite_weights:
+        return self._CheckedApply(_Apply,
+                                  [vg.var for vg in applied.Flatten()])
+      _Apply()
+      return self._CountApplied()
+
+    tf.cond(skip, lambda: self._CountSkipped(reason), _DoUpdate)
+
+  def _CountApplied(self):
+    self._num_updates.assign_add(1)
+    self._skip_stats.value.consecutive.assign(0)
+    return tf.constant(True)
+
+  def _CountSkipped(self, reason):
+    self._num_skipped.assign_add(1)
+    stats = self._skip_stats.value
+    stats.consecutive.assign_add(1)
+    stats.by_reason.assign_add(
+        tf.one_hot(reason, len(SKIP_REASONS), dtype=tf.int64))
+    return tf.constant(False)
+
+  def _CheckedApply(self, apply_fn, weights):
+    """Applies, then undoes the update if a weight is no longer finite.
+
+    Before the update, `weights` and every variable of the optimizer
+    (slots, averages; not an accumulation's accumulators, which the window
+    empties either way) are read; the update kernels then write copies
+    (copy-on-write of a variable whose value is still referenced), and a
+    non-finite weight afterwards puts the read values back and counts the
+    reason 'non-finite updated weights'. Exact for every optimizer, at the
+    price of those copies.
+
+    Args:
+      apply_fn: zero-argument callable that applies the update.
+      weights: the model variables the update writes.
+
+    Returns:
+      bool scalar: True if the update stayed.
+    """
+    inner = self.optimizer.optimizer if self._is_accum else self.optimizer
+    guarded, seen = [], set()
+    for v in list(weights) + list(inner.variables):
+      if id(v) not in seen:
+        seen.add(id(v))
+        guarded.append(v)
+    saved = [v.read_value() for v in guarded]
+    with tf.control_dependencies(saved):
+      apply_fn()
+    finite = _AllFinite([w.read_value() for w in weights])
+
+    def _Undo():
+      for v, value in zip(guarded, saved):
+        v.assign(value)
+      return self._CountSkipped(
+          tf.constant(SKIP_REASONS.index(SKIP_NON_FINITE_WEIGHTS)))
+
+    return tf.cond(finite, self._CountApplied, _Undo)
 
   def _UpdateLossScale(self, has_nan_or_inf, window_finite):
     """Feeds the step's overflow (and the window's) to the loss scale."""
@@ -802,6 +913,25 @@ class Learner(BaseLayer):
     if window_finite is not None:
       finite = tf.logical_and(finite, window_finite)
     self.loss_scale.Update(finite)
+
+
+def _AllFinite(tensors):
+  """bool scalar: every element of every tensor is finite (True if none)."""
+  if not tensors:
+    return None
+  return tf.reduce_all([tf.reduce_all(tf.math.is_finite(
+      tf.convert_to_tensor(t))) for t in tensors])
+
+
+def _SkipReason(has_nan_or_inf, losses_finite):
+  """int32 scalar: the index in SKIP_REASONS of a skip of this step."""
+  reason = tf.where(has_nan_or_inf,
+                    SKIP_REASONS.index(SKIP_NON_FINITE_GRADIENT),
+                    SKIP_REASONS.index(SKIP_OTHER))
+  if losses_finite is not None:
+    reason = tf.where(losses_finite, reason,
+                      SKIP_REASONS.index(SKIP_NON_FINITE_LOSS))
+  return reason
 
 
 def _AllReduceMean(var_grads, weight):
