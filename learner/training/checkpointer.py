@@ -10,8 +10,18 @@ the newest checkpoint still cannot be read (a truncated or corrupted file),
 `Restore` reports it and falls back to the previous one.
 
 Checkpoints are numbered by global step: `ckpt-<global_step>`.
+
+Faults it survives, each reported in one line: a missing or unreadable
+`checkpoint` state file (the newest complete checkpoint is found from the
+directory's own files, `CompleteCheckpoints`); `ckpt-<N>_temp/` directories
+left by a killed save (removed by `PrepareForTraining`, which also probes
+that the directory is writable before any training work); a checkpoint of
+another model (refused, naming the variables it lacks); a damaged
+`best/best.json` or `variable_names.json` (an error naming the file).
+Nothing here ever deletes a checkpoint it did not write.
 """
 
+import glob
 import json
 import os
 import re
@@ -19,10 +29,61 @@ import re
 from absl import logging
 import tensorflow as tf
 
+from learner.training import skipped_steps
 from params import BaseLayer
 
 _VAR_SUFFIX = '/.ATTRIBUTES/VARIABLE_VALUE'
 VARIABLE_NAMES_FILE = 'variable_names.json'
+STATE_FILE = 'checkpoint'
+_PROBE_FILE = '.write_probe'
+_OTHER_LOGDIR = ('If this logdir belongs to another run or model, choose '
+                 'another --logdir')
+
+
+class CheckpointError(ValueError):
+  """A checkpoint or a file next to it cannot be used; the message says why."""
+
+
+class NoReadableCheckpointError(CheckpointError, RuntimeError):
+  """Checkpoints exist but none of them can be read."""
+
+
+def CompleteCheckpoints(directory, prefix='ckpt'):
+  """Path prefixes of the complete checkpoints in `directory`, oldest first.
+
+  Found from the files themselves, not the state file: a checkpoint
+  `<prefix>-<N>` is complete when its `.index` and every data shard its
+  file names announce (`.data-00000-of-0000K` .. `K-1`) exist.
+
+  Returns:
+    list of str, sorted by N.
+  """
+  found = []
+  for index in tf.io.gfile.glob(os.path.join(directory, prefix + '-*.index')):
+    base = index[:-len('.index')]
+    m = re.fullmatch(re.escape(prefix) + r'-(\d+)', os.path.basename(base))
+    shards = tf.io.gfile.glob(base + '.data-*-of-*')
+    if not m or not shards:
+      continue
+    total = int(shards[0].rsplit('-of-', 1)[1])
+    names = {'%s.data-%05d-of-%05d' % (base, i, total) for i in range(total)}
+    if names <= set(shards):
+      found.append((int(m.group(1)), base))
+  return [b for _, b in sorted(found)]
+
+
+def _ReadStateFile(directory):
+  """(problem or None): why the state file of `directory` cannot be used."""
+  path = os.path.join(directory, STATE_FILE)
+  if not tf.io.gfile.exists(path):
+    return 'is missing'
+  try:
+    state = tf.train.get_checkpoint_state(directory)
+  except (ValueError, tf.errors.OpError) as e:
+    return 'is unreadable (%s)' % str(e).split('\n')[0]
+  if state is None:
+    return 'is unreadable (not a CheckpointState text proto)'
+  return None
 
 
 class Checkpointer:
@@ -40,13 +101,57 @@ class Checkpointer:
   """
 
   def __init__(self, checkpoint, directory, max_to_keep=3,
-               variable_names=None, report=None):
+               variable_names=None, report=None, model_variables=None,
+               read_only=False):
     self._report = report or (lambda msg: print(msg, flush=True))
     self._checkpoint = checkpoint
     self._directory = directory
-    self._manager = tf.train.CheckpointManager(
-        checkpoint, directory, max_to_keep=max_to_keep)
     self._variable_names = variable_names
+    self._model_variables = list(model_variables or ())
+    self._found, state_ok = self._FindWithoutStateFile(read_only)
+    # CheckpointManager reads the state file; a read-only job with a bad
+    # one restores from `self._found` alone (and cannot save).
+    self._manager = None if read_only and not state_ok else (
+        tf.train.CheckpointManager(checkpoint, directory,
+                                   max_to_keep=max_to_keep))
+
+  def _FindWithoutStateFile(self, read_only):
+    """The complete checkpoints, when the state file cannot list them.
+
+    A missing or unreadable state file with checkpoints beside it is
+    reported in one line; unless `read_only`, it is rewritten to list them
+    (so CheckpointManager keeps rotating them), or, with no complete
+    checkpoint, an unreadable one is moved aside to `checkpoint.unreadable`.
+
+    Returns:
+      (the complete checkpoints, oldest first, or [] when the state file
+      is fine or there is none; False if the state file exists but cannot
+      be read and was left in place).
+    """
+    if not tf.io.gfile.isdir(self._directory):
+      return [], True
+    problem = _ReadStateFile(self._directory)
+    if problem is None:
+      return [], True
+    found = CompleteCheckpoints(self._directory)
+    state = os.path.join(self._directory, STATE_FILE)
+    if found:
+      self._report(
+          'WARNING: %s %s; found %d complete checkpoint(s) in the directory, '
+          'the newest %s: resuming from the newest readable one%s.' % (
+              state, problem, len(found), os.path.basename(found[-1]),
+              '' if read_only else ' (state file rewritten)'))
+      if not read_only:
+        tf.compat.v1.train.update_checkpoint_state(
+            self._directory, found[-1], all_model_checkpoint_paths=found)
+        return found, True
+    elif tf.io.gfile.exists(state) and not read_only:
+      tf.io.gfile.rename(state, state + '.unreadable', overwrite=True)
+      self._report('WARNING: %s %s and there is no complete checkpoint '
+                   'beside it; moved it to %s.unreadable.' %
+                   (state, problem, STATE_FILE))
+      return [], True
+    return found, not tf.io.gfile.exists(state)
 
   @property
   def directory(self):
@@ -55,11 +160,65 @@ class Checkpointer:
   @property
   def latest_checkpoint(self):
     """Path prefix of the newest checkpoint, or None."""
-    return self._manager.latest_checkpoint
+    latest = self._manager.latest_checkpoint if self._manager else None
+    return latest or (self._found[-1] if self._found else None)
+
+  def PrepareForTraining(self):
+    """Before training: removes stale `*_temp` dirs, probes a write.
+
+    A save killed half-way leaves `ckpt-<N>_temp/` (TF writes the shards
+    there, then renames them); they are never complete, so they are
+    removed (one line says how many). Then a small file is written and
+    removed, so a read-only, unwritable or full directory fails now rather
+    than at the first save.
+
+    Raises:
+      CheckpointError: the directory cannot be written (naming it, the
+        error and what to do).
+    """
+    try:
+      tf.io.gfile.makedirs(self._directory)
+      stale = [d for d in glob.glob(os.path.join(self._directory,
+                                                 'ckpt-*_temp'))
+               if os.path.isdir(d)]
+      for d in stale:
+        tf.io.gfile.rmtree(d)
+      if stale:
+        self._report('Removed %d unfinished save(s) (%s) left in %s.' % (
+            len(stale), ', '.join(sorted(os.path.basename(d)
+                                         for d in stale)), self._directory))
+      probe = os.path.join(self._directory, _PROBE_FILE)
+      with tf.io.gfile.GFile(probe, 'w') as f:
+        f.write('probe')
+      tf.io.gfile.remove(probe)
+    except (OSError, tf.errors.OpError) as e:
+      raise CheckpointError(
+          'Checkpoint directory %s cannot be written (%s: %s); nothing was '
+          'trained. Make it writable or free space on its disk, or choose '
+          'another --logdir.' % (self._directory, type(e).__name__,
+                                 str(e).split('\n')[0])) from None
 
   def Save(self, step):
-    """Saves `ckpt-<step>` and returns its path prefix."""
+    """Saves `ckpt-<step>` and returns its path prefix.
+
+    Raises:
+      skipped_steps.NonFiniteTrainingError: a model variable given as
+        `model_variables` is NaN/Inf (nothing is saved, so the newest
+        checkpoint stays the last good one).
+    """
+    if self._manager is None:
+      raise CheckpointError('Checkpointer(read_only=True) of %s cannot save.'
+                            % self._directory)
+    bad = skipped_steps.NonFiniteVariables(self._model_variables)
+    if bad:
+      raise skipped_steps.NonFiniteTrainingError(
+          'Not saving ckpt-%d: the weights %s are NaN/Inf (an applied update '
+          'overflowed them); the last checkpoint, %s, is unchanged. Lower the '
+          'learning rate or set the learner\'s check_finite_weights : True, '
+          'which skips such an update.' % (int(step), bad[:5],
+                                          self.latest_checkpoint or 'none'))
     path = self._manager.save(checkpoint_number=int(step))
+    self._found = []
     if self._variable_names is not None:
       names_path = os.path.join(self._directory, VARIABLE_NAMES_FILE)
       if not tf.io.gfile.exists(names_path):
@@ -73,16 +232,20 @@ class Checkpointer:
     """Restores the newest readable checkpoint; returns its path or None.
 
     Tries the checkpoints from newest to oldest; each unreadable one is
-    reported with a warning (path and error) and skipped.
+    reported with a warning (path and error) and skipped. Every object this
+    run built must be in the checkpoint (`assert_existing_objects_matched`).
 
     Args:
-      expect_partial: True when the checkpoint holds objects this run does
-        not build (e.g. optimizer slots in an eval-only run).
+      expect_partial: True when the checkpoint may hold objects this run
+        does not build (e.g. optimizer slots in an eval-only run).
 
     Raises:
-      RuntimeError: if checkpoints exist but none can be read.
+      CheckpointError: a checkpoint lacks variables this run built (written
+        by another model: the message names them).
+      NoReadableCheckpointError: checkpoints exist but none can be read.
     """
-    candidates = list(reversed(self._manager.checkpoints))
+    candidates = list(reversed(
+        (self._manager.checkpoints if self._manager else []) or self._found))
     if not candidates:
       return None
     errors = []
@@ -91,8 +254,9 @@ class Checkpointer:
         status = self._checkpoint.restore(path)
         if expect_partial:
           status.expect_partial()
-        else:
-          status.assert_existing_objects_matched()
+        status.assert_existing_objects_matched()
+      except AssertionError as e:
+        raise CheckpointError(self._MismatchMessage(path, e)) from None
       except Exception as e:  # pylint: disable=broad-except
         # A damaged file surfaces as OpError, IndexError, ValueError, ...
         msg = '%s: %s' % (type(e).__name__, str(e).split('\n')[0])
@@ -106,9 +270,40 @@ class Checkpointer:
         logging.warning('Restored %s after skipping %d unreadable '
                         'checkpoint(s).', path, len(errors))
       return path
-    raise RuntimeError(
-        'No checkpoint in %s can be read: %s. Delete the directory to start '
-        'over.' % (self._directory, errors))
+    raise NoReadableCheckpointError(
+        'No checkpoint in %s can be read: %s. %s; if these files are '
+        'damaged, put back a good copy of them.' % (
+            self._directory, errors, _OTHER_LOGDIR))
+
+  def _MismatchMessage(self, path, error):
+    """One line: which of our variables the checkpoint at `path` lacks."""
+    missing = []
+    task = getattr(self._checkpoint, 'task', None)
+    try:
+      keys = set(tf.train.load_checkpoint(path).get_variable_to_shape_map())
+    except (tf.errors.OpError, ValueError):
+      keys = None
+    if task is not None and keys is not None:
+      missing = sorted(name for name, key in
+                       VariableCheckpointKeys(task).items() if key not in keys)
+    what = ('lacks %d variable(s) of this model: %s%s' % (
+        len(missing), missing[:8], ' ...' if len(missing) > 8 else '')
+            if missing else 'does not match this model (%s)' %
+            str(error).split('\n')[0][:300])
+    return ('Checkpoint %s %s; it was written by another model or '
+            'experiment. Use the --model that wrote it; %s.' %
+            (path, what, _OTHER_LOGDIR))
+
+
+def _ReadJson(path, what):
+  """The JSON value in `path`; CheckpointError naming the file otherwise."""
+  try:
+    with tf.io.gfile.GFile(path) as f:
+      return json.load(f)
+  except (OSError, tf.errors.OpError, ValueError) as e:
+    raise CheckpointError('%s %s cannot be read (%s: %s). %s' % (
+        what, path, type(e).__name__, str(e).split('\n')[0],
+        'Put back a good copy of it, or move it aside.')) from None
 
 
 class BestCheckpoint:
@@ -133,8 +328,8 @@ class BestCheckpoint:
     self._mode = mode
     self.best = None
     if tf.io.gfile.exists(self._json):
-      with tf.io.gfile.GFile(self._json) as f:
-        self.best = json.load(f)
+      self.best = _ReadBestRecord(self._json,
+                                  tf.train.latest_checkpoint(directory))
 
   def IsBetter(self, value):
     """True if `value` beats the best so far (or there is none)."""
@@ -157,6 +352,31 @@ class BestCheckpoint:
       json.dump(self.best, f, indent=1, sort_keys=True)
     tf.io.gfile.rename(tmp, self._json, overwrite=True)
     return True
+
+
+def _ReadBestRecord(path, best_checkpoint):
+  """best.json's record; CheckpointError naming the file if it is damaged.
+
+  Not recovered by guessing: the value can only come from evaluating the
+  best checkpoint again, and a record taken as empty would let a worse
+  evaluation replace the best checkpoint (kept one at a time).
+  """
+  try:
+    with tf.io.gfile.GFile(path) as f:
+      record = json.load(f)
+    value = float(record['value'])
+    if value != value:
+      raise ValueError('value is NaN')
+    int(record['step'])
+    return record
+  except (OSError, tf.errors.OpError, ValueError, TypeError, KeyError) as e:
+    raise CheckpointError(
+        '%s cannot be read (%s: %s); it holds the best dev metric, whose '
+        'checkpoint is %s. Write it back as {"metric": ..., "value": ..., '
+        '"step": ..., "checkpoint": ...} with that checkpoint\'s value, or '
+        'move the best/ directory aside to start a new record.' % (
+            path, type(e).__name__, str(e).split('\n')[0],
+            best_checkpoint or 'missing')) from None
 
 
 def VariableCheckpointKeys(layer, root_key='task'):
@@ -238,8 +458,12 @@ def InitFromCheckpoint(path, variables, rules=()):
   shapes = reader.get_variable_to_shape_map()
   names_file = os.path.join(os.path.dirname(prefix), VARIABLE_NAMES_FILE)
   if tf.io.gfile.exists(names_file):
-    with tf.io.gfile.GFile(names_file) as f:
-      source = json.load(f)
+    source = _ReadJson(names_file, 'init_from_checkpoint: the names file')
+    if not isinstance(source, dict):
+      raise CheckpointError(
+          'init_from_checkpoint: %s holds %s, not {variable name: key}. Put '
+          'back a good copy of it, or move it aside.' %
+          (names_file, type(source).__name__))
     source = {n: k for n, k in source.items() if k in shapes}
   else:
     source = {}

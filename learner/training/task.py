@@ -60,6 +60,13 @@ def _TrainParams():
             'Plain log line every this many global steps (when stdout is not '
             'a terminal; a terminal gets a progress bar).')
   tp.Define(
+      'max_consecutive_skipped_steps', 100,
+      'Stop training with an error when a learner has skipped this many '
+      'updates in a row (non-finite loss, gradient or weights, or rejected '
+      'by grad_norm_to_clip_to_zero / the grad_norm_tracker); nothing is '
+      'saved of that state, so the last checkpoint stays the last good '
+      'one. Counted within one run of the trainer. 0 = no limit.')
+  tp.Define(
       'replicas_to_aggregate', None,
       'Replicas whose gradients each update aggregates; None means all the '
       'replicas of the distribution strategy.')
@@ -159,6 +166,11 @@ class BaseTask(BaseLayer):
         raise ValueError(
             '%s: train.%s must be a positive int, got %r.' % (self.path, key,
                                                               v))
+    v = p.train.max_consecutive_skipped_steps
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+      raise ValueError(
+          '%s: train.max_consecutive_skipped_steps must be an int >= 0 (0 = '
+          'no limit), got %r.' % (self.path, v))
     for key in ('interval_steps', 'samples'):
       v = p.eval.Get(key)
       if not isinstance(v, int) or v < 0:

@@ -46,6 +46,8 @@ from learner.training import distribution
 from learner.training import model_analysis
 from learner.training.mode_keys import ModeKeys
 from learner.training import progress as progress_lib
+from learner.training import skipped_steps
+from learner.training import stops
 from learner.training import summary as summary_lib
 
 
@@ -201,6 +203,7 @@ class Trainer:
     self.task = None
     self._best = None
     self._writers = {}
+    self._stop = stops.SignalStop()  # Active only while training (Run).
 
   # ---- set-up ------------------------------------------------------------
 
@@ -265,8 +268,10 @@ class Trainer:
     self._chief_logdir = self._logdir
     self._logdir = distribution.WorkerLogdir(self._logdir, self._strategy)
     distribution.RemoveWorkerLogdir(self._chief_logdir, self._strategy)
-    if self._mode == ModeKeys.EVAL and not tf.train.latest_checkpoint(
-        os.path.join(self._chief_logdir, 'ckpt')):
+    ckpt_dir = os.path.join(self._chief_logdir, 'ckpt')
+    if self._mode == ModeKeys.EVAL and not (
+        tf.train.latest_checkpoint(ckpt_dir) or
+        checkpointer_lib.CompleteCheckpoints(ckpt_dir)):
       raise NothingToEvaluateError(
           'mode=eval: no checkpoint in %s to evaluate. Train first (mode '
           'train or train_and_eval) with this logdir.' %
@@ -275,7 +280,8 @@ class Trainer:
     self._WriteParams()
     if self._mode == ModeKeys.EVAL:
       return self._RunEval()
-    return self._RunTrain()
+    with stops.SignalStop(self._Print) as self._stop:
+      return self._RunTrain()
 
   def _BuildTask(self, train):
     with self._strategy.scope():
@@ -305,6 +311,9 @@ class Trainer:
     if last_saved != step:
       ckpter.Save(step)
     result = {'global_step': step}
+    result.update(skipped_steps.SkippedCounts(
+        [(l.params.name, int(l.num_skipped_steps.numpy()))
+         for l in task.learners]))
     if self._mode == ModeKeys.TRAIN_AND_EVAL:
       eval_metrics = self._EvaluateAndUpdate(task, step, final=True)
       # The state changed by the final evaluation (dev-based schedules) is
@@ -361,12 +370,13 @@ class Trainer:
         ckpt, os.path.join(self._logdir, 'ckpt'),
         max_to_keep=self._params.task.train.save_max_to_keep,
         variable_names=checkpointer_lib.VariableCheckpointKeys(task),
-        report=self._Print)
+        report=self._Print, model_variables=task.ModelVars().Flatten())
     if self._logdir != self._chief_logdir:  # Non-chief: the chief's ckpt.
       restored = checkpointer_lib.Checkpointer(
           ckpt, os.path.join(self._chief_logdir, 'ckpt'),
-          report=self._Print).Restore()
+          report=self._Print, read_only=True).Restore()
     else:
+      ckpter.PrepareForTraining()
       restored = ckpter.Restore()
     if restored:
       self._Print('Resumed from %s at global step %d.' %
@@ -414,12 +424,21 @@ class Trainer:
       intervals.append(dev.interval_steps)
     if not progress.is_tty:
       intervals.append(tp.log_interval_steps)
+    skips = skipped_steps.SkipMonitor(task.learners,
+                                      tp.max_consecutive_skipped_steps,
+                                      self._Print, step)
     while step < tp.max_steps:
       end = min([tp.max_steps, step + tp.steps_per_loop] +
                 [(step // k + 1) * k for k in intervals])
       out = self._TrainLoop(task, iterator, end - step)
       step = end
       self._ReportTrainStep(task, step, out, progress, train_writer)
+      skips.Check(step, step % tp.log_interval_steps == 0 or
+                  step >= tp.max_steps, ckpter.latest_checkpoint,
+                  task.ModelVars().Flatten())
+      self._stop.StopIfRequested(step, lambda: (
+          ckpter.latest_checkpoint if last_saved == step else
+          ckpter.Save(step)))
       if evaluating and step % dev.interval_steps == 0 and (
           step < tp.max_steps):
         progress.Close() if progress.is_tty else None
@@ -539,7 +558,10 @@ class Trainer:
     task = self._BuildTask(train=False)
     ckpt = tf.train.Checkpoint(task=task)
     ckpter = checkpointer_lib.Checkpointer(
-        ckpt, os.path.join(self._chief_logdir, 'ckpt'), report=self._Print)
+        ckpt, os.path.join(self._chief_logdir, 'ckpt'), report=self._Print,
+        read_only=True)
+    # Every model variable must come from the checkpoint (else the error
+    # names the missing ones); its optimizer slots are not needed.
     restored = ckpter.Restore(expect_partial=True)
     if not restored:
       raise ValueError(
@@ -556,6 +578,10 @@ class Trainer:
     self._Print('Eval at global step %d: %s' % (step, ', '.join(
         '%s %.5g' % (k, v) for k, v in sorted(results.items()))))
     result = dict(results, global_step=step)
+    counts = skipped_steps.CheckpointSkippedCounts(
+        tf.train.load_checkpoint(restored))
+    if counts:
+      result.update(skipped_steps.SkippedCounts(counts))
     self._WriteMetrics(result)
     return result
 
@@ -722,9 +748,15 @@ def main(argv):
                     init_from_checkpoint_rules=rules)
   try:
     trainer.Run()
-  except NothingToEvaluateError as e:
+  except (NothingToEvaluateError, checkpointer_lib.CheckpointError) as e:
     print('ERROR: %s' % e, file=sys.stderr)
     return 2
+  except stops.StopRequested as e:
+    print(str(e), file=sys.stderr, flush=True)
+    return e.exit_code
+  except skipped_steps.NonFiniteTrainingError as e:
+    print('ERROR: %s' % e, file=sys.stderr)
+    return 1
   return 0
 
 

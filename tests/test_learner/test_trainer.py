@@ -77,7 +77,9 @@ def test_logdir_holds_params_checkpoints_and_metrics(trained):
     metrics = json.load(f)
   assert metrics == result
   assert metrics['global_step'] == 60
-  assert set(metrics) == {'global_step', 'loss', 'w', 'b'}
+  assert set(metrics) == {'global_step', 'loss', 'w', 'b',
+                          'num_skipped_steps'}
+  assert metrics['num_skipped_steps'] == 0  # A finite run skips nothing.
   np.testing.assert_allclose(metrics['w'], t.task.vars.w.numpy(), rtol=1e-6)
   assert 'Final metrics (global step 60)' in out
   # Not a terminal: plain log lines every log_interval_steps.

@@ -1,5 +1,7 @@
-"""Checkpointer: rolling saves, fallback on unreadable checkpoints, warm start."""
+"""Checkpointer: rolling saves, fallback on unreadable checkpoints, warm start,
+and the faults of issue 12 (state file, foreign model, damaged files, dir)."""
 
+import glob
 import os
 
 import numpy as np
@@ -8,6 +10,7 @@ import tensorflow as tf
 
 from params import BaseLayer
 from learner.training import checkpointer
+from learner.training import skipped_steps
 
 
 class _Enc(BaseLayer):
@@ -159,3 +162,170 @@ def test_init_from_checkpoint_shape_mismatch_names_the_variable(tmp_path):
   other = tf.Variable([1.0, 2.0, 3.0], name='task/enc/w')
   with pytest.raises(ValueError, match=r"'task/enc/w'.*shape \[2\].*\[3\]"):
     checkpointer.InitFromCheckpoint(path, {'task/enc/w': other})
+
+
+# ---- faults: the state file, foreign checkpoints, damaged files, the dir ----
+
+
+def _Restorer(tmp_path, read_only=False):
+  m = _Build()
+  out = []
+  ck = checkpointer.Checkpointer(tf.train.Checkpoint(task=m),
+                                 str(tmp_path / 'ckpt'), report=out.append,
+                                 read_only=read_only)
+  return m, ck, out
+
+
+def test_missing_state_file_resumes_from_newest_complete_checkpoint(tmp_path):
+  # ckpt-3 and ckpt-6 are complete; ckpt-9 has an index but no data (a save
+  # killed half-way), so the newest complete one is ckpt-6, w = [6, 6].
+  _SaveSteps(tmp_path, [3, 6])
+  os.remove(tmp_path / 'ckpt' / 'checkpoint')
+  with open(tmp_path / 'ckpt' / 'ckpt-9.index', 'wb') as f:
+    f.write(b'partial')
+  m, ck, out = _Restorer(tmp_path)
+  assert ck.Restore().endswith('ckpt-6')
+  np.testing.assert_array_equal(m.enc.vars.w.numpy(), [6.0, 6.0])
+  assert len(out) == 1 and 'checkpoint is missing' in out[0]
+  assert 'found 2 complete checkpoint(s)' in out[0] and 'ckpt-6' in out[0]
+  # The state file is rewritten, so the manager rotates both again.
+  assert tf.train.latest_checkpoint(str(tmp_path / 'ckpt')).endswith('ckpt-6')
+  assert checkpointer.CompleteCheckpoints(str(tmp_path / 'ckpt')) == [
+      str(tmp_path / 'ckpt' / 'ckpt-3'), str(tmp_path / 'ckpt' / 'ckpt-6')]
+
+
+@pytest.mark.parametrize('content', [b'\x00\xff garbage {{', b''])
+def test_garbled_or_empty_state_file_is_reported_and_bypassed(tmp_path,
+                                                              content):
+  _SaveSteps(tmp_path, [3, 6])
+  with open(tmp_path / 'ckpt' / 'checkpoint', 'wb') as f:
+    f.write(content)
+  m, ck, out = _Restorer(tmp_path, read_only=True)
+  assert ck.latest_checkpoint.endswith('ckpt-6')
+  assert ck.Restore().endswith('ckpt-6')
+  np.testing.assert_array_equal(m.enc.vars.w.numpy(), [6.0, 6.0])
+  assert len(out) == 1 and 'checkpoint is unreadable' in out[0]
+  # read_only (an eval job): the trainer's state file is left as it was.
+  with open(tmp_path / 'ckpt' / 'checkpoint', 'rb') as f:
+    assert f.read() == content
+
+
+class _Other(BaseLayer):
+
+  def __init__(self, params):
+    super().__init__(params)
+    self.CreateVariable('v', [3], init=2.0)
+
+
+def test_checkpoint_of_another_model_is_refused_naming_what_is_missing(
+    tmp_path):
+  _SaveSteps(tmp_path, [3])
+  other = _Other(_Other.Params().Set(name='task'))
+  ck = checkpointer.Checkpointer(tf.train.Checkpoint(task=other),
+                                 str(tmp_path / 'ckpt'))
+  with pytest.raises(checkpointer.CheckpointError) as e:
+    ck.Restore(expect_partial=True)
+  msg = str(e.value)
+  assert "lacks 1 variable(s) of this model: ['task/v']" in msg
+  assert 'choose another --logdir' in msg and 'elete' not in msg
+  assert '\n' not in msg
+  np.testing.assert_array_equal(other.vars.v.numpy(), [2.0, 2.0, 2.0])
+
+
+def test_no_readable_checkpoint_advises_another_logdir_never_deleting(
+    tmp_path):
+  _SaveSteps(tmp_path, [3])
+  for f in os.listdir(tmp_path / 'ckpt'):
+    if f.startswith('ckpt-3.'):
+      with open(tmp_path / 'ckpt' / f, 'wb') as fh:
+        fh.write(b'x')
+  with pytest.raises(checkpointer.NoReadableCheckpointError) as e:
+    _Restorer(tmp_path)[1].Restore()
+  assert 'choose another --logdir' in str(e.value)
+  assert 'elete' not in str(e.value)
+
+
+def test_truncated_best_json_is_an_error_naming_the_file(tmp_path):
+  m = _Build()
+  ckpt = tf.train.Checkpoint(task=m)
+  best = checkpointer.BestCheckpoint(ckpt, str(tmp_path / 'best'), 'max')
+  assert best.MaybeSave(4, 0.75, 'accuracy')
+  path = tmp_path / 'best' / 'best.json'
+  text = path.read_text()
+  path.write_text(text[:len(text) // 2])
+  with pytest.raises(checkpointer.CheckpointError) as e:
+    checkpointer.BestCheckpoint(ckpt, str(tmp_path / 'best'), 'max')
+  msg = str(e.value)
+  assert str(path) in msg and 'JSONDecodeError' in msg
+  assert msg.count('ckpt-4') == 1 and '\n' not in msg
+  # A record whose value is not a number is refused the same way.
+  path.write_text('{"metric": "accuracy", "value": "high", "step": 4}')
+  with pytest.raises(checkpointer.CheckpointError, match='ValueError'):
+    checkpointer.BestCheckpoint(ckpt, str(tmp_path / 'best'), 'max')
+
+
+def test_truncated_variable_names_file_is_an_error_naming_it(tmp_path):
+  src = _Build()
+  ck = checkpointer.Checkpointer(
+      tf.train.Checkpoint(task=src), str(tmp_path / 'ckpt'),
+      variable_names=checkpointer.VariableCheckpointKeys(src))
+  ck.Save(1)
+  names = tmp_path / 'ckpt' / checkpointer.VARIABLE_NAMES_FILE
+  names.write_text(names.read_text()[:20])
+  with pytest.raises(checkpointer.CheckpointError) as e:
+    checkpointer.InitFromCheckpoint(str(tmp_path), _Vars(_Build()))
+  assert str(names) in str(e.value) and 'JSONDecodeError' in str(e.value)
+
+
+def test_prepare_removes_unfinished_saves_and_keeps_checkpoints(tmp_path):
+  _SaveSteps(tmp_path, [3])
+  temp = tmp_path / 'ckpt' / 'ckpt-7_temp'
+  temp.mkdir()
+  (temp / 'part-00000-of-00001.data-00000-of-00001').write_bytes(b'half')
+  _, ck, out = _Restorer(tmp_path)
+  ck.PrepareForTraining()
+  assert not temp.exists()
+  assert out == ['Removed 1 unfinished save(s) (ckpt-7_temp) left in %s.'
+                 % (tmp_path / 'ckpt')]
+  assert sorted(os.listdir(tmp_path / 'ckpt')) == [
+      'checkpoint', 'ckpt-3.data-00000-of-00001', 'ckpt-3.index']
+
+
+def test_unwritable_checkpoint_directory_fails_before_training(tmp_path):
+  # A file where the directory should be: nothing can be written there.
+  (tmp_path / 'ckpt').write_text('not a directory')
+  ck = checkpointer.Checkpointer(tf.train.Checkpoint(task=_Build()),
+                                 str(tmp_path / 'ckpt'))
+  with pytest.raises(checkpointer.CheckpointError) as e:
+    ck.PrepareForTraining()
+  assert 'cannot be written' in str(e.value)
+  assert str(tmp_path / 'ckpt') in str(e.value)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason='root writes to read-only dirs')
+def test_read_only_checkpoint_directory_fails_before_training(tmp_path):
+  (tmp_path / 'ckpt').mkdir()
+  os.chmod(tmp_path / 'ckpt', 0o500)
+  try:
+    ck = checkpointer.Checkpointer(tf.train.Checkpoint(task=_Build()),
+                                   str(tmp_path / 'ckpt'))
+    with pytest.raises(checkpointer.CheckpointError,
+                       match='cannot be written'):
+      ck.PrepareForTraining()
+  finally:
+    os.chmod(tmp_path / 'ckpt', 0o700)
+
+
+def test_save_refuses_non_finite_weights_and_keeps_the_last_checkpoint(
+    tmp_path):
+  m = _Build()
+  ck = checkpointer.Checkpointer(tf.train.Checkpoint(task=m),
+                                 str(tmp_path / 'ckpt'),
+                                 model_variables=tf.nest.flatten(m.vars))
+  first = ck.Save(3)
+  m.heads[1].vars.w.assign([1.0, float('inf')])
+  with pytest.raises(skipped_steps.NonFiniteTrainingError) as e:
+    ck.Save(6)
+  assert "['task/heads_1/w']" in str(e.value) and first in str(e.value)
+  assert ck.latest_checkpoint == first
+  assert not glob.glob(str(tmp_path / 'ckpt' / 'ckpt-6*'))

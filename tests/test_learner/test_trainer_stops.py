@@ -1,0 +1,125 @@
+"""Clean stops (issue 15, item 4): SIGINT / SIGTERM during training.
+
+`python -m learner.trainer` runs in a subprocess, as a user runs it; the
+signal arrives while it trains. It must finish the step it is in, save a
+checkpoint of it, print one line and exit with 128 + the signal (130 for
+SIGINT, 143 for SIGTERM), leave no data file without its index and no
+traceback, and a rerun must end with exactly the weights of a run that was
+never stopped.
+"""
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+_ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONUNBUFFERED='1',
+            CUDA_VISIBLE_DEVICES='')
+_DEADLINE_SECS = 400
+
+
+def _Args(logdir):
+  return [sys.executable, '-m', 'learner.trainer',
+          '--model=regression.LinearRegression', '--logdir=%s' % logdir,
+          '--mode=train_and_eval', '--seed=3',
+          '--params_override=task.train.max_steps : 40; '
+          'task.train.save_interval_steps : 7; task.eval.interval_steps : 20; '
+          'task.train.summary_interval_steps : 5; '
+          'task.train.log_interval_steps : 3; task.train.steps_per_loop : 2']
+
+
+def _Values(prefix):
+  r = tf.train.load_checkpoint(prefix)
+  return {k: r.get_tensor(k) for k in r.get_variable_to_shape_map()
+          if 'save_counter' not in k and 'ITERATOR_STATE' not in k and
+          k != '_CHECKPOINTABLE_OBJECT_GRAPH'}
+
+
+def _RunAndSignal(logdir, signum, at_step):
+  """Starts the trainer, sends `signum` after the line of step >= at_step."""
+  proc = subprocess.Popen(_Args(logdir), env=_ENV, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+  start, sent = time.time(), False
+  try:
+    for line in proc.stdout:
+      if time.time() - start > _DEADLINE_SECS:
+        break
+      if line.startswith('step ') and int(
+          line.split()[1].split('/')[0]) >= at_step:
+        os.kill(proc.pid, signum)
+        sent = True
+        break
+    out, err = proc.communicate(timeout=_DEADLINE_SECS)
+  finally:
+    if proc.poll() is None:
+      proc.kill()
+      proc.wait()
+  assert sent, err[-2000:]
+  return proc.returncode, out, err
+
+
+def _CheckStoppedCleanly(logdir, code, err, signum):
+  assert code == 128 + signum, err[-2000:]
+  assert 'Traceback' not in err and 'KeyboardInterrupt' not in err, err
+  stopped = [l for l in err.splitlines() if l.startswith('Stopped by')]
+  assert len(stopped) == 1, err
+  name = signal.Signals(signum).name
+  step = int(stopped[0].split('global step ')[1].split(';')[0])
+  ckpt = os.path.join(str(logdir), 'ckpt', 'ckpt-%d' % step)
+  assert stopped[0] == (
+      'Stopped by %s at global step %d; checkpoint %s saved. Run the same '
+      'command again to resume.' % (name, step, ckpt))
+  # Every data file has its index; no unfinished save is left.
+  for data in glob.glob(os.path.join(str(logdir), 'ckpt', '*.data-*')):
+    assert os.path.exists(data.split('.data-')[0] + '.index'), data
+  assert not glob.glob(os.path.join(str(logdir), 'ckpt', '*_temp*'))
+  assert tf.train.latest_checkpoint(os.path.join(str(logdir), 'ckpt')) == ckpt
+  assert not os.path.exists(os.path.join(str(logdir), 'metrics.json'))
+  return step
+
+
+@pytest.mark.slow
+def test_sigint_saves_then_resume_equals_the_uninterrupted_run(tmp_path):
+  straight, stopped = tmp_path / 'straight', tmp_path / 'stopped'
+  ref = subprocess.Popen(_Args(straight), env=_ENV,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                         text=True)
+  code, _, err = _RunAndSignal(stopped, signal.SIGINT, at_step=12)
+  step = _CheckStoppedCleanly(stopped, code, err, signal.SIGINT)
+  assert 12 <= step < 40
+  again = subprocess.run(_Args(stopped), env=_ENV, capture_output=True,
+                         text=True, timeout=_DEADLINE_SECS)
+  assert again.returncode == 0, again.stderr[-2000:]
+  assert 'Resumed from %s' % (stopped / 'ckpt' / ('ckpt-%d' % step)) in (
+      again.stdout)
+  _, ref_err = ref.communicate(timeout=_DEADLINE_SECS)
+  assert ref.returncode == 0, ref_err[-2000:]
+  with open(straight / 'metrics.json') as f:
+    m_ref = json.load(f)
+  with open(stopped / 'metrics.json') as f:
+    assert json.load(f) == m_ref
+  a = _Values(str(straight / 'ckpt' / 'ckpt-40'))
+  b = _Values(str(stopped / 'ckpt' / 'ckpt-40'))
+  assert sorted(a) == sorted(b)
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+@pytest.mark.slow
+def test_sigterm_saves_and_exits_143(tmp_path):
+  code, _, err = _RunAndSignal(tmp_path, signal.SIGTERM, at_step=6)
+  step = _CheckStoppedCleanly(tmp_path, code, err, signal.SIGTERM)
+  assert 6 <= step < 40
+  # The checkpoint restores: its global step is the step of the line.
+  reader = tf.train.load_checkpoint(str(tmp_path / 'ckpt' / (
+      'ckpt-%d' % step)))
+  keys = [k for k in reader.get_variable_to_shape_map()
+          if k.endswith('global_step/.ATTRIBUTES/VARIABLE_VALUE')]
+  assert [int(reader.get_tensor(k)) for k in keys] == [step]
