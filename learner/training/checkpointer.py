@@ -411,13 +411,21 @@ def _VarName(var):
   return name[:-2] if name.endswith(':0') else name
 
 
+def _NewestIn(directory):
+  """The newest checkpoint of `directory`: by its state file, else its files."""
+  if not tf.io.gfile.isdir(directory):
+    return None
+  if _ReadStateFile(directory) is None:
+    latest = tf.train.latest_checkpoint(directory)
+    if latest:
+      return latest
+  found = CompleteCheckpoints(directory)
+  return found[-1] if found else None
+
+
 def _ResolveCheckpointPath(path):
   if tf.io.gfile.isdir(path):
-    latest = tf.train.latest_checkpoint(path)
-    if latest is None:
-      ckpt_dir = os.path.join(path, 'ckpt')
-      latest = (tf.train.latest_checkpoint(ckpt_dir)
-                if tf.io.gfile.isdir(ckpt_dir) else None)
+    latest = _NewestIn(path) or _NewestIn(os.path.join(path, 'ckpt'))
     if latest is None:
       raise ValueError('init_from_checkpoint: no checkpoint in directory %r.'
                        % path)

@@ -112,3 +112,33 @@ def test_nan_gradient_is_counted_as_non_finite_gradient():
   assert vmap.w.numpy() == 2.0
   assert lrn.SkipStatistics()[1]['non-finite gradient'] == 1
   assert lrn.SkipStatistics()[1]['non-finite loss'] == 0
+
+
+def test_under_accumulation_the_undone_window_leaves_zero_accumulators():
+  # Windows of 2 micro-batches of gradient -1 (mean -1): window 1 applies
+  # v = -1, w = 2e38; window 2 would give w = 3.9e38 (Inf) and is undone:
+  # w = 2e38, v = -1, and its accumulators are emptied as on any skip.
+  vmap = NestedMap(w=tf.Variable(1e38, dtype=tf.float32, name='w'))
+  accumulation = learner.GradientAccumulation.Params().Set(
+      num_batches=2, optimizer=learner.Momentum.Params().Set(alpha=0.9))
+  lrn = learner.Learner.Params().Set(
+      name='learner', loss_name='loss', learning_rate=1e38,
+      optimizer=accumulation, lr_schedule=ConstantOne.Params(),
+      check_finite_weights=True).Instantiate()
+  lrn.Bind(vmap)
+  inner = lrn.optimizer.optimizer
+
+  def _State():
+    return [float(v.numpy()) for v in inner.variables]
+
+  for _ in range(2):
+    _Step(lrn, vmap, lambda w: -w, graph=True)
+  assert vmap.w.numpy() == np.float32(2e38)
+  after_first = _State()  # The slot holds v / c with c = 1/2 folded in.
+  for _ in range(2):
+    _Step(lrn, vmap, lambda w: -w, graph=True)
+  assert vmap.w.numpy() == np.float32(2e38)
+  assert _State() == after_first
+  assert float(lrn.optimizer.GetAccumulator(vmap.w).numpy()) == 0.0
+  assert int(lrn.num_updates.numpy()) == 1
+  assert lrn.SkipStatistics()[1]['non-finite updated weights'] == 1

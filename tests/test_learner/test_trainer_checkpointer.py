@@ -329,3 +329,24 @@ def test_save_refuses_non_finite_weights_and_keeps_the_last_checkpoint(
   assert "['task/heads_1/w']" in str(e.value) and first in str(e.value)
   assert ck.latest_checkpoint == first
   assert not glob.glob(str(tmp_path / 'ckpt' / 'ckpt-6*'))
+
+
+def test_garbled_state_file_without_checkpoints_is_moved_aside(tmp_path):
+  (tmp_path / 'ckpt').mkdir()
+  (tmp_path / 'ckpt' / 'checkpoint').write_bytes(b'\xff\xfe')
+  _, ck, out = _Restorer(tmp_path)
+  assert ck.Restore() is None
+  assert (tmp_path / 'ckpt' / 'checkpoint.unreadable').read_bytes() == (
+      b'\xff\xfe')
+  assert len(out) == 1 and 'moved it to checkpoint.unreadable' in out[0]
+
+
+def test_init_from_a_directory_with_a_garbled_state_file_finds_the_newest(
+    tmp_path):
+  _SaveSteps(tmp_path, [3, 6])
+  (tmp_path / 'ckpt' / 'checkpoint').write_bytes(b'\xff garbage')
+  dst = _Build()
+  got = checkpointer.InitFromCheckpoint(str(tmp_path),
+                                        {'task/enc/w': dst.enc.vars.w})
+  assert got == {'task/enc/w': 'task/enc/w'}
+  np.testing.assert_array_equal(dst.enc.vars.w.numpy(), [6.0, 6.0])
