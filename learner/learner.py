@@ -812,8 +812,9 @@ class Learner(BaseLayer):
     metrics.update(m)
     scaling = pipeline.Scale(clip, grad_prescale, p.clip_gradient_value)
     metrics.update(pipeline.ClipByValue(grads, scaling))
-    reason = _SkipReason(has_nan_or_inf, losses_finite)
-    self._ApplyOrSkip(skip, reason, lr, var_grads, grads, scaling, applier)
+    self._ApplyOrSkip(
+        skip, lambda: _SkipReason(has_nan_or_inf, losses_finite), lr,
+        var_grads, grads, scaling, applier)
     self._UpdateLossScale(has_nan_or_inf, window_finite)
     return {k: metrics[k] for k in pipeline.MetricNames(p, variables)}
 
@@ -829,7 +830,8 @@ class Learner(BaseLayer):
 
     Args:
       skip: bool scalar, True skips.
-      reason: int32 scalar, the index in SKIP_REASONS counted on a skip.
+      reason: zero-argument callable giving the int32 index in SKIP_REASONS
+        counted on a skip (built inside the skip branch only).
       lr, var_grads, grads, scaling, applier: as `_Update` has them.
     """
 
@@ -853,7 +855,7 @@ class Learner(BaseLayer):
       _Apply()
       return self._CountApplied()
 
-    tf.cond(skip, lambda: self._CountSkipped(reason), _DoUpdate)
+    tf.cond(skip, lambda: self._CountSkipped(reason()), _DoUpdate)
 
   def _CountApplied(self):
     self._num_updates.assign_add(1)
@@ -916,11 +918,20 @@ class Learner(BaseLayer):
 
 
 def _AllFinite(tensors):
-  """bool scalar: every element of every tensor is finite (True if none)."""
+  """bool scalar: every element of every tensor is finite (None if none).
+
+  A scalar (a loss) costs one IsFinite op; larger tensors one more (All).
+  """
   if not tensors:
     return None
-  return tf.reduce_all([tf.reduce_all(tf.math.is_finite(
-      tf.convert_to_tensor(t))) for t in tensors])
+  out = None
+  for t in tensors:
+    t = tf.convert_to_tensor(t)
+    finite = tf.math.is_finite(t)
+    if t.shape.rank != 0:
+      finite = tf.reduce_all(finite)
+    out = finite if out is None else tf.logical_and(out, finite)
+  return out
 
 
 def _SkipReason(has_nan_or_inf, losses_finite):
