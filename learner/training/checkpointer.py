@@ -18,7 +18,7 @@ left by a killed save (removed by `PrepareForTraining`, which also probes
 that the directory is writable before any training work); a checkpoint of
 another model (refused, naming the variables it lacks); a damaged
 `best/best.json` or `variable_names.json` (an error naming the file).
-Nothing here ever deletes a checkpoint it did not write.
+Nothing here deletes a checkpoint except the rolling `max_to_keep`.
 """
 
 import glob
@@ -291,7 +291,7 @@ class Checkpointer:
             if missing else 'does not match this model (%s)' %
             str(error).split('\n')[0][:300])
     return ('Checkpoint %s %s; it was written by another model or '
-            'experiment. Use the --model that wrote it; %s.' %
+            'experiment. Use the --model that wrote it. %s.' %
             (path, what, _OTHER_LOGDIR))
 
 
