@@ -162,6 +162,7 @@ class Learner(BaseLayer):
     super().__init__(params)
     p = self.params
     self._ValidateParams()
+    self._WarnIgnoredBySingleNormClip()
     names = p.loss_name if p.loss_name is not None else p.name
     self._loss_names = (list(names) if isinstance(names, (list, tuple)) else
                         [names])
@@ -242,6 +243,21 @@ class Learner(BaseLayer):
         not isinstance(p.learning_rate, numbers.Real) or p.learning_rate < 0):
       raise ValueError('Learner %r: learning_rate=%r; expected a number >= 0 '
                        'or None.' % (self.path, p.learning_rate))
+
+  def _WarnIgnoredBySingleNormClip(self):
+    """Lingvo ignores these with clip_gradient_single_norm_to_value; so
+    do we, but we say so once."""
+    p = self.params
+    if not p.clip_gradient_single_norm_to_value:
+      return
+    ignored = [k for k in ('grad_norm_to_clip_to_zero', 'grad_norm_tracker')
+               if p.Get(k)]
+    if ignored:
+      logging.warning(
+          'Learner %r: %s have no effect with '
+          'clip_gradient_single_norm_to_value=%r, as in Lingvo (only '
+          'clip_gradient_norm_to_value uses them).', self.path, ignored,
+          p.clip_gradient_single_norm_to_value)
 
   def _ResolveOptimizer(self):
     """Returns (optimizer params, base learning rate)."""
@@ -752,10 +768,15 @@ class Learner(BaseLayer):
                                              gradient_adjuster)
     has_nan_or_inf, m = pipeline.CheckFinite(norms.norm, adjusted_finite)
     metrics.update(m)
+    # Lingvo's single-norm path (learner.py ScaleGradients) clips each
+    # variable and nothing else: no clip-to-zero, no tracker. A non-finite
+    # step is still skipped here (docs/lingvo.md, "Skipped step").
+    single = bool(p.clip_gradient_single_norm_to_value)
+    tracker = (self.grad_norm_tracker
+               if p.grad_norm_tracker is not None and not single else None)
     skip = pipeline.Track(
-        norms.norm, has_nan_or_inf, p.grad_norm_to_clip_to_zero,
-        self.grad_norm_tracker if p.grad_norm_tracker is not None else None,
-        extra_skip)
+        norms.norm, has_nan_or_inf,
+        0.0 if single else p.grad_norm_to_clip_to_zero, tracker, extra_skip)
     clip, m = pipeline.ClipByNorm(norms, has_nan_or_inf,
                                   p.clip_gradient_norm_to_value,
                                   p.clip_gradient_single_norm_to_value)
