@@ -67,6 +67,41 @@ class Learner(BaseLayer):
   Steps of the schedule count applied updates (`num_updates`) unless
   `lr_schedule_step='global_step'` (see docs/DESIGN.md, "Words with one meaning").
 
+  Params, defaults and numbers are Lingvo 0.14.2's `learner.Learner`,
+  except (one line each; the why is in docs/lingvo.md):
+  * defaults: name 'loss' (Lingvo ''), learning_rate None (Lingvo 0.0: take
+    optimizer_fn's rate), optimizer None (Lingvo Adam: set it or
+    optimizer_fn);
+  * absent: grad_aggregation_method, gate_gradients,
+    colocate_gradients_with_ops (TF1 tf.gradients arguments),
+    skip_zero_gradients (TPU only), scale_gradients (always on),
+    learner_use_variable_scope (TF1 scopes);
+  * extensions, off or Lingvo's by default: lr_schedule_step, optimizer_fn,
+    clip_gradient_value, skip_lp_1d_vectors, loss_scale,
+    per_variable_norm_metrics, var_norm_metrics;
+  * a skipped step (non-finite, clip-to-zero, tracker) runs no optimizer
+    and never raises; Lingvo applies a zero gradient (or raises under
+    check numerics) and has no NaN zeroing on the single-norm path;
+  * the schedule sees num_updates unless lr_schedule_step='global_step';
+  * with GradientAccumulation the window's weighted mean is clipped and
+    checked once per update (Lingvo: per micro-batch, unweighted mean);
+  * grad_norm/all, var_norm/all and grad_scale_all are reported on the
+    single-norm path too (Lingvo: only on the global-norm path);
+  * no L1/L2 term for a skipped variable with a sparse gradient (Lingvo
+    adds it); under XLA a sparse gradient is regularized densely;
+  * bprop_variable_filter / exclusion search names without '/var:0';
+  * the norm of a sparse gradient merges duplicate rows first;
+  * gradient_mask keys may omit ':0' and may leave variables out;
+  * with several losses the first loss's weight is the gradient weight
+    (Lingvo: their sum); a combiner may be given for one loss and returns
+    no metrics;
+  * grad_norm_is_nan_or_inf and has_nan_or_inf are float32 0/1 (Lingvo:
+    bool); extra metrics: grad_norm/clipped, num_updates,
+    num_skipped_steps, and as used loss_scale, num_dropped_microbatches,
+    grad_norm/<var>, var_norm/<var>;
+  * both clip norms set is refused at construction (Lingvo: at the first
+    Apply).
+
   Raises (at construction, each message names the offending param):
     ValueError: a negative clipping value or regularizer weight; both
       `clip_gradient_norm_to_value` and `clip_gradient_single_norm_to_value`

@@ -49,6 +49,14 @@ class BaseLayer(tf.Module):
   Subclasses define their knobs in `Params()` and their structure in
   `__init__` (children with `CreateChild`, variables with `CreateVariable`).
 
+  Differs from Lingvo's BaseLayer (docs/lingvo.md): `params_init` defaults
+  to None (the initializer of each CreateVariable call; Lingvo: Xavier);
+  Lingvo's inference_driver_name, vn, add_name_to_theta, is_inference,
+  allow_implicit_capture, device_mesh, weight_split_dims_mapping,
+  activation_split_dims_mapping and child_variable_scope_override are
+  absent (inference export, variational noise, TPU capture, GShard and TF1
+  scopes are not offered). `skip_lp_regularization` is Lingvo's.
+
   Raises:
     ValueError: on a layer name that is not an identifier, a duplicate child
       or variable name, or a bad initializer.

@@ -62,6 +62,8 @@ class ContinuousSchedule(BaseSchedule):
   Value(step) = initial_value * max(0.5 ** ((step - start_step) /
   half_life_steps), min) from start_step on, initial_value before it.
   Steps count applied updates.
+  Differs from Lingvo (docs/lingvo.md): min == 1 is accepted (a constant);
+  Lingvo's child ExponentialSchedule asserts on it.
   Source: Lingvo `lingvo/core/schedule.py` ContinuousSchedule.
 
   Raises:

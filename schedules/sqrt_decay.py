@@ -134,6 +134,8 @@ class LinearRampupSqrtDecayByBatchSizeAndReplicas(BaseSchedule):
     Value = min((step + 1) * W**-1.5, (step + 1)**-0.5)
   (0 for step <= -1), peak sqrt(batch_size * num_replicas / warmup_examples)
   at step W - 1. Steps count applied updates; batch_size is per replica.
+  Differs from Lingvo (docs/lingvo.md): a step below -1 gives 0 (Lingvo:
+  NaN); num_replicas None or 0 is the strategy's replica count.
   Source: Lingvo `lingvo/core/schedule.py`
   LinearRampupSqrtDecayByBatchSizeAndReplicas.
 
