@@ -100,7 +100,8 @@ class Learner(BaseLayer):
     num_skipped_steps, and as used loss_scale, num_dropped_microbatches,
     grad_norm/<var>, var_norm/<var>;
   * both clip norms set is refused at construction (Lingvo: at the first
-    Apply).
+    Apply); so are negative clip values, rates and regularizer weights
+    (Lingvo runs them).
 
   Raises (at construction, each message names the offending param):
     ValueError: a negative clipping value or regularizer weight; both
