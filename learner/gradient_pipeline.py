@@ -144,7 +144,8 @@ def Regularize(variables, grads, l1_weight, l2_weight, skip_1d):
     sparse ones over their present rows) for the weights that are not
     None; grads are unchanged if both are None or 0. Under XLA
     (jit_compile) a sparse gradient is densified first: tf.unique does not
-    compile, so every row is regularized there (docs/lingvo.md).
+    compile, so every row is regularized there, as after a multi-replica
+    all-reduce, which is dense (docs/lingvo.md).
   """
   metrics = {}
   if l1_weight is not None and not l1_weight:

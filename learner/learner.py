@@ -88,7 +88,8 @@ class Learner(BaseLayer):
   * grad_norm/all, var_norm/all and grad_scale_all are reported on the
     single-norm path too (Lingvo: only on the global-norm path);
   * no L1/L2 term for a skipped variable with a sparse gradient (Lingvo
-    adds it); under XLA a sparse gradient is regularized densely;
+    adds it); under XLA or several replicas a sparse gradient is dense, so
+    L1/L2 and the update cover every row;
   * bprop_variable_filter / exclusion search names without '/var:0';
   * the norm of a sparse gradient merges duplicate rows first;
   * gradient_mask keys may omit ':0' and may leave variables out;

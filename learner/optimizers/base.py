@@ -56,8 +56,9 @@ class BaseOptimizer(BaseLayer):
   `lazy_sparse_updates` are extensions whose defaults give Lingvo's
   numbers; Lingvo's `use_bf16_gradients_ar=True` is refused and
   `add_summary_in_apply` / `clear_variable_scope` have no effect; slots are
-  made at `Bind` (Lingvo: at the first apply) under our names; under XLA a
-  sparse gradient is densified; no `<name>_lr` summaries (the learner
+  made at `Bind` (Lingvo: at the first apply) under our names; under XLA
+  or several replicas a sparse gradient arrives dense (no lazy update); no
+  `<name>_lr` summaries (the learner
   reports `learning_rate`).
 
   Raises:

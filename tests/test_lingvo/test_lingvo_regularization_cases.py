@@ -249,3 +249,42 @@ def test_sparse_gradient_under_xla_is_regularized_densely():
 def test_add_to_collection_refuses_a_non_string_name():
   with pytest.raises(TypeError, match='SKIP_LP_REGULARIZATION'):
     AddToCollection(None, tf.Variable(1.0))
+
+
+def test_sparse_gradient_under_replicas_is_regularized_densely():
+  """Deliberate difference: with several replicas the all-reduce of a
+  sparse gradient is dense (learner/cross_replica.py), so L1/L2 sees a
+  dense gradient and every row of emb gets 0.1 * emb, as under XLA. Two
+  replicas with the testAdjustGradientsWithL2Loss batch each, SGD at rate
+  1: rows 2 and 5 move by 3 and 2 plus 0.1 * emb, every other row by 0.1 *
+  emb; l2_loss is over all of emb and w: 0.5 * 0.1 * (328350 + 10) =
+  16418.0."""
+  from learner.training import distribution  # pylint: disable=g-import-not-at-top
+  strategy = distribution.CreateStrategy('mirrored')
+  if strategy.num_replicas_in_sync < 2:
+    pytest.skip('needs two logical devices (tests/conftest.py)')
+  with strategy.scope():
+    emb, w = _EmbCase()
+    vmap = NestedMap(emb=emb, w=w)
+    lrn = learner_lib.Learner.Params().Set(
+        name='loss', learning_rate=1.0, optimizer=SGD.Params(),
+        l2_regularizer_weight=0.1).Instantiate().Bind(vmap)
+
+  @tf.function
+  def _Step():
+    def _Replica():
+      act = tf.gather(emb, IDS)
+      metrics = {'loss': (tf.reduce_sum(tf.matmul(act, w)), 1.0)}
+      _, _, m = lrn.Apply(metrics, vmap)
+      return m['l2_loss'][0]
+    return strategy.experimental_local_results(strategy.run(_Replica))
+
+  losses = _Step()
+  for loss in losses:
+    assert float(loss) == pytest.approx(16418.0, rel=1e-6)
+  want = EMB0 - 0.1 * EMB0
+  want[2] -= 3.0
+  want[5] -= 2.0
+  np.testing.assert_allclose(emb.numpy(), want, rtol=1e-6)
+  np.testing.assert_allclose(w.numpy()[:, 0], 1.0 - (W_GRAD + 0.1),
+                             rtol=1e-6)
