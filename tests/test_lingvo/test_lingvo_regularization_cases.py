@@ -288,3 +288,20 @@ def test_sparse_gradient_under_replicas_is_regularized_densely():
   np.testing.assert_allclose(emb.numpy(), want, rtol=1e-6)
   np.testing.assert_allclose(w.numpy()[:, 0], 1.0 - (W_GRAD + 0.1),
                              rtol=1e-6)
+
+
+def test_sparse_gradient_of_a_rank_3_variable():
+  """Extension (docs/lingvo.md): Lingvo asserts rank 2; the same rule for
+  a [4, 2, 3] variable gathered at [1, 1, 3]: slices 1 (twice) and 3 get
+  0.1 * w / count, i.e. 0.05 * w[1] each and 0.1 * w[3]; l2_loss =
+  0.5 * 0.1 * (sum(w[1]^2) + sum(w[3]^2)) with w = arange(24):
+  sum(6..11 squared) = 451, sum(18..23 squared) = 2539 -> 149.5."""
+  w0 = np.arange(24, dtype=np.float32).reshape([4, 2, 3])
+  v = tf.Variable(w0, name='v3')
+  g = tf.IndexedSlices(tf.ones([3, 2, 3]), tf.constant([1, 1, 3]),
+                       tf.constant([4, 2, 3]))
+  (r,), m = pipeline.Regularize([v], [g], None, 0.1, False)
+  np.testing.assert_array_equal(r.indices.numpy(), [1, 1, 3])
+  want = 1.0 + np.stack([0.05 * w0[1], 0.05 * w0[1], 0.1 * w0[3]])
+  np.testing.assert_allclose(r.values.numpy(), want, rtol=1e-6)
+  assert float(m['l2_loss']) == pytest.approx(149.5, rel=1e-6)
