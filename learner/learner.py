@@ -102,7 +102,10 @@ class Learner(BaseLayer):
     grad_norm/<var>, var_norm/<var>;
   * both clip norms set is refused at construction (Lingvo: at the first
     Apply); so are negative clip values, rates and regularizer weights
-    (Lingvo runs them).
+    (Lingvo runs them);
+  * no GetVarGrads / AdjustGradients / ScaleGradients /
+    ApplyPostTrainingLoop; Bind, ComputeGradients and ApplyGradients
+    instead.
 
   Raises (at construction, each message names the offending param):
     ValueError: a negative clipping value or regularizer weight; both

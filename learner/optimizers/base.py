@@ -58,8 +58,9 @@ class BaseOptimizer(BaseLayer):
   `add_summary_in_apply` / `clear_variable_scope` have no effect; slots are
   made at `Bind` (Lingvo: at the first apply) under our names; under XLA
   or several replicas a sparse gradient arrives dense (no lazy update); no
-  `<name>_lr` summaries (the learner
-  reports `learning_rate`).
+  `<name>_lr` summaries (the learner reports `learning_rate`); the API is
+  Bind / Apply / ApplyScaled (Lingvo: Apply with a weight, GetOptimizer,
+  GetLrScheduleValue).
 
   Raises:
     ValueError: `Apply` on a variable that was not bound.
