@@ -113,6 +113,11 @@ def _EvalParams():
   ep.Define('dev_metric_mode', 'min',
             "'min' if a lower dev_metric is better (a loss), 'max' if higher "
             'is better (an accuracy).')
+  ep.Define(
+      'early_stop_patience', 0,
+      'In train_and_eval mode, stop training when dev_metric has not beaten '
+      'its best for this many evaluations in a row (every interval_steps; '
+      'learner/training/early_stop.py); 0 means never stop early.')
   return ep
 
 
@@ -159,7 +164,7 @@ class BaseTask(BaseLayer):
         raise ValueError(
             '%s: train.%s must be a positive int, got %r.' % (self.path, key,
                                                               v))
-    for key in ('interval_steps', 'samples'):
+    for key in ('interval_steps', 'samples', 'early_stop_patience'):
       v = p.eval.Get(key)
       if not isinstance(v, int) or v < 0:
         raise ValueError('%s: eval.%s must be an int >= 0, got %r.' %
