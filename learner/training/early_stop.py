@@ -1,7 +1,8 @@
 """Early stopping on the dev metric, counted in evaluations.
 
-In `train_and_eval`, after each evaluation every `p.task.eval.interval_steps`
-the dev metric (`p.task.eval.dev_metric`, better by `dev_metric_mode`) is
+In `train_and_eval`, after each evaluation at a multiple of
+`p.task.eval.interval_steps` (the final one too when it falls on one) the dev
+metric (`p.task.eval.dev_metric`, better by `dev_metric_mode`) is
 compared with the best so far. When it has not beaten the best for
 `p.task.eval.early_stop_patience` evaluations in a row, training stops at
 that evaluation: the trainer saves the checkpoint of that step, runs the
@@ -14,7 +15,10 @@ evaluations for epochs. Lingvo's `early_stop.EarlyStop` counts a `window`
 of global steps instead; with evaluations every `interval_steps`, a
 patience of n is Lingvo's window of n * interval_steps steps.
 
-Restarts: every evaluation's (global step, value) goes to
+Only evaluations at multiples of interval_steps count, each step once, so a
+run that ended at max_steps and is resumed with a larger one counts the
+evaluations an uninterrupted run counts. Restarts: every evaluation's
+(global step, value) goes to
 `<logdir>/early_stop.json` before its checkpoint is saved; a resumed run
 replays the entries up to the step it resumed at (a later entry belongs to
 an evaluation whose checkpoint was never saved and is dropped), so it
@@ -38,6 +42,8 @@ class EarlyStop:
     mode: 'min' (lower is better) or 'max'.
     patience: evaluations without improvement after which to stop; 0 turns
       early stopping off (`Update` never stops).
+    interval_steps: evaluations count at global steps that are multiples of
+      this (others are ignored); 1 counts every step.
     path: optional JSON file keeping the history across restarts.
     resume_step: with `path`: the global step the run resumed at; history
       entries after it are dropped. None keeps them all.
@@ -48,7 +54,8 @@ class EarlyStop:
     history: [(global step, value)] of every evaluation counted.
   """
 
-  def __init__(self, metric, mode, patience, path=None, resume_step=None):
+  def __init__(self, metric, mode, patience, interval_steps=1, path=None,
+               resume_step=None):
     if mode not in ('min', 'max'):
       raise ValueError("EarlyStop: mode must be 'min' or 'max', got %r." %
                        (mode,))
@@ -56,6 +63,7 @@ class EarlyStop:
       raise ValueError('EarlyStop: patience must be an int >= 0 '
                        '(evaluations), got %r.' % (patience,))
     self._metric, self._mode, self._patience = metric, mode, patience
+    self._interval = max(1, int(interval_steps))
     self._path = path
     self.history = []
     self.stopped = False
@@ -95,6 +103,7 @@ class EarlyStop:
             'interval_steps is 0 (one evaluation, at the end): set '
             'interval_steps > 0, or early_stop_patience : 0.' % patience)
     return cls(eval_params.dev_metric, eval_params.dev_metric_mode, patience,
+               interval_steps=eval_params.interval_steps,
                path=os.path.join(logdir, STATE_FILE) if patience else None,
                resume_step=resume_step)
 
@@ -113,8 +122,6 @@ class EarlyStop:
   def _Count(self, step, value):
     """Counts one evaluation; returns True if it stops training."""
     self.history.append((int(step), float(value)))
-    if self.stopped:
-      return False
     if self._best is None or self._Better(value):
       self._best, self._wait = (int(step), float(value)), 0
       return False
@@ -132,7 +139,15 @@ class EarlyStop:
     return False
 
   def Update(self, step, value):
-    """Counts the evaluation at `step`; returns True if training stops now."""
+    """Counts the evaluation at `step`; returns True if training stops now.
+
+    An evaluation off the interval grid, at a step already counted, or
+    after the stop is not counted (returns False); with patience 0 nothing
+    is counted.
+    """
+    if (not self._patience or self.stopped or step % self._interval or
+        (self.history and step <= self.history[-1][0])):
+      return False
     stop = self._Count(step, value)
     if self._path:
       tmp = self._path + '.tmp'

@@ -189,6 +189,9 @@ class Evaler:
         every model variable of the task.
     """
     task = self._params.task.Instantiate()
+    newest = tf.train.latest_checkpoint(self._ckpt_dir)
+    if newest:  # Another model's checkpoints are refused now, not later.
+      checkpointer_lib.RestoreForEval(newest, task)
     final = self._FinalStep()
     stopped = None
     if self._LastStep() >= final:

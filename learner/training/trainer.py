@@ -512,7 +512,7 @@ class Trainer:
                                                          dev.dev_metric):
         self._Print('New best %s %.5g at global step %d.' %
                     (dev.dev_metric, value, step))
-      if not final and self._early_stop.Update(step, value):
+      if self._early_stop.Update(step, value):
         self._Print(self._early_stop.reason + '.')
     return results
 
