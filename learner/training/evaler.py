@@ -211,7 +211,8 @@ class Evaler:
       stopped = ('timeout: no new checkpoint in %s for %s s' %
                  (self._ckpt_dir, self._timeout))
     self.record['stopped'] = stopped
-    self._WriteRecord()
+    if self.record['evaluations']:  # Nothing evaluated: nothing written.
+      self._WriteRecord()
     self._Print('Evaler stopped: %s; %d checkpoint(s) evaluated now, %d in '
                 'all (%s).' % (stopped, len(self.evaluated_steps),
                                len(self.record['evaluations']),

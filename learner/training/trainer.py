@@ -20,7 +20,11 @@ What a run writes to `--logdir`:
     starts): every model variable's name, shape, size, dtype and learners,
     the values each learner trains and the totals (as Lingvo writes it).
   * `metrics.json`: the final evaluation metrics (in 'train' mode, the last
-    step's training metrics) and the global step.
+    step's training metrics) and the global step ('early_stopped' and the
+    reason when p.task.eval.early_stop_patience stopped it; the history is
+    in `early_stop.json`).
+  * The jobs (`--mode=evaler`, `--mode=export`) only read the checkpoints
+    and write `evaler/` and `export/<global step>/` (evaler.py, export.py).
 
 The `Trainer` class does the work and is usable from Python and tests; the
 absl `main` only parses flags.

@@ -192,3 +192,11 @@ def test_an_ema_run_is_evaluated_on_its_averages(tmp_path):
           _VAR % 'w'))
   assert final['w'] == one_shot['w']
   assert abs(final['w'] - raw_w) > 1e-3  # The averages, not the weights.
+
+
+def test_evaler_without_checkpoints_times_out_and_writes_nothing(tmp_path):
+  ev, record, out = _Evaler(tmp_path / 'run', _Params())
+  assert ev.evaluated_steps == [] and record['evaluations'] == []
+  assert record['stopped'].startswith('timeout: no new checkpoint in ')
+  assert 'Evaler stopped: timeout' in out
+  assert not os.path.exists(tmp_path / 'run')

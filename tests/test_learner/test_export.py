@@ -119,3 +119,40 @@ def test_nothing_to_export_and_a_missing_checkpoint_are_one_line(tmp_path):
                      match='no such checkpoint'):
     export_lib.Export(p, str(tmp_path), checkpoint=str(tmp_path / 'ckpt-9'))
   assert not os.path.exists(tmp_path / 'export')
+
+
+def _Main(argv, capsys):
+  trainer_lib.DefineFlags()
+  try:
+    trainer_lib.FLAGS(['trainer'] + argv)
+    code = trainer_lib.main([])
+  finally:
+    trainer_lib.FLAGS.unparse_flags()
+  captured = capsys.readouterr()
+  return code, captured.out, captured.err
+
+
+def test_export_command_line(tmp_path, capsys):
+  logdir = str(tmp_path / 'run')
+  args = ['--model=regression.LinearRegression', '--logdir=%s' % logdir,
+          '--mode=export']
+  code, _, err = _Main(args, capsys)
+  assert code == 2 and err.count('\n') == 1
+  assert err.startswith('ERROR: mode=export: no checkpoint in ')
+  assert not os.path.exists(logdir)  # Nothing was created.
+  p = registry.GetParams('regression.LinearRegression')
+  p.task.train.Set(max_steps=20, save_interval_steps=20)
+  trainer_lib.Trainer(p, logdir, stream=io.StringIO()).Run()
+  code, out, _ = _Main(args, capsys)
+  assert code == 0
+  assert out.startswith('Exported %s/ckpt/ckpt-20 to %s/export/20: '
+                        'serving_default(x float32 [None]) -> y float32 '
+                        '[None]' % (logdir, logdir))
+  loaded = tf.saved_model.load(os.path.join(logdir, 'export', '20'))
+  reader = tf.train.load_checkpoint(os.path.join(logdir, 'ckpt', 'ckpt-20'))
+  w, b = (reader.get_tensor('task/_private_vars/%s/.ATTRIBUTES/'
+                            'VARIABLE_VALUE' % n) for n in ('w', 'b'))
+  x = np.array([-1.0, 0.0, 2.5], np.float32)
+  np.testing.assert_allclose(loaded.predict({'x': x})['y'].numpy(),
+                             w * x + b, rtol=1e-6)
+
