@@ -16,6 +16,7 @@ from params import NestedMap
 from params import registry
 from configs import model_tasks
 from learner.training import early_stop as early_stop_lib
+from learner.training import evaler as evaler_lib
 from learner.training import trainer as trainer_lib
 
 # Scripted dev metric ('min'), one value per evaluation at 10, 20, ... 100.
@@ -164,3 +165,17 @@ def test_a_run_resumed_with_more_steps_stops_where_an_uninterrupted_one_does(
   result, _ = _Run(tmp_path, _Params(max_steps=100))
   assert result['global_step'] == 70 and result['early_stopped'] is True
   assert 'for 3 evaluations' in result['early_stop_reason']
+
+
+def test_the_evaler_stops_after_the_checkpoint_where_training_stopped(
+    tmp_path):
+
+  _Run(tmp_path, _Params())  # Stops early at 70 (of max_steps 100).
+  ev = evaler_lib.Evaler(_Params(), str(tmp_path), timeout_secs=600,
+                         poll_secs=0, stream=io.StringIO())
+  record = ev.Run()  # Would wait 600 s if it waited for step 100.
+  # The checkpoints kept (save_max_to_keep 3).
+  assert ev.evaluated_steps == [40, 60, 70]
+  assert record['stopped'] == ('evaluated the final checkpoint (global step '
+                               '70)')
+  assert record['evaluations'][-1]['metrics']['dev'] == pytest.approx(2.2)

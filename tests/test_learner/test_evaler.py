@@ -200,3 +200,10 @@ def test_evaler_without_checkpoints_times_out_and_writes_nothing(tmp_path):
   assert record['stopped'].startswith('timeout: no new checkpoint in ')
   assert 'Evaler stopped: timeout' in out
   assert not os.path.exists(tmp_path / 'run')
+
+
+def test_the_trainer_class_refuses_the_job_modes_naming_their_classes():
+  for mode in ('evaler', 'export'):
+    with pytest.raises(ValueError, match="mode '%s' is not one of .*"
+                       r"evaler.Evaler and export.Export" % mode):
+      trainer_lib.Trainer(_Params(), '/tmp/unused', mode=mode)
