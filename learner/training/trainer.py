@@ -41,6 +41,7 @@ import numpy as np
 import tensorflow as tf
 
 from params import BaseLayer
+from params import hyperparams
 from params import registry
 from learner.training import checkpointer as checkpointer_lib
 from learner.training import distribution
@@ -79,12 +80,7 @@ def LoadExperimentParams(model, params_file=None, params_override=None,
   """
   p = registry.GetParams(model)
   if params_file:
-    try:
-      with open(params_file) as f:
-        text = f.read()
-    except OSError as e:
-      raise ValueError('--params_file %r cannot be read: %s' %
-                       (params_file, e)) from None
+    text = hyperparams.ReadTextFile(params_file, '--params_file')
     try:
       p.FromText(text)
     except ValueError as e:
