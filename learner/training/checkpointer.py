@@ -10,11 +10,6 @@ the newest checkpoint still cannot be read (a truncated or corrupted file),
 `Restore` reports it and falls back to the previous one.
 
 Checkpoints are numbered by global step: `ckpt-<global_step>`.
-
-The jobs that only read a run's checkpoints (`--mode=eval`, the evaler, the
-export) restore them into a task built without learners: `RestoreForEval`
-refuses a checkpoint that does not hold every model variable and loads the
-EMA averages when the task evaluates on them (`LoadEmaAverages`).
 """
 
 import json
@@ -348,7 +343,8 @@ class CheckpointMismatchError(ValueError):
 def RestoreForEval(checkpoint_path, task):
   """Restores a training checkpoint into a task built without learners.
 
-  Strict: every model variable and the global step must get a value from
+  What the jobs that only read a run's checkpoints (the evaler, the export)
+  restore with. Strict: every model variable and the global step must get a value from
   the checkpoint (its optimizer slots, iterator and counters are not
   needed and are ignored). When the task's learners average their weights
   (`EvalAverageClasses`), the model variables then get the averages, as

@@ -34,6 +34,21 @@ import tensorflow as tf
 STATE_FILE = 'early_stop.json'
 
 
+def CheckPatience(patience):
+  """Returns `patience` if it is an int >= 0.
+
+  Raises:
+    ValueError: naming task.eval.early_stop_patience, for a bool, a
+      non-int or a negative value.
+  """
+  if (not isinstance(patience, int) or isinstance(patience, bool) or
+      patience < 0):
+    raise ValueError(
+        'task.eval.early_stop_patience must be an int >= 0 (evaluations '
+        'without improvement; 0 = off), got %r.' % (patience,))
+  return patience
+
+
 class EarlyStop:
   """Counts evaluations without improvement of the dev metric.
 
@@ -59,9 +74,7 @@ class EarlyStop:
     if mode not in ('min', 'max'):
       raise ValueError("EarlyStop: mode must be 'min' or 'max', got %r." %
                        (mode,))
-    if not isinstance(patience, int) or patience < 0:
-      raise ValueError('EarlyStop: patience must be an int >= 0 '
-                       '(evaluations), got %r.' % (patience,))
+    CheckPatience(patience)
     self._metric, self._mode, self._patience = metric, mode, patience
     self._interval = max(1, int(interval_steps))
     self._path = path
@@ -86,11 +99,12 @@ class EarlyStop:
         early stopping is off.
 
     Raises:
-      ValueError: early_stop_patience > 0 in a run that evaluates, without
-        a dev_metric or without evaluations before the end
+      ValueError: early_stop_patience not an int >= 0 (in every mode), or
+        > 0 in a run that evaluates, without a dev_metric or without evaluations before the end
         (interval_steps 0).
     """
-    patience = eval_params.early_stop_patience if evaluating else 0
+    patience = CheckPatience(eval_params.early_stop_patience)
+    patience = patience if evaluating else 0
     if patience:
       if not eval_params.dev_metric:
         raise ValueError(

@@ -228,9 +228,9 @@ def run(model_fn, input_fn, optimizer_fn=None,  # pylint: disable=invalid-name
     TypeError: optimizer_fn is an optimizer instance or not callable (the
       message shows optimizer_fn=lambda: ...).
   """
-  if run_mode not in ModeKeys.TRAINER:
+  if run_mode not in ModeKeys.ALL:
     raise ValueError('run_mode %r is not one of %s (learner.ModeKeys).' %
-                     (run_mode, list(ModeKeys.TRAINER)))
+                     (run_mode, list(ModeKeys.ALL)))
   if not log_dir:
     raise ValueError('run: log_dir is required (checkpoints and metrics go '
                      'there).')

@@ -164,7 +164,7 @@ class BaseTask(BaseLayer):
         raise ValueError(
             '%s: train.%s must be a positive int, got %r.' % (self.path, key,
                                                               v))
-    for key in ('interval_steps', 'samples', 'early_stop_patience'):
+    for key in ('interval_steps', 'samples'):
       v = p.eval.Get(key)
       if not isinstance(v, int) or v < 0:
         raise ValueError('%s: eval.%s must be an int >= 0, got %r.' %

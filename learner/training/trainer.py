@@ -147,8 +147,7 @@ class Trainer:
     params: experiment Params ('task', 'train_input', 'eval_input'), e.g.
       from `LoadExperimentParams` or `registry.GetParams`.
     logdir: output directory (created).
-    mode: one of ModeKeys.TRAINER (the jobs, ModeKeys.JOBS, are
-      `evaler.Evaler` and `export.Export`).
+    mode: one of ModeKeys.ALL.
     seed: optional int: sets TF's, numpy's and Python's global seeds and
       enables TF op determinism, so two runs with the same seed give
       identical weights.
@@ -169,11 +168,9 @@ class Trainer:
   def __init__(self, params, logdir, mode=ModeKeys.TRAIN, seed=None,
                strategy=None, init_from_checkpoint=None,
                init_from_checkpoint_rules=None, tty=None, stream=None):
-    if mode not in ModeKeys.TRAINER:
-      raise ValueError(
-          'mode %r is not one of %s (the jobs %s are run by '
-          'learner.training.evaler.Evaler and export.Export).' % (
-              mode, list(ModeKeys.TRAINER), list(ModeKeys.JOBS)))
+    if mode not in ModeKeys.ALL:
+      raise ValueError('mode %r is not one of %s.' % (mode,
+                                                     list(ModeKeys.ALL)))
     if 'task' not in params:
       raise ValueError('Trainer: params have no "task"; expected the params '
                        'of registry.GetParams(key).')
@@ -294,6 +291,8 @@ class Trainer:
     self._early_stop = early_stop_lib.EarlyStop.FromParams(
         dev, self._logdir, int(task.global_step.numpy()),
         evaluating=self._mode == ModeKeys.TRAIN_AND_EVAL)
+    self._step_counter = summary_lib.StepCounter(
+        p.train_input.batch_size if 'batch_size' in p.train_input else None)
     if self._mode == ModeKeys.TRAIN_AND_EVAL and dev.dev_metric:
       self._best = checkpointer_lib.BestCheckpoint(
           ckpt, os.path.join(self._logdir, 'best'), dev.dev_metric_mode)
@@ -412,10 +411,9 @@ class Trainer:
       intervals.append(dev.interval_steps)
     if not progress.is_tty:
       intervals.append(tp.log_interval_steps)
-    self._step_counter = summary_lib.StepCounter(
-        self._params.train_input.batch_size
-        if 'batch_size' in self._params.train_input else None)
-    while step < tp.max_steps and not self._early_stop.stopped:
+    while step < tp.max_steps:
+      if self._early_stop.stopped:  # At the evaluation that stopped it.
+        break
       end = min([tp.max_steps, step + tp.steps_per_loop] +
                 [(step // k + 1) * k for k in intervals])
       out = self._TrainLoop(task, iterator, end - step)
@@ -601,11 +599,14 @@ def DefineFlags():
   flags.DEFINE_bool('list', False, 'Print every registered experiment and exit.')
   flags.DEFINE_string('logdir', None, 'Output directory (checkpoints, '
                       'summaries, params.txt, metrics.json).')
-  flags.DEFINE_enum('mode', ModeKeys.TRAIN, list(ModeKeys.ALL),
+  flags.DEFINE_enum('mode', ModeKeys.TRAIN,
+                    list(ModeKeys.ALL + ModeKeys.JOBS),
                     'train, eval (restore weights and evaluate), '
                     'train_and_eval, or a job that reads the run\'s '
                     'checkpoints: evaler (evaluate each new checkpoint once) '
                     'or export (a SavedModel of the predictions).')
+  evaler_lib.DefineFlags()
+  export_lib.DefineFlags()
   flags.DEFINE_integer('max_steps', None, 'Overrides task.train.max_steps.')
   flags.DEFINE_string('params_override', None,
                       'Params text rooted at the experiment\'s params, e.g. '
@@ -630,8 +631,6 @@ def DefineFlags():
   flags.DEFINE_string('init_from_checkpoint_rules', None,
                       '"regex=>replacement;..." mapping variable names of the '
                       'init checkpoint to ours (re.sub, first match wins).')
-  evaler_lib.DefineFlags()
-  export_lib.DefineFlags()
 
 
 def ListExperiments():

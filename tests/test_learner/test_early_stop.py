@@ -99,6 +99,13 @@ def test_patience_without_dev_metric_or_evaluations_is_refused():
   p.interval_steps = 0
   with pytest.raises(ValueError, match='interval_steps is 0'):
     early_stop_lib.EarlyStop.FromParams(p, '/tmp/unused', 0, evaluating=True)
+  for bad in (-1, 1.5, True):
+    p.early_stop_patience = bad
+    with pytest.raises(ValueError, match=r'task.eval.early_stop_patience must '
+                       r'be an int >= 0 .*got %r' % (bad,)):
+      early_stop_lib.EarlyStop.FromParams(p, '/tmp/unused', 0,
+                                          evaluating=False)
+  p.early_stop_patience = 2
   # Mode 'train' evaluates nothing: early stopping is simply off.
   assert not early_stop_lib.EarlyStop.FromParams(
       p, '/tmp/unused', 0, evaluating=False).Update(10, 1.0)

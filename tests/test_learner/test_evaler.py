@@ -202,8 +202,9 @@ def test_evaler_without_checkpoints_times_out_and_writes_nothing(tmp_path):
   assert not os.path.exists(tmp_path / 'run')
 
 
-def test_the_trainer_class_refuses_the_job_modes_naming_their_classes():
+def test_the_trainer_class_runs_no_job_mode():
+  # The jobs are evaler.Evaler and export.Export (the command line's
+  # --mode takes them all).
   for mode in ('evaler', 'export'):
-    with pytest.raises(ValueError, match="mode '%s' is not one of .*"
-                       r"evaler.Evaler and export.Export" % mode):
+    with pytest.raises(ValueError, match="mode '%s' is not one of" % mode):
       trainer_lib.Trainer(_Params(), '/tmp/unused', mode=mode)
