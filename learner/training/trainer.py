@@ -20,11 +20,7 @@ What a run writes to `--logdir`:
     starts): every model variable's name, shape, size, dtype and learners,
     the values each learner trains and the totals (as Lingvo writes it).
   * `metrics.json`: the final evaluation metrics (in 'train' mode, the last
-    step's training metrics) and the global step ('early_stopped' and the
-    reason when p.task.eval.early_stop_patience stopped it; the history is
-    in `early_stop.json`).
-  * The jobs (`--mode=evaler`, `--mode=export`) only read the checkpoints
-    and write `evaler/` and `export/<global step>/` (evaler.py, export.py).
+    step's training metrics) and the global step.
 
 The `Trainer` class does the work and is usable from Python and tests; the
 absl `main` only parses flags.
@@ -661,13 +657,14 @@ def main(argv):
                                   FLAGS.jit_compile)
     rules = (ParseRules(FLAGS.init_from_checkpoint_rules)
              if FLAGS.init_from_checkpoint_rules is not None else None)
+    # The jobs that only read the run's checkpoints (evaler.py, export.py).
+    if FLAGS.mode == ModeKeys.EVALER:
+      return evaler_lib.Main(params, FLAGS)
+    if FLAGS.mode == ModeKeys.EXPORT:
+      return export_lib.Main(params, FLAGS)
   except (LookupError, ValueError) as e:
     print('ERROR: %s' % e, file=sys.stderr)
     return 2
-  if FLAGS.mode == ModeKeys.EVALER:
-    return evaler_lib.Main(params, FLAGS)
-  if FLAGS.mode == ModeKeys.EXPORT:
-    return export_lib.Main(params, FLAGS)
   trainer = Trainer(params, FLAGS.logdir, mode=FLAGS.mode, seed=FLAGS.seed,
                     strategy=FLAGS.strategy,
                     init_from_checkpoint=FLAGS.init_from_checkpoint,
