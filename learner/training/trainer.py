@@ -281,12 +281,12 @@ class Trainer:
     ckpt, ckpter, restored, iterator = self._RestoreTrainState(task,
                                                                input_gen)
     self._WriteModelAnalysis(task)
-    if not restored:  # Once per run, at its start.
-      summary_lib.WriteHParams(self._Writer('train'), p)
     dev = p.task.eval
     self._early_stop = early_stop_lib.EarlyStop.FromParams(
         dev, self._logdir, int(task.global_step.numpy()),
         evaluating=self._mode == ModeKeys.TRAIN_AND_EVAL)
+    if not restored:  # Once per run, at its start.
+      summary_lib.WriteHParams(self._Writer('train'), p)
     self._step_counter = summary_lib.StepCounter(
         p.train_input.batch_size if 'batch_size' in p.train_input else None)
     if self._mode == ModeKeys.TRAIN_AND_EVAL and dev.dev_metric:
