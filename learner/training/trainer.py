@@ -346,7 +346,8 @@ class Trainer:
         p.task.train.replicas_to_aggregate,
         self._strategy.num_replicas_in_sync)
     task = self._BuildTask(train=True)
-    input_gen = p.train_input.Instantiate()
+    input_gen = (self._checked.train_input if self._checked is not None
+                 else p.train_input.Instantiate())
     input_gen.CheckBatchSize()
     ckpt, ckpter, restored, iterator = self._RestoreTrainState(task,
                                                                input_gen)

@@ -74,7 +74,7 @@ def Refusing(where=''):
     msg = OneLine(e)
     if not isinstance(e, (ValueError, TypeError)):
       msg = '%s: %s' % (type(e).__name__, msg)
-    if where:
+    if where and not msg.startswith(where):
       msg = '%s: %s' % (where, msg)
     cls = ExperimentTypeError if isinstance(e, TypeError) else ExperimentError
     raise cls(msg) from e
