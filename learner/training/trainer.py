@@ -51,6 +51,7 @@ import numpy as np
 import tensorflow as tf
 
 from params import BaseLayer
+from params import hyperparams
 from params import registry
 from learner.optimizers import base as base_optimizer
 from learner.optimizers import var_grad
@@ -90,12 +91,7 @@ def LoadExperimentParams(model, params_file=None, params_override=None,
   """
   p = registry.GetParams(model)
   if params_file:
-    try:
-      with open(params_file) as f:
-        text = f.read()
-    except OSError as e:
-      raise ValueError('--params_file %r cannot be read: %s' %
-                       (params_file, e)) from None
+    text = hyperparams.ReadTextFile(params_file, '--params_file')
     try:
       p.FromText(text)
     except ValueError as e:
