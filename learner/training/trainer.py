@@ -33,7 +33,7 @@ What a run writes to `--logdir` (each job its own files; see
 
 Before the logdir is created the whole experiment is built and checked
 (`learner.training.validate`): a refused value is one `ERROR:` line (exit
-2) and nothing is written.
+2; `--verbose` raises it with its traceback) and nothing is written.
 
 The `Trainer` class does the work and is usable from Python and tests; the
 absl `main` only parses flags.

@@ -29,6 +29,7 @@ built twice.
 import contextlib
 import re
 
+from absl import logging
 import tensorflow as tf
 
 from params import NestedMap
@@ -212,25 +213,43 @@ def _MetricNames(task, input_gen, key):
   """Sorted names of the metrics FProp returns on `input_gen`'s batches.
 
   FProp is traced (not run) on the batch spec of the input's dataset, so
-  nothing changes: no random state is drawn, no statistic updated.
+  nothing changes: no random state is drawn, no statistic updated. It is
+  traced in cross-replica context; under a strategy with several replicas a
+  task whose FProp needs a replica context cannot be traced so, and gets
+  None (its names are then checked by the first step).
   """
   with Refusing(key):
     spec = input_gen.GetDataset().element_spec
+  if task.strategy.num_replicas_in_sync > 1:
+    try:
+      return _TracedMetricNames(task, spec)
+    except Exception as e:  # pylint: disable=broad-except
+      logging.warning('%s: FProp cannot be traced outside the replicas (%s); '
+                      'loss_name and dev_metric are checked by the first '
+                      'step.', key, OneLine(e))
+      return None
+  with Refusing('%s: the task\'s FProp fails on its batches' % key):
+    return _TracedMetricNames(task, spec)
+
+
+def _TracedMetricNames(task, spec):
+  """The metric names of FProp traced on a batch of structure `spec`."""
 
   def _FProp(batch):
     batch = NestedMap(batch) if isinstance(batch, dict) else batch
     metrics, _ = task.FProp(task.theta, batch)
     return dict(metrics)
 
-  with Refusing('%s: the task\'s FProp fails on its batches' % key):
-    try:
-      fn = tf.function(_FProp, autograph=False).get_concrete_function(spec)
-    except tf.errors.OperatorNotAllowedInGraphError:
-      fn = tf.function(_FProp, autograph=True).get_concrete_function(spec)
+  try:
+    fn = tf.function(_FProp, autograph=False).get_concrete_function(spec)
+  except tf.errors.OperatorNotAllowedInGraphError:
+    fn = tf.function(_FProp, autograph=True).get_concrete_function(spec)
   return sorted(fn.structured_outputs)
 
 
 def _CheckLossNames(task, metric_names):
+  if metric_names is None:
+    return
   for key, learner in zip(_LearnerKeys(task), task.learners):
     for name in learner.loss_names:
       if name not in metric_names:
@@ -241,6 +260,8 @@ def _CheckLossNames(task, metric_names):
 
 
 def _CheckDevMetric(dev_metric, metric_names):
+  if metric_names is None:
+    return
   if dev_metric is not None and dev_metric not in metric_names:
     raise ExperimentError(
         'task.eval.dev_metric : %r is not an eval metric of the task; its '

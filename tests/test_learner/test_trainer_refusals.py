@@ -166,3 +166,15 @@ def test_eval_only_checks_skip_the_learners():
 
 def test_one_line_joins_the_lines_of_a_message():
   assert validate.OneLine('a\n  b\n\nc ') == 'a b c'
+
+
+def test_loss_names_are_checked_under_a_mirrored_strategy_too():
+  # conftest.py gives two logical CPUs: FProp is traced in cross-replica
+  # context over the mirrored variables.
+  from learner.training import distribution  # pylint: disable=g-import-not-at-top
+  strategy = distribution.CreateStrategy('mirrored')
+  assert strategy.num_replicas_in_sync == 2
+  p = registry.GetParams('regression.LinearRegression')
+  p.task.train.learner.loss_name = 'xent'
+  with pytest.raises(validate.ExperimentError, match="loss_name : 'xent'"):
+    validate.Experiment(p, strategy, train=True, evaluate=False)
