@@ -9,8 +9,12 @@ Trains and/or evaluates a registered experiment (see `params.registry`):
     python -m learner.trainer --model=regression.LinearRegression \
         --logdir=/tmp/lr --params_override='task.train.max_steps : 50'
 
-What a run writes to `--logdir`:
-  * `params.txt` (and the text summary 'params'): the final params.
+What a run writes to `--logdir` (each job its own files; see
+`learner.training.logdir`):
+  * `params.txt` (and the text summary 'params'): the run's params, written
+    by the first train job (modes train, train_and_eval) only. A resume with
+    other params keeps the file and says what differs and how to resume
+    unchanged (`--params_file=<logdir>/params.txt`).
   * `ckpt/ckpt-<global step>`: rolling checkpoints (`p.task.train.
     save_interval_steps`, `save_max_to_keep`, and one at the end); a run on
     a logdir with a checkpoint resumes from it, at the same batch.
@@ -20,7 +24,16 @@ What a run writes to `--logdir`:
     starts): every model variable's name, shape, size, dtype and learners,
     the values each learner trains and the totals (as Lingvo writes it).
   * `metrics.json`: the final evaluation metrics (in 'train' mode, the last
-    step's training metrics) and the global step.
+    step's training metrics) and the global step. A rerun of a finished run
+    writes nothing and prints these stored metrics.
+  * `eval_job/` (mode eval, which only reads checkpoints): its TensorBoard
+    run and `eval_job/metrics.json`; it never writes params.txt or
+    metrics.json. Other checkpoint-reading jobs write their own directory
+    (`evaler/`, `export/`).
+
+Before the logdir is created the whole experiment is built and checked
+(`learner.training.validate`): a refused value is one `ERROR:` line (exit
+2; `--verbose` raises it with its traceback) and nothing is written.
 
 The `Trainer` class does the work and is usable from Python and tests; the
 absl `main` only parses flags.
@@ -44,10 +57,12 @@ from learner.training import distribution
 from learner.training import early_stop as early_stop_lib
 from learner.training import evaler as evaler_lib
 from learner.training import export as export_lib
+from learner.training import logdir as logdir_lib
 from learner.training import model_analysis
 from learner.training.mode_keys import ModeKeys
 from learner.training import progress as progress_lib
 from learner.training import summary as summary_lib
+from learner.training import validate
 
 
 def LoadExperimentParams(model, params_file=None, params_override=None,
@@ -156,6 +171,8 @@ class Trainer:
     tty: force the progress bar (True) or log lines (False); None asks
       whether stdout is a terminal.
     stream: where progress goes (default sys.stdout).
+    resume_hint: how to resume a run unchanged, shown when a resume's params
+      differ from the run's params.txt (the command line gives its flags).
 
   Raises:
     ValueError: unknown mode; params without 'task'.
@@ -163,7 +180,8 @@ class Trainer:
 
   def __init__(self, params, logdir, mode=ModeKeys.TRAIN, seed=None,
                strategy=None, init_from_checkpoint=None,
-               init_from_checkpoint_rules=None, tty=None, stream=None):
+               init_from_checkpoint_rules=None, tty=None, stream=None,
+               resume_hint=None):
     if mode not in ModeKeys.ALL:
       raise ValueError('mode %r is not one of %s.' % (mode,
                                                      list(ModeKeys.ALL)))
@@ -183,6 +201,8 @@ class Trainer:
                         tp.init_from_checkpoint_rules)
     self._tty = tty
     self._stream = stream or sys.stdout
+    self._resume_hint = resume_hint
+    self._checked = None
     self.task = None
     self._best = None
     self._writers = {}
@@ -208,19 +228,11 @@ class Trainer:
     return self._writers[name]
 
   def _WriteParams(self):
+    """params.txt once per run (train jobs only) and the text summary."""
     text = self._params.ToText()
-    path = os.path.join(self._logdir, 'params.txt')
-    if tf.io.gfile.exists(path):
-      with tf.io.gfile.GFile(path) as f:
-        old = f.read()
-      if old != text:
-        self._Print(ParamsChangeWarning(path, old, text))
-    with tf.io.gfile.GFile(os.path.join(self._logdir, 'params.txt'),
-                           'w') as f:
-      f.write(text)
-    summary_lib.WriteParamsText(self._Writer(self._mode if self._mode !=
-                                             ModeKeys.TRAIN_AND_EVAL else
-                                             'train'), text)
+    logdir_lib.WriteParamsOnce(self._logdir, text, self._Print,
+                               hint=self._resume_hint)
+    summary_lib.WriteParamsText(self._Writer('train'), text)
 
   def _WriteModelAnalysis(self, task):
     """Writes logdir/model_analysis.txt (training modes only, at the start)."""
@@ -229,19 +241,26 @@ class Trainer:
                            'w') as f:
       f.write(text)
 
-  def _WriteMetrics(self, metrics):
-    path = os.path.join(self._logdir, 'metrics.json')
-    tmp = path + '.tmp'
-    with tf.io.gfile.GFile(tmp, 'w') as f:
-      json.dump(metrics, f, indent=1, sort_keys=True)
-    tf.io.gfile.rename(tmp, path, overwrite=True)
+  def _WriteMetrics(self, metrics, job_dir=None):
+    """metrics.json of the train job, or of `job_dir` (e.g. 'eval_job')."""
+    directory = os.path.join(self._logdir, job_dir or '')
+    tf.io.gfile.makedirs(directory)
+    logdir_lib.WriteMetrics(
+        os.path.join(directory, logdir_lib.METRICS_FILE), metrics)
 
   # ---- running -------------------------------------------------------------
 
   def Run(self):
-    """Runs the mode; returns the dict written to logdir/metrics.json."""
+    """Runs the mode; returns its metrics (also in its metrics.json).
+
+    Raises:
+      validate.ExperimentError: a refused value (before anything is
+        written; see `learner.training.validate`).
+      NothingToEvaluateError: mode eval on a logdir without a checkpoint.
+    """
     # First: --strategy=multi_worker must be created before any other op.
-    self._strategy = self._Strategy()
+    with validate.Refusing():
+      self._strategy = self._Strategy()
     if self._seed is not None:
       tf.keras.utils.set_random_seed(int(self._seed))
       tf.config.experimental.enable_op_determinism()
@@ -256,13 +275,49 @@ class Trainer:
           'mode=eval: no checkpoint in %s to evaluate. Train first (mode '
           'train or train_and_eval) with this logdir.' %
           os.path.join(self._chief_logdir, 'ckpt'))
+    trains = self._mode in (ModeKeys.TRAIN, ModeKeys.TRAIN_AND_EVAL)
+    self._checked = validate.Experiment(
+        self._params, self._strategy, train=trains,
+        evaluate=self._mode != ModeKeys.TRAIN, init_rules=self._init_rules)
+    for warning in self._checked.warnings:
+      self._Print(warning)
+    if trains:
+      stored = logdir_lib.FinishedMetrics(
+          self._chief_logdir, self._params.task.train.max_steps,
+          with_eval=self._mode == ModeKeys.TRAIN_AND_EVAL)
+      if stored is not None:
+        return self._ReportFinished(stored)
     tf.io.gfile.makedirs(self._logdir)
-    self._WriteParams()
+    if trains:
+      self._WriteParams()
     if self._mode == ModeKeys.EVAL:
       return self._RunEval()
     return self._RunTrain()
 
+  def _ReportFinished(self, stored):
+    """A rerun of a finished run: writes nothing, prints what is stored."""
+    path = os.path.join(self._chief_logdir, logdir_lib.PARAMS_FILE)
+    if tf.io.gfile.exists(path):
+      with tf.io.gfile.GFile(path) as f:
+        old = f.read()
+      if old != self._params.ToText():
+        self._Print(logdir_lib.ParamsChangeWarning(
+            path, old, self._params.ToText(), hint=self._resume_hint))
+    step = stored['global_step']
+    self._Print('Training in %s is finished (global step %d, max_steps %d); '
+                'nothing was run or written. For more steps raise '
+                '--max_steps; for a new run use another --logdir.' %
+                (self._chief_logdir, step,
+                 self._params.task.train.max_steps))
+    self._Print('Final metrics (global step %d, stored in %s): %s' % (
+        step, os.path.join(self._chief_logdir, logdir_lib.METRICS_FILE),
+        json.dumps(stored, sort_keys=True)))
+    return stored
+
   def _BuildTask(self, train):
+    if self._checked is not None:  # Built and checked by validate.
+      self.task = self._checked.task
+      return self.task
     with self._strategy.scope():
       task = self._params.task.Instantiate()
       if train:
@@ -276,7 +331,8 @@ class Trainer:
         p.task.train.replicas_to_aggregate,
         self._strategy.num_replicas_in_sync)
     task = self._BuildTask(train=True)
-    input_gen = p.train_input.Instantiate()
+    input_gen = (self._checked.train_input if self._checked is not None
+                 else p.train_input.Instantiate())
     input_gen.CheckBatchSize()
     ckpt, ckpter, restored, iterator = self._RestoreTrainState(task,
                                                                input_gen)
@@ -469,15 +525,16 @@ class Trainer:
     return [ema for learner in task.learners
             for ema in learner.optimizer.EvalAverages()]
 
-  def Evaluate(self, task, step, use_ema_layers=()):
+  def Evaluate(self, task, step, use_ema_layers=(), summary_dir='eval'):
     """Evaluates on the eval input; returns {metric: weighted mean}.
 
     Metrics are averaged over all evaluated batches with their weights.
     Inside, the weights of every Ema in `use_ema_layers` are swapped for
-    their averages (and back after).
+    their averages (and back after). The scalars go to the TensorBoard run
+    `summary_dir` of the logdir.
     """
     results = evaler_lib.EvalMetrics(self._params, task, use_ema_layers)
-    summary_lib.WriteScalars(self._Writer('eval'), step,
+    summary_lib.WriteScalars(self._Writer(summary_dir), step,
                              {k: (v, 1.0) for k, v in results.items()})
     return results
 
@@ -527,11 +584,15 @@ class Trainer:
       n = LoadEmaAverages(restored, task, ema_classes)
       self._Print('Evaluating on the EMA averages of the weights (%d '
                   'variables restored from %s).' % (n, restored))
-    results = self.Evaluate(task, step)
+    job_dir = logdir_lib.EVAL_JOB_DIR
+    summary_lib.WriteParamsText(self._Writer(job_dir), self._params.ToText())
+    results = self.Evaluate(task, step, summary_dir=job_dir)
     self._Print('Eval at global step %d: %s' % (step, ', '.join(
         '%s %.5g' % (k, v) for k, v in sorted(results.items()))))
     result = dict(results, global_step=step)
-    self._WriteMetrics(result)
+    self._WriteMetrics(result, job_dir=job_dir)
+    self._Print('Eval metrics written to %s.' % os.path.join(
+        self._logdir, job_dir, logdir_lib.METRICS_FILE))
     return result
 
 
@@ -539,29 +600,8 @@ class NothingToEvaluateError(ValueError):
   """--mode=eval on a logdir that has no checkpoint yet."""
 
 
-def ParamsChangeWarning(path, old_text, new_text, max_lines=10):
-  """A warning naming the params lines that changed since the last run.
-
-  Args:
-    path: the logdir's params.txt.
-    old_text, new_text: the earlier run's and this run's `Params.ToText()`.
-    max_lines: at most this many changed lines are listed.
-
-  Returns:
-    A str: resuming with other params (e.g. without repeating an earlier
-    --params_override) is allowed but is rarely what was meant.
-  """
-  old_lines = set(old_text.splitlines())
-  new_lines = set(new_text.splitlines())
-  changed = (['- ' + l for l in sorted(old_lines - new_lines)] +
-             ['+ ' + l for l in sorted(new_lines - old_lines)])
-  more = len(changed) - max_lines
-  listing = '\n  '.join(changed[:max_lines])
-  if more > 0:
-    listing += '\n  ... and %d more' % more
-  return ('WARNING: these params differ from the earlier run in %s (repeat '
-          'its --params_override/--params_file to resume it unchanged):\n  %s'
-          % (path, listing))
+# The warning for a resume with other params (kept here for its callers).
+ParamsChangeWarning = logdir_lib.ParamsChangeWarning
 
 
 def _LossOf(tagged):
@@ -627,6 +667,9 @@ def DefineFlags():
   flags.DEFINE_string('init_from_checkpoint_rules', None,
                       '"regex=>replacement;..." mapping variable names of the '
                       'init checkpoint to ours (re.sub, first match wins).')
+  flags.DEFINE_bool('verbose', False,
+                    'Show the traceback of a refused value (by default one '
+                    'ERROR: line).')
 
 
 def ListExperiments():
@@ -634,6 +677,24 @@ def ListExperiments():
   keys = registry.GetAllRegisteredKeys()
   width = max([len(k) for k in keys] + [1])
   return '\n'.join('%-*s  %s' % (width, k, registry.Describe(k)) for k in keys)
+
+
+def _ResumeHint():
+  """How to resume the run in --logdir unchanged, in this command's flags."""
+  return ('rerun with --params_file=%s and without --params_override, '
+          '--max_steps or --jit_compile' %
+          os.path.join(FLAGS.logdir, logdir_lib.PARAMS_FILE))
+
+
+def _Refuse(error):
+  """Prints `error` as one ERROR: line; returns exit status 2.
+
+  With --verbose the error is raised again instead, with its traceback.
+  """
+  if FLAGS.verbose:
+    raise error
+  print('ERROR: %s' % validate.OneLine(error), file=sys.stderr)
+  return 2
 
 
 def main(argv):
@@ -663,17 +724,16 @@ def main(argv):
     if FLAGS.mode == ModeKeys.EXPORT:
       return export_lib.Main(params, FLAGS)
   except (LookupError, ValueError) as e:
-    print('ERROR: %s' % e, file=sys.stderr)
-    return 2
+    return _Refuse(e)
   trainer = Trainer(params, FLAGS.logdir, mode=FLAGS.mode, seed=FLAGS.seed,
                     strategy=FLAGS.strategy,
                     init_from_checkpoint=FLAGS.init_from_checkpoint,
-                    init_from_checkpoint_rules=rules)
+                    init_from_checkpoint_rules=rules,
+                    resume_hint=_ResumeHint())
   try:
     trainer.Run()
-  except NothingToEvaluateError as e:
-    print('ERROR: %s' % e, file=sys.stderr)
-    return 2
+  except (validate.ExperimentError, NothingToEvaluateError) as e:
+    return _Refuse(e)
   return 0
 
 
