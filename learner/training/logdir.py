@@ -77,8 +77,9 @@ def WriteMetrics(path, metrics):
 def FinishedMetrics(logdir, max_steps, with_eval):
   """The stored metrics of a finished train run in `logdir`, else None.
 
-  Finished means: metrics.json holds a global step >= `max_steps` and a
-  checkpoint of at least that step exists; with `with_eval`
+  Finished means: metrics.json holds a global step >= `max_steps` (or says
+  the run stopped early, `early_stopped`) and a checkpoint of at least that
+  step exists; with `with_eval`
   (train_and_eval) it must also hold evaluation metrics (a run trained in
   'train' mode is not finished for train_and_eval: it still needs its
   final evaluation).
@@ -93,7 +94,8 @@ def FinishedMetrics(logdir, max_steps, with_eval):
     return None
   step = metrics['global_step']
   steps = CheckpointSteps(logdir)
-  if step < max_steps or not steps or steps[-1] < step:
+  stopped = metrics.get('early_stopped') is True
+  if (step < max_steps and not stopped) or not steps or steps[-1] < step:
     return None
   if with_eval and not any(k != 'global_step' and not k.startswith('train/')
                            for k in metrics):
