@@ -374,6 +374,18 @@ def _CreateTpu(tpu_address):
   return tf.distribute.TPUStrategy(resolver)
 
 
+def StrategyName(strategy=None):
+  """The strategy's public TF name, e.g. 'MultiWorkerMirroredStrategy'.
+
+  (TF 2.21's MultiWorkerMirroredStrategy is the class
+  CollectiveAllReduceStrategy, the name `type()` gives.)
+  """
+  strategy = strategy or tf.distribute.get_strategy()
+  if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+    return 'MultiWorkerMirroredStrategy'
+  return type(strategy).__name__
+
+
 def NumReplicas(strategy=None):
   """int: replicas that compute one global batch together (all workers)."""
   strategy = strategy or tf.distribute.get_strategy()

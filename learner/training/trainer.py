@@ -416,7 +416,7 @@ class Trainer:
     progress = progress_lib.Progress(
         tp.max_steps, step, tp.log_interval_steps, stream=self._stream,
         tty=self._tty, num_replicas=self._strategy.num_replicas_in_sync,
-        strategy_name=type(self._strategy).__name__)
+        strategy_name=distribution.StrategyName(self._strategy))
     train_writer = self._Writer('train')
     out = None
     last_saved = step if restored else None
