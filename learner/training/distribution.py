@@ -7,6 +7,10 @@ This module is the one place where the trainer meets `tf.distribute`
     `--strategy=default|mirrored|multi_worker|tpu` flag. It must be called
     before any other TensorFlow op in the process (multi-worker collectives
     can only be configured at start-up); it checks this and says so.
+    Multi-worker start-up is bounded: every worker must register with TF's
+    coordination service within `register_timeout_seconds`, else every
+    started worker raises a one-line `ClusterStartupError` naming the
+    missing worker or the duplicate task index (`StartupErrorMessage`).
   * `CheckReplicasToAggregate(replicas_to_aggregate, num_replicas)` maps
     TF1's `SyncReplicasOptimizer(replicas_to_aggregate, total_num_replicas)`
     onto TF2: every replica aggregates every step; backup workers (fewer
@@ -20,6 +24,8 @@ This module is the one place where the trainer meets `tf.distribute`
   * `IsChief`, `WorkerLogdir`, `RemoveWorkerLogdir`: the chief writes
     checkpoints and summaries to the real logdir; other workers write to a
     temporary directory, as TF's multi-worker tutorial documents.
+  * `WeightsDigest(variables)`: a sha256 of the weights, which each worker
+    prints at the end so the launcher can say whether they are identical.
   * `ReportPeerFailure(strategy)`: a context manager that turns the error a
     collective raises when a peer worker died into a `PeerFailureError`
     saying what happened and how to resume (restart the whole group).
