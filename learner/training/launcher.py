@@ -308,8 +308,9 @@ def Summary(reports):
   metrics = {k: v for k, v in reports.get(0, {}).get('metrics', {}).items()
              if k != 'global_step'}
   if metrics:
-    parts.append('final metrics of worker 0 %s' % json.dumps(
-        metrics, sort_keys=True))
+    parts.append('final metrics of worker 0: %s' % ', '.join(
+        ('%s %.5g' % (k, v)) if isinstance(v, (int, float)) else
+        '%s %s' % (k, v) for k, v in sorted(metrics.items())))
   digests = {i: r['weights'] for i, r in reports.items() if 'weights' in r}
   if not digests:
     parts.append('no worker reported its final weights')

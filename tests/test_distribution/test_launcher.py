@@ -205,7 +205,7 @@ def test_worker_lines_are_prefixed_whole_and_end_with_one_summary(
   summary = err.strip().splitlines()[-1]
   assert summary == (
       'launcher: 2 worker(s) finished; final global step 7; final metrics '
-      'of worker 0 {"loss": 0.5}; final weights identical on every worker '
+      'of worker 0: loss 0.5; final weights identical on every worker '
       '(sha256 %s).' % digest[:16])
 
 

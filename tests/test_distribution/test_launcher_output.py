@@ -40,7 +40,7 @@ def test_the_run_succeeds_and_ends_with_one_summary(launch):
   assert launch.returncode == 0, (launch.stdout[-3000:], launch.stderr[-3000:])
   summary = launch.stderr.strip().splitlines()[-1]
   assert summary.startswith('launcher: 2 worker(s) finished; final global '
-                            'step 40; final metrics of worker 0 {'), summary
+                            'step 40; final metrics of worker 0: '), summary
   assert 'final weights identical on every worker (sha256 ' in summary
 
 
