@@ -52,6 +52,7 @@ import tensorflow as tf
 from params import BaseLayer
 from params import hyperparams
 from params import registry
+from learner import tf_log
 from learner.training import checkpointer as checkpointer_lib
 from learner.training import distribution
 from learner.training import early_stop as early_stop_lib
@@ -173,6 +174,9 @@ class Trainer:
     stream: where progress goes (default sys.stdout).
     resume_hint: how to resume a run unchanged, shown when a resume's params
       differ from the run's params.txt (the command line gives its flags).
+    worker_register_timeout_secs: float seconds every worker of a
+      multi_worker run may take to register at start-up (see
+      `distribution.CreateStrategy`, register_timeout_seconds).
 
   Raises:
     ValueError: unknown mode; params without 'task'.
@@ -181,7 +185,9 @@ class Trainer:
   def __init__(self, params, logdir, mode=ModeKeys.TRAIN, seed=None,
                strategy=None, init_from_checkpoint=None,
                init_from_checkpoint_rules=None, tty=None, stream=None,
-               resume_hint=None):
+               resume_hint=None,
+               worker_register_timeout_secs=(
+                   distribution.DEFAULT_REGISTER_TIMEOUT_SECONDS)):
     if mode not in ModeKeys.ALL:
       raise ValueError('mode %r is not one of %s.' % (mode,
                                                      list(ModeKeys.ALL)))
@@ -193,6 +199,7 @@ class Trainer:
     self._mode = mode
     self._seed = seed
     self._strategy_arg = strategy
+    self._register_timeout = worker_register_timeout_secs
     tp = self._params.task.train
     self._init_ckpt = (init_from_checkpoint if init_from_checkpoint
                        is not None else tp.init_from_checkpoint)
@@ -218,7 +225,8 @@ class Trainer:
     if s is None or s == 'default':
       return tf.distribute.get_strategy()
     if isinstance(s, str):
-      return distribution.CreateStrategy(s)
+      return distribution.CreateStrategy(
+          s, register_timeout_seconds=self._register_timeout)
     return s
 
   def _Writer(self, name):
@@ -368,6 +376,9 @@ class Trainer:
     self._WriteMetrics(result)
     self._Print('Final metrics (global step %d): %s' % (
         step, json.dumps({k: v for k, v in result.items()}, sort_keys=True)))
+    if distribution.IsMultiWorker(self._strategy):  # The launcher compares.
+      self._Print('Final weights: sha256 %s' % distribution.WeightsDigest(
+          task.ModelVars().Flatten()))
     return result
 
   def _Distributed(self):
@@ -451,9 +462,10 @@ class Trainer:
     """
     tp, dev = self._params.task.train, self._params.task.eval
     step = int(task.global_step.numpy())
-    progress = progress_lib.Progress(tp.max_steps, step,
-                                     tp.log_interval_steps,
-                                     stream=self._stream, tty=self._tty)
+    progress = progress_lib.Progress(
+        tp.max_steps, step, tp.log_interval_steps, stream=self._stream,
+        tty=self._tty, num_replicas=self._strategy.num_replicas_in_sync,
+        strategy_name=distribution.StrategyName(self._strategy))
     train_writer = self._Writer('train')
     out = None
     last_saved = step if restored else None
@@ -495,7 +507,8 @@ class Trainer:
     if progress.WantsValues(step):
       if tagged is None:
         tagged = summary_lib.FlattenStepOutput(out, num_learners)
-      progress.Update(step, _LossOf(tagged), _LrOf(tagged))
+      progress.Update(step, _LossOf(tagged),
+                      progress_lib.LearningRates(tagged))
     else:
       progress.Update(step)
 
@@ -614,13 +627,6 @@ def _LossOf(tagged):
   return None
 
 
-def _LrOf(tagged):
-  for k, (v, w) in sorted(tagged.items()):
-    if k.startswith('learning_rate') and w:
-      return v
-  return None
-
-
 # ---- command line -----------------------------------------------------------
 
 FLAGS = flags.FLAGS
@@ -670,6 +676,17 @@ def DefineFlags():
   flags.DEFINE_bool('verbose', False,
                     'Show the traceback of a refused value (by default one '
                     'ERROR: line).')
+  flags.DEFINE_float('worker_register_timeout_secs',
+                     distribution.DEFAULT_REGISTER_TIMEOUT_SECONDS,
+                     '--strategy=multi_worker: seconds every worker may take '
+                     'to register at start-up; after it each started worker '
+                     'fails with one line naming the missing one.')
+  flags.DEFINE_integer('tf_log_level', None,
+                       'TensorFlow\'s C++ log level (TF_CPP_MIN_LOG_LEVEL): '
+                       '0 shows every INFO line, 3 only FATAL ones. Default '
+                       'quiet: %s unless TF_CPP_MIN_LOG_LEVEL is set. Read '
+                       'by the entry module before TensorFlow starts.' %
+                       tf_log.QUIET_LEVEL)
 
 
 def ListExperiments():
@@ -725,22 +742,45 @@ def main(argv):
       return export_lib.Main(params, FLAGS)
   except (LookupError, ValueError) as e:
     return _Refuse(e)
-  trainer = Trainer(params, FLAGS.logdir, mode=FLAGS.mode, seed=FLAGS.seed,
-                    strategy=FLAGS.strategy,
-                    init_from_checkpoint=FLAGS.init_from_checkpoint,
-                    init_from_checkpoint_rules=rules,
-                    resume_hint=_ResumeHint())
+  trainer = Trainer(
+      params, FLAGS.logdir, mode=FLAGS.mode, seed=FLAGS.seed,
+      strategy=FLAGS.strategy,
+      init_from_checkpoint=FLAGS.init_from_checkpoint,
+      init_from_checkpoint_rules=rules, resume_hint=_ResumeHint(),
+      worker_register_timeout_secs=FLAGS.worker_register_timeout_secs)
   try:
     trainer.Run()
   except (validate.ExperimentError, NothingToEvaluateError) as e:
     return _Refuse(e)
+  except distribution.ClusterStartupError as e:
+    # Not a bad value (exit 1): a peer that did not start or a duplicate.
+    if FLAGS.verbose:
+      raise
+    print('ERROR: %s' % validate.OneLine(e), file=sys.stderr)
+    return 1
   return 0
+
+
+_HELP_FLAGS = ('--help', '-help', '-h', '-?', '--helpshort', '-helpshort',
+               '--helpfull', '-helpfull')
+
+
+def Usage(full=False):
+  """The trainer's --help text: how to run it and its flags."""
+  flag_help = FLAGS.get_help() if full else FLAGS.module_help(__name__)
+  return ('%s\n\nThe console script tf-learner-train is the same command.'
+          '\n\nFlags:\n%s\n' % (__doc__.strip(), flag_help))
 
 
 def Main():
   """Console entry point."""
   DefineFlags()
-  logging.set_verbosity(logging.WARNING)
+  wanted = [a for a in sys.argv[1:] if a in _HELP_FLAGS]
+  if wanted:  # absl's --help shows no flag of ours and exits 1.
+    sys.stdout.write(Usage(full=any('full' in a for a in wanted)))
+    sys.exit(0)
+  quiet = os.environ.get(tf_log.ENV, tf_log.QUIET_LEVEL) >= '2'
+  logging.set_verbosity(logging.WARNING if quiet else logging.INFO)
   app.run(lambda argv: sys.exit(main(argv)))
 
 

@@ -69,8 +69,8 @@ def Refusing(where=''):
   """
   try:
     yield
-  except ExperimentError:
-    raise
+  except (ExperimentError, distribution.ClusterStartupError):
+    raise  # A peer that did not start is not a bad value (exit 1, not 2).
   except Exception as e:  # pylint: disable=broad-except
     msg = OneLine(e)
     if not isinstance(e, (ValueError, TypeError)):
