@@ -1,13 +1,20 @@
 """`python -m learner.launcher`: start N trainer workers on this machine.
 
 The launcher itself is `learner/training/launcher.py`; this module only keeps
-the documented command working and is the `tf-learner-launch` console
-script.
+the documented command working, is the `tf-learner-launch` console script
+and quiets TensorFlow's C++ start-up lines (in the launcher and, through
+the environment, in its workers) before TensorFlow loads
+(`--tf_log_level=0` shows them; see learner/tf_log.py).
 """
 
 import sys
 
-from learner.training.launcher import main
+from learner import tf_log
+
+tf_log.QuietTensorFlow(sys.argv)
+
+# pylint: disable=wrong-import-position
+from learner.training.launcher import main  # noqa: E402
 
 
 def Main():

@@ -1,10 +1,19 @@
 """`python -m learner.trainer`: the trainer's command line.
 
 The trainer itself is `learner/training/trainer.py`; this module only keeps
-the documented command working.
+the documented command working, is the `tf-learner-train` console script
+and quiets TensorFlow's C++ start-up lines before TensorFlow loads
+(`--tf_log_level=0` shows them; see learner/tf_log.py).
 """
 
-from learner.training.trainer import Main
+import sys
+
+from learner import tf_log
+
+tf_log.QuietTensorFlow(sys.argv)
+
+# pylint: disable=wrong-import-position
+from learner.training.trainer import Main  # noqa: E402
 
 if __name__ == '__main__':
   Main()

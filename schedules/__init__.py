@@ -1,5 +1,32 @@
 """Learning-rate schedules: pure functions of an integer step."""
 
+import os as _os
+import sys as _sys
+
+
+def _QuietTensorFlowForPlot():
+  """Quiets TF's C++ start-up lines for the schedule plot command only.
+
+  `python -m schedules.plot` and `tf-learner-plot-schedule` import this
+  package, and TensorFlow with it, before schedules/plot.py runs, so this
+  is the last moment TF_CPP_MIN_LOG_LEVEL can be set (as learner/tf_log.py
+  does for the trainer): `--tf_log_level=N` wins, then the user's own
+  TF_CPP_MIN_LOG_LEVEL, then '3'. Any other importer is left alone.
+  """
+  argv = getattr(_sys, 'orig_argv', _sys.argv)
+  if (argv[1:3] != ['-m', 'schedules.plot'] and
+      _os.path.basename(_sys.argv[0]) != 'tf-learner-plot-schedule'):
+    return
+  levels = [a.split('=', 1)[1] for a in argv
+            if a.startswith(('--tf_log_level=', '-tf_log_level='))]
+  _os.environ['TF_CPP_MIN_LOG_LEVEL'] = (
+      levels[-1] if levels else _os.environ.get('TF_CPP_MIN_LOG_LEVEL', '3'))
+
+
+_QuietTensorFlowForPlot()
+
+# pylint: disable=wrong-import-position
+
 from schedules.base_schedule import BaseSchedule
 from schedules.base_schedule import Constant
 from schedules.base_schedule import ConstantOne

@@ -256,6 +256,11 @@ def _DefineFlags(fv):
                        'boundaries).', flag_values=fv)
   flags.DEFINE_string('png', None, 'Also write a PNG plot to this path '
                       '(needs matplotlib).', flag_values=fv)
+  flags.DEFINE_integer('tf_log_level', None, 'TensorFlow\'s C++ log level '
+                       '(TF_CPP_MIN_LOG_LEVEL), read by schedules/__init__.py '
+                       'before TensorFlow loads: 0 shows every INFO line; '
+                       'default 3 (only FATAL) unless the variable is set.',
+                       flag_values=fv)
 
 
 _HELP_FLAGS = ('-h', '-help', '--help', '-?', '--helpshort', '--helpfull')

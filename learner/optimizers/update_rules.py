@@ -63,6 +63,8 @@ class Momentum(BaseOptimizer):
   fold is this project's (benchmarks/README.md, tf_fused_folded); Lingvo
   0.14.2 `lingvo/core/optimizer.py` Momentum (same params and defaults;
   `fold_grad_scale` is an extension that does not change the numbers).
+  Differs from Lingvo: only as every update rule (BaseOptimizer,
+  docs/lingvo.md).
   """
 
   SUPPORTS_LAZY_SPARSE = True
@@ -182,6 +184,9 @@ class Adam(BaseOptimizer):
   Source: Kingma & Ba, "Adam: A Method for Stochastic Optimization", ICLR
   2015, Algorithm 1; Lingvo 0.14.2 `lingvo/core/optimizer.py` Adam (same
   params, defaults and presets).
+  Differs from Lingvo (docs/lingvo.md): beta1^t and beta2^t are computed
+  from num_updates (Lingvo: TF1 beta-power variables; equal to float32
+  rounding, ~1e-6 after 5 steps), and as every update rule (BaseOptimizer).
   """
 
   SUPPORTS_LAZY_SPARSE = True
@@ -282,6 +287,8 @@ class Adagrad(BaseOptimizer):
   lazy and a dense update give the same numbers).
   Source: Duchi, Hazan & Singer, JMLR 2011; Lingvo 0.14.2
   `lingvo/core/optimizer.py` Adagrad (same params, defaults, validation).
+  Differs from Lingvo: no `optimizer/adagrad_accum_<var>` summary, and as
+  every update rule (BaseOptimizer, docs/lingvo.md).
 
   Raises:
     ValueError: at construction if initial_accumulator_value <= 0 (as TF1's
@@ -348,6 +355,8 @@ class RMSProp(BaseOptimizer):
   Lingvo 0.14.2 `lingvo/core/optimizer.py` RMSProp (same params and
   defaults; `centered` and `keras_semantics` are extensions, off by
   default).
+  Differs from Lingvo: the slots are 'ms' and 'mom' (TF1: 'rms',
+  'momentum'), and as every update rule (BaseOptimizer, docs/lingvo.md).
   """
 
   SUPPORTS_LAZY_SPARSE = True
@@ -408,6 +417,8 @@ class AdaDelta(BaseOptimizer):
   Source: Zeiler, "ADADELTA: An Adaptive Learning Rate Method", 2012, Alg. 1;
   Lingvo 0.14.2 `lingvo/core/optimizer.py` AdaDelta (same params and
   defaults).
+  Differs from Lingvo: only as every update rule (BaseOptimizer,
+  docs/lingvo.md).
   """
 
   SUPPORTS_LAZY_SPARSE = True

@@ -7,6 +7,10 @@ This module is the one place where the trainer meets `tf.distribute`
     `--strategy=default|mirrored|multi_worker|tpu` flag. It must be called
     before any other TensorFlow op in the process (multi-worker collectives
     can only be configured at start-up); it checks this and says so.
+    Multi-worker start-up is bounded: every worker must register with TF's
+    coordination service within `register_timeout_seconds`, else every
+    started worker raises a one-line `ClusterStartupError` naming the
+    missing worker or the duplicate task index (`StartupErrorMessage`).
   * `CheckReplicasToAggregate(replicas_to_aggregate, num_replicas)` maps
     TF1's `SyncReplicasOptimizer(replicas_to_aggregate, total_num_replicas)`
     onto TF2: every replica aggregates every step; backup workers (fewer
@@ -20,6 +24,8 @@ This module is the one place where the trainer meets `tf.distribute`
   * `IsChief`, `WorkerLogdir`, `RemoveWorkerLogdir`: the chief writes
     checkpoints and summaries to the real logdir; other workers write to a
     temporary directory, as TF's multi-worker tutorial documents.
+  * `WeightsDigest(variables)`: a sha256 of the weights, which each worker
+    prints at the end so the launcher can say whether they are identical.
   * `ReportPeerFailure(strategy)`: a context manager that turns the error a
     collective raises when a peer worker died into a `PeerFailureError`
     saying what happened and how to resume (restart the whole group).
@@ -32,19 +38,33 @@ loop" and `tf.distribute.MultiWorkerMirroredStrategy` documentation.
 """
 
 import difflib
+import hashlib
 import json
 import os
+import re
 import shutil
 
 from absl import logging
+import numpy as np
 import tensorflow as tf
-from tensorflow.python.eager import context  # pylint: disable=g-direct-tensorflow-import
+# pylint: disable=g-direct-tensorflow-import
+from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+from tensorflow.python.distribute import multi_worker_util
+from tensorflow.python.eager import context
+# pylint: enable=g-direct-tensorflow-import
 
 STRATEGY_NAMES = ('default', 'mirrored', 'multi_worker', 'tpu')
 
 # Seconds a collective op may wait for its peers before failing: a worker
 # whose peer died fails with DeadlineExceeded/Unavailable instead of hanging.
 DEFAULT_TIMEOUT_SECONDS = 60.0
+
+# Seconds every worker of a multi-worker run may take to register with the
+# coordination service (run by worker 0, the leader) at start-up. A worker
+# that never comes, or two workers started with the same task index, then
+# fail every started worker with a ClusterStartupError after this long
+# instead of a silent hang (TF's own default is one hour).
+DEFAULT_REGISTER_TIMEOUT_SECONDS = 120.0
 
 _COMMUNICATION = {
     'auto': 'AUTO',
@@ -99,7 +119,8 @@ def CreateStrategy(name='default',
                    timeout_seconds=DEFAULT_TIMEOUT_SECONDS,
                    communication='auto',
                    devices=None,
-                   tpu_address=None):
+                   tpu_address=None,
+                   register_timeout_seconds=DEFAULT_REGISTER_TIMEOUT_SECONDS):
   """Creates the tf.distribute strategy named by the trainer's --strategy.
 
   Call it first in the process, before any other TensorFlow op.
@@ -124,6 +145,11 @@ def CreateStrategy(name='default',
     communication: 'auto', 'ring' or 'nccl' (multi_worker only).
     devices: optional list of device names for 'mirrored'.
     tpu_address: optional TPU name or grpc address for 'tpu'.
+    register_timeout_seconds: float seconds (multi_worker only) every
+      worker of the cluster may take to register with the coordination
+      service at start-up; after it every started worker fails with a
+      ClusterStartupError naming the missing worker (see
+      `ConfigureCoordinationService`). None or 0 keeps TF's default (1 h).
 
   Returns:
     a `tf.distribute.Strategy`.
@@ -131,6 +157,9 @@ def CreateStrategy(name='default',
   Raises:
     ValueError: unknown `name` or `communication`; TF_CONFIG missing or
       malformed for 'multi_worker'.
+    ClusterStartupError: 'multi_worker' whose cluster lists an address
+      twice, whose task index is outside it, or whose start-up failed (a
+      peer did not register in time, this worker's port is taken).
     RuntimeError: 'multi_worker' requested after the TF runtime was
       initialised by another op; 'tpu' with no TPU reachable.
   """
@@ -150,7 +179,8 @@ def CreateStrategy(name='default',
                  [d.name for d in tf.config.list_logical_devices('CPU')])
     return _MirroredFor(tuple(devices))
   if name == 'multi_worker':
-    return _CreateMultiWorker(timeout_seconds, communication)
+    return _CreateMultiWorker(timeout_seconds, communication,
+                              register_timeout_seconds)
   return _CreateTpu(tpu_address)
 
 
@@ -170,13 +200,15 @@ def _MirroredFor(devices):
   return strategy
 
 
-def _CreateMultiWorker(timeout_seconds, communication):
+def _CreateMultiWorker(timeout_seconds, communication,
+                       register_timeout_seconds):
   """MultiWorkerMirroredStrategy from TF_CONFIG; see CreateStrategy."""
   if communication not in _COMMUNICATION:
     raise ValueError(
         'Unknown communication %r for --strategy=multi_worker; expected one '
         'of %s.' % (communication, sorted(_COMMUNICATION)))
   config = ParseTfConfig()
+  CheckCluster(config)
   if _RuntimeInitialized():
     raise RuntimeError(
         '--strategy=multi_worker: the strategy must be created before any '
@@ -189,12 +221,139 @@ def _CreateMultiWorker(timeout_seconds, communication):
   options = tf.distribute.experimental.CommunicationOptions(
       implementation=impl, timeout_seconds=timeout_seconds or None)
   logging.info('MultiWorkerMirroredStrategy: task %s of cluster %s, '
-               'collective timeout %s s', config['task'], config['cluster'],
-               timeout_seconds)
-  return tf.distribute.MultiWorkerMirroredStrategy(
-      cluster_resolver=(
-          tf.distribute.cluster_resolver.TFConfigClusterResolver()),
-      communication_options=options)
+               'collective timeout %s s, register timeout %s s',
+               config['task'], config['cluster'], timeout_seconds,
+               register_timeout_seconds)
+  resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+  if register_timeout_seconds:
+    ConfigureCoordinationService(resolver.cluster_spec(),
+                                 register_timeout_seconds)
+  try:
+    return tf.distribute.MultiWorkerMirroredStrategy(
+        cluster_resolver=resolver, communication_options=options)
+  except tf.errors.OpError as e:
+    raise ClusterStartupError(
+        StartupErrorMessage(e, config, register_timeout_seconds)) from None
+
+
+class ClusterStartupError(RuntimeError):
+  """A multi-worker run could not start (see `StartupErrorMessage`)."""
+
+
+def CheckCluster(config):
+  """Refuses a TF_CONFIG whose cluster no worker group can start.
+
+  Args:
+    config: dict, `ParseTfConfig()`.
+
+  Raises:
+    ClusterStartupError: an address listed twice (two tasks would share
+      one port), or a task type/index that is not in the cluster.
+  """
+  cluster, task = config['cluster'], config['task']
+  seen = {}
+  for job, addresses in sorted(cluster.items()):
+    for i, address in enumerate(addresses):
+      if address in seen:
+        raise ClusterStartupError(
+            'TF_CONFIG lists the address %s twice in its cluster (%s %d and '
+            '%s %d); give every task its own host:port.' %
+            (address, seen[address][0], seen[address][1], job, i))
+      seen[address] = (job, i)
+  addresses = cluster.get(task.get('type'), [])
+  index = task.get('index')
+  if (isinstance(index, bool) or not isinstance(index, int) or
+      not 0 <= index < len(addresses)):
+    raise ClusterStartupError(
+        'TF_CONFIG task %r is not in the cluster, which has %d %r task(s) '
+        '(indices 0..%d); set "task" to {"type": "worker", "index": i} '
+        'with i in that range, a different i for every worker.' %
+        (task, len(addresses), task.get('type'), len(addresses) - 1))
+
+
+def ConfigureCoordinationService(cluster_spec, register_timeout_seconds):
+  """Bounds the start-up of a multi-worker run by TF's coordination service.
+
+  MultiWorkerMirroredStrategy starts TF's coordination service (on the
+  leader, worker 0) with a one-hour registration timeout, and without a
+  registration barrier the leader waits for a missing worker forever. Here
+  the same service is configured before the strategy exists (the strategy
+  then keeps it), with `cluster_register_timeout_in_ms` and
+  `cluster_register_with_barrier`: every task waits at start-up until all
+  have registered, and after the timeout each fails with
+  DeadlineExceeded naming the tasks that never came (the leader) or saying
+  the leader did not answer (the others). Fields: TSL's
+  coordination_config.proto, CoordinationServiceConfig.
+
+  Args:
+    cluster_spec: tf.train.ClusterSpec of the run.
+    register_timeout_seconds: float > 0.
+  """
+  jobs = [coordination_config_pb2.CoordinatedJob(
+      name=job, num_tasks=cluster_spec.num_tasks(job))
+          for job in ('chief', 'worker') if job in cluster_spec.jobs]
+  ctx = context.context()
+  ctx.configure_coordination_service(
+      service_type='standalone',
+      service_leader=multi_worker_util.coordination_leader(cluster_spec),
+      cluster_register_timeout_in_ms=int(register_timeout_seconds * 1000),
+      coordinated_jobs=jobs)
+  ctx.coordination_service.cluster_register_with_barrier = True
+
+
+# A task name alone on its line, as the registration barrier lists them.
+_TASK_LINE = re.compile(r'^\s*/job:(\w+)/replica:\d+/task:(\d+)\s*$', re.M)
+
+
+def _Task(job, index, cluster):
+  """'worker 1 (127.0.0.1:2223)' for job 'worker', index 1."""
+  addresses = cluster.get(job, [])
+  where = (' (%s)' % addresses[index]) if index < len(addresses) else ''
+  return '%s %d%s' % (job, index, where)
+
+
+def StartupErrorMessage(error, config, register_timeout_seconds):
+  """One line saying why this worker's multi-worker start-up failed.
+
+  Args:
+    error: the tf.errors.OpError the strategy's start-up raised.
+    config: dict, this worker's `ParseTfConfig()`.
+    register_timeout_seconds: float, the registration bound in force.
+
+  Returns:
+    str naming this worker, the missing peer(s) or the taken address, and
+    the fix.
+  """
+  cluster, task = config['cluster'], config['task']
+  me = 'Multi-worker start-up of %s' % _Task(task['type'], task['index'],
+                                             cluster)
+  text = str(error)
+  fix = ('Start every worker of TF_CONFIG\'s cluster, each with its own task '
+         'index (python -m learner.launcher does), within %g s of each '
+         'other (--worker_register_timeout_secs).' % register_timeout_seconds)
+  if 'Wait_for_all_tasks_to_register' in text:
+    names = text.split('timed out task names:', 1)[-1].split('\n\n')[0]
+    missing = sorted({(j, int(i)) for j, i in _TASK_LINE.findall(names)})
+    return ('%s: %s did not register with the coordination service '
+            'within %g s. %s If a worker stopped saying its address is in '
+            'use, two workers were given the same task index.' % (
+                me, ', '.join(_Task(j, i, cluster) for j, i in missing) or
+                'a peer', register_timeout_seconds, fix))
+  if 'Could not start gRPC server' in text:
+    return ('%s: cannot listen on its own address: the port is in '
+            'use, most likely by another worker started with the same task '
+            'index %d (a duplicate). Give every worker its own index '
+            '0..%d, or free the port.' % (
+                me, task['index'], len(cluster.get(task['type'], [])) - 1))
+  if isinstance(error, tf.errors.DeadlineExceededError):
+    leader = ('chief', 0) if 'chief' in cluster else ('worker', 0)
+    return ('%s: the coordination service on %s did not answer '
+            'within %g s: that worker was not started, stopped, or is '
+            'unreachable. %s' % (me, _Task(leader[0], leader[1], cluster),
+                                 register_timeout_seconds, fix))
+  first = text.strip().splitlines()[0] if text.strip() else ''
+  return ('%s: the multi-worker start-up failed with %s: %s. %s' %
+          (me, type(error).__name__, first, fix))
 
 
 def _CreateTpu(tpu_address):
@@ -219,6 +378,18 @@ def _CreateTpu(tpu_address):
         '--strategy=default|mirrored|multi_worker here.' %
         (type(e).__name__, e)) from e
   return tf.distribute.TPUStrategy(resolver)
+
+
+def StrategyName(strategy=None):
+  """The strategy's public TF name, e.g. 'MultiWorkerMirroredStrategy'.
+
+  (TF 2.21's MultiWorkerMirroredStrategy is the class
+  CollectiveAllReduceStrategy, the name `type()` gives.)
+  """
+  strategy = strategy or tf.distribute.get_strategy()
+  if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+    return 'MultiWorkerMirroredStrategy'
+  return type(strategy).__name__
 
 
 def NumReplicas(strategy=None):
@@ -409,6 +580,34 @@ def _TaskOf(strategy):
   if task_type is None and resolver is not None:
     task_type, task_id = resolver.task_type, resolver.task_id
   return task_type, task_id
+
+
+def IsMultiWorker(strategy=None):
+  """bool: this process is one worker of a multi-worker cluster."""
+  return _TaskOf(strategy or tf.distribute.get_strategy())[0] is not None
+
+
+def WeightsDigest(variables):
+  """sha256 hex digest of variables' names, dtypes, shapes and values.
+
+  Two workers of a synchronous run end with bit-identical weights; the
+  launcher compares their digests (each trainer worker prints
+  `Final weights: sha256 <digest>`) instead of reading their checkpoints.
+
+  Args:
+    variables: iterable of tf.Variable (mirrored ones read this worker's
+      copy).
+
+  Returns:
+    str, 64 hex digits; the order of `variables` does not matter.
+  """
+  digest = hashlib.sha256()
+  for var in sorted(variables, key=lambda v: v.name):
+    value = np.asarray(var.numpy())
+    digest.update(('%s %s %s\n' % (var.name, value.dtype.str,
+                                    value.shape)).encode())
+    digest.update(np.ascontiguousarray(value).tobytes())
+  return digest.hexdigest()
 
 
 def IsChief(strategy=None):

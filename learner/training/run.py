@@ -266,6 +266,8 @@ def run(model_fn, input_fn, optimizer_fn=None,  # pylint: disable=invalid-name
   p.Define('eval_input', FnInput.Params().Set(
       name='eval_input', input_fn=eval_input_fn or input_fn,
       mode=ModeKeys.EVAL), 'Evaluation input.')
-  t = trainer_lib.Trainer(p, log_dir, mode=run_mode, seed=seed, tty=tty,
-                          stream=stream)
+  t = trainer_lib.Trainer(
+      p, log_dir, mode=run_mode, seed=seed, tty=tty, stream=stream,
+      resume_hint='call learner.run with the arguments of the run that '
+      'wrote it (max_number_of_steps, learning_rate, learner_params, ...)')
   return t.Run()

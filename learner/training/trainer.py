@@ -9,8 +9,12 @@ Trains and/or evaluates a registered experiment (see `params.registry`):
     python -m learner.trainer --model=regression.LinearRegression \
         --logdir=/tmp/lr --params_override='task.train.max_steps : 50'
 
-What a run writes to `--logdir`:
-  * `params.txt` (and the text summary 'params'): the final params.
+What a run writes to `--logdir` (each job its own files; see
+`learner.training.logdir`):
+  * `params.txt` (and the text summary 'params'): the run's params, written
+    by the first train job (modes train, train_and_eval) only. A resume with
+    other params keeps the file and says what differs and how to resume
+    unchanged (`--params_file=<logdir>/params.txt`).
   * `ckpt/ckpt-<global step>`: rolling checkpoints (`p.task.train.
     save_interval_steps`, `save_max_to_keep`, and one at the end); a run on
     a logdir with a checkpoint resumes from it, at the same batch.
@@ -20,13 +24,21 @@ What a run writes to `--logdir`:
     starts): every model variable's name, shape, size, dtype and learners,
     the values each learner trains and the totals (as Lingvo writes it).
   * `metrics.json`: the final evaluation metrics (in 'train' mode, the last
-    step's training metrics) and the global step.
+    step's training metrics) and the global step. A rerun of a finished run
+    writes nothing and prints these stored metrics.
+  * `eval_job/` (mode eval, which only reads checkpoints): its TensorBoard
+    run and `eval_job/metrics.json`; it never writes params.txt or
+    metrics.json. Other checkpoint-reading jobs write their own directory
+    (`evaler/`, `export/`).
+
+Before the logdir is created the whole experiment is built and checked
+(`learner.training.validate`): a refused value is one `ERROR:` line (exit
+2; `--verbose` raises it with its traceback) and nothing is written.
 
 The `Trainer` class does the work and is usable from Python and tests; the
 absl `main` only parses flags.
 """
 
-import contextlib
 import json
 import os
 import sys
@@ -40,16 +52,20 @@ import tensorflow as tf
 from params import BaseLayer
 from params import hyperparams
 from params import registry
-from learner.optimizers import base as base_optimizer
-from learner.optimizers import var_grad
+from learner import tf_log
 from learner.training import checkpointer as checkpointer_lib
 from learner.training import distribution
+from learner.training import early_stop as early_stop_lib
+from learner.training import evaler as evaler_lib
+from learner.training import export as export_lib
+from learner.training import logdir as logdir_lib
 from learner.training import model_analysis
 from learner.training.mode_keys import ModeKeys
 from learner.training import progress as progress_lib
 from learner.training import skipped_steps
 from learner.training import stops
 from learner.training import summary as summary_lib
+from learner.training import validate
 
 
 def LoadExperimentParams(model, params_file=None, params_override=None,
@@ -129,20 +145,9 @@ def _FindLayers(root, predicate):
       stack.extend(obj.values())
 
 
-def _EmaClasses(task):
-  """The averaging optimizer classes (Ema) in the task's learners' params.
-
-  Asked through `BaseOptimizer.EvalAverageClasses`, which wrappers delegate
-  to their inner optimizers, so no optimizer is built. A learner given
-  `optimizer_fn` instead of `optimizer` params is not searched.
-  """
-  out = []
-  for lp in task.LearnerParamsList():
-    opt = lp.optimizer
-    cls = getattr(opt, 'cls', None)
-    if isinstance(cls, type) and issubclass(cls, base_optimizer.BaseOptimizer):
-      out.extend(cls.EvalAverageClasses(opt))
-  return out
+# The EMA helpers live with the checkpoint restore that the jobs share.
+_EmaClasses = checkpointer_lib.EvalAverageClasses
+LoadEmaAverages = checkpointer_lib.LoadEmaAverages
 
 
 def _Float(x):
@@ -169,6 +174,11 @@ class Trainer:
     tty: force the progress bar (True) or log lines (False); None asks
       whether stdout is a terminal.
     stream: where progress goes (default sys.stdout).
+    resume_hint: how to resume a run unchanged, shown when a resume's params
+      differ from the run's params.txt (the command line gives its flags).
+    worker_register_timeout_secs: float seconds every worker of a
+      multi_worker run may take to register at start-up (see
+      `distribution.CreateStrategy`, register_timeout_seconds).
 
   Raises:
     ValueError: unknown mode; params without 'task'.
@@ -176,7 +186,10 @@ class Trainer:
 
   def __init__(self, params, logdir, mode=ModeKeys.TRAIN, seed=None,
                strategy=None, init_from_checkpoint=None,
-               init_from_checkpoint_rules=None, tty=None, stream=None):
+               init_from_checkpoint_rules=None, tty=None, stream=None,
+               resume_hint=None,
+               worker_register_timeout_secs=(
+                   distribution.DEFAULT_REGISTER_TIMEOUT_SECONDS)):
     if mode not in ModeKeys.ALL:
       raise ValueError('mode %r is not one of %s.' % (mode,
                                                      list(ModeKeys.ALL)))
@@ -188,6 +201,7 @@ class Trainer:
     self._mode = mode
     self._seed = seed
     self._strategy_arg = strategy
+    self._register_timeout = worker_register_timeout_secs
     tp = self._params.task.train
     self._init_ckpt = (init_from_checkpoint if init_from_checkpoint
                        is not None else tp.init_from_checkpoint)
@@ -196,6 +210,8 @@ class Trainer:
                         tp.init_from_checkpoint_rules)
     self._tty = tty
     self._stream = stream or sys.stdout
+    self._resume_hint = resume_hint
+    self._checked = None
     self.task = None
     self._best = None
     self._writers = {}
@@ -212,7 +228,8 @@ class Trainer:
     if s is None or s == 'default':
       return tf.distribute.get_strategy()
     if isinstance(s, str):
-      return distribution.CreateStrategy(s)
+      return distribution.CreateStrategy(
+          s, register_timeout_seconds=self._register_timeout)
     return s
 
   def _Writer(self, name):
@@ -222,19 +239,11 @@ class Trainer:
     return self._writers[name]
 
   def _WriteParams(self):
+    """params.txt once per run (train jobs only) and the text summary."""
     text = self._params.ToText()
-    path = os.path.join(self._logdir, 'params.txt')
-    if tf.io.gfile.exists(path):
-      with tf.io.gfile.GFile(path) as f:
-        old = f.read()
-      if old != text:
-        self._Print(ParamsChangeWarning(path, old, text))
-    with tf.io.gfile.GFile(os.path.join(self._logdir, 'params.txt'),
-                           'w') as f:
-      f.write(text)
-    summary_lib.WriteParamsText(self._Writer(self._mode if self._mode !=
-                                             ModeKeys.TRAIN_AND_EVAL else
-                                             'train'), text)
+    logdir_lib.WriteParamsOnce(self._logdir, text, self._Print,
+                               hint=self._resume_hint)
+    summary_lib.WriteParamsText(self._Writer('train'), text)
 
   def _WriteModelAnalysis(self, task):
     """Writes logdir/model_analysis.txt (training modes only, at the start)."""
@@ -243,19 +252,26 @@ class Trainer:
                            'w') as f:
       f.write(text)
 
-  def _WriteMetrics(self, metrics):
-    path = os.path.join(self._logdir, 'metrics.json')
-    tmp = path + '.tmp'
-    with tf.io.gfile.GFile(tmp, 'w') as f:
-      json.dump(metrics, f, indent=1, sort_keys=True)
-    tf.io.gfile.rename(tmp, path, overwrite=True)
+  def _WriteMetrics(self, metrics, job_dir=None):
+    """metrics.json of the train job, or of `job_dir` (e.g. 'eval_job')."""
+    directory = os.path.join(self._logdir, job_dir or '')
+    tf.io.gfile.makedirs(directory)
+    logdir_lib.WriteMetrics(
+        os.path.join(directory, logdir_lib.METRICS_FILE), metrics)
 
   # ---- running -------------------------------------------------------------
 
   def Run(self):
-    """Runs the mode; returns the dict written to logdir/metrics.json."""
+    """Runs the mode; returns its metrics (also in its metrics.json).
+
+    Raises:
+      validate.ExperimentError: a refused value (before anything is
+        written; see `learner.training.validate`).
+      NothingToEvaluateError: mode eval on a logdir without a checkpoint.
+    """
     # First: --strategy=multi_worker must be created before any other op.
-    self._strategy = self._Strategy()
+    with validate.Refusing():
+      self._strategy = self._Strategy()
     if self._seed is not None:
       tf.keras.utils.set_random_seed(int(self._seed))
       tf.config.experimental.enable_op_determinism()
@@ -272,14 +288,50 @@ class Trainer:
           'mode=eval: no checkpoint in %s to evaluate. Train first (mode '
           'train or train_and_eval) with this logdir.' %
           os.path.join(self._chief_logdir, 'ckpt'))
+    trains = self._mode in (ModeKeys.TRAIN, ModeKeys.TRAIN_AND_EVAL)
+    self._checked = validate.Experiment(
+        self._params, self._strategy, train=trains,
+        evaluate=self._mode != ModeKeys.TRAIN, init_rules=self._init_rules)
+    for warning in self._checked.warnings:
+      self._Print(warning)
+    if trains:
+      stored = logdir_lib.FinishedMetrics(
+          self._chief_logdir, self._params.task.train.max_steps,
+          with_eval=self._mode == ModeKeys.TRAIN_AND_EVAL)
+      if stored is not None:
+        return self._ReportFinished(stored)
     tf.io.gfile.makedirs(self._logdir)
-    self._WriteParams()
+    if trains:
+      self._WriteParams()
     if self._mode == ModeKeys.EVAL:
       return self._RunEval()
     with stops.SignalStop(self._Print) as self._stop:
       return self._RunTrain()
 
+  def _ReportFinished(self, stored):
+    """A rerun of a finished run: writes nothing, prints what is stored."""
+    path = os.path.join(self._chief_logdir, logdir_lib.PARAMS_FILE)
+    if tf.io.gfile.exists(path):
+      with tf.io.gfile.GFile(path) as f:
+        old = f.read()
+      if old != self._params.ToText():
+        self._Print(logdir_lib.ParamsChangeWarning(
+            path, old, self._params.ToText(), hint=self._resume_hint))
+    step = stored['global_step']
+    self._Print('Training in %s is finished (global step %d, max_steps %d); '
+                'nothing was run or written. For more steps raise '
+                '--max_steps; for a new run use another --logdir.' %
+                (self._chief_logdir, step,
+                 self._params.task.train.max_steps))
+    self._Print('Final metrics (global step %d, stored in %s): %s' % (
+        step, os.path.join(self._chief_logdir, logdir_lib.METRICS_FILE),
+        json.dumps(stored, sort_keys=True)))
+    return stored
+
   def _BuildTask(self, train):
+    if self._checked is not None:  # Built and checked by validate.
+      self.task = self._checked.task
+      return self.task
     with self._strategy.scope():
       task = self._params.task.Instantiate()
       if train:
@@ -293,12 +345,20 @@ class Trainer:
         p.task.train.replicas_to_aggregate,
         self._strategy.num_replicas_in_sync)
     task = self._BuildTask(train=True)
-    input_gen = p.train_input.Instantiate()
+    input_gen = (self._checked.train_input if self._checked is not None
+                 else p.train_input.Instantiate())
     input_gen.CheckBatchSize()
     ckpt, ckpter, restored, iterator = self._RestoreTrainState(task,
                                                                input_gen)
     self._WriteModelAnalysis(task)
     dev = p.task.eval
+    self._early_stop = early_stop_lib.EarlyStop.FromParams(
+        dev, self._logdir, int(task.global_step.numpy()),
+        evaluating=self._mode == ModeKeys.TRAIN_AND_EVAL)
+    if not restored:  # Once per run, at its start.
+      summary_lib.WriteHParams(self._Writer('train'), p)
+    self._step_counter = summary_lib.StepCounter(
+        p.train_input.batch_size if 'batch_size' in p.train_input else None)
     if self._mode == ModeKeys.TRAIN_AND_EVAL and dev.dev_metric:
       self._best = checkpointer_lib.BestCheckpoint(
           ckpt, os.path.join(self._logdir, 'best'), dev.dev_metric_mode)
@@ -321,9 +381,13 @@ class Trainer:
                     if out is not None else {})
       result.update({'train/%s' % k: v for k, (v, w) in last_train.items()
                      if w != 0})
+    result.update(self._early_stop.Summary())
     self._WriteMetrics(result)
     self._Print('Final metrics (global step %d): %s' % (
         step, json.dumps({k: v for k, v in result.items()}, sort_keys=True)))
+    if distribution.IsMultiWorker(self._strategy):  # The launcher compares.
+      self._Print('Final weights: sha256 %s' % distribution.WeightsDigest(
+          task.ModelVars().Flatten()))
     return result
 
   def _Distributed(self):
@@ -408,9 +472,10 @@ class Trainer:
     """
     tp, dev = self._params.task.train, self._params.task.eval
     step = int(task.global_step.numpy())
-    progress = progress_lib.Progress(tp.max_steps, step,
-                                     tp.log_interval_steps,
-                                     stream=self._stream, tty=self._tty)
+    progress = progress_lib.Progress(
+        tp.max_steps, step, tp.log_interval_steps, stream=self._stream,
+        tty=self._tty, num_replicas=self._strategy.num_replicas_in_sync,
+        strategy_name=distribution.StrategyName(self._strategy))
     train_writer = self._Writer('train')
     out = None
     last_saved = step if restored else None
@@ -424,6 +489,8 @@ class Trainer:
                                       tp.max_consecutive_skipped_steps,
                                       self._Print, step)
     while step < tp.max_steps:
+      if self._early_stop.stopped:  # At the evaluation that stopped it.
+        break
       end = min([tp.max_steps, step + tp.steps_per_loop] +
                 [(step // k + 1) * k for k in intervals])
       out = self._TrainLoop(task, iterator, end - step)
@@ -454,11 +521,13 @@ class Trainer:
     tagged = None
     if step % tp.summary_interval_steps == 0 or step == tp.max_steps:
       tagged = summary_lib.FlattenStepOutput(out, num_learners)
+      tagged.update(self._step_counter.Rates(step))
       summary_lib.WriteScalars(train_writer, step, tagged, flush=False)
     if progress.WantsValues(step):
       if tagged is None:
         tagged = summary_lib.FlattenStepOutput(out, num_learners)
-      progress.Update(step, _LossOf(tagged), _LrOf(tagged))
+      progress.Update(step, _LossOf(tagged),
+                      progress_lib.LearningRates(tagged))
     else:
       progress.Update(step)
 
@@ -488,38 +557,16 @@ class Trainer:
     return [ema for learner in task.learners
             for ema in learner.optimizer.EvalAverages()]
 
-  def Evaluate(self, task, step, use_ema_layers=()):
+  def Evaluate(self, task, step, use_ema_layers=(), summary_dir='eval'):
     """Evaluates on the eval input; returns {metric: weighted mean}.
 
     Metrics are averaged over all evaluated batches with their weights.
     Inside, the weights of every Ema in `use_ema_layers` are swapped for
-    their averages (and back after).
+    their averages (and back after). The scalars go to the TensorBoard run
+    `summary_dir` of the logdir.
     """
-    p = self._params
-    ep = p.eval_input.Copy()
-    if not p.task.eval.samples and 'num_epochs' in ep:
-      ep.num_epochs = 1
-    input_gen = ep.Instantiate()
-    sums, weights = {}, {}
-    seen = 0
-    with contextlib.ExitStack() as stack:
-      for ema in use_ema_layers:
-        stack.enter_context(ema.SwapAverages())
-      for batch in input_gen.GetDataset():
-        metrics = summary_lib.MetricsToDict(task.EvalStep(batch))
-        for name, (v, w) in metrics.items():
-          sums[name] = sums.get(name, 0.0) + v * w
-          weights[name] = weights.get(name, 0.0) + w
-        seen += int(tf.nest.flatten(batch)[0].shape[0])
-        if p.task.eval.samples and seen >= p.task.eval.samples:
-          break
-    if not sums:
-      raise ValueError('The eval input yielded no batch; check eval_input '
-                       '(split %r, batch_size %d).' % (ep.split,
-                                                       ep.batch_size))
-    results = {k: sums[k] / weights[k] if weights[k] else float('nan')
-               for k in sums}
-    summary_lib.WriteScalars(self._Writer('eval'), step,
+    results = evaler_lib.EvalMetrics(self._params, task, use_ema_layers)
+    summary_lib.WriteScalars(self._Writer(summary_dir), step,
                              {k: (v, 1.0) for k, v in results.items()})
     return results
 
@@ -548,6 +595,8 @@ class Trainer:
                                                          dev.dev_metric):
         self._Print('New best %s %.5g at global step %d.' %
                     (dev.dev_metric, value, step))
+      if self._early_stop.Update(step, value):
+        self._Print(self._early_stop.reason + '.')
     return results
 
   def _RunEval(self):
@@ -570,7 +619,9 @@ class Trainer:
       n = LoadEmaAverages(restored, task, ema_classes)
       self._Print('Evaluating on the EMA averages of the weights (%d '
                   'variables restored from %s).' % (n, restored))
-    results = self.Evaluate(task, step)
+    job_dir = logdir_lib.EVAL_JOB_DIR
+    summary_lib.WriteParamsText(self._Writer(job_dir), self._params.ToText())
+    results = self.Evaluate(task, step, summary_dir=job_dir)
     self._Print('Eval at global step %d: %s' % (step, ', '.join(
         '%s %.5g' % (k, v) for k, v in sorted(results.items()))))
     result = dict(results, global_step=step)
@@ -578,7 +629,9 @@ class Trainer:
         tf.train.load_checkpoint(restored))
     if counts:
       result.update(skipped_steps.SkippedCounts(counts))
-    self._WriteMetrics(result)
+    self._WriteMetrics(result, job_dir=job_dir)
+    self._Print('Eval metrics written to %s.' % os.path.join(
+        self._logdir, job_dir, logdir_lib.METRICS_FILE))
     return result
 
 
@@ -586,65 +639,8 @@ class NothingToEvaluateError(ValueError):
   """--mode=eval on a logdir that has no checkpoint yet."""
 
 
-def ParamsChangeWarning(path, old_text, new_text, max_lines=10):
-  """A warning naming the params lines that changed since the last run.
-
-  Args:
-    path: the logdir's params.txt.
-    old_text, new_text: the earlier run's and this run's `Params.ToText()`.
-    max_lines: at most this many changed lines are listed.
-
-  Returns:
-    A str: resuming with other params (e.g. without repeating an earlier
-    --params_override) is allowed but is rarely what was meant.
-  """
-  old_lines = set(old_text.splitlines())
-  new_lines = set(new_text.splitlines())
-  changed = (['- ' + l for l in sorted(old_lines - new_lines)] +
-             ['+ ' + l for l in sorted(new_lines - old_lines)])
-  more = len(changed) - max_lines
-  listing = '\n  '.join(changed[:max_lines])
-  if more > 0:
-    listing += '\n  ... and %d more' % more
-  return ('WARNING: these params differ from the earlier run in %s (repeat '
-          'its --params_override/--params_file to resume it unchanged):\n  %s'
-          % (path, listing))
-
-
-def LoadEmaAverages(checkpoint_path, task, ema_classes):
-  """Assigns each model variable its EMA average from a training checkpoint.
-
-  Reads the averages that the averaging optimizers saved, under the keys
-  their classes give (`AverageCheckpointKeySuffix`), without building any
-  optimizer.
-
-  Args:
-    checkpoint_path: a checkpoint written while training.
-    task: the built task whose model variables get the averages.
-    ema_classes: the averaging optimizer classes (see `_EmaClasses`).
-
-  Returns:
-    The number of variables assigned.
-
-  Raises:
-    ValueError: if a trainable model variable has no average in the
-      checkpoint.
-  """
-  reader = tf.train.load_checkpoint(checkpoint_path)
-  keys = list(reader.get_variable_to_shape_map())
-  n = 0
-  for var in task.ModelVars().Flatten():
-    suffixes = tuple(c.AverageCheckpointKeySuffix(var) for c in ema_classes)
-    found = [k for k in keys if k.endswith(suffixes)]
-    if not found:
-      if var.trainable:
-        raise ValueError(
-            'Checkpoint %s has no EMA average of %r; it was not trained with '
-            'this Ema learner.' % (checkpoint_path, var_grad.VarName(var)))
-      continue
-    var.assign(reader.get_tensor(found[0]))
-    n += 1
-  return n
+# The warning for a resume with other params (kept here for its callers).
+ParamsChangeWarning = logdir_lib.ParamsChangeWarning
 
 
 def _LossOf(tagged):
@@ -653,13 +649,6 @@ def _LossOf(tagged):
       return tagged[key][0]
   for k, (v, _) in sorted(tagged.items()):
     if 'loss' in k:
-      return v
-  return None
-
-
-def _LrOf(tagged):
-  for k, (v, w) in sorted(tagged.items()):
-    if k.startswith('learning_rate') and w:
       return v
   return None
 
@@ -678,9 +667,14 @@ def DefineFlags():
   flags.DEFINE_bool('list', False, 'Print every registered experiment and exit.')
   flags.DEFINE_string('logdir', None, 'Output directory (checkpoints, '
                       'summaries, params.txt, metrics.json).')
-  flags.DEFINE_enum('mode', ModeKeys.TRAIN, list(ModeKeys.ALL),
-                    'train, eval (restore weights and evaluate) or '
-                    'train_and_eval.')
+  flags.DEFINE_enum('mode', ModeKeys.TRAIN,
+                    list(ModeKeys.ALL + ModeKeys.JOBS),
+                    'train, eval (restore weights and evaluate), '
+                    'train_and_eval, or a job that reads the run\'s '
+                    'checkpoints: evaler (evaluate each new checkpoint once) '
+                    'or export (a SavedModel of the predictions).')
+  evaler_lib.DefineFlags()
+  export_lib.DefineFlags()
   flags.DEFINE_integer('max_steps', None, 'Overrides task.train.max_steps.')
   flags.DEFINE_string('params_override', None,
                       'Params text rooted at the experiment\'s params, e.g. '
@@ -705,6 +699,20 @@ def DefineFlags():
   flags.DEFINE_string('init_from_checkpoint_rules', None,
                       '"regex=>replacement;..." mapping variable names of the '
                       'init checkpoint to ours (re.sub, first match wins).')
+  flags.DEFINE_bool('verbose', False,
+                    'Show the traceback of a refused value (by default one '
+                    'ERROR: line).')
+  flags.DEFINE_float('worker_register_timeout_secs',
+                     distribution.DEFAULT_REGISTER_TIMEOUT_SECONDS,
+                     '--strategy=multi_worker: seconds every worker may take '
+                     'to register at start-up; after it each started worker '
+                     'fails with one line naming the missing one.')
+  flags.DEFINE_integer('tf_log_level', None,
+                       'TensorFlow\'s C++ log level (TF_CPP_MIN_LOG_LEVEL): '
+                       '0 shows every INFO line, 3 only FATAL ones. Default '
+                       'quiet: %s unless TF_CPP_MIN_LOG_LEVEL is set. Read '
+                       'by the entry module before TensorFlow starts.' %
+                       tf_log.QUIET_LEVEL)
 
 
 def ListExperiments():
@@ -712,6 +720,24 @@ def ListExperiments():
   keys = registry.GetAllRegisteredKeys()
   width = max([len(k) for k in keys] + [1])
   return '\n'.join('%-*s  %s' % (width, k, registry.Describe(k)) for k in keys)
+
+
+def _ResumeHint():
+  """How to resume the run in --logdir unchanged, in this command's flags."""
+  return ('rerun with --params_file=%s and without --params_override, '
+          '--max_steps or --jit_compile' %
+          os.path.join(FLAGS.logdir, logdir_lib.PARAMS_FILE))
+
+
+def _Refuse(error):
+  """Prints `error` as one ERROR: line; returns exit status 2.
+
+  With --verbose the error is raised again instead, with its traceback.
+  """
+  if FLAGS.verbose:
+    raise error
+  print('ERROR: %s' % validate.OneLine(error), file=sys.stderr)
+  return 2
 
 
 def main(argv):
@@ -735,31 +761,61 @@ def main(argv):
                                   FLAGS.jit_compile)
     rules = (ParseRules(FLAGS.init_from_checkpoint_rules)
              if FLAGS.init_from_checkpoint_rules is not None else None)
+    # The jobs that only read the run's checkpoints (evaler.py, export.py).
+    if FLAGS.mode == ModeKeys.EVALER:
+      return evaler_lib.Main(params, FLAGS)
+    if FLAGS.mode == ModeKeys.EXPORT:
+      return export_lib.Main(params, FLAGS)
   except (LookupError, ValueError) as e:
-    print('ERROR: %s' % e, file=sys.stderr)
-    return 2
-  trainer = Trainer(params, FLAGS.logdir, mode=FLAGS.mode, seed=FLAGS.seed,
-                    strategy=FLAGS.strategy,
-                    init_from_checkpoint=FLAGS.init_from_checkpoint,
-                    init_from_checkpoint_rules=rules)
+    return _Refuse(e)
+  trainer = Trainer(
+      params, FLAGS.logdir, mode=FLAGS.mode, seed=FLAGS.seed,
+      strategy=FLAGS.strategy,
+      init_from_checkpoint=FLAGS.init_from_checkpoint,
+      init_from_checkpoint_rules=rules, resume_hint=_ResumeHint(),
+      worker_register_timeout_secs=FLAGS.worker_register_timeout_secs)
   try:
     trainer.Run()
-  except (NothingToEvaluateError, checkpointer_lib.CheckpointError) as e:
-    print('ERROR: %s' % e, file=sys.stderr)
-    return 2
+  except (validate.ExperimentError, NothingToEvaluateError,
+          checkpointer_lib.CheckpointError) as e:
+    return _Refuse(e)
   except stops.StopRequested as e:
     print(str(e), file=sys.stderr, flush=True)
     return e.exit_code
   except skipped_steps.NonFiniteTrainingError as e:
-    print('ERROR: %s' % e, file=sys.stderr)
+    if FLAGS.verbose:
+      raise
+    print('ERROR: %s' % validate.OneLine(e), file=sys.stderr)
+    return 1
+  except distribution.ClusterStartupError as e:
+    # Not a bad value (exit 1): a peer that did not start or a duplicate.
+    if FLAGS.verbose:
+      raise
+    print('ERROR: %s' % validate.OneLine(e), file=sys.stderr)
     return 1
   return 0
+
+
+_HELP_FLAGS = ('--help', '-help', '-h', '-?', '--helpshort', '-helpshort',
+               '--helpfull', '-helpfull')
+
+
+def Usage(full=False):
+  """The trainer's --help text: how to run it and its flags."""
+  flag_help = FLAGS.get_help() if full else FLAGS.module_help(__name__)
+  return ('%s\n\nThe console script tf-learner-train is the same command.'
+          '\n\nFlags:\n%s\n' % (__doc__.strip(), flag_help))
 
 
 def Main():
   """Console entry point."""
   DefineFlags()
-  logging.set_verbosity(logging.WARNING)
+  wanted = [a for a in sys.argv[1:] if a in _HELP_FLAGS]
+  if wanted:  # absl's --help shows no flag of ours and exits 1.
+    sys.stdout.write(Usage(full=any('full' in a for a in wanted)))
+    sys.exit(0)
+  quiet = os.environ.get(tf_log.ENV, tf_log.QUIET_LEVEL) >= '2'
+  logging.set_verbosity(logging.WARNING if quiet else logging.INFO)
   app.run(lambda argv: sys.exit(main(argv)))
 
 

@@ -248,3 +248,17 @@ def test_mirrored_is_created_once_per_device_set(mirrored):
   # collective keys and their all-reduces collide ("Shape mismatch in the
   # collective instance 100"), so CreateStrategy returns the same one.
   assert distribution.CreateStrategy('mirrored') is mirrored
+
+
+def test_weights_digest_is_sha256_of_sorted_names_and_values():
+  import hashlib  # pylint: disable=g-import-not-at-top
+  b = tf.Variable(np.array([1.5, -2.0], np.float32), name='b')
+  w = tf.Variable(np.array([[3.0]], np.float32), name='w')
+  want = hashlib.sha256()
+  for name, value in ((b.name, np.array([1.5, -2.0], np.float32)),
+                      (w.name, np.array([[3.0]], np.float32))):
+    want.update(('%s <f4 %s\n' % (name, value.shape)).encode())
+    want.update(value.tobytes())
+  assert distribution.WeightsDigest([w, b]) == want.hexdigest()
+  w.assign([[3.0000002]])
+  assert distribution.WeightsDigest([w, b]) != want.hexdigest()

@@ -135,3 +135,117 @@ def test_arguments_after_double_dash_reach_the_worker_module(tmp_path):
   assert code == 0
   assert json.loads(dst.read_text()) == {'a': 1}
 
+
+
+# ---- refusal, prefixed output, summary (issue 15, items 5 and 7) ----------
+
+
+def test_two_trainer_workers_without_multi_worker_are_refused_before_start(
+    tmp_path, capfd):
+  logdir = tmp_path / 'logdir'
+  for strategy in ([], ['--strategy=mirrored'], ['--strategy', 'default']):
+    code = launcher.main(['--num_workers=2', '--', '--model=regression.'
+                          'LinearRegression', '--logdir=%s' % logdir] +
+                         strategy)
+    assert code == 2
+    err = capfd.readouterr().err
+    lines = [l for l in err.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith('ERROR: --num_workers=2 '
+                                                   'needs --strategy=multi_'
+                                                   'worker'), err
+    assert 'started' not in err
+  assert not logdir.exists()
+
+
+def test_a_script_given_another_strategy_is_refused_and_never_runs(
+    tmp_path, capfd):
+  script = _Script(tmp_path, 'sys.exit(0)\n')
+  code = launcher.main(['--num_workers=2', '--script=%s' % script, '--',
+                        str(tmp_path), '--strategy=default'])
+  assert code == 2
+  assert 'got --strategy=default' in capfd.readouterr().err
+  assert not (tmp_path / 'pid_0').exists()
+
+
+def test_strategy_refusal_rules():
+  refuse = launcher.StrategyRefusal
+  trainer = 'learner.trainer'
+  assert refuse(1, trainer, None, ['--model=m']) is None
+  assert refuse(2, trainer, None, ['--strategy=multi_worker']) is None
+  assert refuse(2, trainer, None, ['--strategy', 'multi_worker']) is None
+  assert refuse(3, trainer, None, ['--model=m']).startswith(
+      '--num_workers=3 needs --strategy=multi_worker')
+  # Another program: its flags are unknown unless --strategy is given.
+  assert refuse(2, 'json.tool', None, ['a', 'b']) is None
+  assert refuse(2, None, 'w.py', ['-strategy=tpu']) is not None
+
+
+def test_worker_lines_are_prefixed_whole_and_end_with_one_summary(
+    tmp_path, capfd):
+  digest = 'ab' * 32
+  script = _Script(tmp_path, """\
+      for k in range(200):
+        print('line %d of worker %d ' % (k, i) + 'x' * 200, flush=True)
+      sys.stderr.write('an error line of %d\\n' % i)
+      sys.stderr.flush()
+      print('Final metrics (global step 7): {"global_step": 7, "loss": 0.5}')
+      print('Final weights: sha256 %s' % sys.argv[2])
+      """)
+  code = launcher.main(['--num_workers=2', '--deadline_secs=60',
+                        '--script=%s' % script, '--', str(tmp_path), digest])
+  assert code == 0
+  out, err = capfd.readouterr()
+  lines = out.splitlines()
+  for i in (0, 1):
+    mine = [l for l in lines if l.startswith('[worker %d] ' % i)]
+    assert mine[:200] == ['[worker %d] line %d of worker %d ' % (i, k, i) +
+                          'x' * 200 for k in range(200)]
+    assert '[worker %d] an error line of %d' % (i, i) in mine
+  assert all(l.startswith(('[worker 0] ', '[worker 1] ')) for l in lines)
+  summary = err.strip().splitlines()[-1]
+  assert summary == (
+      'launcher: 2 worker(s) finished; final global step 7; final metrics '
+      'of worker 0: loss 0.5; final weights identical on every worker '
+      '(sha256 %s).' % digest[:16])
+
+
+def test_summary_says_when_the_weights_differ_or_are_not_reported():
+  same = {'global_step': 5, 'metrics': {'global_step': 5, 'w': 1.0}}
+  text = launcher.Summary({0: dict(same, weights='aa' * 32),
+                           1: dict(same, weights='bb' * 32)})
+  assert ('final weights DIFFER: worker 0 sha256 %s, worker 1 sha256 %s' %
+          ('aa' * 8, 'bb' * 8)) in text
+  assert 'final global step 5;' in text
+  assert 'no worker reported its final weights' in launcher.Summary({0: {}})
+
+
+def test_summary_is_read_from_the_log_files_with_log_dir(tmp_path, capfd):
+  script = _Script(tmp_path, """\
+      print('Final metrics (global step 3): {"global_step": 3}')
+      print('Final weights: sha256 %s' % ('0f' * 32))
+      """)
+  code = launcher.main(['--num_workers=2', '--log_dir=%s' % (tmp_path / 'l'),
+                        '--script=%s' % script, '--', str(tmp_path)])
+  assert code == 0
+  out, err = capfd.readouterr()
+  assert not out
+  assert err.strip().splitlines()[-1] == (
+      'launcher: 2 worker(s) finished; final global step 3; final weights '
+      'identical on every worker (sha256 %s).' % ('0f' * 8))
+
+
+def test_console_script_help_exits_0_and_names_the_module_command():
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  env = dict(os.environ)
+  env.pop('TF_CPP_MIN_LOG_LEVEL', None)
+  proc = subprocess.run(
+      [sys.executable, '-c', 'import sys; sys.argv = ["tf-learner-launch", '
+       '"--help"]; from learner.launcher import Main; Main()'],
+      env=env, capture_output=True, text=True, timeout=240)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert proc.stdout.startswith('usage: python -m learner.launcher')
+  assert '--tf_log_level' in proc.stdout
+  # TensorFlow loaded (learner.training), quietly.
+  for noise in ('cpu_feature_guard', 'oneDNN', 'I0000', 'W0000'):
+    assert noise not in proc.stderr, proc.stderr[-2000:]

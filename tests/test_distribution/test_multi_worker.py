@@ -1,6 +1,6 @@
 """Multi-process distribution tests (issue 7): slow, bounded, loopback only.
 
-Three process launches in all, each with a deadline and every process
+Four process launches in all, each with a deadline and every process
 stopped by pid in a `finally`:
   1. one pair of `mw_worker.py` workers (MultiWorkerMirroredStrategy) runs
      every scenario of scenarios.py; one `mw_worker.py mirrored` process
@@ -9,7 +9,8 @@ stopped by pid in a `finally`:
      the session). Several tests read their results.
   2. a pair of trainer workers (regression.DistributedLinearRegression)
      of which one is killed after the first checkpoint;
-  3. the same pair restarted, which resumes and finishes.
+  3. the same pair restarted, which resumes and finishes;
+  4. the same pair once more on the finished run, which writes nothing.
 Ports are picked free on 127.0.0.1 at run time (learner.launcher).
 """
 
@@ -296,3 +297,34 @@ def test_restarted_group_resumes_and_ends_as_an_uninterrupted_run(
   for name in ('w', 'b'):
     np.testing.assert_allclose(final[name], ref[name], rtol=1e-5, atol=1e-7,
                                err_msg=name)
+
+
+def test_a_rerun_of_the_finished_group_keeps_its_files(killed_and_resumed):
+  # Launch 4: the finished run again. Both workers print the stored metrics
+  # and write nothing: metrics.json and params.txt stay byte-identical.
+  out = killed_and_resumed
+  if 'error' in out:
+    pytest.fail(out['error'])
+  logdir = out['logdir']
+  files = {}
+  for name in ('metrics.json', 'params.txt'):
+    with open(os.path.join(logdir, name), 'rb') as f:
+      files[name] = f.read()
+  logs = [os.path.join(os.path.dirname(logdir), 'rerun_%d.log' % i)
+          for i in range(2)]
+  procs = launcher.StartWorkers(_TrainerCommand(logdir), 2,
+                                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2'),
+                                log_paths=logs)
+  try:
+    code, failed = launcher.WaitForWorkers(procs, _DEADLINE_SECS)
+  finally:
+    launcher.StopProcesses(procs)
+  assert code == 0, _Tail(logs[failed or 0])
+  for log in logs:
+    text = _Tail(log, 200)
+    assert 'is finished (global step %d' % _MAX_STEPS in text, text
+    assert 'WARNING: these params differ' not in text
+  assert _FinalMetrics(logs[0]) == json.loads(files['metrics.json'])
+  for name, data in files.items():
+    with open(os.path.join(logdir, name), 'rb') as f:
+      assert f.read() == data, name

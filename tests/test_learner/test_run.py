@@ -1,6 +1,7 @@
 """learner.run: MoXing-style model_fn / input_fn / optimizer_fn entry point."""
 
 import io
+import os
 
 import numpy as np
 import pytest
@@ -113,3 +114,45 @@ def test_log_info_named_loss_and_missing_log_dir_are_refused(tmp_path):
   with pytest.raises(ValueError, match="log_info.*'loss'"):
     learner.run(model_fn=bad_model_fn, input_fn=input_fn, optimizer_fn=sgd,
                 log_dir=str(tmp_path))
+
+
+def _Tree(logdir):
+  out = {}
+  for root, _, files in os.walk(str(logdir)):
+    for name in files:
+      with open(os.path.join(root, name), 'rb') as f:
+        out[os.path.relpath(os.path.join(root, name), str(logdir))] = f.read()
+  return out
+
+
+def test_train_eval_and_rerun_print_no_params_warning(tmp_path):
+  # The README's pair (TRAIN, then EVAL without optimizer_fn), then the
+  # whole script again: no job warns about params, the rerun writes nothing.
+  sgd = learner.get_optimizer_fn('momentum', learning_rate=0.05, momentum=0.9)
+  outs = []
+  for mode in ('train', 'eval', 'train', 'eval'):
+    model_fn, input_fn = _Fns()
+    out = io.StringIO()
+    learner.run(model_fn=model_fn, input_fn=input_fn,
+                optimizer_fn=sgd if mode == 'train' else None,
+                run_mode=mode, log_dir=str(tmp_path),
+                max_number_of_steps=40, stream=out)
+    outs.append(out.getvalue())
+    if len(outs) == 2:
+      before = _Tree(tmp_path)
+  assert not any('WARNING' in o or '--params_override' in o for o in outs)
+  assert 'is finished (global step 40' in outs[2]
+  # Only the second eval job's own TensorBoard file is new.
+  after = _Tree(tmp_path)
+  new = sorted(set(after) - set(before))
+  assert len(new) == 1 and new[0].startswith('eval_job/events'), new
+  assert {k: after[k] for k in before} == before
+  # A resume with other arguments is told so in learner.run's terms.
+  model_fn, input_fn = _Fns()
+  out = io.StringIO()
+  learner.run(model_fn=model_fn, input_fn=input_fn, optimizer_fn=sgd,
+              log_dir=str(tmp_path), max_number_of_steps=50, stream=out)
+  text = out.getvalue()
+  assert '- task.train.max_steps : 40' in text
+  assert 'call learner.run with the arguments' in text
+  assert '--params' not in text

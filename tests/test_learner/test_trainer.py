@@ -144,9 +144,12 @@ def test_resume_with_other_params_warns_naming_the_changed_lines(
   shutil.copytree(str(trained[0]), logdir)
   p = _Params()
   p.task.train.learner.clip_gradient_norm_to_value = 7.0
-  _, _, out = _Run(logdir, p, mode='eval')
+  # A train job resumes the run (an eval job owns no params and never warns:
+  # test_trainer_rerun.py).
+  _, _, out = _Run(logdir, p, mode='train')
   assert 'params differ from the earlier run' in out
   assert '+ task.train.learner.clip_gradient_norm_to_value : 7.0' in out
+  assert '- task.train.learner.clip_gradient_norm_to_value : 0.0' in out
 
 
 def test_params_change_warning_lists_removed_and_added_lines():

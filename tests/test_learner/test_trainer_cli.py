@@ -146,3 +146,35 @@ def test_kill_9_at_a_random_step_then_restart_equals_uninterrupted(tmp_path):
   assert any('_slots' in k for k in a), sorted(a)
   for k in a:
     np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+# ---- quiet output and --help (issue 15, item 5) ----------------------------
+
+
+def test_help_exits_0_lists_our_flags_and_prints_no_tf_start_up_lines():
+  env = dict(_ENV)
+  env.pop('TF_CPP_MIN_LOG_LEVEL')  # The trainer's own quiet default.
+  proc = subprocess.run(_Cmd('--help'), env=env, capture_output=True,
+                        text=True, timeout=_DEADLINE_SECS)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  for flag in ('--model', '--logdir', '--strategy', '--tf_log_level',
+               '--worker_register_timeout_secs'):
+    assert flag in proc.stdout
+  assert 'python -m learner.trainer --model=digits.MlpMomentum' in proc.stdout
+  for noise in ('cpu_feature_guard', 'oneDNN', 'I0000', 'W0000',
+                'absl::InitializeLog'):
+    assert noise not in proc.stderr, proc.stderr[-2000:]
+
+
+def test_tf_log_level_flag_then_the_users_setting_then_quiet():
+  from learner import tf_log  # pylint: disable=g-import-not-at-top
+  env = {}
+  assert tf_log.QuietTensorFlow(['trainer', '--model=m'], env) == '3'
+  assert env == {'TF_CPP_MIN_LOG_LEVEL': '3'}
+  env = {'TF_CPP_MIN_LOG_LEVEL': '1'}  # The user's own wins over quiet ...
+  assert tf_log.QuietTensorFlow(['trainer'], env) == '1'
+  # ... and the flag over both, in either spelling.
+  assert tf_log.QuietTensorFlow(['trainer', '--tf_log_level=0'], env) == '0'
+  assert tf_log.QuietTensorFlow(['trainer', '-tf_log_level', '2'], env) == '2'
+  # The launcher's worker arguments (after --) are not the launcher's.
+  assert tf_log.FlagValue(['--num_workers=2', '--', '--tf_log_level=0']) is None

@@ -3,6 +3,7 @@
 import io
 
 import numpy as np
+import pytest
 
 from learner.training import progress
 from learner.training import summary
@@ -98,3 +99,70 @@ def test_scalars_are_the_records_tf_summary_scalar_writes(tmp_path):
   got, want = _Values(tmp_path / 'ours'), _Values(tmp_path / 'ref')
   assert sorted(got) == ['grad_norm/all', 'loss', 'num_updates']
   assert got == want
+
+
+# ---- labels, replicas and ETA (issue 15, item 5) ---------------------------
+
+
+def test_several_learners_rates_are_labelled_by_learner_name():
+  out = io.StringIO()
+  p = progress.Progress(max_steps=10, log_interval_steps=5, stream=out,
+                        tty=False)
+  p.Update(5, loss=0.25, lr={'enc': 2e-3, 'dec': 1e-3})
+  line = out.getvalue().splitlines()[0]
+  assert 'lr[dec] 0.001  lr[enc] 0.002' in line
+  assert ' lr ' not in ' ' + line.split('loss')[1].split('lr[')[0]
+
+
+def test_learning_rates_come_from_the_tagged_step_output():
+  one = {'metrics': {'loss': (1.0, 4.0)},
+         'learners': {'body': {'learning_rate': (0.1, 1.0)}}}
+  assert progress.LearningRates(summary.FlattenStepOutput(one, 1)) == 0.1
+  two = {'metrics': {'loss': (1.0, 4.0)},
+         'learners': {'enc': {'learning_rate': (0.002, 1.0)},
+                      'dec': {'learning_rate': (0.001, 1.0),
+                              'grad_norm/all': (3.0, 1.0)}}}
+  assert progress.LearningRates(summary.FlattenStepOutput(two, 2)) == {
+      'enc': 0.002, 'dec': 0.001}
+  assert progress.LearningRates({'loss': (1.0, 1.0)}) is None
+
+
+def test_replicas_said_once_at_start_and_shown_on_each_line():
+  out = io.StringIO()
+  p = progress.Progress(max_steps=20, log_interval_steps=10, stream=out,
+                        tty=False, num_replicas=2,
+                        strategy_name='MirroredStrategy')
+  for step in range(1, 21):
+    p.Update(step, loss=0.5, lr=0.1)
+  lines = out.getvalue().splitlines()
+  assert lines[0] == 'Training on 2 replicas in sync (MirroredStrategy).'
+  assert len(lines) == 3
+  assert all('replicas 2' in l for l in lines[1:])
+  single = io.StringIO()
+  p = progress.Progress(max_steps=10, log_interval_steps=10, stream=single,
+                        tty=False)
+  p.Update(10, loss=0.5)
+  assert 'replica' not in single.getvalue()
+
+
+@pytest.mark.parametrize('seconds,text', [
+    (0.01, '<0.1s'), (0.5, '0.5s'), (9.94, '9.9s'), (12.2, '12s'),
+    (185, '3m05s'), (7620, '2h07m')])
+def test_eta_is_readable_at_every_scale(seconds, text):
+  assert progress.FormatEta(seconds) == text
+
+
+def test_a_fast_run_does_not_show_eta_0s_and_the_last_line_says_done(
+    monkeypatch):
+  now = [0.0]
+  monkeypatch.setattr(progress.time, 'time', lambda: now[0])
+  out = io.StringIO()
+  p = progress.Progress(max_steps=25, log_interval_steps=10, stream=out,
+                        tty=False)
+  for step, t in ((10, 100.0), (20, 101.0), (25, 101.4)):
+    now[0] = t
+    p.Update(step, loss=0.5, lr=0.1)
+  lines = out.getvalue().splitlines()
+  # 10 steps in 1 s: 10 steps/s, 5 steps left -> 0.5 s.
+  assert lines[1].endswith('10.0 steps/s  loss 0.5  lr 0.1  ETA 0.5s'), lines
+  assert lines[2].endswith('ETA done'), lines

@@ -192,3 +192,31 @@ def test_help_wins_over_other_flags_and_runs_as_a_module():
   assert proc.returncode == 0, proc.stderr
   assert proc.stdout.startswith('Shows a learning-rate schedule')
   assert 'Unknown command line flag' not in proc.stderr
+
+
+def test_as_a_module_tf_start_up_lines_are_off_unless_asked_for():
+  # schedules/__init__.py sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads,
+  # for this command only; --tf_log_level=0 turns TF's INFO lines back on.
+  text = sch.CosineDecay.Params().Set(total_steps=100).ToText()
+  env = dict(os.environ)
+  env.pop('TF_CPP_MIN_LOG_LEVEL', None)
+  root = os.path.dirname(os.path.dirname(os.path.dirname(
+      os.path.abspath(__file__))))
+  quiet = subprocess.run(
+      [sys.executable, '-m', 'schedules.plot', '--params_text=' + text,
+       '--num_points=5'], capture_output=True, text=True, timeout=120,
+      env=env, cwd=root)
+  assert quiet.returncode == 0, quiet.stderr
+  for noise in ('cpu_feature_guard', 'oneDNN', 'I0000', 'W0000'):
+    assert noise not in quiet.stderr, quiet.stderr
+  probe = subprocess.run(
+      [sys.executable, '-c', 'import sys, os; sys.orig_argv = [sys.executable,'
+       ' "-m", "schedules.plot", "--tf_log_level=0"]; import schedules; '
+       'print(os.environ["TF_CPP_MIN_LOG_LEVEL"])'],
+      capture_output=True, text=True, timeout=120, env=env, cwd=root)
+  assert probe.stdout.strip() == '0', probe.stderr
+  other = subprocess.run(
+      [sys.executable, '-c', 'import os, schedules; '
+       'print(os.environ.get("TF_CPP_MIN_LOG_LEVEL"))'],
+      capture_output=True, text=True, timeout=120, env=env, cwd=root)
+  assert other.stdout.strip() == 'None', other.stderr  # A library import.

@@ -1,0 +1,182 @@
+"""What each job writes to a logdir, so that no job overwrites another's files.
+
+One logdir holds one run. Its files belong to the jobs that write them:
+
+  train jobs (`--mode=train`, `--mode=train_and_eval`):
+    params.txt      the run's params, written by the first train job only
+                    (`WriteParamsOnce`); a resume with other params is told
+                    what differs and how to resume unchanged.
+    metrics.json    the final metrics of the run (`train/...` metrics of the
+                    last step, or the final evaluation), with 'global_step'.
+    ckpt/, best/, train/, eval/ (the evaluations inside train_and_eval),
+    model_analysis.txt
+  the eval job (`--mode=eval`, reads checkpoints only):
+    eval_job/       its TensorBoard run and eval_job/metrics.json (the
+                    latest eval job's metrics and its global step); it
+                    never writes or compares params.txt.
+  Other jobs that only read checkpoints write their own directory in the
+  same way, named after the job (`evaler/`, `export/`).
+
+A rerun of a finished train job (`FinishedMetrics`) writes nothing and
+returns the stored metrics, so metrics.json and params.txt stay
+byte-identical.
+"""
+
+import json
+import os
+import re
+
+import tensorflow as tf
+
+PARAMS_FILE = 'params.txt'
+METRICS_FILE = 'metrics.json'
+CKPT_DIR = 'ckpt'
+EVAL_JOB_DIR = 'eval_job'
+
+_CKPT_INDEX_RE = re.compile(r'^ckpt-(\d+)\.index$')
+
+
+def CheckpointSteps(logdir):
+  """Sorted global steps of the complete checkpoints in `logdir/ckpt`.
+
+  Read from the directory (`ckpt-<step>.index` files, written last by a
+  save), not from the `checkpoint` state file, so a lost state file does
+  not hide them.
+  """
+  ckpt_dir = os.path.join(logdir, CKPT_DIR)
+  if not tf.io.gfile.isdir(ckpt_dir):
+    return []
+  steps = []
+  for name in tf.io.gfile.listdir(ckpt_dir):
+    m = _CKPT_INDEX_RE.match(name)
+    if m:
+      steps.append(int(m.group(1)))
+  return sorted(steps)
+
+
+def ReadMetrics(path):
+  """The dict in a metrics.json, or None if it is missing or unreadable."""
+  if not tf.io.gfile.exists(path):
+    return None
+  try:
+    with tf.io.gfile.GFile(path) as f:
+      metrics = json.load(f)
+  except (ValueError, OSError, tf.errors.OpError):
+    return None
+  return metrics if isinstance(metrics, dict) else None
+
+
+def WriteMetrics(path, metrics):
+  """Writes `metrics` to `path` as sorted JSON (atomically: tmp + rename)."""
+  tmp = path + '.tmp'
+  with tf.io.gfile.GFile(tmp, 'w') as f:
+    json.dump(metrics, f, indent=1, sort_keys=True)
+  tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+def FinishedMetrics(logdir, max_steps, with_eval):
+  """The stored metrics of a finished train run in `logdir`, else None.
+
+  Finished means: metrics.json holds a global step >= `max_steps` (or says
+  the run stopped early, `early_stopped`) and a checkpoint of at least that
+  step exists; with `with_eval`
+  (train_and_eval) it must also hold evaluation metrics (a run trained in
+  'train' mode is not finished for train_and_eval: it still needs its
+  final evaluation).
+
+  Args:
+    logdir: the run's (chief's) logdir.
+    max_steps: int, the job's task.train.max_steps.
+    with_eval: bool, the job ends with an evaluation.
+  """
+  metrics = ReadMetrics(os.path.join(logdir, METRICS_FILE))
+  if not metrics or not isinstance(metrics.get('global_step'), int):
+    return None
+  step = metrics['global_step']
+  steps = CheckpointSteps(logdir)
+  stopped = metrics.get('early_stopped') is True
+  if (step < max_steps and not stopped) or not steps or steps[-1] < step:
+    return None
+  if with_eval and not any(k != 'global_step' and not k.startswith('train/')
+                           for k in metrics):
+    return None
+  return metrics
+
+
+def _KeyValues(text):
+  """{key: value text} of a Params.ToText() text ('key : value' lines)."""
+  out = {}
+  for line in text.splitlines():
+    key, sep, value = line.partition(' : ')
+    if sep:
+      out[key.strip()] = value.strip()
+    elif line.strip():
+      out[line.strip()] = ''
+  return out
+
+
+def ParamsDiff(old_text, new_text):
+  """Sorted [(key, old value or None, new value or None)] that differ."""
+  old, new = _KeyValues(old_text), _KeyValues(new_text)
+  return [(k, old.get(k), new.get(k)) for k in sorted(set(old) | set(new))
+          if old.get(k) != new.get(k)]
+
+
+def ParamsChangeWarning(path, old_text, new_text, max_lines=None, hint=None):
+  """The warning for a resume whose params differ from the run's params.txt.
+
+  Args:
+    path: the run's params.txt.
+    old_text, new_text: its text and this job's `Params.ToText()`.
+    max_lines: list at most this many keys (None: every one).
+    hint: how to resume unchanged, e.g. 'rerun with
+      --params_file=<logdir>/params.txt and without --params_override';
+      default: give the params in `path`.
+
+  Returns:
+    A str: a header, then '- key : old' / '+ key : new' lines per changed
+    key, then the hint. params.txt itself is kept as the first run wrote it.
+  """
+  diff = ParamsDiff(old_text, new_text)
+  lines = []
+  for key, old, new in diff[:max_lines]:
+    if old is not None:
+      lines.append('- %s : %s' % (key, old))
+    if new is not None:
+      lines.append('+ %s : %s' % (key, new))
+  if max_lines is not None and len(diff) > max_lines:
+    lines.append('... and %d more keys' % (len(diff) - max_lines))
+  hint = hint or 'give the params in %s' % path
+  return ('WARNING: these params differ from the earlier run in %s (%d '
+          'keys; the file is kept as that run wrote it):\n  %s\nTo resume '
+          'it unchanged, %s.' % (path, len(diff), '\n  '.join(lines), hint))
+
+
+def WriteParamsOnce(logdir, text, report, hint=None):
+  """Writes logdir/params.txt for a new run; compares it on a resume.
+
+  A logdir without a checkpoint starts a new run, so its params.txt is
+  (re)written. With a checkpoint the run resumes: params.txt is kept, and if
+  `text` differs `report` gets `ParamsChangeWarning`.
+
+  Args:
+    logdir: the run's logdir (exists).
+    text: this job's `Params.ToText()`.
+    report: callable(str) for the warning.
+    hint: passed to `ParamsChangeWarning`.
+
+  Returns:
+    True if params.txt was written.
+  """
+  path = os.path.join(logdir, PARAMS_FILE)
+  if tf.io.gfile.exists(path) and CheckpointSteps(logdir):
+    with tf.io.gfile.GFile(path) as f:
+      old = f.read()
+    if old != text:
+      report(ParamsChangeWarning(path, old, text, hint=hint))
+    return False
+  tmp = path + '.tmp'
+  with tf.io.gfile.GFile(tmp, 'w') as f:
+    f.write(text)
+  tf.io.gfile.rename(tmp, path, overwrite=True)
+  return True

@@ -1,0 +1,308 @@
+"""Checks a whole experiment before a job writes its first file.
+
+`Experiment(params, strategy, train=..., evaluate=...)` instantiates
+everything the job will use and checks what only the built objects know:
+
+  * every value: the task, its layers, the learners, optimizers and
+    schedules are instantiated (their constructors check types and ranges)
+    under the job's strategy, and the input generators too;
+  * `bprop_variable_filter` / `bprop_variable_exclusion` against the real
+    variable names (a regex that does not compile, or matches no trainable
+    variable, is refused naming its key), the regex lists of the optimizers
+    and `init_from_checkpoint_rules` (they must compile);
+  * each learner's `loss_name` against the metrics the task's FProp returns
+    (found by tracing FProp on the input's batch spec: nothing runs);
+  * the batch size against the data (`CheckBatchSize`), replicas to
+    aggregate against the strategy;
+  * `task.eval.dev_metric` against the metrics an evaluation produces.
+
+Every refusal is an `ExperimentError` (a ValueError; `ExperimentTypeError`
+also a TypeError) whose message is one line naming the key, the value and
+the fix; the trainer prints it as `ERROR: <message>` and exits 2 (the
+traceback only with --verbose). Warnings that do not stop the job (max_steps
+past the end of a decaying schedule) are returned in `Checked.warnings`.
+
+The built task and inputs are returned, and the job uses them: nothing is
+built twice.
+"""
+
+import contextlib
+import re
+
+from absl import logging
+import tensorflow as tf
+
+from params import NestedMap
+from params import hyperparams
+from learner.optimizers import accumulation
+from learner.optimizers import var_grad
+from learner.training import distribution
+
+# Optimizer params holding lists of regexes on variable names.
+_REGEX_LIST_KEYS = ('weight_decay_exclude', 'exclude',
+                    'exclude_from_weight_decay',
+                    'exclude_from_layer_adaptation')
+
+
+class ExperimentError(ValueError):
+  """A value of the experiment that the job refuses before writing anything."""
+
+
+class ExperimentTypeError(ExperimentError, TypeError):
+  """An ExperimentError for a value of the wrong type."""
+
+
+def OneLine(text):
+  """`text` with its lines joined by single spaces (an error on one line)."""
+  return ' '.join(l.strip() for l in str(text).splitlines() if l.strip())
+
+
+@contextlib.contextmanager
+def Refusing(where=''):
+  """Turns any error raised inside into a one-line ExperimentError.
+
+  ValueError and TypeError messages are our constructors' (they name the
+  param and the fix) and are kept; any other error is shown with its type.
+
+  Args:
+    where: optional prefix naming what was being built, e.g. 'train_input'.
+  """
+  try:
+    yield
+  except (ExperimentError, distribution.ClusterStartupError):
+    raise  # A peer that did not start is not a bad value (exit 1, not 2).
+  except Exception as e:  # pylint: disable=broad-except
+    msg = OneLine(e)
+    if not isinstance(e, (ValueError, TypeError)):
+      msg = '%s: %s' % (type(e).__name__, msg)
+    if where and not msg.startswith(where):
+      msg = '%s: %s' % (where, msg)
+    cls = ExperimentTypeError if isinstance(e, TypeError) else ExperimentError
+    raise cls(msg) from e
+
+
+class Checked:
+  """What `Experiment` built and checked.
+
+  Attributes:
+    task: the built task (with its learners when training).
+    train_input: the train input generator, or None.
+    eval_input: the eval input generator, or None.
+    warnings: list of one-line warnings to show before the job runs.
+  """
+
+  def __init__(self, task, train_input=None, eval_input=None, warnings=()):
+    self.task = task
+    self.train_input = train_input
+    self.eval_input = eval_input
+    self.warnings = list(warnings)
+
+
+def Experiment(params, strategy, train, evaluate, init_rules=None):
+  """Builds and checks the experiment; see the module docstring.
+
+  Args:
+    params: experiment Params ('task', 'train_input', 'eval_input').
+    strategy: the job's tf.distribute.Strategy (the task is built under it).
+    train: the job trains (learners, train input, loss names, schedules).
+    evaluate: the job evaluates (eval input, dev_metric).
+    init_rules: optional [(regex, replacement)] for init_from_checkpoint
+      (default: p.task.train.init_from_checkpoint_rules).
+
+  Returns:
+    A `Checked`.
+
+  Raises:
+    ExperimentError: the first refused value (one line).
+  """
+  tp = params.task.train
+  with Refusing(), strategy.scope():
+    task = params.task.Instantiate()
+  checked = Checked(task)
+  if train:
+    with Refusing():
+      distribution.CheckReplicasToAggregate(
+          tp.replicas_to_aggregate, strategy.num_replicas_in_sync)
+    _CheckRules(tp.init_from_checkpoint_rules if init_rules is None else
+                init_rules)
+    _CheckFilters(task)
+    with Refusing(), strategy.scope():
+      task.CreateLearners()
+    checked.train_input = _BuildInput(params, 'train_input')
+    _CheckLossNames(task, _MetricNames(task, checked.train_input,
+                                       'train_input'))
+    checked.warnings.extend(_ScheduleWarnings(task, tp.max_steps))
+  if evaluate:
+    checked.eval_input = _BuildInput(params, 'eval_input')
+    _CheckDevMetric(params.task.eval.dev_metric,
+                    _MetricNames(task, checked.eval_input, 'eval_input'))
+  return checked
+
+
+def _LearnerKeys(task):
+  """The params key of each learner: 'task.train.learner' or '...[i]'."""
+  lps = task.LearnerParamsList()
+  if isinstance(task.params.train.learner, (list, tuple)):
+    return ['task.train.learner[%d]' % i for i in range(len(lps))]
+  return ['task.train.learner'] * len(lps)
+
+
+def _Compile(key, regex):
+  try:
+    re.compile(regex)
+  except (re.error, TypeError) as e:
+    raise ExperimentError(
+        '%s : %r is not a valid regex (%s). Fix the regex (Python re '
+        'syntax, matched with re.search on variable names).' %
+        (key, regex, e)) from None
+
+
+def _CheckRules(rules):
+  for i, rule in enumerate(rules or ()):
+    _Compile('task.train.init_from_checkpoint_rules[%d]' % i, rule[0])
+
+
+def _TrainableNames(task):
+  return [var_grad.VarName(v) for v in task.ModelVars().Flatten()
+          if getattr(v, 'trainable', False)]
+
+
+def _CheckFilters(task):
+  """Each learner's variable filters compile and match some variable."""
+  names = _TrainableNames(task)
+  shown = names if len(names) <= 12 else names[:12] + ['...']
+  for key, lp in zip(_LearnerKeys(task), task.LearnerParamsList()):
+    for name in ('bprop_variable_filter', 'bprop_variable_exclusion'):
+      regex = lp.Get(name) if name in lp else None
+      if regex is None:
+        continue
+      _Compile('%s.%s' % (key, name), regex)
+      if not any(re.search(regex, n) for n in names):
+        raise ExperimentError(
+            '%s.%s : %r matches no trainable variable of the task; its '
+            'variables: %s. Fix the regex (re.search on these names) or set '
+            'it to None.' % (key, name, regex, shown))
+    _CheckRegexLists(key, lp)
+
+
+def _CheckRegexLists(key, p):
+  """The optimizers' regex-list params (nested anywhere) compile."""
+  if not isinstance(p, hyperparams.Params):
+    return
+  for name, value in p.IterParams():
+    sub = '%s.%s' % (key, name)
+    if name in _REGEX_LIST_KEYS and isinstance(value, (list, tuple)):
+      for i, regex in enumerate(value):
+        _Compile('%s[%d]' % (sub, i), regex)
+    elif isinstance(value, hyperparams.Params):
+      _CheckRegexLists(sub, value)
+    elif isinstance(value, dict) and name == 'optimizer_map':
+      for k, entry in value.items():
+        if isinstance(entry, (list, tuple)) and entry:
+          _CheckRegexLists('%s[%r][0]' % (sub, k), entry[0])
+
+
+def _BuildInput(params, key):
+  with Refusing(key):
+    gen = params.Get(key).Instantiate()
+    gen.CheckBatchSize()
+  return gen
+
+
+def _MetricNames(task, input_gen, key):
+  """Sorted names of the metrics FProp returns on `input_gen`'s batches.
+
+  FProp is traced (not run) on the batch spec of the input's dataset, so
+  nothing changes: no random state is drawn, no statistic updated. It is
+  traced in cross-replica context; under a strategy with several replicas a
+  task whose FProp needs a replica context cannot be traced so, and gets
+  None (its names are then checked by the first step).
+  """
+  with Refusing(key):
+    spec = input_gen.GetDataset().element_spec
+  if task.strategy.num_replicas_in_sync > 1:
+    try:
+      return _TracedMetricNames(task, spec)
+    except Exception as e:  # pylint: disable=broad-except
+      logging.warning('%s: FProp cannot be traced outside the replicas (%s); '
+                      'loss_name and dev_metric are checked by the first '
+                      'step.', key, OneLine(e))
+      return None
+  with Refusing('%s: the task\'s FProp fails on its batches' % key):
+    return _TracedMetricNames(task, spec)
+
+
+def _TracedMetricNames(task, spec):
+  """The metric names of FProp traced on a batch of structure `spec`."""
+
+  def _FProp(batch):
+    batch = NestedMap(batch) if isinstance(batch, dict) else batch
+    metrics, _ = task.FProp(task.theta, batch)
+    return dict(metrics)
+
+  try:
+    fn = tf.function(_FProp, autograph=False).get_concrete_function(spec)
+  except tf.errors.OperatorNotAllowedInGraphError:
+    fn = tf.function(_FProp, autograph=True).get_concrete_function(spec)
+  return sorted(fn.structured_outputs)
+
+
+def _CheckLossNames(task, metric_names):
+  if metric_names is None:
+    return
+  for key, learner in zip(_LearnerKeys(task), task.learners):
+    for name in learner.loss_names:
+      if name not in metric_names:
+        raise ExperimentError(
+            '%s.loss_name : %r is not a metric of the task; its metrics: %s. '
+            'Set %s.loss_name to one of them.' % (key, name, metric_names,
+                                                  key))
+
+
+def _CheckDevMetric(dev_metric, metric_names):
+  if metric_names is None:
+    return
+  if dev_metric is not None and dev_metric not in metric_names:
+    raise ExperimentError(
+        'task.eval.dev_metric : %r is not an eval metric of the task; its '
+        'eval metrics: %s. Set task.eval.dev_metric to one of them (or None).'
+        % (dev_metric, metric_names))
+
+
+def _ScheduleSteps(learner, max_steps):
+  """Schedule steps the learner takes in `max_steps` global steps."""
+  if learner.params.lr_schedule_step == 'global_step':
+    return max_steps
+  opt = learner.optimizer
+  if isinstance(opt, accumulation.GradientAccumulation):
+    return max_steps // opt.params.num_batches
+  return max_steps
+
+
+def _ScheduleWarnings(task, max_steps):
+  """One line per learner whose decaying schedule ends before max_steps.
+
+  A schedule ends at its last boundary (`Boundaries()`) when its value is
+  the same from there to the last step and lower than its peak (a floor,
+  e.g. cosine decay's alpha); the steps past it all train at that floor.
+  """
+  out = []
+  for key, learner in zip(_LearnerKeys(task), task.learners):
+    sched = getattr(learner, 'lr_schedule', None)
+    bounds = sched.Boundaries() if sched is not None else []
+    if not bounds:
+      continue
+    end, steps = max(bounds), _ScheduleSteps(learner, max_steps)
+    if steps - end <= 0:
+      continue
+    value = lambda s: float(sched.Value(s).numpy())  # pylint: disable=cell-var-from-loop
+    floor = value(end)
+    peak = max(value(b) for b in [0] + list(bounds))
+    if floor < peak and all(value(s) == floor
+                            for s in ((end + steps) // 2, steps - 1)):
+      out.append(
+          'WARNING: task.train.max_steps %d runs %d schedule steps past the '
+          'end of %s.lr_schedule (at step %d it reaches its final multiplier '
+          '%.4g, peak %.4g, and stays there); lengthen the schedule or lower '
+          'max_steps.' % (max_steps, steps - end, key, end, floor, peak))
+  return out

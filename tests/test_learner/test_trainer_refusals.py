@@ -1,0 +1,180 @@
+"""Every bad value is refused before the logdir exists (issue 15, item 2).
+
+Each case is one `ERROR: <message>` line on stderr naming the key and the
+value, exit status 2, and no logdir. The fast tests run the trainer's main()
+in-process; the slow one runs `python -m learner.trainer` as a user would.
+The checks themselves (learner/training/validate.py) are tested below too.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from params import registry
+from learner.training import trainer as trainer_lib
+from learner.training import validate
+
+_MODEL = '--model=digits.MlpMomentum'
+
+# (flags, what the one line must name).
+_CASES = [
+    (['--params_override=task.train.learner.learning_rate : -0.1'],
+     ['learning_rate', '-0.1']),
+    (['--params_override=task.train.learner.clip_gradient_norm_to_value : '
+      '-1.0'], ['clip_gradient_norm_to_value', '-1.0']),
+    (["--params_override=task.train.learner.loss_name : 'xent'"],
+     ['task.train.learner.loss_name', "'xent'", "['accuracy', 'loss']"]),
+    (["--params_override=task.train.learner.bprop_variable_filter : 'enc/'"],
+     ['task.train.learner.bprop_variable_filter', "'enc/'",
+      'digits/layer_0/w']),
+    (['--params_override=train_input.batch_size : 5000'],
+     ['train_input', 'batch_size 5000', '1438 examples']),
+    (["--params_override=task.eval.dev_metric : 'acc'"],
+     ['task.eval.dev_metric', "'acc'", "['accuracy', 'loss']"]),
+    (['--strategy=multi_worker'],
+     ['--strategy=multi_worker', 'TF_CONFIG', 'learner.launcher']),
+]
+_IDS = ['learning_rate', 'clip', 'loss_name', 'filter', 'batch_size',
+        'dev_metric', 'multi_worker']
+
+
+def _Main(argv, capsys):
+  trainer_lib.DefineFlags()
+  flags = trainer_lib.FLAGS
+  try:
+    flags(['trainer'] + argv)
+    code = trainer_lib.main([])
+  finally:
+    flags.unparse_flags()
+  out = capsys.readouterr()
+  return code, out.out, out.err
+
+
+def _CheckOneLine(code, err, names):
+  assert code == 2, err
+  lines = err.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith('ERROR: '), err
+  for name in names:
+    assert name in lines[0], (name, lines[0])
+
+
+@pytest.mark.parametrize('flags,names', _CASES, ids=_IDS)
+def test_bad_value_is_one_error_line_exit_2_and_no_logdir(
+    tmp_path, capsys, flags, names):
+  logdir = tmp_path / 'never'
+  code, _, err = _Main([_MODEL, '--logdir=%s' % logdir,
+                        '--mode=train_and_eval'] + flags, capsys)
+  _CheckOneLine(code, err, names)
+  assert not logdir.exists()
+
+
+def test_verbose_raises_the_error_with_its_traceback(tmp_path, capsys):
+  with pytest.raises(validate.ExperimentError, match='dev_metric'):
+    _Main([_MODEL, '--logdir=%s' % tmp_path, '--verbose',
+           '--mode=train_and_eval',
+           "--params_override=task.eval.dev_metric : 'acc'"], capsys)
+
+
+@pytest.mark.slow
+def test_bad_values_from_the_command_line(tmp_path):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', CUDA_VISIBLE_DEVICES='')
+  env.pop('TF_CONFIG', None)
+  for i, (flags, names) in enumerate(_CASES):
+    logdir = tmp_path / str(i)
+    proc = subprocess.run(
+        [sys.executable, '-m', 'learner.trainer', _MODEL,
+         '--logdir=%s' % logdir, '--mode=train_and_eval'] + flags,
+        env=env, capture_output=True, text=True, timeout=300)
+    # Only our line: TF's start-up lines are not errors of ours.
+    err = '\n'.join(l for l in proc.stderr.splitlines()
+                    if l.startswith('ERROR') or 'Traceback' in l)
+    _CheckOneLine(proc.returncode, err, names)
+    assert 'Traceback' not in proc.stderr
+    assert not logdir.exists()
+
+
+# ---- the checks, on the built experiment -------------------------------------
+
+
+def _Check(key, train=True, evaluate=False, **sets):
+  p = registry.GetParams(key)
+  for k, v in sets.items():
+    p.Set(**{k: v})
+  return validate.Experiment(p, tf.distribute.get_strategy(), train=train,
+                             evaluate=evaluate)
+
+
+def test_max_steps_past_the_end_of_a_decaying_schedule_warns_once():
+  # digits.MlpMomentum: warmup 50 + cosine 1150 = update 1200, the floor
+  # alpha 0.01 (times the linear scale 64/128 = 0.5: 0.005, peak 0.5).
+  checked = _Check('digits.MlpMomentum', **{'task.train.max_steps': 100000})
+  assert len(checked.warnings) == 1
+  w = checked.warnings[0]
+  assert 'runs 98800 schedule steps past the end' in w and 'step 1200' in w
+  assert 'multiplier 0.005' in w and 'peak 0.5' in w and '\n' not in w
+  assert _Check('digits.MlpMomentum').warnings == []
+
+
+def test_schedule_steps_count_applied_updates_under_accumulation():
+  # 8 micro-batches per update: 4800 global steps are 600 updates; the
+  # schedule (warmup 10 + cosine 290) ends at update 300.
+  w = _Check('digits.MlpLarsAccumulate',
+             **{'task.train.max_steps': 4800}).warnings
+  assert len(w) == 1 and 'runs 300 schedule steps' in w[0]
+  assert _Check('digits.MlpLarsAccumulate').warnings == []
+
+
+def test_a_flat_schedule_never_warns():
+  # ConstantOne has no end; multi.TwoLearners' warmup + cosine is checked too.
+  assert _Check('regression.LinearRegression',
+                **{'task.train.max_steps': 10**6}).warnings == []
+
+
+def test_filters_of_several_learners_are_named_by_index():
+  with pytest.raises(validate.ExperimentError,
+                     match=r"task\.train\.learner\[1\]\.bprop_variable_filter "
+                     r": 'layer_9/' matches no trainable variable"):
+    _Check('multi.TwoLearners',
+           **{'task.train.learner[1].bprop_variable_filter': 'layer_9/'})
+  with pytest.raises(validate.ExperimentError,
+                     match=r"learner\[0\]\.bprop_variable_exclusion : 'zz'"):
+    _Check('multi.TwoLearners',
+           **{'task.train.learner[0].bprop_variable_exclusion': 'zz'})
+
+
+def test_bad_regexes_are_refused_naming_their_key():
+  with pytest.raises(validate.ExperimentError,
+                     match=r"init_from_checkpoint_rules\[0\] : '\(' is not a "
+                     'valid regex'):
+    _Check('regression.LinearRegression',
+           **{'task.train.init_from_checkpoint_rules': [('(', 'x')]})
+
+
+def test_eval_only_checks_skip_the_learners():
+  # An eval job builds no learner: a bad loss_name is not its business,
+  # a bad dev_metric is.
+  checked = _Check('regression.LinearRegression', train=False, evaluate=True,
+                   **{'task.train.learner.loss_name': 'xent'})
+  assert checked.task._learners is None  # pylint: disable=protected-access
+  with pytest.raises(validate.ExperimentError, match="dev_metric : 'acc'"):
+    _Check('regression.LinearRegression', train=False, evaluate=True,
+           **{'task.eval.dev_metric': 'acc'})
+
+
+def test_one_line_joins_the_lines_of_a_message():
+  assert validate.OneLine('a\n  b\n\nc ') == 'a b c'
+
+
+def test_loss_names_are_checked_under_a_mirrored_strategy_too():
+  # conftest.py gives two logical CPUs: FProp is traced in cross-replica
+  # context over the mirrored variables.
+  from learner.training import distribution  # pylint: disable=g-import-not-at-top
+  strategy = distribution.CreateStrategy('mirrored')
+  assert strategy.num_replicas_in_sync == 2
+  p = registry.GetParams('regression.LinearRegression')
+  p.task.train.learner.loss_name = 'xent'
+  with pytest.raises(validate.ExperimentError, match="loss_name : 'xent'"):
+    validate.Experiment(p, strategy, train=True, evaluate=False)
