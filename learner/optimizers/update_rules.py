@@ -27,6 +27,7 @@ from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.base import BaseOptimizer
 from learner.optimizers.base import DefineLingvoBaseParams
 from learner.optimizers.base import SGD  # pylint: disable=unused-import
+from params import checks
 
 
 def _C(x, var):
@@ -63,6 +64,11 @@ class Momentum(BaseOptimizer):
   fold is this project's (benchmarks/README.md, tf_fused_folded); Lingvo
   0.14.2 `lingvo/core/optimizer.py` Momentum (same params and defaults;
   `fold_grad_scale` is an extension that does not change the numbers).
+
+  Raises:
+    ValueError: at construction, if alpha is not a finite number in [0, 1)
+      (Lingvo accepts alpha >= 1, whose velocity grows without bound;
+      docs/lingvo.md).
   """
 
   SUPPORTS_LAZY_SPARSE = True
@@ -81,6 +87,14 @@ class Momentum(BaseOptimizer):
         'v / grad_scale_state (see the class docstring; Velocity(var) gives '
         'v). False materialises the scaled gradient and keeps slot = v.')
     return p
+
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(alpha=checks.Real(
+        0, 1, high_open=True, example=0.9,
+        why='alpha >= 1 lets the velocity grow without bound'))
+    return specs
 
   def __init__(self, params):
     super().__init__(params)
@@ -182,6 +196,11 @@ class Adam(BaseOptimizer):
   Source: Kingma & Ba, "Adam: A Method for Stochastic Optimization", ICLR
   2015, Algorithm 1; Lingvo 0.14.2 `lingvo/core/optimizer.py` Adam (same
   params, defaults and presets).
+
+  Raises:
+    ValueError: at construction, if beta1 or beta2 is not a finite number in
+      [0, 1) (beta1 = 1 gives NaN weights, beta2 = 1 no learning) or epsilon
+      is not > 0 (0/0 where a gradient is 0); docs/lingvo.md.
   """
 
   SUPPORTS_LAZY_SPARSE = True
@@ -194,6 +213,20 @@ class Adam(BaseOptimizer):
     p.Define('epsilon', 1e-6,
              'Epsilon hat: added to sqrt(v) (not bias corrected).')
     return p
+
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(
+        beta1=checks.Real(0, 1, high_open=True, example=0.9,
+                          why='beta1 = 1 divides by 1 - beta1^t = 0: NaN '
+                          'weights'),
+        beta2=checks.Real(0, 1, high_open=True, example=0.999,
+                          why='beta2 = 1 makes the step size 0: no '
+                          'learning'),
+        epsilon=checks.Real(0, low_open=True, example=1e-6,
+                            why='0 gives 0/0 = NaN where a gradient is 0'))
+    return specs
 
   @classmethod
   def ParamsA(cls):
@@ -300,17 +333,15 @@ class Adagrad(BaseOptimizer):
              'Keras uses 1e-7.')
     return p
 
-  def __init__(self, params):
-    super().__init__(params)
-    p = self.params
-    if not p.initial_accumulator_value > 0:
-      raise ValueError(
-          '%s: initial_accumulator_value=%r must be > 0 (TF1 and Lingvo '
-          'refuse it too). Use e.g. 0.1.' %
-          (self.path, p.initial_accumulator_value))
-    if not p.epsilon >= 0:
-      raise ValueError('%s: epsilon=%r must be >= 0. Use 0 (Lingvo) or 1e-7 '
-                       '(Keras).' % (self.path, p.epsilon))
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(
+        initial_accumulator_value=checks.Real(
+            0, low_open=True, example=0.1,
+            why='TF1 and Lingvo refuse it too'),
+        epsilon=checks.Real(0, example=1e-7))
+    return specs
 
   def _CreateSlots(self, var):
     return {'accumulator': float(self.params.initial_accumulator_value)}
@@ -364,6 +395,17 @@ class RMSProp(BaseOptimizer):
     p.Define('keras_semantics', False, 'If True the mean-square slot starts '
              'at 0 (Keras); if False at 1 (TF1 and Lingvo).')
     return p
+
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(
+        decay=checks.Real(0, 1, example=0.9),
+        momentum=checks.Real(0, 1, high_open=True, example=0.9,
+                             why='momentum >= 1 lets the update grow '
+                             'without bound'),
+        epsilon=checks.Real(0, example=1.0))
+    return specs
 
   def _CreateSlots(self, var):
     slots = {'ms': 0.0 if self.params.keras_semantics else 1.0, 'mom': None}
@@ -419,6 +461,15 @@ class AdaDelta(BaseOptimizer):
     p.Define('decay', 0.95, 'Decay of both accumulators (TF1/Keras: rho).')
     p.Define('epsilon', 1e-8, 'Added inside both square roots.')
     return p
+
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(
+        decay=checks.Real(0, 1, example=0.95),
+        epsilon=checks.Real(0, low_open=True, example=1e-8,
+                            why='0 keeps every update at 0'))
+    return specs
 
   def _CreateSlots(self, var):
     return {'accum': None, 'accum_update': None}
@@ -483,6 +534,22 @@ class Adafactor(BaseOptimizer):
     p.Define('epsilon1', 1e-30, 'Added to the squared gradient.')
     p.Define('epsilon2', 1e-3, 'Lower bound of the parameter scale RMS(w).')
     return p
+
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(
+        beta1=checks.Real(0, 1, high_open=True, example=0.9,
+                          why='beta1 = 1 keeps the update at 0'),
+        decay_rate=checks.Real(0, low_open=True, example=0.8,
+                               why='beta2_t = 1 - t^(-decay_rate) must '
+                               'rise towards 1'),
+        clipping_threshold=checks.Real(0, none_ok=True, example=1.0),
+        min_dim_size_to_factor=checks.Int(0, example=128),
+        epsilon1=checks.Real(0, low_open=True, example=1e-30,
+                             why='0 gives 1/sqrt(0) where a gradient is 0'),
+        epsilon2=checks.Real(0, example=1e-3))
+    return specs
 
   def _Factored(self, var):
     p = self.params
@@ -571,6 +638,24 @@ class LAMB(BaseOptimizer):
              'Regexes of variables whose trust ratio is fixed at 1.')
     return p
 
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(
+        beta1=checks.Real(0, 1, high_open=True, example=0.9,
+                          why='beta1 = 1 divides by 1 - beta1^t = 0'),
+        beta2=checks.Real(0, 1, high_open=True, example=0.999,
+                          why='beta2 = 1 divides by 1 - beta2^t = 0'),
+        epsilon=checks.Real(0, low_open=True, example=1e-6,
+                            why='0 gives 0/0 = NaN where a gradient is 0'),
+        weight_decay=checks.Real(0, example=0.01))
+    return specs
+
+  def __init__(self, params):
+    super().__init__(params)
+    for key in ('exclude_from_weight_decay', 'exclude_from_layer_adaptation'):
+      checks.CheckRegexList(self, key, self.params.Get(key))
+
   def _Matches(self, var, regexes):
     name = var_grad_lib.VarName(var)
     return any(re.search(r, name) for r in regexes)
@@ -615,6 +700,15 @@ class Lion(BaseOptimizer):
     p.Define('beta1', 0.9, 'Interpolation of momentum and gradient.')
     p.Define('beta2', 0.99, 'Decay of the momentum.')
     return p
+
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(
+        beta1=checks.Real(0, 1, example=0.9),
+        beta2=checks.Real(0, 1, high_open=True, example=0.99,
+                          why='beta2 = 1 keeps the momentum at 0'))
+    return specs
 
   def _CreateSlots(self, var):
     return {'m': None}
