@@ -8,8 +8,11 @@ regex param must compile, and a dtype param must name a floating dtype.
 Every refusal is one line of ValueError that names where (the layer), the
 key, the value and the fix, e.g.
 
-  Momentum 'task/loss/optimizer': alpha=1.5 is outside [0, 1). Set alpha to
-  a finite number in [0, 1), e.g. 0.9.
+  Momentum 'digits/learner/optimizer': alpha=1.5 is outside [0, 1) (alpha
+  >= 1 lets the velocity grow without bound). Set alpha to a finite number
+  in [0, 1), e.g. 0.9.
+
+(shown wrapped here; the message is one line).
 
 Usage: a layer declares its specs in the classmethod `ValueChecks()`,
 which `BaseLayer.__init__` applies before anything is built:
