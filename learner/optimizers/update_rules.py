@@ -379,6 +379,11 @@ class RMSProp(BaseOptimizer):
   Lingvo 0.14.2 `lingvo/core/optimizer.py` RMSProp (same params and
   defaults; `centered` and `keras_semantics` are extensions, off by
   default).
+
+  Raises:
+    ValueError: at construction, if decay is not in [0, 1], momentum is not
+      in [0, 1) or epsilon < 0; a bool, NaN or inf is refused too (the
+      message names the param; docs/lingvo.md).
   """
 
   SUPPORTS_LAZY_SPARSE = True
@@ -450,6 +455,11 @@ class AdaDelta(BaseOptimizer):
   Source: Zeiler, "ADADELTA: An Adaptive Learning Rate Method", 2012, Alg. 1;
   Lingvo 0.14.2 `lingvo/core/optimizer.py` AdaDelta (same params and
   defaults).
+
+  Raises:
+    ValueError: at construction, if decay is not in [0, 1] or epsilon <= 0
+      (every update would be 0); a bool, NaN or inf is refused too (the
+      message names the param; docs/lingvo.md).
   """
 
   SUPPORTS_LAZY_SPARSE = True
@@ -515,6 +525,12 @@ class Adafactor(BaseOptimizer):
   Slots: 'vr', 'vc' (factored) or 'v'; 'm' when beta1 > 0.
   Source: Shazeer & Stern, "Adafactor: Adaptive Learning Rates with
   Sublinear Memory Cost", ICML 2018, Algorithms 4-5 and section 6-8.
+
+  Raises:
+    ValueError: at construction, if beta1 is not in [0, 1), decay_rate or
+      epsilon1 is not > 0, clipping_threshold or epsilon2 is < 0, or
+      min_dim_size_to_factor is not an int >= 0; a bool, NaN or inf is
+      refused too (the message names the param).
   """
 
   @classmethod
@@ -622,6 +638,12 @@ class LAMB(BaseOptimizer):
   Sparse gradients are densified. Slots: 'm', 'v' (zeros).
   Source: You et al., "Large Batch Optimization for Deep Learning: Training
   BERT in 76 minutes", ICLR 2020, Algorithm 2 (phi = identity).
+
+  Raises:
+    ValueError: at construction, if beta1 or beta2 is not in [0, 1),
+      epsilon <= 0, weight_decay < 0 (a bool, NaN or inf is refused too), or
+      a regex of the exclude lists does not compile; the message names the
+      param.
   """
 
   @classmethod
@@ -692,6 +714,11 @@ class Lion(BaseOptimizer):
   lambda, scaled by lr). Sparse gradients are densified. Slot: 'm' (zeros).
   Source: Chen et al., "Symbolic Discovery of Optimization Algorithms",
   NeurIPS 2023, Program 1.
+
+  Raises:
+    ValueError: at construction, if beta1 is not in [0, 1] or beta2 is not
+      in [0, 1); a bool, NaN or inf is refused too (the message names the
+      param).
   """
 
   @classmethod
