@@ -46,7 +46,12 @@ class GradNormTracker(BaseLayer):
   long as every replica passes the same inputs (the learner calls it after
   the all-reduce).
 
-  Source: Lingvo, lingvo/core/layers.py `GradNormTracker`.
+  Source: Lingvo, lingvo/core/layers.py `GradNormTracker` (same params,
+  defaults and decisions). Differs from Lingvo (docs/lingvo.md): the
+  default `name` is 'grad_norm_tracker' (Lingvo: ''); `Check` returns a
+  bool (Lingvo's FProp: 1.0 or 0.0) and counts a non-finite norm as
+  has_nan; `total_rejections` is int64 (Lingvo: float32); no summaries
+  (`Statistics()` instead); the params are validated (Lingvo: not at all).
 
   Raises:
     ValueError: at construction, if `decay` is not in (0, 1), `clip_threshold`

@@ -23,9 +23,12 @@ import collections
 
 import tensorflow as tf
 
+from learner.optimizers import base as base_optimizer
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
+from params import SKIP_LP_REGULARIZATION
+from params import VarCollections
 
 # ---- metric names (each spelled here only) ---------------------------------
 
@@ -112,20 +115,37 @@ def Prescale(grads, prescale, needs_gradient):
 def Regularize(variables, grads, l1_weight, l2_weight, skip_1d):
   """Coupled L1/L2: adds l2*w and l1*sign(w) to each gradient.
 
+  Lingvo 0.14.2 py_utils.AdjustGradientsWithLpLoss (called for L2, then
+  L1, by Learner.AdjustGradients), in one pass:
+  * a dense gradient g becomes g + l2*w + l1*sign(w); the loss counts all
+    of w;
+  * a tf.IndexedSlices gradient stays sparse: each of its rows i (indices
+    kept as given, duplicates included) gets (l2*w[i] + l1*sign(w[i])) /
+    count(i), where count(i) is how often i occurs in the indices, so the
+    rows present receive exactly one term once duplicates are summed; the
+    loss counts each present row once; absent rows get nothing;
+  * a variable in the SKIP_LP_REGULARIZATION collection
+    (params.VarCollections) gets no term and is not in the loss (Lingvo
+    leaves it out of the loss but still adds the term to a sparse
+    gradient; docs/lingvo.md).
+
   Args:
     variables: list of variables.
-    grads: list like `variables` of gradients (None = no gradient; a
-      tf.IndexedSlices is densified where a term is added).
+    grads: list like `variables` of gradients (None = no gradient), each a
+      Tensor or a tf.IndexedSlices (rank-1 indices into axis 0).
     l1_weight, l2_weight: None (off) or Python floats >= 0; 0.0 adds
       nothing but reports the loss (0), as Lingvo does.
-    skip_1d: if True, rank-1 variables (biases, norm scales) get no term.
+    skip_1d: if True, rank-1 variables (biases, norm scales) get no term
+      either (our extension; False is Lingvo's).
 
   Returns:
     (grads, metrics): metrics has l1_loss = l1 * sum|w| and l2_loss =
-    0.5 * l2 * sum(w^2) (float32 scalars, over the regularized variables)
-    for the weights that are not None; grads are unchanged if both are
-    None or 0.
-  Source: Lingvo's learner (coupled weight decay, as in TF1's regularizers).
+    0.5 * l2 * sum(w^2) (float32 scalars, over the regularized variables,
+    sparse ones over their present rows) for the weights that are not
+    None; grads are unchanged if both are None or 0. Under XLA
+    (jit_compile) a sparse gradient is densified first: tf.unique does not
+    compile, so every row is regularized there, as after a multi-replica
+    all-reduce, which is dense (docs/lingvo.md).
   """
   metrics = {}
   if l1_weight is not None and not l1_weight:
@@ -134,26 +154,64 @@ def Regularize(variables, grads, l1_weight, l2_weight, skip_1d):
     metrics[L2_LOSS] = tf.constant(0.0)
   if not (l1_weight or l2_weight):
     return grads, metrics
+  in_xla = base_optimizer._InXla()  # pylint: disable=protected-access
   l1_terms, l2_terms, out = [], [], []
   for v, g in zip(variables, grads):
-    if g is None or (skip_1d and v.shape.rank == 1):
+    if (g is None or (skip_1d and v.shape.rank == 1) or
+        SKIP_LP_REGULARIZATION in VarCollections(v)):
       out.append(g)
       continue
-    w = v.read_value()
-    g = tf.convert_to_tensor(g)
-    if l2_weight:
-      g = g + tf.cast(l2_weight, g.dtype) * w
-      l2_terms.append(tf.reduce_sum(tf.square(tf.cast(w, tf.float32))))
-    if l1_weight:
-      g = g + tf.cast(l1_weight, g.dtype) * tf.sign(w)
-      l1_terms.append(tf.reduce_sum(tf.abs(tf.cast(w, tf.float32))))
+    if isinstance(g, tf.IndexedSlices) and not in_xla:
+      g, w = _SparseLpGradient(v, g, l1_weight, l2_weight)
+    else:
+      w = v.read_value()
+      g = tf.convert_to_tensor(g) + _LpTerm(w, l1_weight, l2_weight, g.dtype)
     out.append(g)
+    w = tf.cast(w, tf.float32)
+    if l2_weight:
+      l2_terms.append(tf.reduce_sum(tf.square(w)))
+    if l1_weight:
+      l1_terms.append(tf.reduce_sum(tf.abs(w)))
   if l1_weight:
     metrics[L1_LOSS] = l1_weight * tf.add_n(l1_terms + [tf.constant(0.0)])
   if l2_weight:
     metrics[L2_LOSS] = 0.5 * l2_weight * tf.add_n(
         l2_terms + [tf.constant(0.0)])
   return out, metrics
+
+
+def _LpTerm(w, l1_weight, l2_weight, dtype):
+  """l2*w + l1*sign(w) in `dtype` (a zero weight contributes no op)."""
+  w = tf.cast(w, dtype)
+  term = tf.zeros_like(w)
+  if l2_weight:
+    term += tf.cast(l2_weight, dtype) * w
+  if l1_weight:
+    term += tf.cast(l1_weight, dtype) * tf.sign(w)
+  return term
+
+
+def _SparseLpGradient(var, grad, l1_weight, l2_weight):
+  """Lingvo's L1/L2 of a sparse gradient: its rows only, 1/count weighted.
+
+  Args:
+    var: the variable (rank >= 1); grad: tf.IndexedSlices into its axis 0.
+
+  Returns:
+    (grad', rows): grad' is tf.IndexedSlices with grad's indices and
+    dense_shape and values + (l2*w[i] + l1*sign(w[i])) / count(i); rows is
+    w at the unique indices, for the loss.
+  """
+  ids = grad.indices
+  unique, position, count = tf.unique_with_counts(ids)
+  values = tf.gather(var, ids)
+  dtype = grad.values.dtype
+  weight = tf.math.reciprocal(tf.cast(tf.gather(count, position), dtype))
+  weight = tf.reshape(weight, tf.concat(
+      [tf.shape(weight), tf.ones([tf.rank(values) - 1], tf.int32)], 0))
+  delta = weight * _LpTerm(values, l1_weight, l2_weight, dtype)
+  return (tf.IndexedSlices(grad.values + delta, ids, grad.dense_shape),
+          tf.gather(var, unique))
 
 
 def Mask(variables, grads, gradient_mask):

@@ -67,6 +67,46 @@ class Learner(BaseLayer):
   Steps of the schedule count applied updates (`num_updates`) unless
   `lr_schedule_step='global_step'` (see docs/DESIGN.md, "Words with one meaning").
 
+  Params, defaults and numbers are Lingvo 0.14.2's `learner.Learner`,
+  except (one line each; the why is in docs/lingvo.md):
+  * defaults: name 'loss' (Lingvo ''), learning_rate None (Lingvo 0.0: take
+    optimizer_fn's rate), optimizer None (Lingvo Adam: set it or
+    optimizer_fn);
+  * absent: grad_aggregation_method, gate_gradients,
+    colocate_gradients_with_ops (TF1 tf.gradients arguments),
+    skip_zero_gradients (TPU only), scale_gradients (always on),
+    learner_use_variable_scope (TF1 scopes);
+  * extensions, off or Lingvo's by default: lr_schedule_step, optimizer_fn,
+    clip_gradient_value, skip_lp_1d_vectors, loss_scale,
+    per_variable_norm_metrics, var_norm_metrics;
+  * a skipped step (non-finite, clip-to-zero, tracker) runs no optimizer
+    and never raises; Lingvo applies a zero gradient (or raises under
+    check numerics) and has no NaN zeroing on the single-norm path;
+  * the schedule sees num_updates unless lr_schedule_step='global_step';
+  * with GradientAccumulation the window's weighted mean is clipped and
+    checked once per update (Lingvo: per micro-batch, unweighted mean);
+  * grad_norm/all, var_norm/all and grad_scale_all are reported on the
+    single-norm path too (Lingvo: only on the global-norm path);
+  * no L1/L2 term for a skipped variable with a sparse gradient (Lingvo
+    adds it); under XLA or several replicas a sparse gradient is dense, so
+    L1/L2 and the update cover every row;
+  * bprop_variable_filter / exclusion search names without '/var:0';
+  * the norm of a sparse gradient merges duplicate rows first;
+  * gradient_mask keys may omit ':0' and may leave variables out;
+  * with several losses the first loss's weight is the gradient weight
+    (Lingvo: their sum); a combiner may be given for one loss and returns
+    no metrics;
+  * grad_norm_is_nan_or_inf and has_nan_or_inf are float32 0/1 (Lingvo:
+    bool); extra metrics: grad_norm/clipped, num_updates,
+    num_skipped_steps, and as used loss_scale, num_dropped_microbatches,
+    grad_norm/<var>, var_norm/<var>;
+  * both clip norms set is refused at construction (Lingvo: at the first
+    Apply); so are negative clip values, rates and regularizer weights
+    (Lingvo runs them);
+  * no GetVarGrads / AdjustGradients / ScaleGradients /
+    ApplyPostTrainingLoop; Bind, ComputeGradients and ApplyGradients
+    instead.
+
   Raises (at construction, each message names the offending param):
     ValueError: a clipping value, regularizer weight or learning_rate that
       is negative, NaN, inf or a bool (params/checks.py); a
@@ -165,6 +205,7 @@ class Learner(BaseLayer):
     super().__init__(params)
     p = self.params
     self._ValidateParams()
+    self._WarnIgnoredBySingleNormClip()
     names = p.loss_name if p.loss_name is not None else p.name
     self._loss_names = (list(names) if isinstance(names, (list, tuple)) else
                         [names])
@@ -245,6 +286,21 @@ class Learner(BaseLayer):
     checks.CheckValue(self, 'learning_rate', p.learning_rate, checks.Real(
         0, none_ok=True, example=0.1,
         why='None takes the rate of optimizer_fn'))
+
+  def _WarnIgnoredBySingleNormClip(self):
+    """Lingvo ignores these with clip_gradient_single_norm_to_value; so
+    do we, but we say so once."""
+    p = self.params
+    if not p.clip_gradient_single_norm_to_value:
+      return
+    ignored = [k for k in ('grad_norm_to_clip_to_zero', 'grad_norm_tracker')
+               if p.Get(k)]
+    if ignored:
+      logging.warning(
+          'Learner %r: %s have no effect with '
+          'clip_gradient_single_norm_to_value=%r, as in Lingvo (only '
+          'clip_gradient_norm_to_value uses them).', self.path, ignored,
+          p.clip_gradient_single_norm_to_value)
 
   def _ResolveOptimizer(self):
     """Returns (optimizer params, base learning rate)."""
@@ -757,10 +813,15 @@ class Learner(BaseLayer):
                                              gradient_adjuster)
     has_nan_or_inf, m = pipeline.CheckFinite(norms.norm, adjusted_finite)
     metrics.update(m)
+    # Lingvo's single-norm path (learner.py ScaleGradients) clips each
+    # variable and nothing else: no clip-to-zero, no tracker. A non-finite
+    # step is still skipped here (docs/lingvo.md, "Skipped step").
+    single = bool(p.clip_gradient_single_norm_to_value)
+    tracker = (self.grad_norm_tracker
+               if p.grad_norm_tracker is not None and not single else None)
     skip = pipeline.Track(
-        norms.norm, has_nan_or_inf, p.grad_norm_to_clip_to_zero,
-        self.grad_norm_tracker if p.grad_norm_tracker is not None else None,
-        extra_skip)
+        norms.norm, has_nan_or_inf,
+        0.0 if single else p.grad_norm_to_clip_to_zero, tracker, extra_skip)
     clip, m = pipeline.ClipByNorm(norms, has_nan_or_inf,
                                   p.clip_gradient_norm_to_value,
                                   p.clip_gradient_single_norm_to_value)

@@ -10,5 +10,8 @@ from params.hyperparams import ResolveImportPath
 from params.hyperparams import TextFactory
 from params.hyperparams import TextSerializable
 from params.nested_map import NestedMap
+from params.base_layer import AddToCollection
 from params.base_layer import BaseLayer
+from params.base_layer import SKIP_LP_REGULARIZATION
+from params.base_layer import VarCollections
 from params import registry

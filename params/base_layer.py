@@ -6,6 +6,13 @@ After Lingvo's `lingvo/core/base_layer.py`, in TF2 form:
   * `CreateChild` / `CreateChildren` build sub-layers, which inherit the unset
     base params (`dtype`, `fprop_dtype`, `params_init`) of their parent.
   * `CreateVariable` makes a `tf.Variable` named '<layer path>/<name>'.
+  * Lingvo's variable collections, for the one collection that changes a
+    number: `SKIP_LP_REGULARIZATION`. A variable in it gets no L1/L2 term
+    from the learner. It is put there by `CreateVariable(...,
+    collections=[SKIP_LP_REGULARIZATION])`, by the layer param
+    `skip_lp_regularization=True` (inherited by children left at None, as
+    Lingvo's CopyBaseParams does), or by `AddToCollection(
+    SKIP_LP_REGULARIZATION, var)` for any variable (e.g. a Keras layer's).
   * `vars` is a NestedMap of every variable (children included), `theta` the
     values of the trainable and non-trainable variables, cast to
     `fprop_dtype` for floating point ones.
@@ -27,6 +34,12 @@ from params import checks
 from params import hyperparams
 from params.nested_map import NestedMap
 
+# Lingvo 0.14.2 py_utils.SKIP_LP_REGULARIZATION: the collection of variables
+# that the learner's L1/L2 regularizers skip (same string as Lingvo's).
+SKIP_LP_REGULARIZATION = '__lingvo_skip_lp_regularization'
+# The attribute of a tf.Variable holding its collections (a tuple of str).
+_COLLECTIONS_ATTR = '_lingvo_collections'
+
 _NAME_RE = re.compile(r'^[A-Za-z_][A-Za-z0-9_]*$')
 _DESCENDANT_RE = re.compile(r'^([A-Za-z_][A-Za-z0-9_]*)((?:\[\d+\])*)$')
 
@@ -36,6 +49,14 @@ class BaseLayer(tf.Module):
 
   Subclasses define their knobs in `Params()` and their structure in
   `__init__` (children with `CreateChild`, variables with `CreateVariable`).
+
+  Differs from Lingvo's BaseLayer (docs/lingvo.md): `params_init` defaults
+  to None (the initializer of each CreateVariable call; Lingvo: Xavier);
+  Lingvo's inference_driver_name, vn, add_name_to_theta, is_inference,
+  allow_implicit_capture, device_mesh, weight_split_dims_mapping,
+  activation_split_dims_mapping and child_variable_scope_override are
+  absent (inference export, variational noise, TPU capture, GShard and TF1
+  scopes are not offered). `skip_lp_regularization` is Lingvo's.
 
   Raises:
     ValueError: on a layer name that is not an identifier, a duplicate child
@@ -62,6 +83,12 @@ class BaseLayer(tf.Module):
         'number for a constant. None inherits the parent\'s, else zeros.')
     p.Define('random_seed', None,
              'Seed for random initializers; None inherits the parent\'s.')
+    p.Define(
+        'skip_lp_regularization', None,
+        'If True, every variable this layer creates is put in the '
+        'SKIP_LP_REGULARIZATION collection: the learner adds no L1/L2 term '
+        'for it. None inherits the parent\'s; None/False leaves only the '
+        'variables put there explicitly (Lingvo\'s param).')
     return p
 
   def __init__(self, params):
@@ -126,7 +153,8 @@ class BaseLayer(tf.Module):
 
   def _InheritBaseParams(self, child_params):
     p = child_params.Copy(frozen=False)
-    for key in ('fprop_dtype', 'params_init', 'random_seed'):
+    for key in ('fprop_dtype', 'params_init', 'random_seed',
+                'skip_lp_regularization'):
       if key in p and p.Get(key) is None and self._params.Get(key) is not None:
         p.Set(**{key: self._params.Get(key)})
     if 'dtype' in p and p.dtype == tf.float32 and self._params.dtype != tf.float32:
@@ -303,7 +331,7 @@ class BaseLayer(tf.Module):
   # ---- variables -----------------------------------------------------------
 
   def CreateVariable(self, name, shape, init=None, trainable=True, dtype=None,
-                     **kwargs):
+                     collections=None, **kwargs):
     """Creates the variable `name` of this layer and returns it.
 
     Args:
@@ -317,6 +345,10 @@ class BaseLayer(tf.Module):
         variables differ and rebuilding the tree reproduces the values.
       trainable: whether the learner may train it.
       dtype: variable dtype; None uses params.dtype.
+      collections: None or a list of collection names the variable joins
+        (Lingvo's WeightParams.collections); the one that acts here is
+        SKIP_LP_REGULARIZATION, which params.skip_lp_regularization=True
+        also adds. Read with `VarCollections(var)`.
       **kwargs: passed to tf.Variable (e.g. synchronization, aggregation).
 
     Returns:
@@ -342,6 +374,12 @@ class BaseLayer(tf.Module):
     with tf.init_scope():
       var = tf.Variable(initial, name=var_name,
                         trainable=trainable, dtype=dtype, **kwargs)
+    collections = list(collections or [])
+    if (self._params.skip_lp_regularization and
+        SKIP_LP_REGULARIZATION not in collections):
+      collections.append(SKIP_LP_REGULARIZATION)
+    for c in collections:
+      AddToCollection(c, var)
     self._private_vars[name] = var
     return var
 
@@ -380,6 +418,30 @@ class BaseLayer(tf.Module):
     """Forward computation on `theta` (this layer's `theta`)."""
     raise NotImplementedError('%s does not implement FProp.' %
                               type(self).__name__)
+
+
+def AddToCollection(name, var):
+  """Puts the variable `var` in the collection `name` (a str).
+
+  Lingvo's `tf.add_to_collection(name, var)` for variables; TF2 has no graph
+  collections, so the names are kept on the variable itself. E.g.
+  `AddToCollection(SKIP_LP_REGULARIZATION, keras_layer.bias)` exempts that
+  variable from the learner's L1/L2.
+
+  Raises:
+    TypeError: if `name` is not a str (naming the value).
+  """
+  if not isinstance(name, str):
+    raise TypeError('AddToCollection: name=%r; expected a str such as '
+                    'SKIP_LP_REGULARIZATION.' % (name,))
+  have = VarCollections(var)
+  if name not in have:
+    setattr(var, _COLLECTIONS_ATTR, have + (name,))
+
+
+def VarCollections(var):
+  """The tuple of collection names `var` is in (empty if none)."""
+  return tuple(getattr(var, _COLLECTIONS_ATTR, ()))
 
 
 def _ChildView(child):

@@ -707,6 +707,38 @@ def _ShownLine(line, limit=120):
   return '%r... (%d characters)' % (line[:limit], len(line))
 
 
+def ReadTextFile(path, what):
+  """Returns the text of a params file, read with the reader's size bound.
+
+  At most MAX_TEXT_CHARS + 1 characters are read, so a huge file is refused
+  without being loaded whole, and the bytes must be UTF-8 text.
+
+  Args:
+    path: the file's path (str).
+    what: how the caller names it in errors, e.g. '--params_file'.
+
+  Returns:
+    The file's text (str, at most MAX_TEXT_CHARS characters).
+
+  Raises:
+    ValueError: naming `what` and `path` if the file cannot be opened or
+      read, is not UTF-8 text, or is longer than MAX_TEXT_CHARS.
+  """
+  try:
+    with open(path, encoding='utf-8', errors='strict') as f:
+      text = f.read(MAX_TEXT_CHARS + 1)
+  except OSError as e:
+    raise ValueError('%s %r cannot be read: %s' % (what, path, e)) from None
+  except UnicodeDecodeError as e:
+    raise ValueError('%s %r is not UTF-8 params text (byte %d); give a file '
+                     'of "key : value" lines.' % (what, path, e.start)) from None
+  if len(text) > MAX_TEXT_CHARS:
+    raise ValueError('%s %r is longer than %d characters (MAX_TEXT_CHARS); a '
+                     'params file is a few kB of "key : value" lines.' %
+                     (what, path, MAX_TEXT_CHARS))
+  return text
+
+
 def TextLines(text):
   """Yields (position, item, key, value_text) for each 'key : value' item.
 

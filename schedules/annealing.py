@@ -93,6 +93,7 @@ class EmaDecaySchedule(BaseSchedule):
   `lingvo/core/schedule.py` EmaDecaySchedule (same params, defaults and
   values for steps >= 0). Departure (docs/lingvo.md): a negative step gives
   0.1 here; Lingvo's formula gives (1+s)/(10+s), e.g. -0.8 at step -5.
+  ema_decay > 1 is refused (Lingvo runs it: the cap never binds).
 
   Raises:
     ValueError: at construction, if ema_decay is not in [0, 1].

@@ -21,6 +21,11 @@ class BaseSchedule(BaseLayer):
   `tf.function` and under `jit_compile=True`. Subclasses compute in float64
   (exact for any step below 2**53) and `Value` rounds once to float32.
 
+  Differs from Lingvo (docs/lingvo.md): the default `name` is
+  'lr_schedule' (Lingvo: 'LRSched'); `Value(step)` takes the step (Lingvo:
+  None reads the global step) and ignores `p.dtype`; validation is eager
+  (ValueError at construction; Lingvo asserts or fails inside `Value()`).
+
   Subclasses validate their params in `__init__` and raise `ValueError`
   naming the offending parameter (see `_Fail`).
   """

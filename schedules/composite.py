@@ -11,6 +11,8 @@ class CombinedMinimumSchedule(BaseSchedule):
   """The minimum of several schedules, each seeing the same step.
 
   Value(step) = min_i schedules[i].Value(step).
+  Differs from Lingvo (docs/lingvo.md): a default-named child is renamed
+  `schedules_<i>` (variable names only).
   Source: Lingvo `lingvo/core/schedule.py` CombinedMinimumSchedule.
 
   Raises:

@@ -62,6 +62,8 @@ class ContinuousSchedule(BaseSchedule):
   Value(step) = initial_value * max(0.5 ** ((step - start_step) /
   half_life_steps), min) from start_step on, initial_value before it.
   Steps count applied updates.
+  Differs from Lingvo (docs/lingvo.md): min == 1 is accepted (a constant);
+  Lingvo's child ExponentialSchedule asserts on it.
   Source: Lingvo `lingvo/core/schedule.py` ContinuousSchedule.
 
   Raises:
@@ -110,6 +112,8 @@ class StepwiseExponentialSchedule(BaseSchedule):
   num_steps_per_decay this is an integer division of the int64 step (exact
   for any step); a float one (e.g. 2.5) divides in float64, as Lingvo
   divides in float32. Steps count applied updates.
+  Differs from Lingvo (docs/lingvo.md): decay=0 is refused (Lingvo: 1,
+  then 0 from the first decay on).
   Source: Lingvo 0.14.2 `lingvo/core/schedule.py` StepwiseExponentialSchedule
   (same params, defaults and values).
 

@@ -310,8 +310,7 @@ def Main(argv, out=None, err=None):
     else:
       text = fv.params_text
       if os.path.isfile(text):
-        with open(text) as f:
-          text = f.read()
+        text = hyperparams.ReadTextFile(text, '--params_text')
       sp = ScheduleParamsFromText(text, fv.learner)
       source = 'params text'
     if not sp.name:

@@ -32,6 +32,8 @@ class LinearRampupExponentialDecayScaledByNumSplitSchedule(_CombinedMinimumOf):
   exponentially to `min` at max(that + 1, decay_end / n), stays at `min`
   after, and is never above `max`. warmup=0 skips the ramp. Steps count
   applied updates.
+  Differs from Lingvo (docs/lingvo.md): num_splits <= 0 is the strategy's
+  replica count (Lingvo: its cluster's num_splits_per_client).
   Source: Lingvo `lingvo/core/schedule.py`
   LinearRampupExponentialDecayScaledByNumSplitSchedule.
 
@@ -119,6 +121,8 @@ class LinearRampupPiecewiseConstantSchedule(_CombinedMinimumOf):
   lrs[i] * n: the value ramps linearly from 0 at step 0 to lrs[0] at
   boundaries[0], and is lrs[i] on [boundaries[i], boundaries[i+1]). The
   value at step 0 is 0, as in Lingvo. Steps count applied updates.
+  Differs from Lingvo (docs/lingvo.md): one boundary is accepted (Lingvo
+  asserts at least 2); num_splits <= 0 is the strategy's replica count.
   Source: Lingvo `lingvo/core/schedule.py`
   LinearRampupPiecewiseConstantSchedule.
 

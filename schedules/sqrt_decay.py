@@ -13,6 +13,8 @@ class SqrtDecay(BaseSchedule):
   Value(step) = multiplier * rsqrt(max(step - offset, warmup_steps)): flat at
   multiplier / sqrt(warmup_steps) until warmup_steps (+ offset), then
   multiplier / sqrt(step - offset). Steps count applied updates.
+  Differs from Lingvo (docs/lingvo.md): warmup_steps=0 is refused even
+  with a negative offset, where Lingvo's value stays finite.
   Source: Lingvo `lingvo/core/schedule.py` SqrtDecay.
 
   Raises:
@@ -54,7 +56,8 @@ class SqrtDecayToZero(BaseSchedule):
   after final_steps and goes negative (a negative rate trains uphill; its
   defaults give -0.0023 at step 400000); here the step is clamped at
   final_steps, so the value is exactly 0 from F on. Before F the values
-  are Lingvo's.
+  are Lingvo's. final_steps <= warmup_steps is refused (Lingvo's value then
+  rises after W, or divides by zero).
   Source: Lingvo 0.14.2 `lingvo/core/schedule.py` SqrtDecayToZero (same
   params and defaults).
 
@@ -102,6 +105,8 @@ class LinearRampupSqrtDecay(BaseSchedule):
     Value = peak * min(s / W, sqrt(W / s))
   so step 0 already gives peak / W (the value of step 1), the peak is at W,
   and the value halves every 4x steps after it. Steps count applied updates.
+  Differs from Lingvo (docs/lingvo.md): warmup_steps=0 is refused (Lingvo's
+  value is then 0 at every step).
   Source: Lingvo 0.14.2 `lingvo/core/schedule.py` LinearRampupSqrtDecay (same
   params, order and defaults).
 
@@ -137,6 +142,8 @@ class LinearRampupSqrtDecayByBatchSizeAndReplicas(BaseSchedule):
     Value = min((step + 1) * W**-1.5, (step + 1)**-0.5)
   (0 for step <= -1), peak sqrt(batch_size * num_replicas / warmup_examples)
   at step W - 1. Steps count applied updates; batch_size is per replica.
+  Differs from Lingvo (docs/lingvo.md): a step below -1 gives 0 (Lingvo:
+  NaN); num_replicas None or 0 is the strategy's replica count.
   Source: Lingvo `lingvo/core/schedule.py`
   LinearRampupSqrtDecayByBatchSizeAndReplicas.
 

@@ -57,6 +57,11 @@ from params import checks
 class GradientAccumulation(wrapper.BaseWrapper):
   """Accumulates weighted micro-batch gradients; the inner optimizer applies.
 
+  Differs from Lingvo's Accumulator (docs/lingvo.md): the learner clips,
+  regularizes and checks the window's weighted mean once per update, and a
+  non-finite micro-batch is dropped from the window; Lingvo does all that
+  per micro-batch and applies the unweighted mean.
+
   Raises:
     ValueError: at construction, if `optimizer` is not optimizer params, is
       itself a GradientAccumulation ("accumulation must be the outermost

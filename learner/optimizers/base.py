@@ -51,6 +51,18 @@ class BaseOptimizer(BaseLayer):
   the rows present (var and slots); otherwise `lazy_sparse_updates` is
   ignored and sparse gradients are densified.
 
+  Differs from Lingvo's optimizer.Base (docs/lingvo.md), for every update
+  rule: the default `name` is 'optimizer' (Lingvo: the class name);
+  `decoupled_weight_decay`, `weight_decay_exclude` and
+  `lazy_sparse_updates` are extensions whose defaults give Lingvo's
+  numbers; Lingvo's `use_bf16_gradients_ar=True` is refused and
+  `add_summary_in_apply` / `clear_variable_scope` have no effect; slots are
+  made at `Bind` (Lingvo: at the first apply) under our names; under XLA
+  or several replicas a sparse gradient arrives dense (no lazy update); no
+  `<name>_lr` summaries (the learner reports `learning_rate`); the API is
+  Bind / Apply / ApplyScaled (Lingvo: Apply with a weight, GetOptimizer,
+  GetLrScheduleValue).
+
   Raises:
     ValueError: at construction, a value refused by `ValueChecks()` (a bool,
       NaN, inf or out of range; decoupled_weight_decay must be >= 0) or a

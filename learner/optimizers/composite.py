@@ -19,7 +19,7 @@ class Composite(base_optimizer.BaseOptimizer):
   regex matches. Regexes use `re.search` on the variable name (no ':0').
   Each group's rate is the learner's scheduled rate times its multiplier
   (Lingvo's CompositeOptimizer ignored the learner's rate; this one does
-  not). Every group's optimizer is applied once per update, so each
+  not: docs/lingvo.md). Every group's optimizer is applied once per update, so each
   group's `num_updates` equals this wrapper's.
   Groups are children named 'group_<i>' in the map's order, the default
   group 'default'. Not a `wrapper.BaseWrapper`: it has several inner

@@ -64,6 +64,8 @@ class Momentum(BaseOptimizer):
   fold is this project's (benchmarks/README.md, tf_fused_folded); Lingvo
   0.14.2 `lingvo/core/optimizer.py` Momentum (same params and defaults;
   `fold_grad_scale` is an extension that does not change the numbers).
+  Differs from Lingvo: alpha >= 1 is refused (below), and as every update
+  rule (BaseOptimizer, docs/lingvo.md).
 
   Raises:
     ValueError: at construction, if alpha is not a finite number in [0, 1)
@@ -196,6 +198,10 @@ class Adam(BaseOptimizer):
   Source: Kingma & Ba, "Adam: A Method for Stochastic Optimization", ICLR
   2015, Algorithm 1; Lingvo 0.14.2 `lingvo/core/optimizer.py` Adam (same
   params, defaults and presets).
+  Differs from Lingvo (docs/lingvo.md): beta1^t and beta2^t are computed
+  from num_updates (Lingvo: TF1 beta-power variables; equal to float32
+  rounding, ~1e-6 after 5 steps); beta1 = 1, beta2 = 1 and epsilon = 0
+  are refused (below); and as every update rule (BaseOptimizer).
 
   Raises:
     ValueError: at construction, if beta1 or beta2 is not a finite number in
@@ -283,7 +289,8 @@ class AdamW(Adam):
 
   Raises:
     ValueError: decoupled_weight_decay is None or not a number (as Keras's
-      AdamW refuses weight_decay=None), instead of silently being Adam.
+      AdamW refuses weight_decay=None), instead of silently being Adam; and
+      as Adam, beta1 = 1, beta2 = 1 or epsilon = 0 (docs/lingvo.md).
   """
 
   @classmethod
@@ -315,6 +322,8 @@ class Adagrad(BaseOptimizer):
   lazy and a dense update give the same numbers).
   Source: Duchi, Hazan & Singer, JMLR 2011; Lingvo 0.14.2
   `lingvo/core/optimizer.py` Adagrad (same params, defaults, validation).
+  Differs from Lingvo: no `optimizer/adagrad_accum_<var>` summary, and as
+  every update rule (BaseOptimizer, docs/lingvo.md).
 
   Raises:
     ValueError: at construction if initial_accumulator_value <= 0 (as TF1's
@@ -379,6 +388,9 @@ class RMSProp(BaseOptimizer):
   Lingvo 0.14.2 `lingvo/core/optimizer.py` RMSProp (same params and
   defaults; `centered` and `keras_semantics` are extensions, off by
   default).
+  Differs from Lingvo: the slots are 'ms' and 'mom' (TF1: 'rms',
+  'momentum'); decay > 1 and momentum >= 1 are refused (below); and as
+  every update rule (BaseOptimizer, docs/lingvo.md).
 
   Raises:
     ValueError: at construction, if decay is not in [0, 1], momentum is not
@@ -455,6 +467,8 @@ class AdaDelta(BaseOptimizer):
   Source: Zeiler, "ADADELTA: An Adaptive Learning Rate Method", 2012, Alg. 1;
   Lingvo 0.14.2 `lingvo/core/optimizer.py` AdaDelta (same params and
   defaults).
+  Differs from Lingvo: epsilon = 0 and decay > 1 are refused (below), and
+  as every update rule (BaseOptimizer, docs/lingvo.md).
 
   Raises:
     ValueError: at construction, if decay is not in [0, 1] or epsilon <= 0
@@ -640,10 +654,10 @@ class LAMB(BaseOptimizer):
   BERT in 76 minutes", ICLR 2020, Algorithm 2 (phi = identity).
 
   Raises:
-    ValueError: at construction, if beta1 or beta2 is not in [0, 1),
-      epsilon <= 0, weight_decay < 0 (a bool, NaN or inf is refused too), or
-      a regex of the exclude lists does not compile; the message names the
-      param.
+    ValueError: at construction, if beta1 or beta2 is not in [0, 1) (1
+      divides by 0), epsilon <= 0, weight_decay < 0 (a bool, NaN or inf is
+      refused too; docs/lingvo.md, as Adam), or a regex of the exclude lists
+      does not compile; the message names the param.
   """
 
   @classmethod

@@ -4,6 +4,10 @@
   input_generator.py  BaseInputGenerator (the experiments' datasets are in
                       configs/inputs.py)
   trainer.py          Trainer and `python -m learner.trainer`
+  evaler.py, export.py
+                      the jobs that read a run's checkpoints: the continuous
+                      evaler (and the eval loop) and the SavedModel export
+  early_stop.py       early stopping on the dev metric
   checkpointer.py, summary.py, progress.py
                       what the trainer writes and prints
   run.py, mode_keys.py

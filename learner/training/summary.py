@@ -1,13 +1,21 @@
-"""TensorBoard summaries: scalars from metrics, params as text.
+"""TensorBoard summaries: scalars from metrics, params as text and hparams.
 
 Metrics are `{name: (value, weight)}`; a metric with weight 0 was not
 measured this step (docs/DESIGN.md, "Words with one meaning") and is not written.
 Learner metrics are tagged `<metric>` when the task has one learner and
-`<metric>/<learner name>` when it has several.
+`<metric>/<learner name>` when it has several. `StepCounter` adds the
+throughput, `global_step/sec` and `examples/sec`, as Estimator names them.
+
+Scalars are stored as tensors (what `tf.summary.scalar` writes in TF 2), so
+an `EventAccumulator` lists them under `Tags()['tensors']` and
+`Tensors(tag)` reads them (README, "TensorBoard").
 """
+
+import time
 
 import numpy as np
 import tensorflow as tf
+from tensorboard.plugins.hparams import api as hparams_api
 
 
 def _Scalar(x):
@@ -84,3 +92,68 @@ def WriteParamsText(writer, params_text):
   with writer.as_default(step=0):
     tf.summary.text('params', '```\n%s\n```' % params_text)
   writer.flush()
+
+
+def ScalarParams(params):
+  """The params as a flat {dotted key: bool/int/float/str} for hparams.
+
+  Every key of `params.ToText()` whose value is a scalar: a bool, an int, a
+  float or a str; a class (the `cls` of nested params) is given as its
+  'module.Name'. Lists, functions, None and other values are left out (the
+  whole text is in the 'params' text summary).
+  """
+  out = {}
+  for line in params.ToText().splitlines():
+    key = line.split(' : ', 1)[0]
+    value = params.Get(key)
+    if isinstance(value, (bool, int, float, str, np.generic)):
+      out[key] = value.item() if isinstance(value, np.generic) else value
+    elif isinstance(value, type):
+      out[key] = '%s.%s' % (value.__module__, value.__qualname__)
+  return out
+
+
+def WriteHParams(writer, params):
+  """Writes the run's scalar params once, for TensorBoard's HPARAMS tab.
+
+  Uses `tensorboard.plugins.hparams.api.hparams` (a session-start record
+  of this run, at step 0) with `ScalarParams(params)`.
+  """
+  with writer.as_default(step=0):
+    hparams_api.hparams(ScalarParams(params))
+  writer.flush()
+
+
+class StepCounter:
+  """Training throughput between two summary steps.
+
+  `Rates(step)` returns 'global_step/sec' (global steps per second of wall
+  time since the previous call, evaluations and saves in between
+  included) and, when the examples per step are known, 'examples/sec'
+  (that times the global batch size). The first call only starts the
+  clock, so the tracing of the first train loop is not counted. Names and
+  rule of `tf.estimator.StepCounterHook` and TPUEstimator's examples/sec.
+
+  Args:
+    examples_per_step: the global batch size, or None (not written).
+    clock: callable returning seconds (default time.time).
+  """
+
+  def __init__(self, examples_per_step=None, clock=time.time):
+    self._examples_per_step = examples_per_step
+    self._clock = clock
+    self._last = None
+
+  def Rates(self, step):
+    """{tag: (value, 1.0)} of the rates since the last call (maybe {})."""
+    now = self._clock()
+    out = {}
+    if self._last is not None:
+      last_step, last_time = self._last
+      if step > last_step and now > last_time:
+        rate = (step - last_step) / (now - last_time)
+        out['global_step/sec'] = (rate, 1.0)
+        if self._examples_per_step:
+          out['examples/sec'] = (rate * self._examples_per_step, 1.0)
+    self._last = (int(step), now)
+    return out

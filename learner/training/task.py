@@ -114,6 +114,11 @@ def _EvalParams():
   ep.Define('dev_metric_mode', 'min',
             "'min' if a lower dev_metric is better (a loss), 'max' if higher "
             'is better (an accuracy).')
+  ep.Define(
+      'early_stop_patience', 0,
+      'In train_and_eval mode, stop training when dev_metric has not beaten '
+      'its best for this many evaluations in a row (every interval_steps; '
+      'learner/training/early_stop.py); 0 means never stop early.')
   return ep
 
 

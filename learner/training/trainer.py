@@ -26,7 +26,6 @@ The `Trainer` class does the work and is usable from Python and tests; the
 absl `main` only parses flags.
 """
 
-import contextlib
 import json
 import os
 import sys
@@ -39,11 +38,13 @@ import tensorflow as tf
 
 from params import BaseLayer
 from params import checks
+from params import hyperparams
 from params import registry
-from learner.optimizers import base as base_optimizer
-from learner.optimizers import var_grad
 from learner.training import checkpointer as checkpointer_lib
 from learner.training import distribution
+from learner.training import early_stop as early_stop_lib
+from learner.training import evaler as evaler_lib
+from learner.training import export as export_lib
 from learner.training import model_analysis
 from learner.training.mode_keys import ModeKeys
 from learner.training import progress as progress_lib
@@ -76,12 +77,7 @@ def LoadExperimentParams(model, params_file=None, params_override=None,
   """
   p = registry.GetParams(model)
   if params_file:
-    try:
-      with open(params_file) as f:
-        text = f.read()
-    except OSError as e:
-      raise ValueError('--params_file %r cannot be read: %s' %
-                       (params_file, e)) from None
+    text = hyperparams.ReadTextFile(params_file, '--params_file')
     try:
       p.FromText(text)
     except ValueError as e:
@@ -135,20 +131,9 @@ def _FindLayers(root, predicate):
       stack.extend(obj.values())
 
 
-def _EmaClasses(task):
-  """The averaging optimizer classes (Ema) in the task's learners' params.
-
-  Asked through `BaseOptimizer.EvalAverageClasses`, which wrappers delegate
-  to their inner optimizers, so no optimizer is built. A learner given
-  `optimizer_fn` instead of `optimizer` params is not searched.
-  """
-  out = []
-  for lp in task.LearnerParamsList():
-    opt = lp.optimizer
-    cls = getattr(opt, 'cls', None)
-    if isinstance(cls, type) and issubclass(cls, base_optimizer.BaseOptimizer):
-      out.extend(cls.EvalAverageClasses(opt))
-  return out
+# The EMA helpers live with the checkpoint restore that the jobs share.
+_EmaClasses = checkpointer_lib.EvalAverageClasses
+LoadEmaAverages = checkpointer_lib.LoadEmaAverages
 
 
 def _Float(x):
@@ -303,6 +288,13 @@ class Trainer:
                                                                input_gen)
     self._WriteModelAnalysis(task)
     dev = p.task.eval
+    self._early_stop = early_stop_lib.EarlyStop.FromParams(
+        dev, self._logdir, int(task.global_step.numpy()),
+        evaluating=self._mode == ModeKeys.TRAIN_AND_EVAL)
+    if not restored:  # Once per run, at its start.
+      summary_lib.WriteHParams(self._Writer('train'), p)
+    self._step_counter = summary_lib.StepCounter(
+        p.train_input.batch_size if 'batch_size' in p.train_input else None)
     if self._mode == ModeKeys.TRAIN_AND_EVAL and dev.dev_metric:
       self._best = checkpointer_lib.BestCheckpoint(
           ckpt, os.path.join(self._logdir, 'best'), dev.dev_metric_mode)
@@ -322,6 +314,7 @@ class Trainer:
                     if out is not None else {})
       result.update({'train/%s' % k: v for k, (v, w) in last_train.items()
                      if w != 0})
+    result.update(self._early_stop.Summary())
     self._WriteMetrics(result)
     self._Print('Final metrics (global step %d): %s' % (
         step, json.dumps({k: v for k, v in result.items()}, sort_keys=True)))
@@ -421,6 +414,8 @@ class Trainer:
     if not progress.is_tty:
       intervals.append(tp.log_interval_steps)
     while step < tp.max_steps:
+      if self._early_stop.stopped:  # At the evaluation that stopped it.
+        break
       end = min([tp.max_steps, step + tp.steps_per_loop] +
                 [(step // k + 1) * k for k in intervals])
       out = self._TrainLoop(task, iterator, end - step)
@@ -445,6 +440,7 @@ class Trainer:
     tagged = None
     if step % tp.summary_interval_steps == 0 or step == tp.max_steps:
       tagged = summary_lib.FlattenStepOutput(out, num_learners)
+      tagged.update(self._step_counter.Rates(step))
       summary_lib.WriteScalars(train_writer, step, tagged, flush=False)
     if progress.WantsValues(step):
       if tagged is None:
@@ -486,30 +482,7 @@ class Trainer:
     Inside, the weights of every Ema in `use_ema_layers` are swapped for
     their averages (and back after).
     """
-    p = self._params
-    ep = p.eval_input.Copy()
-    if not p.task.eval.samples and 'num_epochs' in ep:
-      ep.num_epochs = 1
-    input_gen = ep.Instantiate()
-    sums, weights = {}, {}
-    seen = 0
-    with contextlib.ExitStack() as stack:
-      for ema in use_ema_layers:
-        stack.enter_context(ema.SwapAverages())
-      for batch in input_gen.GetDataset():
-        metrics = summary_lib.MetricsToDict(task.EvalStep(batch))
-        for name, (v, w) in metrics.items():
-          sums[name] = sums.get(name, 0.0) + v * w
-          weights[name] = weights.get(name, 0.0) + w
-        seen += int(tf.nest.flatten(batch)[0].shape[0])
-        if p.task.eval.samples and seen >= p.task.eval.samples:
-          break
-    if not sums:
-      raise ValueError('The eval input yielded no batch; check eval_input '
-                       '(split %r, batch_size %d).' % (ep.split,
-                                                       ep.batch_size))
-    results = {k: sums[k] / weights[k] if weights[k] else float('nan')
-               for k in sums}
+    results = evaler_lib.EvalMetrics(self._params, task, use_ema_layers)
     summary_lib.WriteScalars(self._Writer('eval'), step,
                              {k: (v, 1.0) for k, v in results.items()})
     return results
@@ -539,6 +512,8 @@ class Trainer:
                                                          dev.dev_metric):
         self._Print('New best %s %.5g at global step %d.' %
                     (dev.dev_metric, value, step))
+      if self._early_stop.Update(step, value):
+        self._Print(self._early_stop.reason + '.')
     return results
 
   def _RunEval(self):
@@ -595,42 +570,6 @@ def ParamsChangeWarning(path, old_text, new_text, max_lines=10):
           % (path, listing))
 
 
-def LoadEmaAverages(checkpoint_path, task, ema_classes):
-  """Assigns each model variable its EMA average from a training checkpoint.
-
-  Reads the averages that the averaging optimizers saved, under the keys
-  their classes give (`AverageCheckpointKeySuffix`), without building any
-  optimizer.
-
-  Args:
-    checkpoint_path: a checkpoint written while training.
-    task: the built task whose model variables get the averages.
-    ema_classes: the averaging optimizer classes (see `_EmaClasses`).
-
-  Returns:
-    The number of variables assigned.
-
-  Raises:
-    ValueError: if a trainable model variable has no average in the
-      checkpoint.
-  """
-  reader = tf.train.load_checkpoint(checkpoint_path)
-  keys = list(reader.get_variable_to_shape_map())
-  n = 0
-  for var in task.ModelVars().Flatten():
-    suffixes = tuple(c.AverageCheckpointKeySuffix(var) for c in ema_classes)
-    found = [k for k in keys if k.endswith(suffixes)]
-    if not found:
-      if var.trainable:
-        raise ValueError(
-            'Checkpoint %s has no EMA average of %r; it was not trained with '
-            'this Ema learner.' % (checkpoint_path, var_grad.VarName(var)))
-      continue
-    var.assign(reader.get_tensor(found[0]))
-    n += 1
-  return n
-
-
 def _LossOf(tagged):
   for key in ('loss',):
     if key in tagged:
@@ -662,9 +601,14 @@ def DefineFlags():
   flags.DEFINE_bool('list', False, 'Print every registered experiment and exit.')
   flags.DEFINE_string('logdir', None, 'Output directory (checkpoints, '
                       'summaries, params.txt, metrics.json).')
-  flags.DEFINE_enum('mode', ModeKeys.TRAIN, list(ModeKeys.ALL),
-                    'train, eval (restore weights and evaluate) or '
-                    'train_and_eval.')
+  flags.DEFINE_enum('mode', ModeKeys.TRAIN,
+                    list(ModeKeys.ALL + ModeKeys.JOBS),
+                    'train, eval (restore weights and evaluate), '
+                    'train_and_eval, or a job that reads the run\'s '
+                    'checkpoints: evaler (evaluate each new checkpoint once) '
+                    'or export (a SavedModel of the predictions).')
+  evaler_lib.DefineFlags()
+  export_lib.DefineFlags()
   flags.DEFINE_integer('max_steps', None, 'Overrides task.train.max_steps.')
   flags.DEFINE_string('params_override', None,
                       'Params text rooted at the experiment\'s params, e.g. '
@@ -719,6 +663,11 @@ def main(argv):
                                   FLAGS.jit_compile)
     rules = (ParseRules(FLAGS.init_from_checkpoint_rules)
              if FLAGS.init_from_checkpoint_rules is not None else None)
+    # The jobs that only read the run's checkpoints (evaler.py, export.py).
+    if FLAGS.mode == ModeKeys.EVALER:
+      return evaler_lib.Main(params, FLAGS)
+    if FLAGS.mode == ModeKeys.EXPORT:
+      return export_lib.Main(params, FLAGS)
   except (LookupError, ValueError) as e:
     print('ERROR: %s' % e, file=sys.stderr)
     return 2

@@ -2,7 +2,8 @@
 
 Lingvo's optimizer_test.py has no numeric case for these classes (its two
 tests are CompositeOptimizer and Accumulator, which have no class of that
-name here). Lingvo's `optimizer.py` builds each update from a TF1 optimizer
+name here; they are ported to Composite and GradientAccumulation in
+test_lingvo_optimizer_cases.py). Lingvo's `optimizer.py` builds each update from a TF1 optimizer
 (`GetOptimizer`): SGD -> GradientDescentOptimizer(lr), Momentum ->
 MomentumOptimizer(lr, alpha, use_nesterov), RMSProp -> RMSPropOptimizer(lr,
 decay, momentum, epsilon), Adagrad -> AdagradOptimizer(lr,

@@ -527,3 +527,46 @@ def test_an_index_into_params_is_refused_in_one_line():
   msg, _ = _Refused("task[3].cls : Class('schedules.cosine.CosineDecay')",
                     'task[3].cls')
   assert '[3] indexes a list or tuple' in msg
+
+
+# ---- reading a params file: bounded, text only -------------------------------
+
+
+def test_read_text_file_refuses_a_file_longer_than_the_bound(tmp_path):
+  path = tmp_path / 'huge.txt'
+  path.write_text('a : 1\n' * (hyperparams.MAX_TEXT_CHARS // 6 + 10))
+  with pytest.raises(ValueError) as e:
+    hyperparams.ReadTextFile(str(path), '--params_file')
+  message = str(e.value)
+  assert '--params_file' in message and 'huge.txt' in message
+  assert str(hyperparams.MAX_TEXT_CHARS) in message and '\n' not in message
+
+
+def test_read_text_file_refuses_binary_and_missing_files(tmp_path):
+  binary = tmp_path / 'model.bin'
+  binary.write_bytes(b'\x89PNG\r\n\x1a\n\xff\xfe\x00')
+  with pytest.raises(ValueError, match=r"--params_file '.*model.bin' is not "
+                     r'UTF-8 params text \(byte 0\)'):
+    hyperparams.ReadTextFile(str(binary), '--params_file')
+  with pytest.raises(ValueError, match=r"--params_text '.*nothere' cannot be "
+                     'read'):
+    hyperparams.ReadTextFile(str(tmp_path / 'nothere'), '--params_text')
+
+
+def test_read_text_file_returns_a_file_at_the_bound_unchanged(tmp_path):
+  path = tmp_path / 'params.txt'
+  text = 'task.train.max_steps : 7\n# a comment\n'
+  path.write_text(text)
+  assert hyperparams.ReadTextFile(str(path), '--params_file') == text
+
+
+def test_schedule_plot_refuses_a_binary_params_file_in_one_line(tmp_path):
+  from schedules import plot
+  binary = tmp_path / 'weights.bin'
+  binary.write_bytes(bytes(range(128, 256)))
+  out, err = io.StringIO(), io.StringIO()
+  # A bad value exits 1 in schedules.plot (2 is for a bad flag).
+  assert plot.Main(['plot', '--params_text=%s' % binary], out=out,
+                   err=err) == 1
+  lines = err.getvalue().strip().splitlines()
+  assert len(lines) == 1 and 'is not UTF-8 params text' in lines[0]

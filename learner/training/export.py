@@ -1,0 +1,181 @@
+r"""The export job: a SavedModel of the task's predictions.
+
+    python -m learner.trainer --model=digits.MlpMomentum --logdir=D --mode=export
+
+writes `<logdir>/export/<global step>/`, a SavedModel whose
+`serving_default` signature (and the `predict` function of the loaded
+object) runs the task's `ComputePredictions` on a batch of features and
+returns its outputs ('logits' for the classifiers, 'y' for the regressions;
+nested outputs get dotted names), with the weights of the newest checkpoint
+in `<logdir>/ckpt` (or of `--export_checkpoint`): the EMA averages when the
+task's learners average their weights, as evaluation uses them.
+
+    loaded = tf.saved_model.load('D/export/1200')
+    logits = loaded.signatures['serving_default'](features=x)['logits']
+    logits = loaded.predict({'features': x})['logits']     # the same
+
+The input signature comes from the eval input generator's batches (their
+`element_spec`), with the batch dimension left free (None), keeping only
+the features the predictions read: the keys that `ComputePredictions`
+does not use (the labels) are dropped by tracing it once.
+
+Why a mode of the trainer and not a separate binary (Model Garden has
+`export_saved_model.py`): the export needs exactly what the trainer's
+command line already resolves (the registry key, --params_file,
+--params_override) to build the same task, and Lingvo's trainer does the
+same (`--mode=write_inference_graph`). Like the evaler, it only reads the
+run's checkpoints and writes nothing but `<logdir>/export/`; an existing
+export of a step is left as it is. The SavedModel is written to a
+temporary directory and renamed into place, so a killed export leaves no
+half-written `<global step>/`.
+"""
+
+import os
+import sys
+
+from absl import flags
+import tensorflow as tf
+
+from params import NestedMap
+from learner.training import checkpointer as checkpointer_lib
+
+
+class NothingToExportError(ValueError):
+  """The logdir has no checkpoint to export."""
+
+
+def CheckpointToExport(logdir, checkpoint=None):
+  """The checkpoint prefix to export.
+
+  Args:
+    logdir: the run's logdir.
+    checkpoint: None (the newest in `<logdir>/ckpt`), a checkpoint prefix,
+      or a directory of checkpoints (its newest; e.g. '<logdir>/best').
+
+  Raises:
+    NothingToExportError: no checkpoint there.
+  """
+  where = checkpoint or os.path.join(logdir, 'ckpt')
+  if checkpoint and not tf.io.gfile.isdir(checkpoint):
+    if tf.io.gfile.exists(checkpoint + '.index'):
+      return checkpoint
+    raise NothingToExportError(
+        '--export_checkpoint %r: no such checkpoint (give a prefix such as '
+        '<logdir>/ckpt/ckpt-200, or a directory of checkpoints).' % checkpoint)
+  path = tf.train.latest_checkpoint(where) if tf.io.gfile.isdir(where) else None
+  if path is None:
+    raise NothingToExportError(
+        'mode=export: no checkpoint in %s to export. Train first (mode train '
+        'or train_and_eval) with this logdir, or name one with '
+        '--export_checkpoint.' % where)
+  return path
+
+
+def FeatureSpecs(params, task):
+  """The input signature: {key: tf.TensorSpec} of the batches' features.
+
+  Taken from the eval input's `element_spec` with the first (batch)
+  dimension None; the keys `task.ComputePredictions` does not read are
+  dropped (found by tracing it once on every key).
+
+  Raises:
+    ValueError: the eval input's batches are not dicts of tensors.
+  """
+  spec = params.eval_input.Instantiate().GetDataset().element_spec
+  if not isinstance(spec, dict) or not all(
+      isinstance(s, tf.TensorSpec) for s in spec.values()):
+    raise ValueError(
+        'mode=export needs eval_input batches that are dicts of tensors, got '
+        '%r; give the input generator dict batches.' % (spec,))
+  specs = {k: tf.TensorSpec([None] + s.shape.as_list()[1:], s.dtype, name=k)
+           for k, s in sorted(spec.items())}
+  fn = tf.function(lambda batch: _Predictions(task, batch), autograph=False)
+  graph = fn.get_concrete_function(specs).graph
+  used = {op.name for op in graph.get_operations()
+          if op.type == 'Placeholder' and op.outputs[0].consumers()}
+  return {k: s for k, s in specs.items() if k in used}
+
+
+def _Predictions(task, batch):
+  """{dotted name: tensor} of ComputePredictions on a dict batch."""
+  predictions = task.ComputePredictions(task.theta, NestedMap(batch))
+  if isinstance(predictions, dict):
+    return dict(NestedMap(predictions).FlattenItems())
+  return {'predictions': predictions}
+
+
+class _Serving(tf.Module):
+  """What the SavedModel holds: the task (its variables) and `predict`."""
+
+  def __init__(self, task, specs):
+    super().__init__(name='serving')
+    self.task = task
+    self.predict = tf.function(lambda batch: _Predictions(self.task, batch),
+                               input_signature=[specs], autograph=False)
+
+
+def Export(params, logdir, checkpoint=None, stream=None):
+  """Writes the SavedModel of a checkpoint's predictions; returns its dir.
+
+  Args:
+    params: the experiment's params, as the trainer ran it.
+    logdir: the run's logdir; the SavedModel goes to
+      `<logdir>/export/<global step>/`.
+    checkpoint: optional checkpoint (see `CheckpointToExport`).
+    stream: where the one-line report goes (default sys.stdout).
+
+  Returns:
+    The export directory (left as it is when it already exists).
+
+  Raises:
+    NothingToExportError: no checkpoint.
+    checkpointer.CheckpointMismatchError: the checkpoint does not restore
+      every model variable of the task.
+  """
+  stream = stream or sys.stdout
+  path = CheckpointToExport(logdir, checkpoint)
+  task = params.task.Instantiate()
+  step, num_ema = checkpointer_lib.RestoreForEval(path, task)
+  export_dir = os.path.join(logdir, 'export', str(step))
+  if tf.io.gfile.exists(os.path.join(export_dir, 'saved_model.pb')):
+    stream.write('Already exported: %s (global step %d); left as it is.\n' %
+                 (export_dir, step))
+    return export_dir
+  specs = FeatureSpecs(params, task)
+  module = _Serving(task, specs)
+  serving = module.predict.get_concrete_function()
+  tmp = export_dir + '.tmp'
+  if tf.io.gfile.exists(tmp):
+    tf.io.gfile.rmtree(tmp)
+  tf.saved_model.save(module, tmp, signatures={'serving_default': serving})
+  tf.io.gfile.rename(tmp, export_dir)
+  outputs = serving.structured_outputs
+  stream.write('Exported %s%s to %s: serving_default(%s) -> %s\n' % (
+      path, ' (EMA averages)' if num_ema else '', export_dir,
+      ', '.join('%s %s %s' % (k, s.dtype.name, s.shape.as_list())
+                for k, s in specs.items()),
+      ', '.join('%s %s %s' % (k, t.dtype.name, t.shape.as_list())
+                for k, t in sorted(outputs.items()))))
+  stream.flush()
+  return export_dir
+
+
+# ---- command line -----------------------------------------------------------
+
+
+def DefineFlags():
+  """The export job's flags (the trainer's command line defines them)."""
+  flags.DEFINE_string(
+      'export_checkpoint', None,
+      '--mode=export: the checkpoint to export (a prefix, or a directory such '
+      'as <logdir>/best); default: the newest in <logdir>/ckpt.')
+
+
+def Main(params, flag_values):
+  """`--mode=export`: runs the export; returns the exit status (0, or 2)."""
+  try:
+    Export(params, flag_values.logdir, flag_values.export_checkpoint)
+  except (NothingToExportError, checkpointer_lib.CheckpointMismatchError) as e:
+    print('ERROR: %s' % e, file=sys.stderr)
+    return 2
+  return 0
