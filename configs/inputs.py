@@ -12,6 +12,7 @@ from sklearn import datasets as sklearn_datasets
 from configs import char_data
 from configs import mnist1d_data
 from learner.training.input_generator import BaseInputGenerator
+from params import checks
 
 
 class DigitsInput(BaseInputGenerator):
@@ -65,6 +66,15 @@ class LinearRegressionInput(BaseInputGenerator):
     p.Define('data_seed', 0, 'Seed of the generated examples.')
     return p
 
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(num_examples=checks.Int(1, example=1000),
+                 w=checks.Real(example=5.0), b=checks.Real(example=2.0),
+                 noise_stddev=checks.Real(0, example=0.1),
+                 data_seed=checks.Int(0, 2**32 - 1, example=0))
+    return specs
+
   def _LoadAllArrays(self):
     p = self.params
     rng = np.random.RandomState(p.data_seed)
@@ -92,6 +102,12 @@ class CharLmInput(BaseInputGenerator):
     p.Define('seq_len', 64, 'Characters per window.')
     p.test_fraction = 0.1
     return p
+
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs['seq_len'] = checks.Int(1, example=64)
+    return specs
 
   def LoadArrays(self):
     """{'start': int32 [num_windows]}: the first character of each window."""

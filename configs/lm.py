@@ -14,6 +14,7 @@ import tensorflow as tf
 
 import layers
 from params import NestedMap
+from params import checks
 from params import registry
 from learner import learner as learner_lib
 from learner import optimizers
@@ -54,6 +55,15 @@ class CharTransformerTask(task_lib.BaseTask):
     p.Define('num_heads', 4, 'Attention heads per block.')
     p.Define('hidden_dim', 512, 'Feed-forward hidden width (ReLU).')
     return p
+
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    for key, example in (('vocab_size', 103), ('model_dim', 128),
+                         ('num_layers', 2), ('num_heads', 4),
+                         ('hidden_dim', 512)):
+      specs[key] = checks.Int(1, example=example)
+    return specs
 
   def __init__(self, params):
     super().__init__(params)

@@ -13,6 +13,7 @@ invariance: published test accuracies CNN ~94 %, MLP ~68 %, logistic 32 %.
 import tensorflow as tf
 
 from params import NestedMap
+from params import checks
 from params import registry
 from learner import learner as learner_lib
 from learner import optimizers
@@ -45,6 +46,14 @@ class KerasConvNetTask(task_lib.BaseTask):
     p.Define('kernel_size', 5, 'Width of the conv kernels.')
     p.Define('num_classes', 10, 'Output classes.')
     return p
+
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    for key, example in (('length', 40), ('num_conv', 3), ('filters', 32),
+                         ('kernel_size', 5), ('num_classes', 10)):
+      specs[key] = checks.Int(1, example=example)
+    return specs
 
   def __init__(self, params):
     super().__init__(params)

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from params import BaseLayer
 from params import NestedMap
+from params import checks
 from learner.training import task as task_lib
 
 _ACTIVATIONS = {
@@ -46,12 +47,16 @@ class DenseLayer(BaseLayer):
              'One of %s.' % sorted(_ACTIVATIONS))
     return p
 
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(input_dim=checks.Int(1, example=64),
+                 output_dim=checks.Int(1, example=10))
+    return specs
+
   def __init__(self, params):
     super().__init__(params)
     p = self.params
-    if p.input_dim <= 0 or p.output_dim <= 0:
-      raise ValueError('%s: input_dim and output_dim must be > 0, got %r and '
-                       '%r.' % (self.path, p.input_dim, p.output_dim))
     if p.activation not in _ACTIVATIONS:
       raise ValueError('%s: activation %r is not one of %s.' %
                        (self.path, p.activation, sorted(_ACTIVATIONS)))
@@ -81,6 +86,13 @@ class MlpClassifierTask(task_lib.BaseTask):
     p.Define('hidden_dims', [64], 'Widths of the hidden (ReLU) layers.')
     p.Define('num_classes', 10, 'Output classes.')
     return p
+
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(input_dim=checks.Int(1, example=64),
+                 num_classes=checks.Int(1, example=10))
+    return specs
 
   def __init__(self, params):
     super().__init__(params)
@@ -168,6 +180,12 @@ class LinearModelTask(task_lib.BaseTask):
     p = super().Params()
     p.Define('input_dim', 10, 'Input features.')
     return p
+
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs['input_dim'] = checks.Int(1, example=10)
+    return specs
 
   def __init__(self, params):
     super().__init__(params)

@@ -10,6 +10,7 @@ so an output never depends on a later input.
 import tensorflow as tf
 
 from params import BaseLayer
+from params import checks
 from layers import dropout
 from layers import matmul
 
@@ -46,15 +47,21 @@ class MultiHeadedAttention(BaseLayer):
     p.Define('use_bias', True, 'Biases on the projections.')
     return p
 
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(model_dim=checks.Int(1, example=128),
+                 num_heads=checks.Int(1, example=4),
+                 atten_dropout_prob=checks.Real(0, 1, high_open=True,
+                                                example=0.1))
+    return specs
+
   def __init__(self, params):
     super().__init__(params)
     p = self.params
-    if p.model_dim <= 0 or p.num_heads <= 0 or p.model_dim % p.num_heads:
+    if p.model_dim % p.num_heads:
       raise ValueError('%s: num_heads (%r) must be > 0 and divide model_dim '
                        '(%r).' % (self.path, p.num_heads, p.model_dim))
-    if not 0.0 <= p.atten_dropout_prob < 1.0:
-      raise ValueError('%s: atten_dropout_prob must be in [0, 1), got %r.' %
-                       (self.path, p.atten_dropout_prob))
     init = 'glorot_uniform' if p.params_init is None else p.params_init
     d = p.model_dim
     self.CreateVariable('w_qkv', [d, 3 * d], init=init)

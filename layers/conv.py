@@ -9,6 +9,7 @@ pad_left, c] * w[k, c, f] + bias[f].
 import tensorflow as tf
 
 from params import BaseLayer
+from params import checks
 from layers import activations
 
 _PADDINGS = ('SAME', 'VALID', 'CAUSAL')
@@ -42,14 +43,17 @@ class Conv1DLayer(BaseLayer):
     p.Define('use_bias', True, 'Add a learned bias per filter.')
     return p
 
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    for key, example in (('input_dim', 1), ('filters', 32),
+                         ('kernel_size', 3), ('stride', 1)):
+      specs[key] = checks.Int(1, example=example)
+    return specs
+
   def __init__(self, params):
     super().__init__(params)
     p = self.params
-    if min(p.input_dim, p.filters, p.kernel_size, p.stride) <= 0:
-      raise ValueError('%s: input_dim, filters, kernel_size and stride must '
-                       'be > 0, got %r, %r, %r, %r.' %
-                       (self.path, p.input_dim, p.filters, p.kernel_size,
-                        p.stride))
     if p.padding not in _PADDINGS:
       raise ValueError('%s: padding %r is not one of %s.' %
                        (self.path, p.padding, list(_PADDINGS)))
@@ -91,15 +95,19 @@ class Pool1DLayer(BaseLayer):
     p.Define('padding', 'VALID', "'SAME' or 'VALID'.")
     return p
 
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(window=checks.Int(1, example=2),
+                 stride=checks.Int(0, example=2, why='0 means window'))
+    return specs
+
   def __init__(self, params):
     super().__init__(params)
     p = self.params
     if p.pooling_type not in _POOLING_TYPES:
       raise ValueError('%s: pooling_type %r is not one of %s.' %
                        (self.path, p.pooling_type, list(_POOLING_TYPES)))
-    if p.window <= 0 or p.stride < 0:
-      raise ValueError('%s: window must be > 0 and stride >= 0, got %r, %r.'
-                       % (self.path, p.window, p.stride))
     if p.padding not in ('SAME', 'VALID'):
       raise ValueError("%s: padding %r is not 'SAME' or 'VALID'." %
                        (self.path, p.padding))

@@ -14,6 +14,7 @@ evaluated with the default.
 import tensorflow as tf
 
 from params import BaseLayer
+from params import checks
 
 
 class DropoutLayer(BaseLayer):
@@ -40,13 +41,17 @@ class DropoutLayer(BaseLayer):
         'value per element.')
     return p
 
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs['keep_prob'] = checks.Real(
+        0, 1, low_open=True, example=0.9,
+        why='the probability of keeping, not of dropping')
+    return specs
+
   def __init__(self, params):
     super().__init__(params)
     p = self.params
-    if not 0.0 < p.keep_prob <= 1.0:
-      raise ValueError('%s: keep_prob must be in (0, 1], got %r (it is the '
-                       'probability of keeping, not dropping).' %
-                       (self.path, p.keep_prob))
 
   def FProp(self, theta, x, training=False):
     """x [any shape] -> same shape; dropout only if `training`."""

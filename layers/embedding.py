@@ -17,6 +17,7 @@ import math
 import tensorflow as tf
 
 from params import BaseLayer
+from params import checks
 from layers import matmul
 
 
@@ -51,12 +52,16 @@ class EmbeddingLayer(BaseLayer):
              'Create a [vocab_size] bias that `Logits` adds.')
     return p
 
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(vocab_size=checks.Int(1, example=1000),
+                 embedding_dim=checks.Int(1, example=128))
+    return specs
+
   def __init__(self, params):
     super().__init__(params)
     p = self.params
-    if p.vocab_size <= 0 or p.embedding_dim <= 0:
-      raise ValueError('%s: vocab_size and embedding_dim must be > 0, got %r '
-                       'and %r.' % (self.path, p.vocab_size, p.embedding_dim))
     init = p.params_init
     if init is None:
       init = {'class_name': 'RandomNormal',
@@ -104,6 +109,14 @@ class PositionalEmbeddingLayer(BaseLayer):
     p.Define('min_timescale', 1.0, 'Shortest wavelength / (2 pi).')
     p.Define('max_timescale', 1.0e4, 'Longest wavelength / (2 pi).')
     return p
+
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(embedding_dim=checks.Int(4, example=128),
+                 min_timescale=checks.Real(0, low_open=True, example=1.0),
+                 max_timescale=checks.Real(0, low_open=True, example=1.0e4))
+    return specs
 
   def __init__(self, params):
     super().__init__(params)

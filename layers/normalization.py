@@ -8,6 +8,7 @@ the (biased) variance over the last dimension of each example.
 import tensorflow as tf
 
 from params import BaseLayer
+from params import checks
 
 
 class LayerNorm(BaseLayer):
@@ -28,15 +29,16 @@ class LayerNorm(BaseLayer):
     p.Define('use_bias', True, 'Whether to add the learned bias.')
     return p
 
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(input_dim=checks.Int(1, example=128),
+                 epsilon=checks.Real(0, low_open=True, example=1e-6))
+    return specs
+
   def __init__(self, params):
     super().__init__(params)
     p = self.params
-    if p.input_dim <= 0:
-      raise ValueError('%s: input_dim must be > 0, got %r.' %
-                       (self.path, p.input_dim))
-    if p.epsilon <= 0:
-      raise ValueError('%s: epsilon must be > 0, got %r.' %
-                       (self.path, p.epsilon))
     self.CreateVariable('scale', [p.input_dim], init=1.0)
     if p.use_bias:
       self.CreateVariable('bias', [p.input_dim], init=0.0)

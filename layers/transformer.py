@@ -11,6 +11,7 @@ needs a final layer norm after the last block.
 import tensorflow as tf
 
 from params import BaseLayer
+from params import checks
 from layers import activations
 from layers import attention
 from layers import dropout
@@ -40,13 +41,20 @@ class FeedForwardLayer(BaseLayer):
              'Dropout probability on the hidden activations when training.')
     return p
 
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(input_dim=checks.Int(1, example=128),
+                 hidden_dim=checks.Int(1, example=512),
+                 output_dim=checks.Int(0, example=128,
+                                       why='0 means input_dim'),
+                 activation_dropout_prob=checks.Real(0, 1, high_open=True,
+                                                     example=0.1))
+    return specs
+
   def __init__(self, params):
     super().__init__(params)
     p = self.params
-    if p.input_dim <= 0 or p.hidden_dim <= 0 or p.output_dim < 0:
-      raise ValueError('%s: input_dim and hidden_dim must be > 0 and '
-                       'output_dim >= 0, got %r, %r, %r.' %
-                       (self.path, p.input_dim, p.hidden_dim, p.output_dim))
     self._act = activations.GetActivation(p.activation, self.path)
     out_dim = p.output_dim or p.input_dim
     init = 'glorot_uniform' if p.params_init is None else p.params_init
@@ -97,12 +105,22 @@ class TransformerBlock(BaseLayer):
     p.Define('ln_epsilon', 1e-6, 'LayerNorm epsilon.')
     return p
 
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(model_dim=checks.Int(1, example=128),
+                 num_heads=checks.Int(1, example=4),
+                 hidden_dim=checks.Int(0, example=512,
+                                       why='0 means 4 x model_dim'),
+                 ln_epsilon=checks.Real(0, low_open=True, example=1e-6))
+    for key in ('atten_dropout_prob', 'activation_dropout_prob',
+                'residual_dropout_prob'):
+      specs[key] = checks.Real(0, 1, high_open=True, example=0.1)
+    return specs
+
   def __init__(self, params):
     super().__init__(params)
     p = self.params
-    if not 0.0 <= p.residual_dropout_prob < 1.0:
-      raise ValueError('%s: residual_dropout_prob must be in [0, 1), got %r.'
-                       % (self.path, p.residual_dropout_prob))
     ln = normalization.LayerNorm.Params().Set(input_dim=p.model_dim,
                                               epsilon=p.ln_epsilon)
     self.CreateChild('atten_ln', ln)
@@ -144,12 +162,15 @@ class TransformerStack(BaseLayer):
              'Params of every block (model_dim etc. are set here).')
     return p
 
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs['num_layers'] = checks.Int(1, example=2)
+    return specs
+
   def __init__(self, params):
     super().__init__(params)
     p = self.params
-    if p.num_layers <= 0:
-      raise ValueError('%s: num_layers must be > 0, got %r.' %
-                       (self.path, p.num_layers))
     self.CreateChildren('blocks', [p.block.Copy() for _ in range(p.num_layers)])
     self.CreateChild('final_ln', normalization.LayerNorm.Params().Set(
         input_dim=p.block.model_dim, epsilon=p.block.ln_epsilon))

@@ -9,6 +9,7 @@ deviations above the mean, once the averages have enough weight.
 import tensorflow as tf
 
 from params import BaseLayer
+from params import checks
 
 # Lingvo triggers only once the moving averages' total weight exceeds this.
 _WARMUP_WEIGHT = 0.75
@@ -54,7 +55,8 @@ class GradNormTracker(BaseLayer):
 
   Raises:
     ValueError: at construction, if `decay` is not in (0, 1), `clip_threshold`
-      is not > 0, or `grad_norm_lower_cap` / `grad_norm_clip_cap_min` < 0.
+      is not > 0, or `grad_norm_lower_cap` / `grad_norm_clip_cap_min` < 0
+      (each must be a finite number, not a bool).
   """
 
   @classmethod
@@ -81,25 +83,19 @@ class GradNormTracker(BaseLayer):
         'Check() always accepts, to observe what the tracker would do.')
     return p
 
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(
+        decay=checks.Real(0, 1, low_open=True, high_open=True, example=0.995),
+        grad_norm_lower_cap=checks.Real(0, example=1e-2),
+        clip_threshold=checks.Real(0, low_open=True, example=4.0,
+                                   why='a number of standard deviations'),
+        grad_norm_clip_cap_min=checks.Real(0, example=0.0))
+    return specs
+
   def __init__(self, params):
     super().__init__(params)
-    p = self.params
-    if not 0.0 < p.decay < 1.0:
-      raise ValueError(
-          'GradNormTracker %r: decay=%r must be in (0, 1), e.g. 0.995.' %
-          (self.path, p.decay))
-    if not p.clip_threshold > 0.0:
-      raise ValueError(
-          'GradNormTracker %r: clip_threshold=%r must be > 0 (a number of '
-          'standard deviations, e.g. 4.0).' % (self.path, p.clip_threshold))
-    if p.grad_norm_lower_cap < 0.0:
-      raise ValueError(
-          'GradNormTracker %r: grad_norm_lower_cap=%r must be >= 0.' %
-          (self.path, p.grad_norm_lower_cap))
-    if p.grad_norm_clip_cap_min < 0.0:
-      raise ValueError(
-          'GradNormTracker %r: grad_norm_clip_cap_min=%r must be >= 0.' %
-          (self.path, p.grad_norm_clip_cap_min))
     kw = dict(trainable=False,
               aggregation=tf.VariableAggregation.NONE)
     self._log_mean = self.CreateVariable(

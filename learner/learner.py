@@ -24,7 +24,6 @@ eagerly) lives in learner/gradient_tape.py; the all-reduce in
 learner/cross_replica.py.
 """
 
-import numbers
 import re
 
 from absl import logging
@@ -40,6 +39,7 @@ from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.var_grad import VarGrad
 from params import BaseLayer
 from params import NestedMap
+from params import checks
 from schedules import base_schedule
 from schedules import exponential
 from schedules import keras_adapter
@@ -118,7 +118,10 @@ class Learner(BaseLayer):
     instead.
 
   Raises (at construction, each message names the offending param):
-    ValueError: a negative clipping value or regularizer weight; both
+    ValueError: a clipping value, regularizer weight or learning_rate that
+      is negative, NaN, inf or a bool (params/checks.py); a
+      `bprop_variable_filter` / `bprop_variable_exclusion` regex that does
+      not compile; both
       `clip_gradient_norm_to_value` and `clip_gradient_single_norm_to_value`
       set; several loss names without `gradient_combiner`; both or neither of
       `optimizer` and `optimizer_fn`; no learning rate anywhere; a bad
@@ -263,16 +266,19 @@ class Learner(BaseLayer):
 
   # ---- construction checks --------------------------------------------------
 
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    for key in _CLIP_KEYS:
+      specs[key] = checks.Real(0, none_ok=key in _NONE_OK_KEYS, example=1.0,
+                               why='0 turns it off')
+    return specs
+
   def _ValidateParams(self):
     p = self.params
-    for key in _CLIP_KEYS:
-      value = p.Get(key)
-      if value is None and key in _NONE_OK_KEYS:
-        continue
-      if not isinstance(value, numbers.Real) or value < 0:
-        raise ValueError(
-            'Learner %r: %s=%r; expected a number >= 0 (0 turns it off).' %
-            (self.path, key, value))
+    checks.CheckRegex(self, 'bprop_variable_filter', p.bprop_variable_filter)
+    checks.CheckRegex(self, 'bprop_variable_exclusion',
+                      p.bprop_variable_exclusion)
     if p.clip_gradient_norm_to_value and p.clip_gradient_single_norm_to_value:
       raise ValueError(
           'Learner %r: clip_gradient_norm_to_value=%r and '
@@ -297,22 +303,19 @@ class Learner(BaseLayer):
       raise ValueError(
           'Learner %r: lr_schedule_step=%r; expected \'updates\' or '
           '\'global_step\'.' % (self.path, p.lr_schedule_step))
-    ls = p.loss_scale
-    if ls is not None and ls != 'dynamic' and not (
-        isinstance(ls, numbers.Real) and not isinstance(ls, bool) and ls > 0):
-      raise ValueError(
-          'Learner %r: loss_scale=%r; expected None, a positive number (a '
-          'fixed scale) or \'dynamic\'.' % (self.path, ls))
+    if p.loss_scale != 'dynamic':
+      checks.CheckValue(self, 'loss_scale', p.loss_scale, checks.Real(
+          0, low_open=True, none_ok=True, example=128.0,
+          why="a number is a fixed scale; 'dynamic' adjusts it"))
     if keras_adapter.IsKerasSchedule(p.learning_rate):
       raise TypeError(
           'Learner %r: learning_rate is the Keras schedule %r; give it as '
           'lr_schedule=<the schedule> (learning_rate=None, or 1.0: the '
           'Keras schedule holds the rate).' %
           (self.path, type(p.learning_rate).__name__))
-    if p.learning_rate is not None and (
-        not isinstance(p.learning_rate, numbers.Real) or p.learning_rate < 0):
-      raise ValueError('Learner %r: learning_rate=%r; expected a number >= 0 '
-                       'or None.' % (self.path, p.learning_rate))
+    checks.CheckValue(self, 'learning_rate', p.learning_rate, checks.Real(
+        0, none_ok=True, example=0.1,
+        why='None takes the rate of optimizer_fn'))
 
   def _WarnIgnoredBySingleNormClip(self):
     """Lingvo ignores these with clip_gradient_single_norm_to_value; so
@@ -355,6 +358,8 @@ class Learner(BaseLayer):
             'returns an optimizer (optimizer_fn=lambda: ...), or a factory '
             'from get_optimizer_fn(...); got %r.' % (self.path, fn))
       opt_params, fn_lr = optimizer_factory.OptimizerParamsFromFn(fn)
+      checks.CheckValue(self, 'learning_rate of optimizer_fn', fn_lr,
+                        checks.Real(0, none_ok=True, example=0.1))
     else:
       opt_params = _OptimizerParams(self.path, p.optimizer)
     if p.learning_rate is None and keras_adapter.IsKerasSchedule(

@@ -14,6 +14,7 @@ the dynamic rule as in tf.keras.mixed_precision.LossScaleOptimizer.
 import tensorflow as tf
 
 from params import BaseLayer
+from params import checks
 
 _MODES = ('fixed', 'dynamic')
 
@@ -41,8 +42,8 @@ class LossScale(BaseLayer):
 
   Raises:
     ValueError: at construction, if `mode` is not 'fixed' or 'dynamic',
-      `initial_scale` or `min_scale` is not > 0, or, for 'dynamic',
-      `growth_interval` < 1 or `factor` <= 1.
+      `initial_scale` or `min_scale` is not > 0, `growth_interval` is not
+      an int >= 1 or `factor` is not > 1 (each finite, not a bool).
   """
 
   @classmethod
@@ -65,6 +66,16 @@ class LossScale(BaseLayer):
              '> 0.')
     return p
 
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(
+        initial_scale=checks.Real(0, low_open=True, example=2.0**15),
+        growth_interval=checks.Int(1, example=2000, why='steps'),
+        factor=checks.Real(1, low_open=True, example=2.0),
+        min_scale=checks.Real(0, low_open=True, example=1.0))
+    return specs
+
   def __init__(self, params):
     super().__init__(params)
     p = self.params
@@ -73,20 +84,6 @@ class LossScale(BaseLayer):
           'LossScale %r: mode=%r is not one of %s. Use \'dynamic\' for '
           'float16 training, or \'fixed\' with initial_scale set.' %
           (self.path, p.mode, list(_MODES)))
-    if not p.initial_scale > 0:
-      raise ValueError('LossScale %r: initial_scale=%r must be > 0, e.g. '
-                       '2**15.' % (self.path, p.initial_scale))
-    if not p.min_scale > 0:
-      raise ValueError('LossScale %r: min_scale=%r must be > 0, e.g. 1.0.' %
-                       (self.path, p.min_scale))
-    if p.mode == 'dynamic':
-      if not (isinstance(p.growth_interval, int) and p.growth_interval >= 1):
-        raise ValueError(
-            'LossScale %r: growth_interval=%r must be an int >= 1 (steps), '
-            'e.g. 2000.' % (self.path, p.growth_interval))
-      if not p.factor > 1.0:
-        raise ValueError('LossScale %r: factor=%r must be > 1, e.g. 2.0.' %
-                         (self.path, p.factor))
     kw = dict(trainable=False,
               aggregation=tf.VariableAggregation.NONE)
     self._loss_scale = self.CreateVariable(

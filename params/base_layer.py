@@ -30,6 +30,7 @@ import zlib
 
 import tensorflow as tf
 
+from params import checks
 from params import hyperparams
 from params.nested_map import NestedMap
 
@@ -59,7 +60,9 @@ class BaseLayer(tf.Module):
 
   Raises:
     ValueError: on a layer name that is not an identifier, a duplicate child
-      or variable name, or a bad initializer.
+      or variable name, a bad initializer, a `dtype` / `fprop_dtype` that
+      is not a floating dtype, or a value refused by `ValueChecks()` (the
+      message names the key).
   """
 
   @classmethod
@@ -103,6 +106,30 @@ class BaseLayer(tf.Module):
     self._private_children = {}
     self._private_vars = {}
     self._private_keras = {}
+    self._CheckDtypes()
+    checks.CheckValues(self, self._params, self.ValueChecks())
+
+  @classmethod
+  def ValueChecks(cls):
+    """{param key: checks.Spec} of the numeric params `__init__` checks.
+
+    Subclasses extend the dict of `super().ValueChecks()`. Each value is
+    checked for its type (a bool is not a number), finiteness and range
+    before the subclass's `__init__` body runs; a refusal is a one-line
+    ValueError naming the key (params/checks.py). Dotted keys
+    ('train.max_steps') reach nested params.
+    """
+    return {}
+
+  def _CheckDtypes(self):
+    """Refuses a `dtype` or `fprop_dtype` that is not floating (issue 12):
+    an int32 computation has no gradient, so it would fail only at the first
+    step, with a message about the loss instead of the key."""
+    p = self._params
+    if 'dtype' in p:
+      checks.CheckFloatDtype(self, 'dtype', p.dtype, none_ok=False)
+    if 'fprop_dtype' in p:
+      checks.CheckFloatDtype(self, 'fprop_dtype', p.fprop_dtype)
 
   # ---- identity ------------------------------------------------------------
 

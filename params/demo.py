@@ -10,6 +10,7 @@ import sys
 import numpy as np
 import tensorflow as tf
 
+from params import checks
 from params.base_layer import BaseLayer
 
 
@@ -28,13 +29,16 @@ class Linear(BaseLayer):
              'Name of a tf.nn function applied to the output, or None.')
     return p
 
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(input_dim=checks.Int(1, example=16),
+                 output_dim=checks.Int(1, example=16))
+    return specs
+
   def __init__(self, params):
     super().__init__(params)
     p = self.params
-    for key in ('input_dim', 'output_dim'):
-      if p.Get(key) <= 0:
-        raise ValueError('%s: %s must be > 0, got %r. Set it, e.g. '
-                         'p.Set(%s=16).' % (self.path, key, p.Get(key), key))
     self.CreateVariable('w', [p.input_dim, p.output_dim])
     self.CreateVariable('b', [p.output_dim], init='zeros')
 

@@ -44,9 +44,7 @@ class AnnealingSchedule(BaseSchedule):
     if p.lower_bound is None:
       self._Fail('lower_bound', 'must be set', 'Set e.g. lower_bound=0.01.')
     self._CheckPositive('lower_bound', allow_zero=True)
-    if (isinstance(p.factor, bool) or not isinstance(p.factor, (int, float))
-        or not 0 < p.factor <= 1):
-      self._Fail('factor', 'must be in (0, 1]', 'Set e.g. factor=0.99.')
+    self._CheckRange('factor', 0, 1, low_open=True, example=0.99)
 
   def FProp(self, theta, step):
     p = self.params
@@ -78,9 +76,7 @@ class InverseSigmoid(BaseSchedule):
 
   def __init__(self, params):
     super().__init__(params)
-    k = self.params.k
-    if isinstance(k, bool) or not isinstance(k, (int, float)) or k < 1:
-      self._Fail('k', 'must be a number >= 1', 'Set e.g. k=10000.')
+    self._CheckRange('k', 1, example=10000)
 
   def FProp(self, theta, step):
     k = float(self.params.k)
@@ -111,9 +107,7 @@ class EmaDecaySchedule(BaseSchedule):
 
   def __init__(self, params):
     super().__init__(params)
-    d = self.params.ema_decay
-    if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d <= 1:
-      self._Fail('ema_decay', 'must be in [0, 1]', 'Set e.g. 0.9999.')
+    self._CheckRange('ema_decay', 0, 1, example=0.9999)
 
   def FProp(self, theta, step):
     s = tf.maximum(StepAsFloat(step), 0.0)

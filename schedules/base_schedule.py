@@ -4,6 +4,7 @@ import tensorflow as tf
 
 from params import BaseLayer
 from params import Params
+from params import checks
 
 # Name given to a schedule built on its own (Lingvo uses 'LRSched'); a parent
 # that builds schedules as children renames them after their slot.
@@ -94,8 +95,9 @@ class BaseSchedule(BaseLayer):
     if not allow_empty and not b:
       self._Fail(param, 'must not be empty', 'Give at least one step.')
     for x in b:
-      if isinstance(x, bool) or not isinstance(x, (int, float)):
-        self._Fail(param, 'must hold numbers only', 'Use steps such as 1000.')
+      if checks.Real().Problem(x):
+        self._Fail(param, 'must hold finite numbers only',
+                   'Use steps such as 1000.')
     for a, c in zip(b[:-1], b[1:]):
       if not a < c:
         self._Fail(param, 'must be strictly increasing (%r is followed by %r)'
@@ -103,14 +105,35 @@ class BaseSchedule(BaseLayer):
     return list(b)
 
   def _CheckPositive(self, param, allow_zero=False):
-    """Checks that params.<param> is a number > 0 (or >= 0)."""
+    """Checks that params.<param> is a finite number > 0 (or >= 0)."""
+    return self._CheckSpec(param, checks.Real(0, low_open=not allow_zero))
+
+  def _CheckRange(self, param, low=None, high=None, low_open=False,
+                  high_open=False, example=None, none_ok=False):
+    """Checks that params.<param> is a finite number in the given range.
+
+    Bounds are inclusive unless `low_open` / `high_open`; None is unbounded.
+    A bool, NaN or inf is refused (params/checks.py).
+    """
+    return self._CheckSpec(param, checks.Real(
+        low, high, low_open=low_open, high_open=high_open, none_ok=none_ok,
+        example=example))
+
+  def _CheckInt(self, param, low=None, example=None, none_ok=False):
+    """Checks that params.<param> is an int (not bool or float) >= low."""
+    return self._CheckSpec(param, checks.Int(low, none_ok=none_ok,
+                                             example=example))
+
+  def _CheckSpec(self, param, spec):
+    """Raises through `_Fail` unless `spec` (a checks.Spec) accepts the
+    value of params.<param>; returns the value."""
     v = self.params.Get(param)
-    ok = (isinstance(v, (int, float)) and not isinstance(v, bool) and
-          (v >= 0 if allow_zero else v > 0))
-    if not ok:
-      self._Fail(param, 'must be a number %s 0' % ('>=' if allow_zero else '>'),
-                 'Set a %s value.' % ('non-negative' if allow_zero else
-                                      'positive'))
+    problem = spec.Problem(v)
+    if problem is not None:
+      example = spec.example
+      self._Fail(param, '%s; it must be %s' % (problem, spec.Describe()),
+                 'Set e.g. %s=%r.' % (param, example) if example is not None
+                 else 'Set %s to %s.' % (param, spec.Describe()))
     return v
 
   def _CheckListOf(self, param, element_ok, what, example):
@@ -142,19 +165,16 @@ class BaseSchedule(BaseLayer):
                  fix)
 
   def _CheckNumber(self, param):
-    """Checks that params.<param> is a number (int or float, not bool)."""
-    v = self.params.Get(param)
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-      self._Fail(param, 'must be a number', 'Set e.g. %s=0.5.' % param)
-    return v
+    """Checks that params.<param> is a finite number (int or float, not
+    bool)."""
+    return self._CheckSpec(param, checks.Real(example=0.5))
 
   def _CheckStepValuePair(self, param):
     """Checks that params.<param> is a pair (step, value) of numbers."""
     v = self.params.Get(param)
     if (not isinstance(v, (list, tuple)) or len(v) != 2 or
-        not all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                for x in v)):
-      self._Fail(param, 'must be a pair (step, value)',
+        any(checks.Real().Problem(x) for x in v)):
+      self._Fail(param, 'must be a pair (step, value) of finite numbers',
                  'Set e.g. %s=(1000, 0.1).' % param)
     return v
 
@@ -256,6 +276,9 @@ class Constant(BaseSchedule):
   """A constant value at every step (Lingvo's `Constant`).
 
   Value(step) = value.
+
+  Raises:
+    ValueError: at construction, if value is not a finite number.
   """
 
   @classmethod
@@ -263,6 +286,10 @@ class Constant(BaseSchedule):
     p = super().Params()
     p.Define('value', 1.0, 'The constant value (a multiplier, no unit).')
     return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    self._CheckNumber('value')
 
   def FProp(self, theta, step):
     del step

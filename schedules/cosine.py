@@ -49,6 +49,8 @@ class CosineSchedule(BaseSchedule):
   def __init__(self, params):
     super().__init__(params)
     self._CheckPositive('total_steps')
+    self._CheckNumber('initial_value')
+    self._CheckNumber('final_value')
 
   def FProp(self, theta, step):
     p = self.params
@@ -109,6 +111,9 @@ class LinearRampupCosineSchedule(BaseSchedule):
     p = self.params
     self._CheckPositive('warmup_steps', allow_zero=True)
     self._CheckPositive('total_steps')
+    for name in ('warmup_init', 'initial_value', 'final_value'):
+      self._CheckNumber(name)
+    self._CheckInt('num_splits', example=1)
     splits = p.num_splits if p.num_splits > 0 else NumReplicasInSync()
     total = p.total_steps // splits
     if total <= 0:
@@ -162,9 +167,7 @@ class CosineDecay(BaseSchedule):
     super().__init__(params)
     p = self.params
     self._CheckPositive('total_steps')
-    if (isinstance(p.alpha, bool) or not isinstance(p.alpha, (int, float)) or
-        not 0 <= p.alpha <= 1):
-      self._Fail('alpha', 'must be in [0, 1]', 'Set e.g. alpha=0.01.')
+    self._CheckRange('alpha', 0, 1, example=0.01)
 
   def FProp(self, theta, step):
     p = self.params

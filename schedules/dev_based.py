@@ -94,11 +94,8 @@ class DevBasedSchedule(BaseSchedule):
     p = self.params
     self._CheckPositive('tolerance', allow_zero=True)
     self._CheckPositive('window', allow_zero=True)
-    if not (isinstance(p.decay, (int, float)) and 0 < p.decay <= 1):
-      self._Fail('decay', 'must be in (0, 1]', 'Set e.g. decay=0.5.')
-    if not (isinstance(p.min_factor, (int, float)) and
-            0 <= p.min_factor <= 1):
-      self._Fail('min_factor', 'must be in [0, 1]', 'Set e.g. 0.01.')
+    self._CheckRange('decay', 0, 1, low_open=True, example=0.5)
+    self._CheckRange('min_factor', 0, 1, example=0.01)
     history = p.metric_history
     if not isinstance(history, Params) or 'minimize' not in history:
       self._Fail('metric_history', 'must be MetricHistoryParams()',

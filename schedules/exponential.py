@@ -87,8 +87,9 @@ class ContinuousSchedule(BaseSchedule):
     super().__init__(params)
     p = self.params
     self._CheckPositive('half_life_steps')
-    if not (isinstance(p.min, (int, float)) and 0 < p.min <= 1):
-      self._Fail('min', 'must be in (0, 1]', 'Set e.g. min=0.01.')
+    self._CheckRange('min', 0, 1, low_open=True, example=0.01)
+    self._CheckNumber('initial_value')
+    self._CheckNumber('start_step')
     end = p.start_step + p.half_life_steps * math.log(p.min) / math.log(0.5)
     if p.min == 1:
       end = p.start_step + 1

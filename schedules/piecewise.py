@@ -2,6 +2,8 @@
 
 import tensorflow as tf
 
+from params import checks
+
 from schedules.base_schedule import BaseSchedule
 from schedules.base_schedule import StepAsFloat
 
@@ -62,8 +64,8 @@ class PiecewiseConstantSchedule(BaseSchedule):
     super().__init__(params)
     boundaries = self._CheckBoundaries('boundaries')
     values = self._CheckListOf('values',
-                               lambda v: isinstance(v, (int, float)),
-                               'numbers', '[1.0, 0.1, 0.01]')
+                               lambda v: not checks.Real().Problem(v),
+                               'finite numbers', '[1.0, 0.1, 0.01]')
     self._CheckCount('values', values, len(boundaries) + 1,
                      'len(boundaries) + 1 = %d' % (len(boundaries) + 1),
                      'Give exactly one value per interval: one more value '

@@ -48,8 +48,7 @@ class PolynomialSchedule(BaseSchedule):
     if p.origin not in ('start', 'limit'):
       self._Fail('origin', 'must be "start" or "limit"',
                  'Set origin="start" or origin="limit".')
-    if isinstance(p.power, bool) or not isinstance(p.power, (int, float)):
-      self._Fail('power', 'must be a number', 'Set e.g. power=2.')
+    self._CheckRange('power', example=2)
 
   def FProp(self, theta, step):
     p = self.params

@@ -1,5 +1,6 @@
 """Lingvo's linear ramp-up schedules followed by a decay or constants."""
 
+from params import checks
 from schedules.base_schedule import BaseSchedule
 from schedules.base_schedule import NumReplicasInSync
 from schedules.composite import CombinedMinimumSchedule
@@ -64,6 +65,8 @@ class LinearRampupExponentialDecayScaledByNumSplitSchedule(_CombinedMinimumOf):
     self._CheckPositive('warmup', allow_zero=True)
     self._CheckPositive('min')
     self._CheckPositive('num_splits', allow_zero=True)
+    for name in ('warmup_init', 'decay_start', 'decay_end', 'max'):
+      self._CheckNumber(name)
     splits = p.num_splits or NumReplicasInSync()
     warmup_end = p.warmup * splits
     decay_start = max(warmup_end + 1.0, p.decay_start / splits)
@@ -151,6 +154,8 @@ class LinearRampupPiecewiseConstantSchedule(_CombinedMinimumOf):
     if not isinstance(p.lrs, (list, tuple)) or len(p.lrs) != len(bounds):
       self._Fail('lrs', 'must have one value per boundary (%d)' % len(bounds),
                  'Give len(lrs) == len(boundaries).')
+    self._CheckListOf('lrs', lambda v: not checks.Real().Problem(v),
+                      'finite numbers', '[1.0, 0.1]')
     self._CheckPositive('num_splits', allow_zero=True)
     splits = float(p.num_splits or NumReplicasInSync())
     bounds = [b / splits for b in bounds]

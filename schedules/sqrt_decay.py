@@ -32,6 +32,8 @@ class SqrtDecay(BaseSchedule):
   def __init__(self, params):
     super().__init__(params)
     self._CheckPositive('warmup_steps')
+    self._CheckNumber('multiplier')
+    self._CheckNumber('offset')
 
   def FProp(self, theta, step):
     p = self.params
@@ -122,6 +124,7 @@ class LinearRampupSqrtDecay(BaseSchedule):
   def __init__(self, params):
     super().__init__(params)
     self._CheckPositive('warmup_steps')
+    self._CheckNumber('peak')
 
   def FProp(self, theta, step):
     p = self.params

@@ -52,9 +52,7 @@ class StepDecay(BaseSchedule):
                  % (boundaries,),
                  'Set step_size > 0 with boundaries=[], or step_size=0 with '
                  'a list of boundaries.')
-    if (isinstance(p.factor, bool) or not isinstance(p.factor, (int, float))
-        or not 0 < p.factor <= 1):
-      self._Fail('factor', 'must be in (0, 1]', 'Set e.g. factor=0.1.')
+    self._CheckRange('factor', 0, 1, low_open=True, example=0.1)
 
   def FProp(self, theta, step):
     p = self.params

@@ -172,10 +172,7 @@ class TransformerMLPerfSchedule(BaseSchedule):
     p = self.params
     self._CheckPositive('warmup_steps')
     self._CheckPositive('model_dim')
-    if not (isinstance(p.warmup_init_fraction, (int, float)) and
-            0 <= p.warmup_init_fraction <= 1):
-      self._Fail('warmup_init_fraction', 'must be in [0, 1]',
-                 'Set e.g. 0.0 or 0.1.')
+    self._CheckRange('warmup_init_fraction', 0, 1, example=0.1)
 
   def FProp(self, theta, step):
     p = self.params

@@ -53,11 +53,7 @@ class Warmup(BaseSchedule):
       self._Fail('warmup_steps', 'must be an int',
                  'Give a whole number of applied updates.')
     self._CheckPositive('warmup_steps', allow_zero=True)
-    if p.warmup_init is not None and (isinstance(p.warmup_init, bool) or
-                                      not isinstance(p.warmup_init,
-                                                     (int, float))):
-      self._Fail('warmup_init', 'must be None or a number',
-                 'Set e.g. warmup_init=0.0.')
+    self._CheckRange('warmup_init', none_ok=True, example=0.0)
     self._CheckScheduleParams('schedule')
     self._CreateScheduleChild('schedule', p.schedule)
 

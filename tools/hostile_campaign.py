@@ -423,10 +423,62 @@ def _WrongJobs(tally, workdir, ref_dir):
             'exit %s: %s' % (code, (out + err)[-400:]))
 
 
+# ---- workers: start-up faults --------------------------------------------------
+
+REGISTER_SECS = 10
+
+
+def _Worker(index, ports, logdir):
+  config = {'cluster': {'worker': ['127.0.0.1:%d' % p for p in ports]},
+            'task': {'type': 'worker', 'index': index}}
+  env = dict(ENV, TF_CONFIG=json.dumps(config))
+  env.pop('TF_CPP_MIN_LOG_LEVEL')
+  return subprocess.Popen(
+      [sys.executable, '-m', 'learner.trainer',
+       '--model=regression.DistributedLinearRegression', '--logdir=' + logdir,
+       '--strategy=multi_worker',
+       '--worker_register_timeout_secs=%d' % REGISTER_SECS], cwd=ROOT,
+      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def WorkersSection(tally, workdir):
+  """A missing leader, a missing follower, a duplicate index, 3 workers."""
+  sys.path.insert(0, ROOT)
+  from learner.training import launcher  # pylint: disable=g-import-not-at-top
+  cases = {
+      'leader alone (worker 1 never starts)': [(0, 2)],
+      'follower alone (worker 0 never starts)': [(1, 2)],
+      'duplicate index 0': [(0, 2), (0, 2)],
+      'two of three workers': [(0, 3), (1, 3)],
+  }
+  for name, workers in cases.items():
+    ports = launcher.PickFreePorts(workers[0][1])
+    start = time.monotonic()
+    procs = [_Worker(i, ports, os.path.join(workdir, 'workers', name[:6] +
+                                            str(k)))
+             for k, (i, _) in enumerate(workers)]
+    results = []
+    for proc in procs:
+      try:
+        _, err = proc.communicate(timeout=600)
+      except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+      results.append((proc.returncode, err, time.monotonic() - start))
+    lines = [[l for l in err.splitlines() if l.strip()] for _, err, _ in
+             results]
+    ok = all(code == 1 and len(l) == 1 and l[0].startswith('ERROR:') and
+             ('did not register' in l[0] or 'duplicate' in l[0] or
+              'worker 0' in l[0]) for (code, _, _), l in zip(results, lines))
+    tally.Add('workers', name, ok, '; '.join(
+        'exit %s after %.0f s: %s' % (code, secs, err.strip()[-300:])
+        for code, err, secs in results))
+
+
 # ---- main ------------------------------------------------------------------------
 
 SECTIONS = {'text': TextSection, 'values': ValuesSection,
-            'faults': FaultsSection}
+            'faults': FaultsSection, 'workers': WorkersSection}
 
 
 def main():

@@ -51,6 +51,7 @@ import tensorflow as tf
 from learner.optimizers import base as base_optimizer
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers import wrapper
+from params import checks
 
 
 class GradientAccumulation(wrapper.BaseWrapper):
@@ -87,14 +88,16 @@ class GradientAccumulation(wrapper.BaseWrapper):
         'micro-batch (num_batches times the traffic).')
     return p
 
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs['num_batches'] = checks.Int(
+        1, example=4, why='micro-batches per applied update')
+    return specs
+
   def __init__(self, params):
     super().__init__(params)
     p = self.params
-    if (not isinstance(p.num_batches, int) or isinstance(p.num_batches, bool)
-        or p.num_batches < 1):
-      raise ValueError(
-          'GradientAccumulation %r: num_batches=%r; expected an int >= 1 '
-          '(micro-batches per applied update).' % (self.path, p.num_batches))
     if p.sync_on_apply:
       per_replica = dict(synchronization=tf.VariableSynchronization.ON_READ,
                          aggregation=tf.VariableAggregation.SUM)

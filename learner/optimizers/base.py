@@ -40,6 +40,7 @@ import tensorflow as tf
 
 from params import BaseLayer
 from params import NestedMap
+from params import checks
 from learner.optimizers import var_grad as var_grad_lib
 
 
@@ -63,7 +64,10 @@ class BaseOptimizer(BaseLayer):
   GetLrScheduleValue).
 
   Raises:
-    ValueError: `Apply` on a variable that was not bound.
+    ValueError: at construction, a value refused by `ValueChecks()` (a bool,
+      NaN, inf or out of range; decoupled_weight_decay must be >= 0) or a
+      `weight_decay_exclude` regex that does not compile; `Apply` on a
+      variable that was not bound.
   """
 
   @classmethod
@@ -86,6 +90,12 @@ class BaseOptimizer(BaseLayer):
         'named classes default to TF1\'s choice (True except for Adam).')
     return p
 
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs['decoupled_weight_decay'] = checks.Real(0, example=0.01)
+    return specs
+
   SUPPORTS_LAZY_SPARSE = False
   # True when a subclass's own Apply accepts `_grad_scale` (ApplyScaled then
   # calls it instead of materialising the scaled gradients).
@@ -94,6 +104,7 @@ class BaseOptimizer(BaseLayer):
   def __init__(self, params):
     super().__init__(params)
     p = self.params
+    checks.CheckRegexList(self, 'weight_decay_exclude', p.weight_decay_exclude)
     if 'use_bf16_gradients_ar' in p and p.use_bf16_gradients_ar:
       raise ValueError(
           '%s: use_bf16_gradients_ar=True (Lingvo: all-reduce gradients in '

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers import wrapper
+from params import checks
 from schedules import base_schedule
 
 # The name of the attribute `Ema._averages`: it names the averages in a
@@ -54,6 +55,12 @@ class Ema(wrapper.BaseWrapper):
              '(e.g. EmaDecaySchedule); overrides decay.')
     return p
 
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs['decay'] = checks.Real(0, 1, example=0.999)
+    return specs
+
   def __init__(self, params):
     super().__init__(params)
     p = self.params
@@ -65,9 +72,6 @@ class Ema(wrapper.BaseWrapper):
             '%s: decay_schedule must be BaseSchedule params (e.g. '
             'schedules.EmaDecaySchedule.Params()), got %r.' %
             (self.path, cls if cls else p.decay_schedule))
-    elif not 0.0 <= p.decay <= 1.0:
-      raise ValueError('%s: decay=%r must be in [0, 1] (e.g. 0.999).' %
-                       (self.path, p.decay))
     if p.decay_schedule is not None:
       self.CreateChild('decay_schedule', p.decay_schedule)
     self._averages = {}  # Named by _AVERAGES_ATTR in checkpoints.

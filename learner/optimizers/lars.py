@@ -7,6 +7,7 @@ import tensorflow as tf
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers import wrapper
 from params import NestedMap
+from params import checks
 
 
 class Lars(wrapper.BaseWrapper):
@@ -27,7 +28,9 @@ class Lars(wrapper.BaseWrapper):
   Raises:
     ValueError: at construction, if `p.optimizer` is not optimizer params or
       is a gradient accumulation (accumulation must be the outermost
-      wrapper), or if this wrapper's own decoupled_weight_decay is set.
+      wrapper), or if this wrapper's own decoupled_weight_decay is set; if
+      eta is not > 0, weight_decay or epsilon is not >= 0 (each a finite
+      number), or a regex of `exclude` does not compile.
   """
 
   INNER_OPTIMIZER_DOC = (
@@ -48,6 +51,19 @@ class Lars(wrapper.BaseWrapper):
              'Also exclude every variable of rank <= 1 (biases, norm '
              'scales), as You et al. do.')
     return p
+
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(eta=checks.Real(0, low_open=True, example=0.001,
+                                 why='eta = 0 makes every update 0'),
+                 weight_decay=checks.Real(0, example=1e-4),
+                 epsilon=checks.Real(0, example=0.0))
+    return specs
+
+  def __init__(self, params):
+    super().__init__(params)
+    checks.CheckRegexList(self, 'exclude', self.params.exclude)
 
   def _Excluded(self, var):
     p = self.params

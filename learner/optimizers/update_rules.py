@@ -27,6 +27,7 @@ from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.base import BaseOptimizer
 from learner.optimizers.base import DefineLingvoBaseParams
 from learner.optimizers.base import SGD  # pylint: disable=unused-import
+from params import checks
 
 
 def _C(x, var):
@@ -63,8 +64,13 @@ class Momentum(BaseOptimizer):
   fold is this project's (benchmarks/README.md, tf_fused_folded); Lingvo
   0.14.2 `lingvo/core/optimizer.py` Momentum (same params and defaults;
   `fold_grad_scale` is an extension that does not change the numbers).
-  Differs from Lingvo: only as every update rule (BaseOptimizer,
-  docs/lingvo.md).
+  Differs from Lingvo: alpha >= 1 is refused (below), and as every update
+  rule (BaseOptimizer, docs/lingvo.md).
+
+  Raises:
+    ValueError: at construction, if alpha is not a finite number in [0, 1)
+      (Lingvo accepts alpha >= 1, whose velocity grows without bound;
+      docs/lingvo.md).
   """
 
   SUPPORTS_LAZY_SPARSE = True
@@ -83,6 +89,14 @@ class Momentum(BaseOptimizer):
         'v / grad_scale_state (see the class docstring; Velocity(var) gives '
         'v). False materialises the scaled gradient and keeps slot = v.')
     return p
+
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(alpha=checks.Real(
+        0, 1, high_open=True, example=0.9,
+        why='alpha >= 1 lets the velocity grow without bound'))
+    return specs
 
   def __init__(self, params):
     super().__init__(params)
@@ -186,7 +200,13 @@ class Adam(BaseOptimizer):
   params, defaults and presets).
   Differs from Lingvo (docs/lingvo.md): beta1^t and beta2^t are computed
   from num_updates (Lingvo: TF1 beta-power variables; equal to float32
-  rounding, ~1e-6 after 5 steps), and as every update rule (BaseOptimizer).
+  rounding, ~1e-6 after 5 steps); beta1 = 1, beta2 = 1 and epsilon = 0
+  are refused (below); and as every update rule (BaseOptimizer).
+
+  Raises:
+    ValueError: at construction, if beta1 or beta2 is not a finite number in
+      [0, 1) (beta1 = 1 gives NaN weights, beta2 = 1 no learning) or epsilon
+      is not > 0 (0/0 where a gradient is 0); docs/lingvo.md.
   """
 
   SUPPORTS_LAZY_SPARSE = True
@@ -199,6 +219,20 @@ class Adam(BaseOptimizer):
     p.Define('epsilon', 1e-6,
              'Epsilon hat: added to sqrt(v) (not bias corrected).')
     return p
+
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(
+        beta1=checks.Real(0, 1, high_open=True, example=0.9,
+                          why='beta1 = 1 divides by 1 - beta1^t = 0: NaN '
+                          'weights'),
+        beta2=checks.Real(0, 1, high_open=True, example=0.999,
+                          why='beta2 = 1 makes the step size 0: no '
+                          'learning'),
+        epsilon=checks.Real(0, low_open=True, example=1e-6,
+                            why='0 gives 0/0 = NaN where a gradient is 0'))
+    return specs
 
   @classmethod
   def ParamsA(cls):
@@ -255,7 +289,8 @@ class AdamW(Adam):
 
   Raises:
     ValueError: decoupled_weight_decay is None or not a number (as Keras's
-      AdamW refuses weight_decay=None), instead of silently being Adam.
+      AdamW refuses weight_decay=None), instead of silently being Adam; and
+      as Adam, beta1 = 1, beta2 = 1 or epsilon = 0 (docs/lingvo.md).
   """
 
   @classmethod
@@ -307,17 +342,15 @@ class Adagrad(BaseOptimizer):
              'Keras uses 1e-7.')
     return p
 
-  def __init__(self, params):
-    super().__init__(params)
-    p = self.params
-    if not p.initial_accumulator_value > 0:
-      raise ValueError(
-          '%s: initial_accumulator_value=%r must be > 0 (TF1 and Lingvo '
-          'refuse it too). Use e.g. 0.1.' %
-          (self.path, p.initial_accumulator_value))
-    if not p.epsilon >= 0:
-      raise ValueError('%s: epsilon=%r must be >= 0. Use 0 (Lingvo) or 1e-7 '
-                       '(Keras).' % (self.path, p.epsilon))
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(
+        initial_accumulator_value=checks.Real(
+            0, low_open=True, example=0.1,
+            why='TF1 and Lingvo refuse it too'),
+        epsilon=checks.Real(0, example=1e-7))
+    return specs
 
   def _CreateSlots(self, var):
     return {'accumulator': float(self.params.initial_accumulator_value)}
@@ -356,7 +389,13 @@ class RMSProp(BaseOptimizer):
   defaults; `centered` and `keras_semantics` are extensions, off by
   default).
   Differs from Lingvo: the slots are 'ms' and 'mom' (TF1: 'rms',
-  'momentum'), and as every update rule (BaseOptimizer, docs/lingvo.md).
+  'momentum'); decay > 1 and momentum >= 1 are refused (below); and as
+  every update rule (BaseOptimizer, docs/lingvo.md).
+
+  Raises:
+    ValueError: at construction, if decay is not in [0, 1], momentum is not
+      in [0, 1) or epsilon < 0; a bool, NaN or inf is refused too (the
+      message names the param; docs/lingvo.md).
   """
 
   SUPPORTS_LAZY_SPARSE = True
@@ -373,6 +412,17 @@ class RMSProp(BaseOptimizer):
     p.Define('keras_semantics', False, 'If True the mean-square slot starts '
              'at 0 (Keras); if False at 1 (TF1 and Lingvo).')
     return p
+
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(
+        decay=checks.Real(0, 1, example=0.9),
+        momentum=checks.Real(0, 1, high_open=True, example=0.9,
+                             why='momentum >= 1 lets the update grow '
+                             'without bound'),
+        epsilon=checks.Real(0, example=1.0))
+    return specs
 
   def _CreateSlots(self, var):
     slots = {'ms': 0.0 if self.params.keras_semantics else 1.0, 'mom': None}
@@ -417,8 +467,13 @@ class AdaDelta(BaseOptimizer):
   Source: Zeiler, "ADADELTA: An Adaptive Learning Rate Method", 2012, Alg. 1;
   Lingvo 0.14.2 `lingvo/core/optimizer.py` AdaDelta (same params and
   defaults).
-  Differs from Lingvo: only as every update rule (BaseOptimizer,
-  docs/lingvo.md).
+  Differs from Lingvo: epsilon = 0 and decay > 1 are refused (below), and
+  as every update rule (BaseOptimizer, docs/lingvo.md).
+
+  Raises:
+    ValueError: at construction, if decay is not in [0, 1] or epsilon <= 0
+      (every update would be 0); a bool, NaN or inf is refused too (the
+      message names the param; docs/lingvo.md).
   """
 
   SUPPORTS_LAZY_SPARSE = True
@@ -430,6 +485,15 @@ class AdaDelta(BaseOptimizer):
     p.Define('decay', 0.95, 'Decay of both accumulators (TF1/Keras: rho).')
     p.Define('epsilon', 1e-8, 'Added inside both square roots.')
     return p
+
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(
+        decay=checks.Real(0, 1, example=0.95),
+        epsilon=checks.Real(0, low_open=True, example=1e-8,
+                            why='0 keeps every update at 0'))
+    return specs
 
   def _CreateSlots(self, var):
     return {'accum': None, 'accum_update': None}
@@ -475,6 +539,12 @@ class Adafactor(BaseOptimizer):
   Slots: 'vr', 'vc' (factored) or 'v'; 'm' when beta1 > 0.
   Source: Shazeer & Stern, "Adafactor: Adaptive Learning Rates with
   Sublinear Memory Cost", ICML 2018, Algorithms 4-5 and section 6-8.
+
+  Raises:
+    ValueError: at construction, if beta1 is not in [0, 1), decay_rate or
+      epsilon1 is not > 0, clipping_threshold or epsilon2 is < 0, or
+      min_dim_size_to_factor is not an int >= 0; a bool, NaN or inf is
+      refused too (the message names the param).
   """
 
   @classmethod
@@ -494,6 +564,22 @@ class Adafactor(BaseOptimizer):
     p.Define('epsilon1', 1e-30, 'Added to the squared gradient.')
     p.Define('epsilon2', 1e-3, 'Lower bound of the parameter scale RMS(w).')
     return p
+
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(
+        beta1=checks.Real(0, 1, high_open=True, example=0.9,
+                          why='beta1 = 1 keeps the update at 0'),
+        decay_rate=checks.Real(0, low_open=True, example=0.8,
+                               why='beta2_t = 1 - t^(-decay_rate) must '
+                               'rise towards 1'),
+        clipping_threshold=checks.Real(0, none_ok=True, example=1.0),
+        min_dim_size_to_factor=checks.Int(0, example=128),
+        epsilon1=checks.Real(0, low_open=True, example=1e-30,
+                             why='0 gives 1/sqrt(0) where a gradient is 0'),
+        epsilon2=checks.Real(0, example=1e-3))
+    return specs
 
   def _Factored(self, var):
     p = self.params
@@ -566,6 +652,12 @@ class LAMB(BaseOptimizer):
   Sparse gradients are densified. Slots: 'm', 'v' (zeros).
   Source: You et al., "Large Batch Optimization for Deep Learning: Training
   BERT in 76 minutes", ICLR 2020, Algorithm 2 (phi = identity).
+
+  Raises:
+    ValueError: at construction, if beta1 or beta2 is not in [0, 1) (1
+      divides by 0), epsilon <= 0, weight_decay < 0 (a bool, NaN or inf is
+      refused too; docs/lingvo.md, as Adam), or a regex of the exclude lists
+      does not compile; the message names the param.
   """
 
   @classmethod
@@ -581,6 +673,24 @@ class LAMB(BaseOptimizer):
     p.Define('exclude_from_layer_adaptation', [],
              'Regexes of variables whose trust ratio is fixed at 1.')
     return p
+
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(
+        beta1=checks.Real(0, 1, high_open=True, example=0.9,
+                          why='beta1 = 1 divides by 1 - beta1^t = 0'),
+        beta2=checks.Real(0, 1, high_open=True, example=0.999,
+                          why='beta2 = 1 divides by 1 - beta2^t = 0'),
+        epsilon=checks.Real(0, low_open=True, example=1e-6,
+                            why='0 gives 0/0 = NaN where a gradient is 0'),
+        weight_decay=checks.Real(0, example=0.01))
+    return specs
+
+  def __init__(self, params):
+    super().__init__(params)
+    for key in ('exclude_from_weight_decay', 'exclude_from_layer_adaptation'):
+      checks.CheckRegexList(self, key, self.params.Get(key))
 
   def _Matches(self, var, regexes):
     name = var_grad_lib.VarName(var)
@@ -618,6 +728,11 @@ class Lion(BaseOptimizer):
   lambda, scaled by lr). Sparse gradients are densified. Slot: 'm' (zeros).
   Source: Chen et al., "Symbolic Discovery of Optimization Algorithms",
   NeurIPS 2023, Program 1.
+
+  Raises:
+    ValueError: at construction, if beta1 is not in [0, 1] or beta2 is not
+      in [0, 1); a bool, NaN or inf is refused too (the message names the
+      param).
   """
 
   @classmethod
@@ -626,6 +741,15 @@ class Lion(BaseOptimizer):
     p.Define('beta1', 0.9, 'Interpolation of momentum and gradient.')
     p.Define('beta2', 0.99, 'Decay of the momentum.')
     return p
+
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(
+        beta1=checks.Real(0, 1, example=0.9),
+        beta2=checks.Real(0, 1, high_open=True, example=0.99,
+                          why='beta2 = 1 keeps the momentum at 0'))
+    return specs
 
   def _CreateSlots(self, var):
     return {'m': None}

@@ -24,6 +24,7 @@ import tensorflow as tf
 
 from learner.training import distribution
 from params import BaseLayer
+from params import checks
 
 _SPLITS = ('train', 'test', 'all')
 
@@ -37,8 +38,10 @@ class BaseInputGenerator(BaseLayer):
   'test'), shuffles the training order with `seed`, repeats and batches.
 
   Raises:
-    ValueError: at construction, for a bad split, batch size, test fraction
-      or num_epochs (the message names the param).
+    ValueError: at construction, for a bad split, or a batch size, seed,
+      test fraction, num_epochs or max_examples that is a bool, not an int
+      (test_fraction: not a finite number) or out of range (the message
+      names the param; see `ValueChecks`).
   """
 
   @classmethod
@@ -67,22 +70,27 @@ class BaseInputGenerator(BaseLayer):
              'If set, use only the first max_examples of the split.')
     return p
 
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(
+        batch_size=checks.Int(1, example=32),
+        seed=checks.Int(0, example=1234),
+        num_epochs=checks.Int(1, none_ok=True, example=1,
+                              why='None repeats forever'),
+        test_fraction=checks.Real(0, 1, low_open=True, high_open=True,
+                                  example=0.2),
+        split_seed=checks.Int(0, 2**32 - 1, example=0),
+        max_examples=checks.Int(0, none_ok=True, example=1000,
+                                why='None or 0 uses every example'))
+    return specs
+
   def __init__(self, params):
     super().__init__(params)
     p = self.params
     if p.split not in _SPLITS:
       raise ValueError('%s: split %r is not one of %s.' %
                        (self.path, p.split, list(_SPLITS)))
-    if not isinstance(p.batch_size, int) or p.batch_size <= 0:
-      raise ValueError('%s: batch_size must be a positive int, got %r.' %
-                       (self.path, p.batch_size))
-    if not 0.0 < p.test_fraction < 1.0:
-      raise ValueError('%s: test_fraction must be in (0, 1), got %r.' %
-                       (self.path, p.test_fraction))
-    if p.num_epochs is not None and (not isinstance(p.num_epochs, int) or
-                                     p.num_epochs <= 0):
-      raise ValueError('%s: num_epochs must be None or a positive int, got '
-                       '%r.' % (self.path, p.num_epochs))
     self._arrays = None
 
   def _LoadAllArrays(self):
@@ -213,6 +221,12 @@ class DatasetInput(BaseLayer):
              'evaluation, keeps it with False).')
     return p
 
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs['batch_size'] = checks.Int(1, example=32)
+    return specs
+
   def __init__(self, params):
     super().__init__(params)
     p = self.params
@@ -221,9 +235,6 @@ class DatasetInput(BaseLayer):
                       'tf.data.Dataset of dict examples, got %r; e.g. '
                       'dataset_fn=lambda: tf.data.Dataset.from_tensor_slices('
                       '{\'x\': x, \'y\': y}).' % (self.path, p.dataset_fn))
-    if not isinstance(p.batch_size, int) or p.batch_size <= 0:
-      raise ValueError('%s: batch_size must be a positive int, got %r.' %
-                       (self.path, p.batch_size))
     try:
       sig = inspect.signature(p.dataset_fn)
       self._takes_context = bool(sig.parameters)

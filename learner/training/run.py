@@ -38,6 +38,7 @@ import tensorflow as tf
 
 from params import BaseLayer
 from params import NestedMap
+from params import checks
 from params import hyperparams
 from learner import learner as learner_lib
 from learner.optimizers import factory as optimizer_factory
@@ -166,6 +167,12 @@ class FnInput(BaseLayer):
     p.Define('batch_size', None, 'Informational: examples per batch.')
     p.Define('drop_remainder', True, 'Informational.')
     return p
+
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs['batch_size'] = checks.Int(1, none_ok=True, example=32)
+    return specs
 
   def CheckBatchSize(self):
     """Nothing to check: input_fn batches itself."""

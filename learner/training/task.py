@@ -38,6 +38,7 @@ import tensorflow as tf
 from learner import gradient_tape
 from params import BaseLayer
 from params import NestedMap
+from params import checks
 from params import hyperparams
 
 _DEV_METRIC_MODES = ('min', 'max')
@@ -134,8 +135,10 @@ class BaseTask(BaseLayer):
   Subclasses implement `ComputePredictions` and `ComputeLoss`.
 
   Raises:
-    ValueError: at construction, for bad train/eval params (the message names
-      the key); from `CreateLearners`, when there is no learner or two share
+    ValueError: at construction, for bad train/eval params (a count that is
+      a bool, not an int or out of range, see `ValueChecks`; an
+      `init_from_checkpoint_rules` regex or replacement that is not valid;
+      the message names the key); from `CreateLearners`, when there is no learner or two share
       a name.
   """
 
@@ -162,34 +165,33 @@ class BaseTask(BaseLayer):
     self._train_loop_fn = None
     self._eval_step_fn = None
 
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    for key, example in (('max_steps', 1000), ('save_interval_steps', 100),
+                         ('summary_interval_steps', 10),
+                         ('log_interval_steps', 50), ('steps_per_loop', 100)):
+      specs['train.' + key] = checks.Int(1, example=example)
+    specs['train.save_max_to_keep'] = checks.Int(
+        1, none_ok=True, example=3, why='None keeps every checkpoint')
+    specs['train.replicas_to_aggregate'] = checks.Int(
+        1, none_ok=True, example=2, why='None means all the replicas')
+    specs['train.max_consecutive_skipped_steps'] = checks.Int(
+        0, example=100, why='0: no limit')
+    specs['eval.interval_steps'] = checks.Int(0, example=100,
+                                              why='0: only at the end')
+    specs['eval.samples'] = checks.Int(0, example=1000,
+                                       why='0: one pass')
+    return specs
+
   def _ValidateParams(self):
     p = self.params
-    for key in ('max_steps', 'save_interval_steps', 'summary_interval_steps',
-                'log_interval_steps', 'steps_per_loop'):
-      v = p.train.Get(key)
-      if not isinstance(v, int) or v <= 0:
-        raise ValueError(
-            '%s: train.%s must be a positive int, got %r.' % (self.path, key,
-                                                              v))
-    v = p.train.max_consecutive_skipped_steps
-    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-      raise ValueError(
-          '%s: train.max_consecutive_skipped_steps must be an int >= 0 (0 = '
-          'no limit), got %r.' % (self.path, v))
-    for key in ('interval_steps', 'samples'):
-      v = p.eval.Get(key)
-      if not isinstance(v, int) or v < 0:
-        raise ValueError('%s: eval.%s must be an int >= 0, got %r.' %
-                         (self.path, key, v))
+    checks.CheckRewriteRules(self, 'train.init_from_checkpoint_rules',
+                             p.train.init_from_checkpoint_rules)
     if p.eval.dev_metric_mode not in _DEV_METRIC_MODES:
       raise ValueError(
           "%s: eval.dev_metric_mode must be 'min' or 'max', got %r." %
           (self.path, p.eval.dev_metric_mode))
-    rta = p.train.replicas_to_aggregate
-    if rta is not None and (not isinstance(rta, int) or rta <= 0):
-      raise ValueError(
-          '%s: train.replicas_to_aggregate must be None or a positive int, '
-          'got %r.' % (self.path, rta))
 
   # ---- model ---------------------------------------------------------------
 

@@ -50,6 +50,7 @@ import numpy as np
 import tensorflow as tf
 
 from params import BaseLayer
+from params import checks
 from params import hyperparams
 from params import registry
 from learner import tf_log
@@ -115,7 +116,9 @@ def ParseRules(text):
   """Parses 'regex=>replacement;regex2=>replacement2' into a list of pairs.
 
   Raises:
-    ValueError: for a rule without '=>'.
+    ValueError: for a rule without '=>', a regex that does not compile or a
+      replacement that refers to a group the regex lacks (naming the flag
+      and the rule).
   """
   rules = []
   for part in (text or '').split(';'):
@@ -127,6 +130,7 @@ def ParseRules(text):
                        'write regex=>replacement, separated by ";".' % part)
     regex, repl = part.split('=>', 1)
     rules.append((regex.strip(), repl.strip()))
+  checks.CheckRewriteRules('Trainer', '--init_from_checkpoint_rules', rules)
   return rules
 
 
@@ -208,6 +212,8 @@ class Trainer:
     self._init_rules = (init_from_checkpoint_rules
                         if init_from_checkpoint_rules is not None else
                         tp.init_from_checkpoint_rules)
+    checks.CheckRewriteRules('Trainer', 'init_from_checkpoint_rules',
+                             self._init_rules)
     self._tty = tty
     self._stream = stream or sys.stdout
     self._resume_hint = resume_hint

@@ -41,5 +41,6 @@ def test_keep_prob_one_is_identity_when_training():
 
 @pytest.mark.parametrize('keep_prob', [0.0, 1.5])
 def test_bad_keep_prob_raises(keep_prob):
-  with pytest.raises(ValueError, match='keep_prob must be in'):
+  with pytest.raises(ValueError,
+                     match=r'keep_prob=%r is outside \(0, 1\]' % keep_prob):
     _Drop(keep_prob=keep_prob)

@@ -90,5 +90,6 @@ def test_positional_embedding_matches_the_sinusoid_formula():
 def test_bad_sizes_raise(kw):
   p = embedding.EmbeddingLayer.Params().Set(name='emb', vocab_size=3,
                                             embedding_dim=2)
-  with pytest.raises(ValueError, match='must be > 0'):
+  (key, value), = kw.items()
+  with pytest.raises(ValueError, match='%s=%r is not >= 1' % (key, value)):
     p.Set(**kw).Instantiate()

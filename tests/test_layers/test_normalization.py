@@ -46,6 +46,6 @@ def test_bfloat16_fprop_keeps_the_input_dtype():
 
 
 def test_non_positive_epsilon_raises():
-  with pytest.raises(ValueError, match='epsilon must be > 0'):
+  with pytest.raises(ValueError, match='epsilon=0.0 is not > 0'):
     normalization.LayerNorm.Params().Set(name='ln', input_dim=4,
                                          epsilon=0.0).Instantiate()

@@ -36,7 +36,7 @@ def test_demo_linear_refuses_unset_dims():
   p = demo.Linear.Params().Set(name='lin', input_dim=3)
   with pytest.raises(ValueError) as e:
     p.Instantiate()
-  assert 'output_dim must be > 0, got 0' in str(e.value)
+  assert 'output_dim=0 is not >= 1' in str(e.value)
   assert 'lin' in str(e.value)
 
 
