@@ -23,6 +23,7 @@ import collections
 
 import tensorflow as tf
 
+from learner.optimizers import kernels
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
@@ -202,17 +203,19 @@ def Norms(variables, grads, prescale, var_norms, per_variable):
     (GradNorms, metrics): metrics has grad_norm/all and, as asked,
     var_norm/all, grad_norm/<var>, var_norm/<var> (float32 scalars).
   """
-  half = [HalfSquaredNorm(g) for g in grads]
+  half, total = HalfSquaredNorms(grads)
   if prescale is not None:
     pre2 = prescale * prescale
     half = [h * pre2 for h in half]
-  grad_norm = tf.sqrt(2.0 * tf.add_n(half))
+    total = total * pre2
+  grad_norm = tf.sqrt(2.0 * total)
   metrics = {GRAD_NORM: grad_norm}
   var_half = None
   if var_norms or per_variable:
-    var_half = [HalfSquaredNorm(v.read_value()) for v in variables]
+    var_half, var_total = HalfSquaredNorms(
+        [v.read_value() for v in variables], 'variable norms')
   if var_norms:
-    metrics[VAR_NORM] = tf.sqrt(2.0 * tf.add_n(var_half))
+    metrics[VAR_NORM] = tf.sqrt(2.0 * var_total)
   if per_variable:
     for v, gh, vh in zip(variables, half, var_half):
       n = var_grad_lib.VarName(v)
@@ -452,6 +455,20 @@ def HalfSquaredNorm(g):
   if g.dtype != tf.float32:
     g = tf.cast(g, tf.float32)
   return tf.nn.l2_loss(g)
+
+
+def HalfSquaredNorms(grads, what='gradient norms'):
+  """([sum(g_i^2) / 2 as float32], their float32 sum) of a list.
+
+  One fused multi-tensor op (learner/optimizers/kernels: one read pass,
+  sums in float64) when it can run, else one L2Loss per tensor and an
+  add_n. None entries count 0; a tf.IndexedSlices counts its values.
+  """
+  fused = kernels.HalfSumSquares(grads, what)
+  if fused is not None:
+    return fused[0], fused[1]
+  half = [HalfSquaredNorm(g) for g in grads]
+  return half, tf.add_n(half + [tf.constant(0.0)])
 
 
 def GlobalNorm(grads):
