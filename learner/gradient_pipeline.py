@@ -12,8 +12,9 @@ measures anything, a dict {metric name: float32 scalar}. The metric names
 are the constants below, defined here only; `MetricNames` gives the order
 in which a learner reports them.
 
-Costs the stages keep low (see benchmarks/README.md): every norm is one
-`tf.nn.l2_loss` per tensor and one add_n; a global scale (clipping, the
+Costs the stages keep low (see benchmarks/README.md): all norms of a step
+are one fused multi-tensor op (`HalfSquaredNorms`; on the pure-TF path one
+`tf.nn.l2_loss` per tensor and one add_n); a global scale (clipping, the
 1 / sum(weight) of an accumulation window) is carried as a scalar
 (`Scaling`) and folded into the optimizer's own kernel (`ApplyScaled`)
 when no elementwise clip needs the scaled values.
