@@ -204,19 +204,22 @@ def Norms(variables, grads, prescale, var_norms, per_variable):
     (GradNorms, metrics): metrics has grad_norm/all and, as asked,
     var_norm/all, grad_norm/<var>, var_norm/<var> (float32 scalars).
   """
-  half, total = HalfSquaredNorms(grads)
+  # The variables are measured in the gradients' op: the update waits for
+  # the gradient norm, so no read of a variable is still alive when it
+  # writes in place (which would make TF copy the variable first).
+  reads = ([v.read_value() for v in variables]
+           if var_norms or per_variable else [])
+  half = HalfSquaredNorms(grads + reads)
+  half, var_half = half[:len(grads)], half[len(grads):]
+  total = tf.add_n(half + [tf.constant(0.0)])
   if prescale is not None:
     pre2 = prescale * prescale
     half = [h * pre2 for h in half]
     total = total * pre2
   grad_norm = tf.sqrt(2.0 * total)
   metrics = {GRAD_NORM: grad_norm}
-  var_half = None
-  if var_norms or per_variable:
-    var_half, var_total = HalfSquaredNorms(
-        [v.read_value() for v in variables], 'variable norms')
   if var_norms:
-    metrics[VAR_NORM] = tf.sqrt(2.0 * var_total)
+    metrics[VAR_NORM] = tf.sqrt(2.0 * tf.add_n(var_half))
   if per_variable:
     for v, gh, vh in zip(variables, half, var_half):
       n = var_grad_lib.VarName(v)
@@ -458,18 +461,17 @@ def HalfSquaredNorm(g):
   return tf.nn.l2_loss(g)
 
 
-def HalfSquaredNorms(grads, what='gradient norms'):
-  """([sum(g_i^2) / 2 as float32], their float32 sum) of a list.
+def HalfSquaredNorms(tensors):
+  """[sum(t^2) / 2 as float32 scalar] of a list of gradients or tensors.
 
   One fused multi-tensor op (learner/optimizers/kernels: one read pass,
-  sums in float64) when it can run, else one L2Loss per tensor and an
-  add_n. None entries count 0; a tf.IndexedSlices counts its values.
+  sums in float64) when it can run, else one L2Loss per tensor. None
+  entries count 0; a tf.IndexedSlices counts its values.
   """
-  fused = kernels.HalfSumSquares(grads, what)
+  fused = kernels.HalfSumSquares(tensors, 'gradient and variable norms')
   if fused is not None:
-    return fused[0], fused[1]
-  half = [HalfSquaredNorm(g) for g in grads]
-  return half, tf.add_n(half + [tf.constant(0.0)])
+    return fused[0]
+  return [HalfSquaredNorm(t) for t in tensors]
 
 
 def GlobalNorm(grads):
