@@ -328,24 +328,33 @@ class MultiApplyMomentumOp : public MultiApplyBase {
   }
   void Update(float* w, float* const* slots, const float* g, int64_t n,
               bool decay) const override {
-    if (scale_grad_) {
-      Run<true>(w, slots[0], g, n, decay);
-    } else {
-      Run<false>(w, slots[0], g, n, decay);
+    // Every flag is a template argument: each loop is branch-free.
+    const int key =
+        (scale_grad_ ? 4 : 0) + (nesterov_ ? 2 : 0) + (decay ? 1 : 0);
+    switch (key) {
+      case 0: return Run<false, false, false>(w, slots[0], g, n);
+      case 1: return Run<false, false, true>(w, slots[0], g, n);
+      case 2: return Run<false, true, false>(w, slots[0], g, n);
+      case 3: return Run<false, true, true>(w, slots[0], g, n);
+      case 4: return Run<true, false, false>(w, slots[0], g, n);
+      case 5: return Run<true, false, true>(w, slots[0], g, n);
+      case 6: return Run<true, true, false>(w, slots[0], g, n);
+      default: return Run<true, true, true>(w, slots[0], g, n);
     }
   }
 
  private:
-  template <bool kScale>
-  void Run(float* w, float* a, const float* g, int64_t n, bool decay) const {
+  template <bool kScale, bool kNesterov, bool kDecay>
+  void Run(float* __restrict__ w, float* __restrict__ a,
+           const float* __restrict__ g, int64_t n) const {
     const float lr = lr_, mom = mom_, f = factor_, wd = wd_;
     for (int64_t i = 0; i < n; ++i) {
       const float gi = kScale ? g[i] * f : g[i];
       const float ai = a[i] * mom + gi;
       a[i] = ai;
       const float w0 = w[i];
-      float w1 = nesterov_ ? w0 - (gi * lr + ai * mom * lr) : w0 - ai * lr;
-      if (decay) w1 = w1 - wd * w0;
+      float w1 = kNesterov ? w0 - (gi * lr + ai * mom * lr) : w0 - ai * lr;
+      if (kDecay) w1 = w1 - wd * w0;
       w[i] = w1;
     }
   }
