@@ -10,9 +10,10 @@ the velocity and writes the weights, the velocity and the zeroed accumulator:
 24 bytes per parameter (Momentum). Rows, in the same process and run, each
 with fixed gradients of weight 1 and Momentum(0.9) + global-norm clip 1.0 +
 a cosine rate over num_batches micro-batches per update:
-  * `learner`: our Learner with GradientAccumulation(Momentum) (skipped with
-    a note until learner/learner.py and learner/optimizers/accumulation.py
-    land);
+  * `learner`: our Learner with GradientAccumulation(Momentum), the fused
+    multi-tensor kernels on (learner/optimizers/kernels: one checked
+    accumulate op per micro-step); `learner_fallback`: the same with them
+    off (the pure-TF path);
   * `tf_accumulate`: a bare `acc += g` (AssignAddVariableOp) per variable,
     the issue's "bare accumulate" (micro-steps only);
   * `tf_accumulate_fused`: `acc += weight * g` in one fused kernel per
@@ -157,6 +158,8 @@ def RunOne(set_name, args, gbps, notes):
   builders = [
       ('learner', have_learner, lambda: learner_row.LearnerRow(
           cfg, specs, weights, grads, accumulate_batches=nb)),
+      ('learner_fallback', have_learner, lambda: learner_row.LearnerRow(
+          cfg, specs, weights, grads, accumulate_batches=nb, fused=False)),
       ('tf_accumulate', True, lambda: TfAccumulateRow(grads, 'bare')),
       ('tf_accumulate_fused', True, lambda: TfAccumulateRow(grads, 'fused')),
       ('tf_accumulate_checked', True, lambda: TfAccumulateRow(
@@ -280,8 +283,16 @@ def main(argv=None):
       v = res['rows']['learner']['micro_ratio_to_limit']
       targets.append(dict(target='%s learner micro-step / limit <= 1.2' %
                           res['set'], value=v, met=v <= 1.2))
+      targets.append(dict(
+          target='%s learner micro-step / limit <= 1.3 (issue 16)' %
+          res['set'], value=v, met=v <= 1.3))
+    if 'learner_fallback' in res['rows'] and 'learner' in res['rows']:
+      v = (res['rows']['learner']['micro']['median_s'] /
+           res['rows']['learner_fallback']['micro']['median_s'])
+      targets.append(dict(target='%s micro-step learner / learner_fallback '
+                          '< 1' % res['set'], value=v, met=v < 1.0))
   for t in targets:
-    print('target: %-45s %6.2f  %s' % (t['target'], t['value'],
+    print('target: %-55s %6.2f  %s' % (t['target'], t['value'],
                                        'met' if t['met'] else 'MISSED'))
   for note in notes:
     print('note: ' + note)

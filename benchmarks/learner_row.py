@@ -102,10 +102,14 @@ class LearnerRow(object):
 
   def __init__(self, cfg, specs, weights, grads, jit_compile=False,
                accumulate_batches=0, name=None, clip=True,
-               check_finite_weights=False):
+               check_finite_weights=False, fused=True):
+    """`fused=False` traces the step with the multi-tensor kernels off
+    (learner/optimizers/kernels: the pure-TF path, row `learner_fallback`)."""
     from learner import learner as learner_lib  # pylint: disable=g-import-not-at-top
+    from learner.optimizers import kernels  # pylint: disable=g-import-not-at-top
     from learner.optimizers import var_grad  # pylint: disable=g-import-not-at-top
-    self.name = name or ('learner' + ('_jit' if jit_compile else ''))
+    self.name = name or ('learner' + ('_jit' if jit_compile else '') +
+                         ('' if fused else '_fallback'))
     self.vars = [tf.Variable(w, name=s.name) for s, w in zip(specs, weights)]
     self.grads = [tf.Variable(g, trainable=False, name=s.name + '_grad')
                   for s, g in zip(specs, grads)]
@@ -121,6 +125,14 @@ class LearnerRow(object):
     self.learner = p.Instantiate()
     self.learner.Bind(self.vmap)
     self.step = tf.function(self._Step, jit_compile=jit_compile)
+    traced = self.step
+
+    def _Step():
+      # The path is fixed when the step is traced; the fused one is opt-in.
+      with kernels.Active() if fused else kernels.Disabled():
+        return traced()
+
+    self.step = _Step
 
   def _Step(self):
     loss = tf.add_n([FixedGradientTerm(v, g)

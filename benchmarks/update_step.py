@@ -12,6 +12,10 @@ the same run:
       jit_compile=True; `learner_checked`: plain, with
       check_finite_weights=True (an update that makes a weight non-finite
       is undone; costs a copy of the weights and slots per step);
+      jit_compile=True; `learner` runs the fused multi-tensor kernels
+      (learner/optimizers/kernels: one norm op, one apply op per step),
+      `learner_fallback` the same Learner with them off (the pure-TF path,
+      also what runs under jit_compile);
   (b) `tf_fused`, `tf_fused_jit`: a hand-written tf.function over TF's fused
       ResourceApplyMomentum/ResourceApplyAdam and tf.clip_by_global_norm;
       `tf_fused_folded` (Momentum only) is a design prototype, not a peer:
@@ -20,6 +24,9 @@ the same run:
   (c) `keras`: Keras 3 SGD(momentum)/Adam apply_gradients, global_clipnorm;
   (d) `optax_jit`: optax under jax.jit (skipped with a note without the
       optional `bench` extra);
+  (d') `torch`: PyTorch's clip_grad_norm_ + SGD(momentum, foreach) or
+      Adam(fused) (benchmarks/torch_rows.py; skipped with a note without
+      torch, which is not a dependency);
   (e) `limit`: bytes moved per step (benchmarks.bandwidth.BYTES_PER_PARAM)
       divided by the bandwidth numpy reaches on two threads, measured by a
       probe timed in the same rounds as the rows (so under the same load).
@@ -46,11 +53,12 @@ from benchmarks import learner_row
 from benchmarks import numpy_reference
 from benchmarks import peer_rows
 from benchmarks import timing
+from benchmarks import torch_rows
 from benchmarks import variable_sets
 
 CHECK_STEPS = 3
 CHECK_TOLERANCE = 2e-3
-PEERS = ('tf_fused', 'tf_fused_jit', 'keras', 'optax_jit')
+PEERS = ('tf_fused', 'tf_fused_jit', 'keras', 'optax_jit', 'torch')
 PROBE = '_bandwidth_probe'
 
 
@@ -95,6 +103,8 @@ def BuildRows(cfg, specs, weights, grads, wanted, notes):
   """Builds the rows for one (set, optimizer); appends skip notes to notes."""
   builders = [
       ('learner', lambda: learner_row.LearnerRow(cfg, specs, weights, grads)),
+      ('learner_fallback', lambda: learner_row.LearnerRow(
+          cfg, specs, weights, grads, fused=False)),
       ('learner_jit', lambda: learner_row.LearnerRow(
           cfg, specs, weights, grads, jit_compile=True)),
       ('learner_checked', lambda: learner_row.LearnerRow(
@@ -107,12 +117,16 @@ def BuildRows(cfg, specs, weights, grads, wanted, notes):
           cfg, weights, grads, fold_clip=True)),
       ('keras', lambda: peer_rows.KerasRow(cfg, weights, grads)),
       ('optax_jit', lambda: peer_rows.OptaxRow(cfg, weights, grads)),
+      ('torch', lambda: torch_rows.TorchRow(cfg, weights, grads)),
   ]
   have_learner, note = learner_row.LearnerAvailable()
   if not have_learner and note not in notes:
     notes.append(note)
   have_optax, note = peer_rows.OptaxAvailable()
   if not have_optax and note not in notes:
+    notes.append(note)
+  have_torch, note = torch_rows.TorchAvailable()
+  if not have_torch and note not in notes:
     notes.append(note)
   rows = []
   for name, build in builders:
@@ -121,6 +135,8 @@ def BuildRows(cfg, specs, weights, grads, wanted, notes):
     if name.startswith('learner') and not have_learner:
       continue
     if name.startswith('optax') and not have_optax:
+      continue
+    if name == 'torch' and not have_torch:
       continue
     if name == 'tf_fused_folded' and cfg.optimizer != 'momentum':
       continue
@@ -222,9 +238,10 @@ def FormatResult(result):
 
 
 def Targets(results):
-  """Issue 8's targets for the update step: list of (target, value, met)."""
+  """Issues 8 and 16's targets: list of (target, value, met)."""
   out = []
   for res in results:
+    out.extend(FusedTargets(res))
     rows = res['rows']
     for ours in ('learner', 'learner_jit'):
       if ours not in rows:
@@ -247,6 +264,40 @@ def Targets(results):
         ratio = m / rows['tf_fused']['median_s']
         out.append(('%s adam %s / tf_fused <= 1.1' % (res['set'], ours),
                     ratio, ratio <= 1.1))
+  return out
+
+
+# Issue 16's targets on the fused row `learner`: (set, optimizer) ->
+# [(denominator row or 'limit', bound)].
+FUSED_TARGETS = {
+    ('resnet50', 'momentum'): [('limit', 1.3), ('optax_jit', 0.85)],
+    ('small', 'momentum'): [('optax_jit', 1.0)],
+    ('resnet50', 'adam'): [('limit', 1.6)],
+    ('small', 'adam'): [('limit', 1.2)],
+}
+
+
+def FusedTargets(res):
+  """Issue 16's targets of one result, and learner / learner_fallback."""
+  rows = res['rows']
+  if 'learner' not in rows:
+    return []
+  m = rows['learner']['median_s']
+  out = []
+  for denom, bound in FUSED_TARGETS.get((res['set'], res['optimizer']), []):
+    if denom == 'limit':
+      value = m / res['limit_s']
+    elif denom in rows:
+      value = m / rows[denom]['median_s']
+    else:
+      continue
+    out.append(('%s %s learner / %s <= %.2f (issue 16)' %
+                (res['set'], res['optimizer'], denom, bound), value,
+                value <= bound))
+  if 'learner_fallback' in rows:
+    value = m / rows['learner_fallback']['median_s']
+    out.append(('%s %s learner / learner_fallback < 1' %
+                (res['set'], res['optimizer']), value, value < 1.0))
   return out
 
 
@@ -277,7 +328,7 @@ def main(argv=None):
   if targets:
     print('\ntargets:')
     for t, v, ok in targets:
-      print('  %-45s %6.2f  %s' % (t, v, 'met' if ok else 'MISSED'))
+      print('  %-55s %6.2f  %s' % (t, v, 'met' if ok else 'MISSED'))
   for note in notes:
     print('note: ' + note)
   payload = dict(benchmark='update_step', bandwidth_gbps=gbps,

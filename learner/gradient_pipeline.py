@@ -12,8 +12,9 @@ measures anything, a dict {metric name: float32 scalar}. The metric names
 are the constants below, defined here only; `MetricNames` gives the order
 in which a learner reports them.
 
-Costs the stages keep low (see benchmarks/README.md): every norm is one
-`tf.nn.l2_loss` per tensor and one add_n; a global scale (clipping, the
+Costs the stages keep low (see benchmarks/README.md): all norms of a step
+are one fused multi-tensor op (`HalfSquaredNorms`; on the pure-TF path one
+`tf.nn.l2_loss` per tensor and one add_n); a global scale (clipping, the
 1 / sum(weight) of an accumulation window) is carried as a scalar
 (`Scaling`) and folded into the optimizer's own kernel (`ApplyScaled`)
 when no elementwise clip needs the scaled values.
@@ -24,6 +25,7 @@ import collections
 import tensorflow as tf
 
 from learner.optimizers import base as base_optimizer
+from learner.optimizers import kernels
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
@@ -260,15 +262,20 @@ def Norms(variables, grads, prescale, var_norms, per_variable):
     (GradNorms, metrics): metrics has grad_norm/all and, as asked,
     var_norm/all, grad_norm/<var>, var_norm/<var> (float32 scalars).
   """
-  half = [HalfSquaredNorm(g) for g in grads]
+  # The variables are measured in the gradients' op: the update waits for
+  # the gradient norm, so no read of a variable is still alive when it
+  # writes in place (which would make TF copy the variable first).
+  reads = ([v.read_value() for v in variables]
+           if var_norms or per_variable else [])
+  half = HalfSquaredNorms(grads + reads)
+  half, var_half = half[:len(grads)], half[len(grads):]
+  total = tf.add_n(half + [tf.constant(0.0)])
   if prescale is not None:
     pre2 = prescale * prescale
     half = [h * pre2 for h in half]
-  grad_norm = tf.sqrt(2.0 * tf.add_n(half))
+    total = total * pre2
+  grad_norm = tf.sqrt(2.0 * total)
   metrics = {GRAD_NORM: grad_norm}
-  var_half = None
-  if var_norms or per_variable:
-    var_half = [HalfSquaredNorm(v.read_value()) for v in variables]
   if var_norms:
     metrics[VAR_NORM] = tf.sqrt(2.0 * tf.add_n(var_half))
   if per_variable:
@@ -512,6 +519,19 @@ def HalfSquaredNorm(g):
   if g.dtype != tf.float32:
     g = tf.cast(g, tf.float32)
   return tf.nn.l2_loss(g)
+
+
+def HalfSquaredNorms(tensors):
+  """[sum(t^2) / 2 as float32 scalar] of a list of gradients or tensors.
+
+  One fused multi-tensor op (learner/optimizers/kernels: one read pass,
+  sums in float64) when it can run, else one L2Loss per tensor. None
+  entries count 0; a tf.IndexedSlices counts its values.
+  """
+  fused = kernels.HalfSumSquares(tensors, 'gradient and variable norms')
+  if fused is not None:
+    return fused[0]
+  return [HalfSquaredNorm(t) for t in tensors]
 
 
 def GlobalNorm(grads):

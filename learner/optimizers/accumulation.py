@@ -49,6 +49,7 @@ from absl import logging
 import tensorflow as tf
 
 from learner.optimizers import base as base_optimizer
+from learner.optimizers import kernels
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers import wrapper
 from params import checks
@@ -253,6 +254,33 @@ class GradientAccumulation(wrapper.BaseWrapper):
     base_optimizer.CondAsCall(is_finite, _Add, self._DropMicroBatch)
     return self._micro_step.assign_add(1)
 
+  def _AccumulateChecked(self, variables, grads, weight):
+    """Checks one micro-batch and adds `weight * grad` if it is finite.
+
+    One fused op (learner/optimizers/kernels: a finite-check pass, then
+    acc += weight * g, the same numbers as `AccumulateScaled`) when it can
+    run; else `_AllFinite` and `AccumulateScaled`.
+
+    Args:
+      variables: bound variables; grads: aligned dense Tensors.
+      weight: float32 scalar.
+
+    Returns:
+      The micro-step counter's new value (int64 scalar tensor).
+    """
+    accs = [self._accums[var_grad_lib.VarName(v)] for v in variables]
+    finite = kernels.Accumulate(accs, grads, weight)
+    if finite is None:
+      return self.AccumulateScaled(list(zip(variables, grads)), weight,
+                                   _AllFinite(grads))
+
+    def _Added():
+      self._weight_sum.assign_add(weight)
+      return tf.constant(True)
+
+    base_optimizer.CondAsCall(finite, _Added, self._DropMicroBatch)
+    return self._micro_step.assign_add(1)
+
   def _DropMicroBatch(self):
     """Counts one dropped (non-finite) micro-batch; returns False."""
     if _CountsAtOnce():
@@ -341,8 +369,8 @@ class GradientAccumulation(wrapper.BaseWrapper):
     vgs = var_grads.Flatten()
     variables = [vg.var for vg in vgs]
     dense = [tf.convert_to_tensor(vg.grad) for vg in vgs]
-    finite = _AllFinite(dense)
     if all_reduce is not None and not self.params.sync_on_apply:
+      finite = _AllFinite(dense)
       self.WarnIfSyncEveryStep()
       # Per-shard dropping, as with sync_on_apply=True: a non-finite shard
       # contributes zeros and weight 0; the finite shards are kept.
@@ -354,8 +382,7 @@ class GradientAccumulation(wrapper.BaseWrapper):
       micro_step = self.Accumulate(list(zip(variables, weighted)), weight,
                                    tf.constant(True), num_dropped=bad)
     else:
-      micro_step = self.AccumulateScaled(list(zip(variables, dense)), weight,
-                                         finite)
+      micro_step = self._AccumulateChecked(variables, dense, weight)
     is_apply = self.IsApplyStep(micro_step)
     sums_reduce = all_reduce if self.params.sync_on_apply else None
 

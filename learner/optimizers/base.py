@@ -41,6 +41,7 @@ import tensorflow as tf
 from params import BaseLayer
 from params import NestedMap
 from params import checks
+from learner.optimizers import kernels
 from learner.optimizers import var_grad as var_grad_lib
 
 
@@ -240,13 +241,73 @@ class BaseOptimizer(BaseLayer):
       ValueError: if a variable was not bound with `Bind`.
     """
     lr = tf.convert_to_tensor(lr, tf.float32)
-    ops = []
-    for vg in var_grads.Flatten():
-      if vg.grad is None:
-        continue
+    present = [vg for vg in var_grads.Flatten() if vg.grad is not None]
+    for vg in present:
       self._CheckBound(vg.var)
-      ops.append(self._ApplyOne(lr, vg.var, vg.grad, _grad_scale))
-    return self._FinishApply(ops)
+    fused, op = self._MultiTensorApply(lr, present, _grad_scale)
+    if fused:
+      return self._FinishApply([op])
+    return self._FinishApply(
+        [self._ApplyOne(lr, vg.var, vg.grad, _grad_scale) for vg in present])
+
+  def _MultiTensorApply(self, lr, vgs, grad_scale):
+    """The whole update as one fused multi-tensor op, when it can run.
+
+    For optimizers with `_ApplyDenseMulti` (SGD, Momentum, Adam, AdamW):
+    the same numbers as `_ApplyOne` per variable, decoupled weight decay
+    included (learner/optimizers/kernels). Sparse gradients are densified
+    as `_ApplyOne` does, unless they need a lazy update (then, as under
+    XLA, with another dtype, a GPU or a strategy, the pure-TF path runs;
+    the path taken is logged once per optimizer class).
+
+    Args:
+      lr: float32 scalar; vgs: list of VarGrad with a gradient, all bound;
+      grad_scale: float32 scalar multiplying every gradient, or None.
+
+    Returns:
+      (fused, op): fused False means nothing ran (take the pure-TF path).
+    """
+    what = '%s update' % type(self).__name__
+    reason = _NoMultiTensorRule(type(self))
+    if reason:
+      kernels.LogPath(what, reason)
+      return False, None
+    if not vgs:
+      return False, None
+    p = self.params
+    lazy = (p.lazy_sparse_updates and self.SUPPORTS_LAZY_SPARSE and
+            any(isinstance(vg.grad, tf.IndexedSlices) for vg in vgs))
+    variables = [vg.var for vg in vgs]
+    reason = ('lazy sparse update (lazy_sparse_updates=True)' if lazy else
+              kernels.Unsupported(variables, [
+                  vg.grad.values if isinstance(vg.grad, tf.IndexedSlices)
+                  else vg.grad for vg in vgs]))
+    kernels.LogPath(what, reason)
+    if reason:
+      return False, None
+    grads = [tf.convert_to_tensor(vg.grad) for vg in vgs]  # Sums duplicates.
+    wd = p.decoupled_weight_decay
+    decay = [bool(wd) and self._decay_mask.get(var_grad_lib.VarName(v), True)
+             for v in variables]
+    wd_rate = tf.cast(lr * wd, tf.float32) if wd else tf.constant(0.0)
+    slots = [self.GetSlots(v) for v in variables]
+    return True, self._ApplyDenseMulti(lr, variables, grads, slots, grad_scale,
+                                       wd_rate, decay)
+
+  def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
+                       wd_rate, decay):
+    """The dense update of all `variables` in one fused op (optional).
+
+    Args:
+      lr: float32 scalar; variables, grads (dense float32), slots (dicts as
+        GetSlots gives) aligned lists; grad_scale: None or a float32 scalar
+        multiplying every gradient; wd_rate: float32 lr * wd; decay: list of
+        bool, which variables get decoupled weight decay.
+
+    Returns:
+      The op (None eagerly). Not overridden: the rule has no fused kernel.
+    """
+    raise NotImplementedError
 
   def _FinishApply(self, ops):
     """Counts one update after `ops`; returns the update op (None eagerly).
@@ -380,6 +441,22 @@ class BaseOptimizer(BaseLayer):
     """
     raise NotImplementedError('%s must implement _ApplySparse.' %
                               type(self).__name__)
+
+
+def _NoMultiTensorRule(cls):
+  """None if `cls` may use its inherited `_ApplyDenseMulti`, else why not.
+
+  A subclass that changes `_ApplyDense` or `_ApplyDenseScaled` below the
+  class that wrote `_ApplyDenseMulti` would silently get the parent's
+  numbers from the fused op, so it keeps the per-variable path.
+  """
+  owner = next(k for k in cls.__mro__ if '_ApplyDenseMulti' in vars(k))
+  if owner is BaseOptimizer:
+    return 'no fused kernel for this rule'
+  for name in ('_ApplyDense', '_ApplyDenseScaled'):
+    if getattr(cls, name) is not getattr(owner, name):
+      return '%s overrides %s of %s' % (cls.__name__, name, owner.__name__)
+  return None
 
 
 def ScaleGradient(grad, scale):
@@ -573,6 +650,13 @@ class SGD(BaseOptimizer):
     return tf.raw_ops.ResourceApplyGradientDescent(
         var=var.handle, alpha=tf.cast(lr * grad_scale, var.dtype),
         delta=grad, use_locking=False)
+
+  def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
+                       wd_rate, decay):
+    """One TfLearnerMultiApplySGD: alpha = lr (* grad_scale), as above."""
+    del slots
+    alpha = lr if grad_scale is None else lr * grad_scale
+    return kernels.ApplySGD(variables, grads, alpha, wd_rate, decay)
 
   def _ApplySparse(self, lr, var, grad, slots):
     del slots

@@ -23,6 +23,7 @@ import re
 
 import tensorflow as tf
 
+from learner.optimizers import kernels
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.base import BaseOptimizer
 from learner.optimizers.base import DefineLingvoBaseParams
@@ -163,6 +164,15 @@ class Momentum(BaseOptimizer):
         grad=grad, momentum=mom, use_locking=False,
         use_nesterov=p.use_nesterov)
 
+  def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
+                       wd_rate, decay):
+    """One TfLearnerMultiApplyMomentum with `_Scalars`' factors folded in."""
+    del lr, grad_scale  # Momentum.Apply passes them in self._fold.
+    mom, lr_s, factor = self._fold
+    return kernels.ApplyMomentum(
+        variables, [s['momentum'] for s in slots], grads, lr_s, mom, factor,
+        wd_rate, decay, self.params.use_nesterov)
+
   def _ApplySparse(self, lr, var, grad, slots):
     p = self.params
     mom, lr_s, grad = self._Scalars(var, grad)
@@ -260,6 +270,19 @@ class Adam(BaseOptimizer):
         beta1_power=b1p, beta2_power=b2p, lr=_C(lr, var),
         beta1=_C(p.beta1, var), beta2=_C(p.beta2, var),
         epsilon=_C(p.epsilon, var), grad=grad, use_locking=False)
+
+  def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
+                       wd_rate, decay):
+    """One TfLearnerMultiApplyAdam; grad_scale * g computed in the op."""
+    p = self.params
+    var = variables[0]
+    b1p, b2p = self._Powers(var)
+    scalars = (b1p, b2p, _C(lr, var), _C(p.beta1, var), _C(p.beta2, var),
+               _C(p.epsilon, var))
+    factor = None if grad_scale is None else _C(grad_scale, var)
+    return kernels.ApplyAdam(variables, [s['m'] for s in slots],
+                             [s['v'] for s in slots], grads, scalars, factor,
+                             wd_rate, decay)
 
   def _ApplySparse(self, lr, var, grad, slots):
     p = self.params

@@ -39,8 +39,8 @@ def test_quickest_run_every_row_matches_its_numpy_reference(tmp_path):
   failures = [n for n in payload['notes'] if 'failed' in n]
   assert not failures, failures
   rows = payload['results'][0]['rows']
-  for name in ('learner', 'tf_accumulate', 'tf_accumulate_fused',
-               'tf_accumulate_checked', 'keras'):
+  for name in ('learner', 'learner_fallback', 'tf_accumulate',
+               'tf_accumulate_fused', 'tf_accumulate_checked', 'keras'):
     assert name in rows, sorted(rows)
   for name, r in rows.items():
     assert r['check_ok'], (name, r['max_rel_err'])

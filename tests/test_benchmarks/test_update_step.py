@@ -101,7 +101,8 @@ def test_quickest_run_every_row_matches_its_numpy_reference(tmp_path):
       ('small', 'momentum'), ('small', 'adam')]
   for res in payload['results']:
     rows = res['rows']
-    for name in ('learner', 'learner_jit', 'tf_fused', 'keras'):
+    for name in ('learner', 'learner_fallback', 'learner_jit', 'tf_fused',
+                 'keras'):
       assert name in rows, (res['optimizer'], sorted(rows))
     for name, r in rows.items():
       assert r['check_ok'], (res['optimizer'], name, r['max_rel_err'])
@@ -139,3 +140,16 @@ def test_folded_clip_prototype_refuses_adam():
   with pytest.raises(ValueError, match="'adam'"):
     peer_rows.TfFusedRow(cfg, [np.zeros(2, np.float32)],
                          [np.zeros(2, np.float32)], fold_clip=True)
+
+
+def test_fused_targets_are_ratios_of_the_named_rows():
+  res = dict(set='resnet50', optimizer='momentum', limit_s=2.0,
+             rows={'learner': {'median_s': 2.4},
+                   'learner_fallback': {'median_s': 4.8},
+                   'optax_jit': {'median_s': 3.0}})
+  got = {t: (round(v, 6), ok) for t, v, ok in update_step.FusedTargets(res)}
+  # 2.4 / 2.0 = 1.2 <= 1.3; 2.4 / 3.0 = 0.8 <= 0.85; 2.4 / 4.8 = 0.5.
+  assert got == {
+      'resnet50 momentum learner / limit <= 1.30 (issue 16)': (1.2, True),
+      'resnet50 momentum learner / optax_jit <= 0.85 (issue 16)': (0.8, True),
+      'resnet50 momentum learner / learner_fallback < 1': (0.5, True)}

@@ -78,3 +78,12 @@ def test_benchmarks_are_not_installed_and_the_license_ships():
   assert _Cfg()['metadata']['license_files'] == 'LICENSE'
   with open(os.path.join(_ROOT, 'LICENSE')) as f:
     assert 'Apache License' in f.read(200)
+
+
+def test_kernel_sources_ship_as_package_data():
+  # learner/optimizers/kernels/loader.py compiles the .cc on first use, so
+  # an installed (non-editable) package must carry it.
+  pattern = _Cfg()['options.package_data']['learner.optimizers.kernels']
+  assert pattern.strip() == '*.cc'
+  kernels_dir = os.path.join(_ROOT, 'learner', 'optimizers', 'kernels')
+  assert 'multi_tensor_ops.cc' in os.listdir(kernels_dir)

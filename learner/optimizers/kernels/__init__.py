@@ -1,0 +1,19 @@
+"""Fused multi-tensor CPU kernels with their pure-TF fallback (issue 16).
+
+  multi_tensor_ops.cc  the C++ ops: sum of squares with a finite flag,
+                       SGD / Momentum / Adam apply, checked accumulate
+  loader.py            compiles them on first use into a cache, loads them
+  multi_tensor.py      the Python entry points and when they may run
+"""
+
+from learner.optimizers.kernels.loader import Active
+from learner.optimizers.kernels.loader import Disabled
+from learner.optimizers.kernels.loader import Library
+from learner.optimizers.kernels.loader import Unavailable
+from learner.optimizers.kernels.multi_tensor import Accumulate
+from learner.optimizers.kernels.multi_tensor import ApplyAdam
+from learner.optimizers.kernels.multi_tensor import ApplyMomentum
+from learner.optimizers.kernels.multi_tensor import ApplySGD
+from learner.optimizers.kernels.multi_tensor import HalfSumSquares
+from learner.optimizers.kernels.multi_tensor import LogPath
+from learner.optimizers.kernels.multi_tensor import Unsupported

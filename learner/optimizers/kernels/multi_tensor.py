@@ -1,0 +1,197 @@
+"""Python entry points of the multi-tensor kernels, with their conditions.
+
+Each function either runs one fused op over a list of tensors or returns
+None, and the caller then runs its pure-TF path (the same numbers: see
+multi_tensor_ops.cc). The fused path runs when
+
+  * it is switched on ($TF_LEARNER_FUSED_KERNELS=1 or `loader.Active()`;
+    off by default, see loader.py) and the library is built and loaded;
+  * the step is not compiled by XLA (`jit_compile=True`): XLA fuses the
+    pure-TF update itself and cannot compile a custom op;
+  * no distribution strategy is active (its variables and replica contexts
+    stay on the pure-TF path) and no GPU is visible (the ops are CPU-only);
+  * every tensor is a dense float32 tensor (variables: float32 resource
+    variables), each variable at most once.
+
+The path taken is logged once per (what, path) pair with absl logging.
+"""
+
+import functools
+
+from absl import logging
+import tensorflow as tf
+
+from learner.optimizers.kernels import loader
+
+
+def Unsupported(variables=(), tensors=()):
+  """None if the fused ops may run on these, else the reason (str).
+
+  Args:
+    variables: variables to be updated in place (float32 resource variables,
+      each once).
+    tensors: dense tensors to be read (float32 tf.Tensor; None entries are
+      allowed and skipped by the callers).
+  """
+  if not loader.Enabled():
+    return ('$%s is not 1 (the fused path is opt-in; TF_LEARNER_FUSED_'
+            'KERNELS=0 or unset)' % loader.ENV_SWITCH)
+  reason = loader.Unavailable()
+  if reason:
+    return reason
+  if _InXla():
+    return 'the step is compiled by XLA (jit_compile=True)'
+  if tf.distribute.has_strategy():
+    return 'a tf.distribute strategy is active'
+  if _HasGpu():
+    return 'a GPU is visible (the ops are CPU-only)'
+  seen = set()
+  for v in variables:
+    if v.dtype != tf.float32 or not hasattr(v, 'handle'):
+      return 'variable %s is %s, not a float32 resource variable' % (
+          v.name, v.dtype.name)
+    if id(v) in seen:
+      return 'variable %s appears twice' % v.name
+    seen.add(id(v))
+  for t in tensors:
+    if t is None:
+      continue
+    if isinstance(t, tf.IndexedSlices) or t.dtype != tf.float32:
+      return 'a gradient is %s %s, not a dense float32 tensor' % (
+          type(t).__name__, t.dtype.name)
+  return None
+
+
+def LogPath(what, reason):
+  """Logs once per process which path `what` takes (reason None: fused)."""
+  _LogOnce(what, reason)
+
+
+@functools.lru_cache(maxsize=None)
+def _LogOnce(what, reason):
+  if reason is None:
+    logging.info('tf_learner kernels: %s runs the fused multi-tensor op.',
+                 what)
+  else:
+    logging.info('tf_learner kernels: %s runs the pure-TF path (%s).', what,
+                 reason)
+
+
+def HalfSumSquares(tensors, what='gradient norms'):
+  """sum(t^2) / 2 of each tensor, their total and a finite flag, in one op.
+
+  Args:
+    tensors: list of float32 Tensors, tf.IndexedSlices (their values) or
+      None (counts 0).
+    what: name for the log line.
+
+  Returns:
+    None when the fused op cannot run; else (half, total, finite): a list
+    like `tensors` of float32 scalars (sums accumulated in float64, then
+    rounded), the float32 total and a bool scalar, True if the float32
+    total is finite (False for any NaN or Inf, or an overflowing sum, as
+    is_finite(add_n(l2_loss)) decides).
+  """
+  values = [t.values if isinstance(t, tf.IndexedSlices) else t
+            for t in tensors]
+  present = [t for t in values if t is not None]
+  reason = Unsupported(tensors=present) if present else 'no tensor'
+  LogPath(what, reason)
+  if reason:
+    return None
+  vec, total, finite = loader.Library().tf_learner_multi_sum_squares(present)
+  parts = iter(tf.unstack(vec, num=len(present)))
+  half = [tf.constant(0.0) if t is None else next(parts) for t in values]
+  return half, total, finite
+
+
+def ApplySGD(variables, grads, alpha, wd_rate, decay):
+  """w -= alpha * g for every pair (TfLearnerMultiApplySGD); decay below.
+
+  Args:
+    variables, grads: aligned lists (float32; dense grads).
+    alpha: float32 scalar step (lr, times the folded gradient scale).
+    wd_rate: float32 scalar lr * wd; `decay` (list of bool, one per
+      variable) says which variables subtract wd_rate * w_old after.
+
+  Returns:
+    The op (None eagerly).
+  """
+  return loader.Library().tf_learner_multi_apply_sgd(
+      [v.handle for v in variables], grads, alpha, wd_rate, decay=decay)
+
+
+def ApplyMomentum(variables, accums, grads, lr, momentum, grad_factor,
+                  wd_rate, decay, use_nesterov):
+  """TF's ResourceApplyMomentum over lists, g * grad_factor folded in.
+
+  a <- a * momentum + f g;  w <- w - lr a  (Nesterov: w - (f g lr + a
+  momentum lr)); grad_factor None means f = 1 (not multiplied). Other args
+  as `ApplySGD`; `accums` aligned with `variables`.
+  """
+  scale = grad_factor is not None
+  factor = grad_factor if scale else tf.constant(1.0)
+  return loader.Library().tf_learner_multi_apply_momentum(
+      [v.handle for v in variables], [a.handle for a in accums], grads, lr,
+      momentum, factor, wd_rate, decay=decay, use_nesterov=use_nesterov,
+      scale_grad=scale)
+
+
+def ApplyAdam(variables, ms, vs, grads, scalars, grad_factor, wd_rate,
+              decay):
+  """TF's ResourceApplyAdam over lists, g * grad_factor folded in.
+
+  Args:
+    variables, ms, vs, grads: aligned lists.
+    scalars: (beta1_power, beta2_power, lr, beta1, beta2, epsilon), float32
+      scalars as ResourceApplyAdam takes them.
+    grad_factor: None (f = 1) or a float32 scalar multiplying each g.
+    wd_rate, decay: as `ApplySGD`.
+  """
+  scale = grad_factor is not None
+  factor = grad_factor if scale else tf.constant(1.0)
+  return loader.Library().tf_learner_multi_apply_adam(
+      [v.handle for v in variables], [m.handle for m in ms],
+      [v.handle for v in vs], grads, *scalars, factor, wd_rate, decay=decay,
+      scale_grad=scale)
+
+
+def Accumulate(accumulators, grads, weight):
+  """acc += weight * g for every pair if every g is finite, in one op.
+
+  Args:
+    accumulators: float32 variables; grads: aligned dense float32 tensors.
+    weight: float32 scalar.
+
+  Returns:
+    None when the fused op cannot run (checked here, logged once); else a
+    bool scalar: True if the gradients were finite and added, False if they
+    were left out (no accumulator changed). The finite test is the pure-TF
+    path's: the float32 sum of squares is finite.
+  """
+  reason = Unsupported(accumulators, grads)
+  LogPath('gradient accumulation', reason)
+  if reason:
+    return None
+  return loader.Library().tf_learner_multi_accumulate(
+      [a.handle for a in accumulators], grads, weight)
+
+
+@functools.lru_cache(maxsize=None)
+def _HasGpu():
+  return bool(tf.config.list_logical_devices('GPU'))
+
+
+def _InXla():
+  """True while tracing a function compiled with `jit_compile=True`.
+
+  The same test as learner.optimizers.base.InXla (which imports this
+  package, so it cannot be imported here).
+  """
+  if tf.executing_eagerly():
+    return False
+  # pylint: disable=g-import-not-at-top
+  from tensorflow.python.framework import ops
+  from tensorflow.python.ops import control_flow_util
+  # pylint: enable=g-import-not-at-top
+  return control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph())

@@ -1,0 +1,559 @@
+// Multi-tensor CPU kernels of tf-learner (issue 16): one op per learner step.
+//
+//   TfLearnerMultiSumSquares   half sum of squares of every tensor of a list,
+//                              and the total, in one read pass.
+//   TfLearnerMultiApplySGD     w -= alpha * g                        (SGD)
+//   TfLearnerMultiApplyMomentum  a = mom * a + f * g; w -= lr * a     (Momentum)
+//   TfLearnerMultiApplyAdam    TF's Adam update, f * g folded in      (Adam/AdamW)
+//   TfLearnerMultiAccumulate   acc += w * g if every g is finite      (accumulation)
+//
+// Every apply op may subtract decoupled weight decay rate * w_old from the
+// variables whose `decay` entry is true, in the same pass.
+//
+// Bitwise compatibility: each elementwise expression is written in the
+// order of operations of TF's own CPU functor (tensorflow/core/kernels/
+// training_ops.cc: ApplyGradientDescent, ApplyMomentum, ApplyAdamNonCuda)
+// and of the pure-TF path around it (scaled gradient, decay), and the file
+// is compiled with -ffp-contract=off (no fused multiply-add), so both paths
+// round identically. IEEE add, mul, div and sqrt are correctly rounded at any
+// vector width.
+//
+// Work split: the elements of all tensors are cut into chunks of kChunk
+// elements (a chunk never spans two tensors) and the chunks are spread over
+// the intra-op thread pool. Every chunk is independent, so the result does
+// not depend on the number of threads. A future pass (e.g. "skip the step if
+// a new weight would be non-finite") fits as a first ParallelFor over the
+// same chunks that only reads, before the writing one (as
+// TfLearnerMultiAccumulate does with its finite check).
+
+#define EIGEN_USE_THREADS
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <vector>
+
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/kernels/training_op_helpers.h"
+#include "tensorflow/core/platform/threadpool.h"
+
+namespace tf_learner {
+namespace {
+
+using ::tensorflow::DEVICE_CPU;
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using CPUDevice = Eigen::ThreadPoolDevice;
+
+constexpr int64_t kChunk = 1 << 14;  // 16384 floats = 64 KiB per array.
+
+struct Chunk {
+  int tensor;
+  int64_t begin;
+  int64_t end;
+};
+
+std::vector<Chunk> MakeChunks(const std::vector<int64_t>& sizes) {
+  std::vector<Chunk> chunks;
+  for (int t = 0; t < static_cast<int>(sizes.size()); ++t) {
+    for (int64_t b = 0; b < sizes[t]; b += kChunk) {
+      chunks.push_back({t, b, std::min(sizes[t], b + kChunk)});
+    }
+  }
+  return chunks;
+}
+
+// Runs fn(chunk index) for every chunk, spread over the intra-op pool.
+void ForEachChunk(OpKernelContext* ctx, int64_t num_chunks,
+                  int64_t cycles_per_element,
+                  const std::function<void(int64_t)>& fn) {
+  if (num_chunks == 0) return;
+  auto* pool = ctx->device()->tensorflow_cpu_worker_threads()->workers;
+  pool->ParallelFor(num_chunks, kChunk * cycles_per_element,
+                    [&fn](int64_t lo, int64_t hi) {
+                      for (int64_t i = lo; i < hi; ++i) fn(i);
+                    });
+}
+
+// sum(x[i]^2) over [0, n): float lanes over blocks of 1024, blocks in double.
+double SumSquares(const float* x, int64_t n) {
+  double total = 0.0;
+  for (int64_t b = 0; b < n; b += 1024) {
+    const int64_t e = std::min(n, b + 1024);
+    float lanes[16] = {0.f};
+    int64_t i = b;
+    for (; i + 16 <= e; i += 16) {
+      for (int j = 0; j < 16; ++j) lanes[j] += x[i + j] * x[i + j];
+    }
+    float s = 0.f;
+    for (int j = 0; j < 16; ++j) s += lanes[j];
+    for (; i < e; ++i) s += x[i] * x[i];
+    total += s;
+  }
+  return total;
+}
+
+// Per-tensor half sums of squares of `inputs` (float32 tensors), in double,
+// combined in chunk order (deterministic).
+std::vector<double> HalfSumSquares(OpKernelContext* ctx,
+                                   const std::vector<const float*>& data,
+                                   const std::vector<int64_t>& sizes) {
+  const std::vector<Chunk> chunks = MakeChunks(sizes);
+  std::vector<double> partial(chunks.size(), 0.0);
+  ForEachChunk(ctx, chunks.size(), 2, [&](int64_t c) {
+    const Chunk& k = chunks[c];
+    partial[c] = SumSquares(data[k.tensor] + k.begin, k.end - k.begin);
+  });
+  std::vector<double> half(sizes.size(), 0.0);
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    half[chunks[c].tensor] += partial[c];
+  }
+  for (double& h : half) h *= 0.5;
+  return half;
+}
+
+// ---- TfLearnerMultiSumSquares ----------------------------------------------
+
+class MultiSumSquaresOp : public OpKernel {
+ public:
+  explicit MultiSumSquaresOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const int n = ctx->num_inputs();
+    std::vector<const float*> data(n);
+    std::vector<int64_t> sizes(n);
+    for (int i = 0; i < n; ++i) {
+      data[i] = ctx->input(i).flat<float>().data();
+      sizes[i] = ctx->input(i).NumElements();
+    }
+    const std::vector<double> half = HalfSumSquares(ctx, data, sizes);
+    Tensor* per_tensor = nullptr;
+    Tensor* total = nullptr;
+    Tensor* finite = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, {n}, &per_tensor));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, {}, &total));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(2, {}, &finite));
+    double sum = 0.0;
+    for (int i = 0; i < n; ++i) {
+      per_tensor->flat<float>()(i) = static_cast<float>(half[i]);
+      sum += half[i];
+    }
+    const float sum_f = static_cast<float>(sum);
+    total->scalar<float>()() = sum_f;
+    finite->scalar<bool>()() = std::isfinite(sum_f);
+  }
+};
+
+// ---- variables ------------------------------------------------------------
+
+// The float32 tensors of the resource inputs [first, first + count), locked
+// (exclusively, in a global order) and made safe to update in place.
+class LockedVariables {
+ public:
+  LockedVariables(OpKernelContext* ctx, const std::vector<int>& inputs)
+      : locks_(tensorflow::MaybeLockVariableInputMutexesInOrder<CPUDevice,
+                                                                 float>(
+            ctx, /*do_lock=*/true, /*sparse=*/false, inputs)) {
+    tensors_.resize(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      OP_REQUIRES_OK(ctx,
+                     tensorflow::GetInputTensorFromVariable<CPUDevice, float>(
+                         ctx, inputs[i], /*lock_held=*/true, /*sparse=*/false,
+                         &tensors_[i]));
+      OP_REQUIRES(ctx, tensors_[i].IsInitialized(),
+                  tensorflow::errors::FailedPrecondition(
+                      "Attempting to use an uninitialized variable: input ",
+                      inputs[i]));
+    }
+  }
+
+  float* data(int i) { return tensors_[i].flat<float>().data(); }
+  const Tensor& tensor(int i) const { return tensors_[i]; }
+
+ private:
+  tensorflow::VariableInputLockHolder locks_;
+  std::vector<Tensor> tensors_;
+};
+
+std::vector<int> Range(int first, int count) {
+  std::vector<int> out(count);
+  for (int i = 0; i < count; ++i) out[i] = first + i;
+  return out;
+}
+
+float Scalar(OpKernelContext* ctx, int input) {
+  return ctx->input(input).scalar<float>()();
+}
+
+// Checks that every variable group and the gradients have the same shapes.
+bool CheckShapes(OpKernelContext* ctx, const std::vector<LockedVariables*>& vs,
+                 int grads_first, int n) {
+  for (int i = 0; i < n; ++i) {
+    const Tensor& g = ctx->input(grads_first + i);
+    for (LockedVariables* v : vs) {
+      if (!v->tensor(i).shape().IsSameSize(g.shape())) {
+        ctx->CtxFailure(tensorflow::errors::InvalidArgument(
+            "tensor ", i, ": variable shape ",
+            v->tensor(i).shape().DebugString(), " != gradient shape ",
+            g.shape().DebugString()));
+        return false;
+      }
+    }
+  }
+  return ctx->status().ok();
+}
+
+std::vector<int64_t> Sizes(OpKernelContext* ctx, int first, int n) {
+  std::vector<int64_t> sizes(n);
+  for (int i = 0; i < n; ++i) sizes[i] = ctx->input(first + i).NumElements();
+  return sizes;
+}
+
+// Base of the apply ops: N variables, `num_slots` slot groups, N gradients,
+// then scalars; attrs N, decay (list of bool, one per variable).
+class MultiApplyBase : public OpKernel {
+ public:
+  MultiApplyBase(OpKernelConstruction* ctx, int num_slots)
+      : OpKernel(ctx), num_slots_(num_slots) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("N", &n_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("decay", &decay_));
+    OP_REQUIRES(ctx, static_cast<int>(decay_.size()) == n_,
+                tensorflow::errors::InvalidArgument(
+                    "decay has ", decay_.size(), " entries, expected N=", n_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    std::vector<int> inputs = Range(0, n_ * (1 + num_slots_));
+    LockedVariables vars(ctx, inputs);
+    if (!ctx->status().ok()) return;
+    std::vector<LockedVariables*> groups = {&vars};
+    if (!CheckShapes(ctx, groups, grads_first(), n_)) return;
+    // Slot shapes: slot s of variable i is vars tensor (s + 1) * n_ + i.
+    for (int s = 1; s <= num_slots_; ++s) {
+      for (int i = 0; i < n_; ++i) {
+        OP_REQUIRES(ctx,
+                    vars.tensor(s * n_ + i).shape().IsSameSize(
+                        vars.tensor(i).shape()),
+                    tensorflow::errors::InvalidArgument(
+                        "slot ", s, " of variable ", i, " has shape ",
+                        vars.tensor(s * n_ + i).shape().DebugString()));
+      }
+    }
+    Prepare(ctx);
+    if (!ctx->status().ok()) return;
+    const std::vector<Chunk> chunks = MakeChunks(Sizes(ctx, grads_first(), n_));
+    ForEachChunk(ctx, chunks.size(), 4 * (2 + num_slots_), [&](int64_t c) {
+      const Chunk& k = chunks[c];
+      float* slots[2] = {nullptr, nullptr};
+      for (int s = 0; s < num_slots_; ++s) {
+        slots[s] = vars.data((s + 1) * n_ + k.tensor) + k.begin;
+      }
+      const float* g =
+          ctx->input(grads_first() + k.tensor).flat<float>().data() + k.begin;
+      Update(vars.data(k.tensor) + k.begin, slots, g, k.end - k.begin,
+             decay_[k.tensor]);
+    });
+  }
+
+ protected:
+  int grads_first() const { return n_ * (1 + num_slots_); }
+  int scalars_first() const { return n_ * (2 + num_slots_); }
+  // Reads the scalar inputs (after the variables are locked).
+  virtual void Prepare(OpKernelContext* ctx) = 0;
+  // Updates `n` elements of one variable in place.
+  virtual void Update(float* w, float* const* slots, const float* g,
+                      int64_t n, bool decay) const = 0;
+
+ private:
+  int n_ = 0;
+  int num_slots_;
+  std::vector<bool> decay_;
+};
+
+// ---- TfLearnerMultiApplySGD ------------------------------------------------
+// Inputs: vars, grads, alpha, wd_rate.
+// w' = w - g * alpha; with decay: w' - wd_rate * w.
+
+class MultiApplySGDOp : public MultiApplyBase {
+ public:
+  explicit MultiApplySGDOp(OpKernelConstruction* ctx) : MultiApplyBase(ctx, 0) {}
+
+ protected:
+  void Prepare(OpKernelContext* ctx) override {
+    alpha_ = Scalar(ctx, scalars_first());
+    wd_ = Scalar(ctx, scalars_first() + 1);
+  }
+  void Update(float* w, float* const* slots, const float* g, int64_t n,
+              bool decay) const override {
+    const float alpha = alpha_, wd = wd_;
+    if (decay) {
+      for (int64_t i = 0; i < n; ++i) {
+        const float w0 = w[i];
+        w[i] = (w0 - g[i] * alpha) - wd * w0;
+      }
+    } else {
+      for (int64_t i = 0; i < n; ++i) w[i] = w[i] - g[i] * alpha;
+    }
+  }
+
+ private:
+  float alpha_ = 0.f, wd_ = 0.f;
+};
+
+// ---- TfLearnerMultiApplyMomentum -------------------------------------------
+// Inputs: vars, accums, grads, lr, momentum, grad_factor, wd_rate.
+// Attrs: use_nesterov, scale_grad (multiply g by grad_factor first).
+// a' = a * momentum + g;  w' = w - a' * lr
+// (Nesterov: w' = w - (g * lr + a' * momentum * lr)); decay as SGD.
+
+class MultiApplyMomentumOp : public MultiApplyBase {
+ public:
+  explicit MultiApplyMomentumOp(OpKernelConstruction* ctx)
+      : MultiApplyBase(ctx, 1) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("use_nesterov", &nesterov_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("scale_grad", &scale_grad_));
+  }
+
+ protected:
+  void Prepare(OpKernelContext* ctx) override {
+    lr_ = Scalar(ctx, scalars_first());
+    mom_ = Scalar(ctx, scalars_first() + 1);
+    factor_ = Scalar(ctx, scalars_first() + 2);
+    wd_ = Scalar(ctx, scalars_first() + 3);
+  }
+  void Update(float* w, float* const* slots, const float* g, int64_t n,
+              bool decay) const override {
+    // Every flag is a template argument: each loop is branch-free.
+    const int key =
+        (scale_grad_ ? 4 : 0) + (nesterov_ ? 2 : 0) + (decay ? 1 : 0);
+    switch (key) {
+      case 0: return Run<false, false, false>(w, slots[0], g, n);
+      case 1: return Run<false, false, true>(w, slots[0], g, n);
+      case 2: return Run<false, true, false>(w, slots[0], g, n);
+      case 3: return Run<false, true, true>(w, slots[0], g, n);
+      case 4: return Run<true, false, false>(w, slots[0], g, n);
+      case 5: return Run<true, false, true>(w, slots[0], g, n);
+      case 6: return Run<true, true, false>(w, slots[0], g, n);
+      default: return Run<true, true, true>(w, slots[0], g, n);
+    }
+  }
+
+ private:
+  template <bool kScale, bool kNesterov, bool kDecay>
+  void Run(float* __restrict__ w, float* __restrict__ a,
+           const float* __restrict__ g, int64_t n) const {
+    const float lr = lr_, mom = mom_, f = factor_, wd = wd_;
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = kScale ? g[i] * f : g[i];
+      const float ai = a[i] * mom + gi;
+      a[i] = ai;
+      const float w0 = w[i];
+      float w1 = kNesterov ? w0 - (gi * lr + ai * mom * lr) : w0 - ai * lr;
+      if (kDecay) w1 = w1 - wd * w0;
+      w[i] = w1;
+    }
+  }
+
+  bool nesterov_ = false, scale_grad_ = false;
+  float lr_ = 0.f, mom_ = 0.f, factor_ = 1.f, wd_ = 0.f;
+};
+
+// ---- TfLearnerMultiApplyAdam -----------------------------------------------
+// Inputs: vars, ms, vs, grads, beta1_power, beta2_power, lr, beta1, beta2,
+// epsilon, grad_factor, wd_rate. Attr scale_grad.
+// alpha = lr * sqrt(1 - beta2_power) / (1 - beta1_power)
+// m' = m + (g - m) * (1 - beta1);  v' = v + (g * g - v) * (1 - beta2)
+// w' = w - (m' * alpha) / (sqrt(v') + epsilon); decay as SGD.
+
+class MultiApplyAdamOp : public MultiApplyBase {
+ public:
+  explicit MultiApplyAdamOp(OpKernelConstruction* ctx)
+      : MultiApplyBase(ctx, 2) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("scale_grad", &scale_grad_));
+  }
+
+ protected:
+  void Prepare(OpKernelContext* ctx) override {
+    const int s = scalars_first();
+    const float b1p = Scalar(ctx, s), b2p = Scalar(ctx, s + 1);
+    const float lr = Scalar(ctx, s + 2);
+    alpha_ = lr * std::sqrt(1.f - b2p) / (1.f - b1p);
+    one_minus_b1_ = 1.f - Scalar(ctx, s + 3);
+    one_minus_b2_ = 1.f - Scalar(ctx, s + 4);
+    eps_ = Scalar(ctx, s + 5);
+    factor_ = Scalar(ctx, s + 6);
+    wd_ = Scalar(ctx, s + 7);
+  }
+  void Update(float* w, float* const* slots, const float* g, int64_t n,
+              bool decay) const override {
+    if (scale_grad_) {
+      Run<true>(w, slots[0], slots[1], g, n, decay);
+    } else {
+      Run<false>(w, slots[0], slots[1], g, n, decay);
+    }
+  }
+
+ private:
+  template <bool kScale>
+  void Run(float* w, float* m, float* v, const float* g, int64_t n,
+           bool decay) const {
+    const float alpha = alpha_, c1 = one_minus_b1_, c2 = one_minus_b2_;
+    const float eps = eps_, f = factor_, wd = wd_;
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = kScale ? g[i] * f : g[i];
+      const float mi = m[i] + (gi - m[i]) * c1;
+      const float vi = v[i] + (gi * gi - v[i]) * c2;
+      m[i] = mi;
+      v[i] = vi;
+      const float w0 = w[i];
+      float w1 = w0 - (mi * alpha) / (std::sqrt(vi) + eps);
+      if (decay) w1 = w1 - wd * w0;
+      w[i] = w1;
+    }
+  }
+
+  bool scale_grad_ = false;
+  float alpha_ = 0.f, one_minus_b1_ = 0.f, one_minus_b2_ = 0.f, eps_ = 0.f;
+  float factor_ = 1.f, wd_ = 0.f;
+};
+
+// ---- TfLearnerMultiAccumulate ----------------------------------------------
+// Inputs: accs (N resources), grads (N), weight. Output: finite (bool).
+// Pass 1 (reads g): finite = the float32 sum of squares of every g is
+// finite, the same test as the pure-TF path (is_finite(add_n(l2_loss(g)))).
+// Pass 2, only if finite: acc' = acc - g * (-weight), i.e. acc + g * weight
+// exactly as TF's ResourceApplyGradientDescent with alpha = -weight.
+
+class MultiAccumulateOp : public OpKernel {
+ public:
+  explicit MultiAccumulateOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("N", &n_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    LockedVariables accs(ctx, Range(0, n_));
+    if (!ctx->status().ok()) return;
+    if (!CheckShapes(ctx, {&accs}, n_, n_)) return;
+    std::vector<const float*> g(n_);
+    for (int i = 0; i < n_; ++i) g[i] = ctx->input(n_ + i).flat<float>().data();
+    const std::vector<int64_t> sizes = Sizes(ctx, n_, n_);
+    double sum = 0.0;
+    for (double h : HalfSumSquares(ctx, g, sizes)) sum += h;
+    const bool finite = std::isfinite(static_cast<float>(sum));
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, {}, &out));
+    out->scalar<bool>()() = finite;
+    if (!finite) return;
+    const float alpha = -Scalar(ctx, 2 * n_);
+    const std::vector<Chunk> chunks = MakeChunks(sizes);
+    ForEachChunk(ctx, chunks.size(), 6, [&](int64_t c) {
+      const Chunk& k = chunks[c];
+      float* a = accs.data(k.tensor) + k.begin;
+      const float* gi = g[k.tensor] + k.begin;
+      for (int64_t i = 0; i < k.end - k.begin; ++i) a[i] = a[i] - gi[i] * alpha;
+    });
+  }
+
+ private:
+  int n_ = 0;
+};
+
+}  // namespace
+
+// ---- registration -----------------------------------------------------------
+
+using ::tensorflow::shape_inference::InferenceContext;
+
+REGISTER_OP("TfLearnerMultiSumSquares")
+    .Input("tensors: N * float")
+    .Output("half_sum_squares: float")
+    .Output("total: float")
+    .Output("finite: bool")
+    .Attr("N: int >= 1")
+    .SetShapeFn([](InferenceContext* c) {
+      int n;
+      TF_RETURN_IF_ERROR(c->GetAttr("N", &n));
+      c->set_output(0, c->Vector(n));
+      c->set_output(1, c->Scalar());
+      c->set_output(2, c->Scalar());
+      return absl::OkStatus();
+    });
+
+REGISTER_OP("TfLearnerMultiApplySGD")
+    .Input("vars: N * resource")
+    .Input("grads: N * float")
+    .Input("alpha: float")
+    .Input("wd_rate: float")
+    .Attr("N: int >= 1")
+    .Attr("decay: list(bool)")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::NoOutputs);
+
+REGISTER_OP("TfLearnerMultiApplyMomentum")
+    .Input("vars: N * resource")
+    .Input("accums: N * resource")
+    .Input("grads: N * float")
+    .Input("lr: float")
+    .Input("momentum: float")
+    .Input("grad_factor: float")
+    .Input("wd_rate: float")
+    .Attr("N: int >= 1")
+    .Attr("decay: list(bool)")
+    .Attr("use_nesterov: bool = false")
+    .Attr("scale_grad: bool = false")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::NoOutputs);
+
+REGISTER_OP("TfLearnerMultiApplyAdam")
+    .Input("vars: N * resource")
+    .Input("ms: N * resource")
+    .Input("vs: N * resource")
+    .Input("grads: N * float")
+    .Input("beta1_power: float")
+    .Input("beta2_power: float")
+    .Input("lr: float")
+    .Input("beta1: float")
+    .Input("beta2: float")
+    .Input("epsilon: float")
+    .Input("grad_factor: float")
+    .Input("wd_rate: float")
+    .Attr("N: int >= 1")
+    .Attr("decay: list(bool)")
+    .Attr("scale_grad: bool = false")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::NoOutputs);
+
+REGISTER_OP("TfLearnerMultiAccumulate")
+    .Input("accs: N * resource")
+    .Input("grads: N * float")
+    .Input("weight: float")
+    .Output("finite: bool")
+    .Attr("N: int >= 1")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Scalar());
+      return absl::OkStatus();
+    });
+
+REGISTER_KERNEL_BUILDER(
+    Name("TfLearnerMultiSumSquares").Device(::tensorflow::DEVICE_CPU),
+    MultiSumSquaresOp);
+REGISTER_KERNEL_BUILDER(
+    Name("TfLearnerMultiApplySGD").Device(::tensorflow::DEVICE_CPU),
+    MultiApplySGDOp);
+REGISTER_KERNEL_BUILDER(
+    Name("TfLearnerMultiApplyMomentum").Device(::tensorflow::DEVICE_CPU),
+    MultiApplyMomentumOp);
+REGISTER_KERNEL_BUILDER(
+    Name("TfLearnerMultiApplyAdam").Device(::tensorflow::DEVICE_CPU),
+    MultiApplyAdamOp);
+REGISTER_KERNEL_BUILDER(
+    Name("TfLearnerMultiAccumulate").Device(::tensorflow::DEVICE_CPU),
+    MultiAccumulateOp);
+
+}  // namespace tf_learner
