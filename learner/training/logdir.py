@@ -28,6 +28,8 @@ import re
 
 import tensorflow as tf
 
+from learner.training import validate
+
 PARAMS_FILE = 'params.txt'
 METRICS_FILE = 'metrics.json'
 CKPT_DIR = 'ckpt'
@@ -74,6 +76,12 @@ def WriteMetrics(path, metrics):
   tf.io.gfile.rename(tmp, path, overwrite=True)
 
 
+# Keys every train job writes into metrics.json (the rest of a train_and_eval
+# run's keys are its evaluation's metrics).
+_TRAIN_ONLY_KEYS = ('global_step', 'num_skipped_steps', 'early_stopped',
+                    'early_stop_reason')
+
+
 def FinishedMetrics(logdir, max_steps, with_eval):
   """The stored metrics of a finished train run in `logdir`, else None.
 
@@ -97,7 +105,8 @@ def FinishedMetrics(logdir, max_steps, with_eval):
   stopped = metrics.get('early_stopped') is True
   if (step < max_steps and not stopped) or not steps or steps[-1] < step:
     return None
-  if with_eval and not any(k != 'global_step' and not k.startswith('train/')
+  if with_eval and not any(k not in _TRAIN_ONLY_KEYS and
+                           not k.startswith(('train/', 'num_skipped_steps/'))
                            for k in metrics):
     return None
   return metrics
@@ -120,6 +129,23 @@ def ParamsDiff(old_text, new_text):
   old, new = _KeyValues(old_text), _KeyValues(new_text)
   return [(k, old.get(k), new.get(k)) for k in sorted(set(old) | set(new))
           if old.get(k) != new.get(k)]
+
+
+def CheckSameTask(path, old_text, new_text):
+  """Raises unless the run in params.txt `path` has this job's task class.
+
+  A finished run of another experiment is not this job's to report as
+  finished (its checkpoint would be refused on restore as well).
+
+  Raises:
+    validate.ExperimentError: naming both task classes and the fix.
+  """
+  old, new = _KeyValues(old_text), _KeyValues(new_text)
+  if 'task.cls' in old and old.get('task.cls') != new.get('task.cls'):
+    raise validate.ExperimentError(
+        '%s is a run of another experiment (task.cls : %s; this one is %s). '
+        'Choose another --logdir for this experiment.' %
+        (path, old['task.cls'], new.get('task.cls')))
 
 
 def ParamsChangeWarning(path, old_text, new_text, max_lines=None, hint=None):

@@ -320,6 +320,7 @@ class Trainer:
     if tf.io.gfile.exists(path):
       with tf.io.gfile.GFile(path) as f:
         old = f.read()
+      logdir_lib.CheckSameTask(path, old, self._params.ToText())
       if old != self._params.ToText():
         self._Print(logdir_lib.ParamsChangeWarning(
             path, old, self._params.ToText(), hint=self._resume_hint))

@@ -157,3 +157,23 @@ def test_finished_needs_metrics_a_checkpoint_and_for_eval_eval_metrics(
   with open(os.path.join(d, 'metrics.json'), 'w') as f:
     f.write('{"global_st')  # truncated: not finished, trained again
   assert logdir_lib.FinishedMetrics(d, 10, with_eval=False) is None
+
+
+def test_a_finished_run_of_another_experiment_is_refused_not_reported(
+    tmp_path):
+  # The run in tmp_path is regression's; a digits job on it is not "finished".
+  p = registry.GetParams('regression.LinearRegression')
+  p.task.train.max_steps = 5
+  trainer_lib.Trainer(p, str(tmp_path), mode='train',
+                      stream=io.StringIO()).Run()
+  before = {f: (tmp_path / f).read_bytes() for f in ('metrics.json',
+                                                      'params.txt')}
+  q = registry.GetParams('digits.MlpMomentum')
+  q.task.train.max_steps = 5
+  with pytest.raises(validate.ExperimentError) as e:
+    trainer_lib.Trainer(q, str(tmp_path), mode='train',
+                        stream=io.StringIO()).Run()
+  message = str(e.value)
+  assert 'is a run of another experiment' in message and '\n' not in message
+  assert 'LinearRegressionTask' in message and 'Choose another --logdir' in message
+  assert {f: (tmp_path / f).read_bytes() for f in before} == before
