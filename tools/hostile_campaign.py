@@ -37,11 +37,12 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', CUDA_VISIBLE_DEVICES='',
-           PYTHONPATH=ROOT)
+           PYTHONPATH=ROOT, PYTHONUNBUFFERED='1')
 EVIL = 'campaign_evil_module'
 MODEL = 'regression.LinearRegression'
 MAX_ARG_CHARS = 100_000
@@ -243,7 +244,7 @@ def ValuesSection(tally, workdir):
 # ---- faults: damaged checkpoints, kills, interrupts, wrong jobs ----------------
 
 FAST = ('task.train.save_interval_steps : 10; task.train.save_max_to_keep : 3;'
-        ' task.eval.interval_steps : 20')
+        ' task.eval.interval_steps : 20; task.train.log_interval_steps : 5')
 
 
 def _Train(logdir, max_steps, mode='train_and_eval', extra=(), timeout=300):
@@ -307,6 +308,20 @@ def _Damage(tally, workdir, reference, name, damage, expect_resume=True):
   tally.Add('faults', name, ok, detail)
 
 
+def _WaitForTraining(proc, timeout=180):
+  """Reads proc's stdout until a progress line (a global step) appears."""
+  found = threading.Event()
+
+  def Read():
+    for line in proc.stdout:
+      if 'step' in line:
+        found.set()
+    found.set()
+
+  threading.Thread(target=Read, daemon=True).start()
+  found.wait(timeout)
+
+
 def _Kill(tally, workdir, reference, sig, kills, expect_code):
   """Kills a training `kills` times at random moments; resumes to the end."""
   name = '%s x%d' % (signal.Signals(sig).name, kills)
@@ -319,9 +334,14 @@ def _Kill(tally, workdir, reference, sig, kills, expect_code):
          '--logdir=' + logdir, '--mode=train_and_eval', '--max_steps=60',
          '--seed=1', '--params_override=' + FAST], cwd=ROOT, env=ENV,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(rng.uniform(4.0, 9.0))
+    if sig == signal.SIGKILL:  # Anywhere: start-up, a step, a save.
+      time.sleep(rng.uniform(4.0, 9.0))
+    else:  # SIGINT/SIGTERM are handled once training runs: wait for it.
+      _WaitForTraining(proc)
+      time.sleep(rng.uniform(0.0, 2.0))
     proc.send_signal(sig)
-    _, err = proc.communicate(timeout=120)
+    proc.wait(timeout=120)
+    err = proc.stderr.read()
     codes.append(proc.returncode)
     if sig != signal.SIGKILL and proc.returncode not in (0, expect_code):
       tally.Add('faults', name, False, 'exit %s: %s' % (proc.returncode, err))

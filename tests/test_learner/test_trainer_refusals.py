@@ -147,8 +147,8 @@ def test_filters_of_several_learners_are_named_by_index():
 
 def test_bad_regexes_are_refused_naming_their_key():
   with pytest.raises(validate.ExperimentError,
-                     match=r"init_from_checkpoint_rules\[0\] : '\(' is not a "
-                     'valid regex'):
+                     match=r"init_from_checkpoint_rules\[0\] has the regex "
+                     r"'\(', which does not compile"):
     _Check('regression.LinearRegression',
            **{'task.train.init_from_checkpoint_rules': [('(', 'x')]})
 
