@@ -12,8 +12,16 @@ from learner import tf_log
 
 tf_log.QuietTensorFlow(sys.argv)
 
-# pylint: disable=wrong-import-position
-from learner.training.trainer import Main  # noqa: E402
+try:
+  # Loading TensorFlow takes seconds; Ctrl-C then gets one line, not the
+  # traceback of an interrupted import (training has not started, so
+  # nothing was written).
+  # pylint: disable=wrong-import-position
+  from learner.training.trainer import Main  # noqa: E402
+except KeyboardInterrupt:
+  sys.stderr.write('Interrupted while starting, before training: nothing '
+                   'was written.\n')
+  sys.exit(130)
 
 if __name__ == '__main__':
   Main()

@@ -297,7 +297,11 @@ class Trainer:
     trains = self._mode in (ModeKeys.TRAIN, ModeKeys.TRAIN_AND_EVAL)
     self._checked = validate.Experiment(
         self._params, self._strategy, train=trains,
-        evaluate=self._mode != ModeKeys.TRAIN, init_rules=self._init_rules)
+        # A dev_metric is checked in 'train' too: the evaler of this run
+        # and a later train_and_eval use it.
+        evaluate=(self._mode != ModeKeys.TRAIN or
+                  bool(self._params.task.eval.dev_metric)),
+        init_rules=self._init_rules)
     for warning in self._checked.warnings:
       self._Print(warning)
     if trains:
@@ -775,12 +779,15 @@ def main(argv):
       return export_lib.Main(params, FLAGS)
   except (LookupError, ValueError) as e:
     return _Refuse(e)
-  trainer = Trainer(
-      params, FLAGS.logdir, mode=FLAGS.mode, seed=FLAGS.seed,
-      strategy=FLAGS.strategy,
-      init_from_checkpoint=FLAGS.init_from_checkpoint,
-      init_from_checkpoint_rules=rules, resume_hint=_ResumeHint(),
-      worker_register_timeout_secs=FLAGS.worker_register_timeout_secs)
+  try:
+    trainer = Trainer(
+        params, FLAGS.logdir, mode=FLAGS.mode, seed=FLAGS.seed,
+        strategy=FLAGS.strategy,
+        init_from_checkpoint=FLAGS.init_from_checkpoint,
+        init_from_checkpoint_rules=rules, resume_hint=_ResumeHint(),
+        worker_register_timeout_secs=FLAGS.worker_register_timeout_secs)
+  except ValueError as e:  # E.g. init_from_checkpoint_rules that cannot work.
+    return _Refuse(e)
   try:
     trainer.Run()
   except (validate.ExperimentError, NothingToEvaluateError,
@@ -809,7 +816,12 @@ _HELP_FLAGS = ('--help', '-help', '-h', '-?', '--helpshort', '-helpshort',
 
 def Usage(full=False):
   """The trainer's --help text: how to run it and its flags."""
-  flag_help = FLAGS.get_help() if full else FLAGS.module_help(__name__)
+  if full:
+    flag_help = FLAGS.get_help()
+  else:  # This module's flags and the jobs' (evaler.py, export.py).
+    flag_help = '\n'.join(
+        h for h in (FLAGS.module_help(m) for m in (
+            __name__, evaler_lib.__name__, export_lib.__name__)) if h.strip())
   return ('%s\n\nThe console script tf-learner-train is the same command.'
           '\n\nFlags:\n%s\n' % (__doc__.strip(), flag_help))
 

@@ -178,3 +178,28 @@ def test_tf_log_level_flag_then_the_users_setting_then_quiet():
   assert tf_log.QuietTensorFlow(['trainer', '-tf_log_level', '2'], env) == '2'
   # The launcher's worker arguments (after --) are not the launcher's.
   assert tf_log.FlagValue(['--num_workers=2', '--', '--tf_log_level=0']) is None
+
+
+def test_ctrl_c_while_tensorflow_loads_is_one_line_exit_130(tmp_path):
+  # Found by the fresh-user trial: an interrupt in the first seconds was the
+  # 45-line traceback of an interrupted import.
+  proc = subprocess.Popen(
+      [sys.executable, '-m', 'learner.trainer', '--model=digits.MlpMomentum',
+       '--logdir=%s' % (tmp_path / 'run')], env=_ENV,
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  time.sleep(1.0)  # Loading TensorFlow alone takes longer than this.
+  proc.send_signal(signal.SIGINT)
+  _, err = proc.communicate(timeout=120)
+  assert proc.returncode == 130, err
+  assert err.strip() == ('Interrupted while starting, before training: '
+                         'nothing was written.'), err
+  assert not (tmp_path / 'run').exists()
+
+
+def test_help_lists_the_jobs_flags_too():
+  r = subprocess.run([sys.executable, '-m', 'learner.trainer', '--help'],
+                     env=_ENV, capture_output=True, text=True, timeout=120)
+  assert r.returncode == 0
+  for flag in ('--evaler_timeout_secs', '--evaler_poll_secs',
+               '--export_checkpoint', '--model', '--verbose'):
+    assert flag in r.stdout, flag

@@ -178,3 +178,20 @@ def test_loss_names_are_checked_under_a_mirrored_strategy_too():
   p.task.train.learner.loss_name = 'xent'
   with pytest.raises(validate.ExperimentError, match="loss_name : 'xent'"):
     validate.Experiment(p, strategy, train=True, evaluate=False)
+
+
+@pytest.mark.parametrize('mode', ['train', 'train_and_eval'])
+@pytest.mark.parametrize('override,names', [
+    ("task.train.init_from_checkpoint_rules : [('(', 'x')]",
+     ['init_from_checkpoint_rules[0]', "'('"]),
+    ("task.eval.dev_metric : 'acc'", ['dev_metric', "'acc'"]),
+])
+def test_rules_and_dev_metric_are_refused_in_every_train_mode(
+    tmp_path, capsys, mode, override, names):
+  # Found by tools/hostile_campaign.py: the rules were a traceback, and a
+  # dev_metric was not checked in mode 'train' (the evaler uses it).
+  logdir = tmp_path / 'never'
+  code, _, err = _Main([_MODEL, '--logdir=%s' % logdir, '--mode=' + mode,
+                        '--params_override=' + override], capsys)
+  _CheckOneLine(code, err, names)
+  assert not logdir.exists()
