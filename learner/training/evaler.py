@@ -50,6 +50,7 @@ import tensorflow as tf
 from learner.training import checkpointer as checkpointer_lib
 from learner.training import early_stop as early_stop_lib
 from learner.training import summary as summary_lib
+from learner.training import validate
 
 METRICS_FILE = 'metrics.json'
 
@@ -216,7 +217,9 @@ class Evaler:
     self._Print('Evaler stopped: %s; %d checkpoint(s) evaluated now, %d in '
                 'all (%s).' % (stopped, len(self.evaluated_steps),
                                len(self.record['evaluations']),
-                               os.path.join(self._dir, METRICS_FILE)))
+                               os.path.join(self._dir, METRICS_FILE)
+                               if self.record['evaluations'] else
+                               'nothing evaluated, nothing written'))
     return self.record
 
   def _EvaluateCheckpoint(self, task, path):
@@ -278,6 +281,12 @@ def DefineFlags():
 
 def Main(params, flag_values):
   """`--mode=evaler`: runs the evaler; returns the exit status (0, or 2)."""
+  try:  # Every value (dev_metric, eval input...) before anything is written.
+    validate.Experiment(params, tf.distribute.get_strategy(), train=False,
+                        evaluate=True)
+  except validate.ExperimentError as e:
+    print('ERROR: %s' % validate.OneLine(e), file=sys.stderr)
+    return 2
   evaler = Evaler(params, flag_values.logdir,
                   timeout_secs=flag_values.evaler_timeout_secs,
                   poll_secs=flag_values.evaler_poll_secs)

@@ -199,7 +199,27 @@ def test_evaler_without_checkpoints_times_out_and_writes_nothing(tmp_path):
   assert ev.evaluated_steps == [] and record['evaluations'] == []
   assert record['stopped'].startswith('timeout: no new checkpoint in ')
   assert 'Evaler stopped: timeout' in out
+  assert 'nothing evaluated, nothing written' in out
   assert not os.path.exists(tmp_path / 'run')
+
+
+def test_evaler_refuses_a_bad_dev_metric_before_writing(tmp_path, capsys):
+  # Found by the fresh-user trial: evaler/ was created, then the refusal.
+  _Train(tmp_path, _Params(max_steps=20))
+  trainer_lib.DefineFlags()
+  flags = trainer_lib.FLAGS
+  try:
+    flags(['trainer', '--model=' + _KEY, '--mode=evaler',
+           '--logdir=%s' % tmp_path, '--evaler_timeout_secs=0.5',
+           "--params_override=task.eval.dev_metric : 'acc'"])
+    code = trainer_lib.main([])
+  finally:
+    flags.unparse_flags()
+  err = capsys.readouterr().err.strip().splitlines()
+  assert code == 2
+  assert len(err) == 1 and err[0].startswith('ERROR: '), err
+  assert "dev_metric : 'acc'" in err[0] and "'loss'" in err[0], err
+  assert not os.path.exists(tmp_path / 'evaler')
 
 
 def test_the_trainer_class_runs_no_job_mode():
