@@ -18,6 +18,7 @@ from configs import model_tasks
 from learner.training import early_stop as early_stop_lib
 from learner.training import evaler as evaler_lib
 from learner.training import trainer as trainer_lib
+import trainer_helpers
 
 # Scripted dev metric ('min'), one value per evaluation at 10, 20, ... 100.
 _SCRIPT = [5.0, 3.0, 4.0, 2.0, 2.5, 2.1, 2.2, 1.0, 0.5, 0.4]
@@ -158,23 +159,13 @@ def test_trainer_stops_at_the_expected_evaluation_and_says_why(tmp_path):
   path, step = _CkptStep(tmp_path)
   assert (os.path.basename(path), step) == ('ckpt-70', 70)
   # A rerun does not train on, and writes nothing: it is a finished run.
-  files = _Files(tmp_path)
+  files = trainer_helpers.Files(tmp_path)
   again, out = _Run(tmp_path, _Params())
   assert again['global_step'] == 70 and again['early_stopped'] is True
   assert _CkptStep(tmp_path)[1] == 70
   assert 'nothing was run or written' in out
-  assert _Files(tmp_path) == files
+  assert trainer_helpers.Files(tmp_path) == files
 
-
-def _Files(logdir):
-  """{relative path: bytes} of every file under logdir."""
-  out = {}
-  for root, _, names in os.walk(str(logdir)):
-    for name in names:
-      path = os.path.join(root, name)
-      with open(path, 'rb') as f:
-        out[os.path.relpath(path, str(logdir))] = f.read()
-  return out
 
 
 def test_a_run_resumed_with_more_steps_stops_where_an_uninterrupted_one_does(

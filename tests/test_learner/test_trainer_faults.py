@@ -21,6 +21,7 @@ from params import registry
 from learner.training import checkpointer as checkpointer_lib
 from learner.training import skipped_steps
 from learner.training import trainer as trainer_lib
+import trainer_helpers
 
 _KEY = 'regression.LinearRegression'
 
@@ -44,16 +45,7 @@ def _Ckpts(logdir):
   return sorted(f for f in os.listdir(d) if f.startswith('ckpt-'))
 
 
-def _Main(argv, capsys):
-  trainer_lib.DefineFlags()
-  flags = trainer_lib.FLAGS
-  try:
-    flags(['trainer'] + argv)
-    code = trainer_lib.main([])
-  finally:
-    flags.unparse_flags()
-  out = capsys.readouterr()
-  return code, out.out, out.err
+_Main = trainer_helpers.RunMain
 
 
 def test_all_inf_run_stops_at_the_limit_and_keeps_the_last_good_checkpoint(

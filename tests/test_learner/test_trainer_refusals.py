@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from params import registry
 from learner.training import trainer as trainer_lib
+import trainer_helpers
 from learner.training import validate
 
 _MODEL = '--model=digits.MlpMomentum'
@@ -41,16 +42,7 @@ _IDS = ['learning_rate', 'clip', 'loss_name', 'filter', 'batch_size',
         'dev_metric', 'multi_worker']
 
 
-def _Main(argv, capsys):
-  trainer_lib.DefineFlags()
-  flags = trainer_lib.FLAGS
-  try:
-    flags(['trainer'] + argv)
-    code = trainer_lib.main([])
-  finally:
-    flags.unparse_flags()
-  out = capsys.readouterr()
-  return code, out.out, out.err
+_Main = trainer_helpers.RunMain
 
 
 def _CheckOneLine(code, err, names):

@@ -16,6 +16,7 @@ from params import registry
 from learner.training import logdir as logdir_lib
 from learner.training import trainer as trainer_lib
 from learner.training import validate
+import trainer_helpers
 
 _KEY = 'regression.LinearRegression'
 
@@ -35,15 +36,7 @@ def _Run(logdir, p, mode='train', **kw):
   return result, out.getvalue()
 
 
-def _Tree(logdir):
-  """{relative path: bytes} of every file under logdir."""
-  out = {}
-  for root, _, files in os.walk(str(logdir)):
-    for name in files:
-      path = os.path.join(root, name)
-      with open(path, 'rb') as f:
-        out[os.path.relpath(path, str(logdir))] = f.read()
-  return out
+_Tree = trainer_helpers.Files
 
 
 @pytest.mark.parametrize('mode', ['train', 'train_and_eval'])

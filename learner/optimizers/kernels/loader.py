@@ -60,39 +60,35 @@ def Enabled():
 
 
 @contextlib.contextmanager
+def _Switched(value):
+  """Sets $TF_LEARNER_FUSED_KERNELS to `value` within the block, then back."""
+  old = os.environ.get(ENV_SWITCH)
+  os.environ[ENV_SWITCH] = value
+  try:
+    yield
+  finally:
+    if old is None:
+      del os.environ[ENV_SWITCH]
+    else:
+      os.environ[ENV_SWITCH] = old
+
+
 def Active():
   """Within the block, steps traced or run take the fused path if they can.
 
   Sets $TF_LEARNER_FUSED_KERNELS=1 and restores it after; the path is fixed
   when a step is traced, so trace (or run eagerly) inside the block.
   """
-  old = os.environ.get(ENV_SWITCH)
-  os.environ[ENV_SWITCH] = '1'
-  try:
-    yield
-  finally:
-    if old is None:
-      del os.environ[ENV_SWITCH]
-    else:
-      os.environ[ENV_SWITCH] = old
+  return _Switched('1')
 
 
-@contextlib.contextmanager
 def Disabled():
   """Within the block, steps traced or run take the pure-TF path.
 
   Sets $TF_LEARNER_FUSED_KERNELS=0 and restores it after; the path is fixed
   when a step is traced, so trace (or run eagerly) inside the block.
   """
-  old = os.environ.get(ENV_SWITCH)
-  os.environ[ENV_SWITCH] = '0'
-  try:
-    yield
-  finally:
-    if old is None:
-      del os.environ[ENV_SWITCH]
-    else:
-      os.environ[ENV_SWITCH] = old
+  return _Switched('0')
 
 
 def Library():
