@@ -318,7 +318,11 @@ class GradientAccumulation(wrapper.BaseWrapper):
     # every accumulator (and the constants hold another copy of them).
     # (micro_step >= 0, so this is 0; grappler cannot fold it.)
     zero = tf.cast(tf.minimum(self._micro_step.read_value(), 0), tf.float32)
-    ops = [_AssignZero(acc, zero) for acc in self._accums.values()]
+    accs = list(self._accums.values())
+    # In place when the fused op can run (no fresh buffer per accumulator).
+    fused = kernels.Zero(accs) if accs else None
+    ops = ([fused] if fused is not None else
+           [_AssignZero(acc, zero) for acc in accs])
     ops += [_AssignZero(self._weight_sum, zero),
             _AssignZero(self._window_dropped, zero),
             _AssignZero(self._micro_step)]

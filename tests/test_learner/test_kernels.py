@@ -28,18 +28,27 @@ from params import NestedMap
 
 @pytest.fixture(autouse=True)
 def fused_on(monkeypatch):
-  """The fused path is opt-in (loader.Enabled): these tests turn it on."""
-  monkeypatch.setenv(loader.ENV_SWITCH, '1')
+  """The default (loader.Enabled with the switch unset): the fused path on."""
+  monkeypatch.delenv(loader.ENV_SWITCH, raising=False)
 
 
-def test_fused_path_is_off_unless_asked_for(monkeypatch):
+def test_fused_path_is_on_unless_switched_off(monkeypatch):
+  assert loader.Enabled()
+  for off in ('0', 'false', 'OFF', ' 0 '):
+    monkeypatch.setenv(loader.ENV_SWITCH, off)
+    assert not loader.Enabled(), off
+    assert 'switched off' in kernels.Unsupported([tf.Variable(1.0)],
+                                                 [tf.constant(1.0)])
+    with kernels.Active():
+      assert loader.Enabled()
+    assert not loader.Enabled()
+  for on in ('1', 'true', 'on', 'yes'):
+    monkeypatch.setenv(loader.ENV_SWITCH, on)
+    assert loader.Enabled(), on
   monkeypatch.delenv(loader.ENV_SWITCH)
-  assert not loader.Enabled()
-  assert 'opt-in' in kernels.Unsupported([tf.Variable(1.0)],
-                                         [tf.constant(1.0)])
-  with kernels.Active():
-    assert loader.Enabled()
-  assert not loader.Enabled()
+  with kernels.Disabled():
+    assert not loader.Enabled()
+  assert loader.Enabled()
 
 
 SHAPES = {'w': (64, 33), 'b': (33,), 'k': (3, 3, 4, 8), 'big': (40000,)}
@@ -121,7 +130,7 @@ def test_fused_path_is_active_on_this_machine():
   assert kernels.Library() is not None
   assert kernels.Unsupported([tf.Variable(1.0)], [tf.constant(1.0)]) is None
   with kernels.Disabled():
-    assert 'TF_LEARNER_FUSED_KERNELS is not 1' in kernels.Unsupported()
+    assert 'TF_LEARNER_FUSED_KERNELS=0' in kernels.Unsupported()
   assert loader.CachePath().exists()
 
 
@@ -349,8 +358,8 @@ def test_accumulation_drops_a_non_finite_micro_batch_on_both_paths():
   runs = [_RunLearner(f, grads, optimizers.Momentum.Params(), accumulate=3)
           for f in (True, False)]
   (w_f, s_f, m_f, ops_f), (w_p, s_p, m_p, ops_p) = runs
-  assert 'TfLearnerMultiAccumulate' in ops_f
-  assert 'TfLearnerMultiAccumulate' not in ops_p
+  assert {'TfLearnerMultiAccumulate', 'TfLearnerMultiZero'} <= ops_f
+  assert not {'TfLearnerMultiAccumulate', 'TfLearnerMultiZero'} & ops_p
   _AssertSame(w_f, w_p)
   _AssertSame(s_f, s_p)
   assert m_f[-1]['num_dropped_microbatches'] == 1.0
@@ -365,6 +374,19 @@ def test_accumulate_op_adds_weight_times_grad_or_nothing():
   bad = tf.constant([0.5, np.nan, 4.0])
   assert not bool(kernels.Accumulate([acc], [bad], tf.constant(3.0)))
   np.testing.assert_array_equal(acc.numpy(), [2.5, -1.0, 15.0])
+
+
+def test_zero_op_sets_every_element_to_positive_zero_in_place():
+  accs = [tf.Variable(v) for v in _Values(5).values()]
+  handles = [a.handle for a in accs]
+  assert kernels.Zero(accs) is True
+  for a, h in zip(accs, handles):
+    v = a.numpy()
+    np.testing.assert_array_equal(v, np.zeros_like(v))
+    assert not np.signbit(v).any()
+    assert a.handle is h
+  with kernels.Disabled():
+    assert kernels.Zero(accs) is None
 
 
 def test_without_a_compiler_the_loader_says_why(monkeypatch, tmp_path):

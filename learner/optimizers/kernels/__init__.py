@@ -1,7 +1,8 @@
 """Fused multi-tensor CPU kernels with their pure-TF fallback (issue 16).
 
   multi_tensor_ops.cc  the C++ ops: sum of squares with a finite flag,
-                       SGD / Momentum / Adam apply, checked accumulate
+                       SGD / Momentum / Adam apply, checked accumulate,
+                       in-place zero
   loader.py            compiles them on first use into a cache, loads them
   multi_tensor.py      the Python entry points and when they may run
 """
@@ -17,3 +18,4 @@ from learner.optimizers.kernels.multi_tensor import ApplySGD
 from learner.optimizers.kernels.multi_tensor import HalfSumSquares
 from learner.optimizers.kernels.multi_tensor import LogPath
 from learner.optimizers.kernels.multi_tensor import Unsupported
+from learner.optimizers.kernels.multi_tensor import Zero

@@ -18,14 +18,13 @@ library (about 20 s of CPU once per machine and TensorFlow version).
                    and renamed into place: concurrent processes (pytest-xdist
                    workers, several trainers) build once and never load a
                    half-written file.
-  switch           OFF by default: TF_LEARNER_FUSED_KERNELS=1 turns the
-                   fused path on (`Active()` within a block); 0 or unset keeps
-                   every step on the pure-TF path (`Disabled()`). Off by
-                   default because the update-step benchmark measured the
-                   fused Learner step slower than the pure-TF one on the
-                   resnet50 set (Momentum 96 vs 61 ms, Adam 121 vs 91 ms,
-                   loaded machine) while each fused op alone was faster;
-                   until that is profiled the kernels are opt-in.
+  switch           ON by default: TF_LEARNER_FUSED_KERNELS=0 keeps every
+                   step on the pure-TF path (`Disabled()` within a block),
+                   1 or unset lets a step take the fused path where it can
+                   (`Active()`). (Session 3 shipped it off: the fused step
+                   measured slower than the pure-TF one on the resnet50 set;
+                   the cause was the ops' thread split, see ForEachChunk in
+                   multi_tensor_ops.cc.)
 
 No compiler, a failed build or a failed load leave `Library()` None and
 `Unavailable()` saying why; callers then take the pure-TF path.
@@ -55,8 +54,22 @@ BUILD_TIMEOUT_S = 900
 
 
 def Enabled():
-  """True when $TF_LEARNER_FUSED_KERNELS is '1' (read at every call; default off)."""
-  return os.environ.get(ENV_SWITCH, '0').strip().lower() in ('1', 'true', 'on')
+  """False when $TF_LEARNER_FUSED_KERNELS is 0/false/off (read at every call).
+
+  Unset means on. Any other value than 0/1, true/false, on/off counts as on
+  and is logged once.
+  """
+  value = os.environ.get(ENV_SWITCH, '1').strip().lower()
+  if value not in ('0', 'false', 'off', '1', 'true', 'on', ''):
+    _WarnSwitch(value)
+  return value not in ('0', 'false', 'off')
+
+
+@functools.lru_cache(maxsize=None)
+def _WarnSwitch(value):
+  logging.warning('tf_learner kernels: $%s=%r is not 0 or 1; the fused path '
+                  'stays on (set %s=0 to turn it off).', ENV_SWITCH, value,
+                  ENV_SWITCH)
 
 
 @contextlib.contextmanager

@@ -4,8 +4,9 @@ Each function either runs one fused op over a list of tensors or returns
 None, and the caller then runs its pure-TF path (the same numbers: see
 multi_tensor_ops.cc). The fused path runs when
 
-  * it is switched on ($TF_LEARNER_FUSED_KERNELS=1 or `loader.Active()`;
-    off by default, see loader.py) and the library is built and loaded;
+  * it is not switched off ($TF_LEARNER_FUSED_KERNELS=0 or
+    `loader.Disabled()`; on by default, see loader.py) and the library is
+    built and loaded;
   * the step is not compiled by XLA (`jit_compile=True`): XLA fuses the
     pure-TF update itself and cannot compile a custom op;
   * no distribution strategy is active (its variables and replica contexts
@@ -34,8 +35,7 @@ def Unsupported(variables=(), tensors=()):
       allowed and skipped by the callers).
   """
   if not loader.Enabled():
-    return ('$%s is not 1 (the fused path is opt-in; TF_LEARNER_FUSED_'
-            'KERNELS=0 or unset)' % loader.ENV_SWITCH)
+    return ('$%s=0 (the fused path is switched off)' % loader.ENV_SWITCH)
   reason = loader.Unavailable()
   if reason:
     return reason
@@ -175,6 +175,24 @@ def Accumulate(accumulators, grads, weight):
     return None
   return loader.Library().tf_learner_multi_accumulate(
       [a.handle for a in accumulators], grads, weight)
+
+
+def Zero(variables):
+  """Sets every variable to 0 in place, in one op (TfLearnerMultiZero).
+
+  Args:
+    variables: float32 resource variables (each once), e.g. accumulators.
+
+  Returns:
+    None when the fused op cannot run (checked here, logged once; the
+    caller then assigns zeros); else the op in a graph, or True eagerly.
+  """
+  reason = Unsupported(variables)
+  LogPath('accumulator zeroing', reason)
+  if reason:
+    return None
+  op = loader.Library().tf_learner_multi_zero([v.handle for v in variables])
+  return True if op is None else op
 
 
 @functools.lru_cache(maxsize=None)

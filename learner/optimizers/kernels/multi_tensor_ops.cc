@@ -6,6 +6,7 @@
 //   TfLearnerMultiApplyMomentum  a = mom * a + f * g; w -= lr * a     (Momentum)
 //   TfLearnerMultiApplyAdam    TF's Adam update, f * g folded in      (Adam/AdamW)
 //   TfLearnerMultiAccumulate   acc += w * g if every g is finite      (accumulation)
+//   TfLearnerMultiZero         v = 0 in place                       (window end)
 //
 // Every apply op may subtract decoupled weight decay rate * w_old from the
 // variables whose `decay` entry is true, in the same pass.
@@ -68,13 +69,23 @@ std::vector<Chunk> MakeChunks(const std::vector<int64_t>& sizes) {
   return chunks;
 }
 
-// Runs fn(chunk index) for every chunk, spread over the intra-op pool.
+// Runs fn(chunk index) for every chunk, in one contiguous shard of chunks
+// per intra-op thread: the calling thread runs the first shard and the pool
+// the others (TF's fixed-block-size ParallelFor). A memory-bound pass gains
+// nothing from more runnable threads than cores: the adaptive split of the
+// deprecated ParallelFor(total, cost, fn) ran the caller beside every pool
+// thread (3 on 2 cores) and lost a third of the bandwidth to switching.
 void ForEachChunk(OpKernelContext* ctx, int64_t num_chunks,
                   int64_t cycles_per_element,
                   const std::function<void(int64_t)>& fn) {
+  (void)cycles_per_element;
   if (num_chunks == 0) return;
   auto* pool = ctx->device()->tensorflow_cpu_worker_threads()->workers;
-  pool->ParallelFor(num_chunks, kChunk * cycles_per_element,
+  const int64_t shards =
+      std::max<int64_t>(1, std::min<int64_t>(pool->NumThreads(), num_chunks));
+  const int64_t block = (num_chunks + shards - 1) / shards;
+  pool->ParallelFor(num_chunks,
+                    tsl::thread::ThreadPool::SchedulingParams::Fixed(block),
                     [&fn](int64_t lo, int64_t hi) {
                       for (int64_t i = lo; i < hi; ++i) fn(i);
                     });
@@ -290,14 +301,21 @@ class MultiApplySGDOp : public MultiApplyBase {
   }
   void Update(float* w, float* const* slots, const float* g, int64_t n,
               bool decay) const override {
-    const float alpha = alpha_, wd = wd_;
     if (decay) {
-      for (int64_t i = 0; i < n; ++i) {
-        const float w0 = w[i];
-        w[i] = (w0 - g[i] * alpha) - wd * w0;
-      }
+      Run<true>(w, g, n);
     } else {
-      for (int64_t i = 0; i < n; ++i) w[i] = w[i] - g[i] * alpha;
+      Run<false>(w, g, n);
+    }
+  }
+
+ private:
+  template <bool kDecay>
+  void Run(float* __restrict__ w, const float* __restrict__ g,
+           int64_t n) const {
+    const float alpha = alpha_, wd = wd_;
+    for (int64_t i = 0; i < n; ++i) {
+      const float w0 = w[i];
+      w[i] = kDecay ? (w0 - g[i] * alpha) - wd * w0 : w0 - g[i] * alpha;
     }
   }
 
@@ -391,17 +409,21 @@ class MultiApplyAdamOp : public MultiApplyBase {
   }
   void Update(float* w, float* const* slots, const float* g, int64_t n,
               bool decay) const override {
-    if (scale_grad_) {
-      Run<true>(w, slots[0], slots[1], g, n, decay);
-    } else {
-      Run<false>(w, slots[0], slots[1], g, n, decay);
+    // Every flag is a template argument: each loop is branch-free.
+    const int key = (scale_grad_ ? 2 : 0) + (decay ? 1 : 0);
+    switch (key) {
+      case 0: return Run<false, false>(w, slots[0], slots[1], g, n);
+      case 1: return Run<false, true>(w, slots[0], slots[1], g, n);
+      case 2: return Run<true, false>(w, slots[0], slots[1], g, n);
+      default: return Run<true, true>(w, slots[0], slots[1], g, n);
     }
   }
 
  private:
-  template <bool kScale>
-  void Run(float* w, float* m, float* v, const float* g, int64_t n,
-           bool decay) const {
+  template <bool kScale, bool kDecay>
+  void Run(float* __restrict__ w, float* __restrict__ m,
+           float* __restrict__ v, const float* __restrict__ g,
+           int64_t n) const {
     const float alpha = alpha_, c1 = one_minus_b1_, c2 = one_minus_b2_;
     const float eps = eps_, f = factor_, wd = wd_;
     for (int64_t i = 0; i < n; ++i) {
@@ -412,7 +434,7 @@ class MultiApplyAdamOp : public MultiApplyBase {
       v[i] = vi;
       const float w0 = w[i];
       float w1 = w0 - (mi * alpha) / (std::sqrt(vi) + eps);
-      if (decay) w1 = w1 - wd * w0;
+      if (kDecay) w1 = w1 - wd * w0;
       w[i] = w1;
     }
   }
@@ -428,6 +450,12 @@ class MultiApplyAdamOp : public MultiApplyBase {
 // finite, the same test as the pure-TF path (is_finite(add_n(l2_loss(g)))).
 // Pass 2, only if finite: acc' = acc - g * (-weight), i.e. acc + g * weight
 // exactly as TF's ResourceApplyGradientDescent with alpha = -weight.
+
+// a[i] - g[i] * alpha, as ResourceApplyGradientDescent computes it.
+void AddScaled(float* __restrict__ a, const float* __restrict__ g, float alpha,
+               int64_t n) {
+  for (int64_t i = 0; i < n; ++i) a[i] = a[i] - g[i] * alpha;
+}
 
 class MultiAccumulateOp : public OpKernel {
  public:
@@ -453,9 +481,36 @@ class MultiAccumulateOp : public OpKernel {
     const std::vector<Chunk> chunks = MakeChunks(sizes);
     ForEachChunk(ctx, chunks.size(), 6, [&](int64_t c) {
       const Chunk& k = chunks[c];
-      float* a = accs.data(k.tensor) + k.begin;
-      const float* gi = g[k.tensor] + k.begin;
-      for (int64_t i = 0; i < k.end - k.begin; ++i) a[i] = a[i] - gi[i] * alpha;
+      AddScaled(accs.data(k.tensor) + k.begin, g[k.tensor] + k.begin, alpha,
+                k.end - k.begin);
+    });
+  }
+
+ private:
+  int n_ = 0;
+};
+
+// ---- TfLearnerMultiZero ----------------------------------------------------
+// Inputs: vars (N resources). Sets every element of every variable to +0 in
+// place (an accumulation window's end): no new buffer per variable, where
+// assign(fill(shape, 0)) allocates (and page-faults) a fresh one each time.
+
+class MultiZeroOp : public OpKernel {
+ public:
+  explicit MultiZeroOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("N", &n_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    LockedVariables vars(ctx, Range(0, n_));
+    if (!ctx->status().ok()) return;
+    std::vector<int64_t> sizes(n_);
+    for (int i = 0; i < n_; ++i) sizes[i] = vars.tensor(i).NumElements();
+    const std::vector<Chunk> chunks = MakeChunks(sizes);
+    ForEachChunk(ctx, chunks.size(), 1, [&](int64_t c) {
+      const Chunk& k = chunks[c];
+      std::fill(vars.data(k.tensor) + k.begin, vars.data(k.tensor) + k.end,
+                0.f);
     });
   }
 
@@ -540,6 +595,14 @@ REGISTER_OP("TfLearnerMultiAccumulate")
       return absl::OkStatus();
     });
 
+REGISTER_OP("TfLearnerMultiZero")
+    .Input("vars: N * resource")
+    .Attr("N: int >= 1")
+    .SetIsStateful()
+    .SetShapeFn(::tensorflow::shape_inference::NoOutputs);
+
+REGISTER_KERNEL_BUILDER(
+    Name("TfLearnerMultiZero").Device(::tensorflow::DEVICE_CPU), MultiZeroOp);
 REGISTER_KERNEL_BUILDER(
     Name("TfLearnerMultiSumSquares").Device(::tensorflow::DEVICE_CPU),
     MultiSumSquaresOp);
