@@ -128,7 +128,8 @@ class LearnerRow(object):
     traced = self.step
 
     def _Step():
-      # The path is fixed when the step is traced; the fused one is opt-in.
+      # The path is fixed when the step is traced (the fused one is the
+      # default; trace under Active/Disabled so the row is what it says).
       with kernels.Active() if fused else kernels.Disabled():
         return traced()
 

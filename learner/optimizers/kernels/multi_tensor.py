@@ -47,6 +47,9 @@ def Unsupported(variables=(), tensors=()):
     return 'a GPU is visible (the ops are CPU-only)'
   seen = set()
   for v in variables:
+    if isinstance(v, tf.distribute.DistributedValues):
+      # Its `handle` is one replica's: the others would be left out.
+      return 'variable %s is distributed (%s)' % (v.name, type(v).__name__)
     if v.dtype != tf.float32 or not hasattr(v, 'handle'):
       return 'variable %s is %s, not a float32 resource variable' % (
           v.name, v.dtype.name)
