@@ -286,6 +286,64 @@ def Norms(variables, grads, prescale, var_norms, per_variable):
   return GradNorms(half, grad_norm), metrics
 
 
+def DefersVarNorm(p):
+  """True when var_norm/all is measured with the update, not in `Norms`.
+
+  With var_norm_metrics alone (not per variable, no check_finite_weights)
+  the Learner measures the weights in `MeasuredApply` / `WeightsHalf`:
+  inside a fused apply op the weights' norm costs no read pass of its own.
+  """
+  return bool(p.var_norm_metrics and not p.per_variable_norm_metrics and
+              not p.check_finite_weights)
+
+
+def WeightsHalf(variables):
+  """float32 scalar sum(w^2) / 2 over `variables`, read now (0 if none)."""
+  if not variables:
+    return tf.constant(0.0)
+  return tf.add_n(HalfSquaredNorms([v.read_value() for v in variables]))
+
+
+def MeasuredApply(variables, applied, applier, apply_fn):
+  """Runs `apply_fn` and returns sum(w^2) / 2 of `variables` before it.
+
+  When `applier` updates all of `applied` in one fused op (its
+  `FusedApplyReason` is None), the op measures the weights it updates as
+  it reads them (kernels.MeasureWeights); the variables without a
+  gradient, which no op writes, are read afterwards. Otherwise every
+  variable is read and measured first, and the update waits for that sum
+  (so no read is alive when the update writes in place).
+
+  Args:
+    variables: every variable of the learner (var_norm/all's set).
+    applied: list of VarGrad that `apply_fn` updates (grads not None).
+    applier: the optimizer (or Window) `apply_fn` calls.
+    apply_fn: zero-argument callable that builds the update.
+
+  Returns:
+    float32 scalar.
+
+  Raises:
+    AssertionError: if the fused ops did not update exactly `applied`
+      (a bug: FusedApplyReason promised they would).
+  """
+  fused_reason = getattr(applier, 'FusedApplyReason', None)
+  if not applied or fused_reason is None or fused_reason(applied):
+    half = WeightsHalf(variables)
+    with tf.control_dependencies([half]):
+      apply_fn()
+    return half
+  with kernels.MeasureWeights() as measure:
+    apply_fn()
+  expected = {id(vg.var) for vg in applied}
+  if measure.variables != expected:
+    raise AssertionError(
+        'MeasuredApply: the fused ops updated %d variables, expected %d.' %
+        (len(measure.variables), len(expected)))
+  rest = [v for v in variables if id(v) not in expected]
+  return measure.Total() + WeightsHalf(rest)
+
+
 def Adjust(var_grads, grads, gradient_adjuster):
   """Runs the user's `gradient_adjuster` on the measured gradients.
 

@@ -855,8 +855,10 @@ class Learner(BaseLayer):
                                    p.skip_lp_1d_vectors)
     metrics.update(m)
     grads = pipeline.Mask(variables, grads, gradient_mask)
+    defer = pipeline.DefersVarNorm(p)
     norms, m = pipeline.Norms(variables, grads, grad_prescale,
-                              p.var_norm_metrics, p.per_variable_norm_metrics)
+                              p.var_norm_metrics and not defer,
+                              p.per_variable_norm_metrics)
     metrics.update(m)
     grads, adjusted_finite = pipeline.Adjust(var_grads, grads,
                                              gradient_adjuster)
@@ -878,14 +880,16 @@ class Learner(BaseLayer):
     metrics.update(m)
     scaling = pipeline.Scale(clip, grad_prescale, p.clip_gradient_value)
     metrics.update(pipeline.ClipByValue(grads, scaling))
-    self._ApplyOrSkip(
+    var_half = self._ApplyOrSkip(
         skip, lambda: _SkipReason(has_nan_or_inf, losses_finite), lr,
-        var_grads, grads, scaling, applier)
+        var_grads, grads, scaling, applier, variables if defer else None)
+    if defer:
+      metrics[pipeline.VAR_NORM] = tf.sqrt(2.0 * var_half)
     self._UpdateLossScale(has_nan_or_inf, window_finite)
     return {k: metrics[k] for k in pipeline.MetricNames(p, variables)}
 
   def _ApplyOrSkip(self, skip, reason, lr, var_grads, grads, scaling,
-                   applier):
+                   applier, measured=None):
     """Inside one tf.cond: applies the scaled `grads`, or counts a skip.
 
     A skipped step changes no model variable and no optimizer slot. When
@@ -899,6 +903,12 @@ class Learner(BaseLayer):
       reason: zero-argument callable giving the int32 index in SKIP_REASONS
         counted on a skip (built inside the skip branch only).
       lr, var_grads, grads, scaling, applier: as `_Update` has them.
+      measured: None, or the variables whose sum(w^2) / 2 before the update
+        is returned (var_norm/all; inside a fused apply op when it can be,
+        pipeline.MeasuredApply).
+
+    Returns:
+      None, or with `measured` a float32 scalar: that half sum of squares.
     """
 
     def _DoUpdate():
@@ -918,10 +928,21 @@ class Learner(BaseLayer):
       if self.params.check_finite_weights:
         return self._CheckedApply(_Apply,
                                   [vg.var for vg in applied.Flatten()])
-      _Apply()
-      return self._CountApplied()
+      if measured is None:
+        _Apply()
+        return self._CountApplied()
+      half = pipeline.MeasuredApply(measured, applied.Flatten(), applier,
+                                    _Apply)
+      return self._CountApplied(), half
 
-    tf.cond(skip, lambda: self._CountSkipped(reason()), _DoUpdate)
+    def _Skip():
+      skipped = self._CountSkipped(reason())
+      if measured is None:
+        return skipped
+      return skipped, pipeline.WeightsHalf(measured)
+
+    out = tf.cond(skip, _Skip, _DoUpdate)
+    return None if measured is None else out[1]
 
   def _CountApplied(self):
     self._num_updates.assign_add(1)

@@ -481,6 +481,11 @@ class Window:
     folding the scale into its kernel where it can."""
     return self._inner.ApplyScaled(lr, var_grads, grad_scale)
 
+  def FusedApplyReason(self, vgs):
+    """The inner optimizer's (BaseOptimizer.FusedApplyReason), or why not."""
+    inner = getattr(self._inner, 'FusedApplyReason', None)
+    return inner(vgs) if inner else 'no fused kernel for this rule'
+
 
 def _CountsAtOnce():
   """True with one replica: a dropped micro-batch is counted when dropped.

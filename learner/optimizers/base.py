@@ -267,24 +267,14 @@ class BaseOptimizer(BaseLayer):
     Returns:
       (fused, op): fused False means nothing ran (take the pure-TF path).
     """
-    what = '%s update' % type(self).__name__
-    reason = _NoMultiTensorRule(type(self))
-    if reason:
-      kernels.LogPath(what, reason)
-      return False, None
     if not vgs:
       return False, None
-    p = self.params
-    lazy = (p.lazy_sparse_updates and self.SUPPORTS_LAZY_SPARSE and
-            any(isinstance(vg.grad, tf.IndexedSlices) for vg in vgs))
-    variables = [vg.var for vg in vgs]
-    reason = ('lazy sparse update (lazy_sparse_updates=True)' if lazy else
-              kernels.Unsupported(variables, [
-                  vg.grad.values if isinstance(vg.grad, tf.IndexedSlices)
-                  else vg.grad for vg in vgs]))
-    kernels.LogPath(what, reason)
+    reason = self.FusedApplyReason(vgs)
+    kernels.LogPath('%s update' % type(self).__name__, reason)
     if reason:
       return False, None
+    p = self.params
+    variables = [vg.var for vg in vgs]
     grads = [tf.convert_to_tensor(vg.grad) for vg in vgs]  # Sums duplicates.
     wd = p.decoupled_weight_decay
     decay = [bool(wd) and self._decay_mask.get(var_grad_lib.VarName(v), True)
@@ -293,6 +283,26 @@ class BaseOptimizer(BaseLayer):
     slots = [self.GetSlots(v) for v in variables]
     return True, self._ApplyDenseMulti(lr, variables, grads, slots, grad_scale,
                                        wd_rate, decay)
+
+  def FusedApplyReason(self, vgs):
+    """None if `Apply(lr, vgs)` runs as one fused op, else why not (str).
+
+    Decided from the rule, the gradients' kinds and dtypes and where the
+    step runs (learner/optimizers/kernels); creates no op.
+
+    Args:
+      vgs: non-empty list of VarGrad with a gradient each.
+    """
+    reason = _NoMultiTensorRule(type(self))
+    if reason:
+      return reason
+    p = self.params
+    if (p.lazy_sparse_updates and self.SUPPORTS_LAZY_SPARSE and
+        any(isinstance(vg.grad, tf.IndexedSlices) for vg in vgs)):
+      return 'lazy sparse update (lazy_sparse_updates=True)'
+    return kernels.Unsupported([vg.var for vg in vgs], [
+        vg.grad.values if isinstance(vg.grad, tf.IndexedSlices) else vg.grad
+        for vg in vgs])
 
   def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
                        wd_rate, decay):

@@ -431,3 +431,72 @@ def test_concurrent_builds_compile_once(tmp_path):
   assert results == [None, None]
   assert (tmp_path / 'count').read_text() == 'x'
   assert target.read_text() == 'lib'
+
+
+def _VarNormRun(fused, grads, **kw):
+  """var_norm/all per step and the weights before each step (numpy)."""
+  variables = NestedMap({k: tf.Variable(v, name=k)
+                         for k, v in _Values(0).items()})
+  lrn = Learner.Params().Set(name='loss', learning_rate=0.05,
+                             optimizer=optimizers.Momentum.Params(),
+                             **kw).Instantiate()
+  lrn.Bind(variables)
+
+  @tf.function
+  def Step(coef):
+    loss = tf.add_n([tf.reduce_sum(coef[k] * variables[k]) for k in SHAPES])
+    return lrn.Apply({'loss': (loss, tf.constant(1.0))}, variables)[2]
+
+  norms, before = [], []
+  with (_Nothing() if fused else kernels.Disabled()):
+    for g in grads:
+      before.append({k: v.numpy().astype(np.float64)
+                     for k, v in variables.items()})
+      m = Step({k: tf.constant(v) for k, v in g.items()})
+      norms.append(float(m['var_norm/all'][0]))
+    graph = Step.get_concrete_function(
+        {k: tf.constant(v) for k, v in grads[0].items()}).graph
+  return norms, before, graph
+
+
+def _Nodes(graph, op_type):
+  nodes = [op.node_def for op in graph.get_operations() if op.type == op_type]
+  for f in graph.as_graph_def().library.function:
+    nodes += [n for n in f.node_def if n.op == op_type]
+  return nodes
+
+
+def test_var_norm_is_measured_inside_the_fused_apply_before_the_update():
+  # Step 2 is skipped (NaN gradient): the weights do not move and the norm
+  # is read in the skip branch.
+  grads = _GradSteps(3)
+  grads[1]['w'][0, 0] = np.nan
+  for fused in (True, False):
+    norms, before, graph = _VarNormRun(fused, grads)
+    expected = [np.sqrt(sum(np.sum(v ** 2) for v in b.values()))
+                for b in before]
+    np.testing.assert_allclose(norms, expected, rtol=2e-7)
+    assert not np.array_equal(before[1]['w'], before[0]['w'])
+    assert all(np.array_equal(before[2][k], before[1][k]) for k in SHAPES)
+    applies = _Nodes(graph, 'TfLearnerMultiApplyMomentum')
+    sums = _Nodes(graph, 'TfLearnerMultiSumSquares')
+    if fused:
+      # The gradient norm op reads only the 4 gradients; the apply op
+      # measures the weights; the skip branch reads them (one more op).
+      assert [n.attr['measure_weights'].b for n in applies] == [True]
+      assert sorted(n.attr['N'].i for n in sums) == [4, 4]
+    else:
+      assert not applies and not sums
+
+
+def test_apply_op_weight_measure_equals_the_sum_squares_op_bitwise():
+  ws = [tf.Variable(v) for v in _Values(7, scale=2.0).values()]
+  acc = [tf.Variable(tf.zeros_like(w)) for w in ws]
+  gs = [tf.constant(v) for v in _Values(8).values()]
+  _, total, _ = kernels.HalfSumSquares([w.read_value() for w in ws])
+  with kernels.MeasureWeights() as measure:
+    kernels.ApplyMomentum(ws, acc, gs, tf.constant(0.1), tf.constant(0.9),
+                          None, tf.constant(0.0), [False] * len(ws), False)
+  assert measure.variables == {id(w) for w in ws}
+  assert float(measure.Total()) == float(total)
+  assert float(total) != 0.0

@@ -17,5 +17,6 @@ from learner.optimizers.kernels.multi_tensor import ApplyMomentum
 from learner.optimizers.kernels.multi_tensor import ApplySGD
 from learner.optimizers.kernels.multi_tensor import HalfSumSquares
 from learner.optimizers.kernels.multi_tensor import LogPath
+from learner.optimizers.kernels.multi_tensor import MeasureWeights
 from learner.optimizers.kernels.multi_tensor import Unsupported
 from learner.optimizers.kernels.multi_tensor import Zero

@@ -17,7 +17,9 @@ multi_tensor_ops.cc). The fused path runs when
 The path taken is logged once per (what, path) pair with absl logging.
 """
 
+import contextlib
 import functools
+import threading
 
 from absl import logging
 import tensorflow as tf
@@ -108,6 +110,59 @@ def HalfSumSquares(tensors, what='gradient norms'):
   return half, total, finite
 
 
+class WeightMeasure(object):
+  """What the apply ops traced inside `MeasureWeights()` measured.
+
+  Attributes:
+    halves: list of float32 scalars, each sum(w_old^2) / 2 over one apply
+      op's variables (before that op's update).
+    variables: ids of the variables those ops updated (and measured).
+  """
+
+  def __init__(self):
+    self.halves = []
+    self.variables = set()
+
+  def Total(self):
+    """float32 scalar: the sum of `halves` (0.0 if nothing was measured)."""
+    return tf.add_n(self.halves + [tf.constant(0.0)])
+
+
+_MEASURES = threading.local()
+
+
+@contextlib.contextmanager
+def MeasureWeights():
+  """Within the block, each fused apply op also measures its old weights.
+
+  The sum of squares of each chunk of weights is taken just before the op
+  updates that chunk (still in cache), so the weights' norm before the
+  update costs no read pass of its own (the Learner's var_norm/all).
+  Yields a WeightMeasure; variables updated by the pure-TF path are not
+  in it (callers compare `variables` with what they expected).
+  """
+  stack = getattr(_MEASURES, 'stack', None)
+  if stack is None:
+    stack = _MEASURES.stack = []
+  measure = WeightMeasure()
+  stack.append(measure)
+  try:
+    yield measure
+  finally:
+    stack.pop()
+
+
+def _Run(op_fn, variables, *args, **attrs):
+  """Runs one apply op; records its weight measure if one is asked for."""
+  stack = getattr(_MEASURES, 'stack', None)
+  measure = stack[-1] if stack else None
+  out = op_fn(*args, measure_weights=measure is not None, **attrs)
+  if measure is not None:
+    measure.halves.append(out)
+    measure.variables.update(id(v) for v in variables)
+  return None if tf.executing_eagerly() else out.op
+
+
 def ApplySGD(variables, grads, alpha, wd_rate, decay):
   """w -= alpha * g for every pair (TfLearnerMultiApplySGD); decay below.
 
@@ -118,10 +173,12 @@ def ApplySGD(variables, grads, alpha, wd_rate, decay):
       variable) says which variables subtract wd_rate * w_old after.
 
   Returns:
-    The op (None eagerly).
+    The op (None eagerly). Inside `MeasureWeights()` the op also measures
+    the weights (as every apply below).
   """
-  return loader.Library().tf_learner_multi_apply_sgd(
-      [v.handle for v in variables], grads, alpha, wd_rate, decay=decay)
+  return _Run(loader.Library().tf_learner_multi_apply_sgd, variables,
+              [v.handle for v in variables], grads, alpha, wd_rate,
+              decay=decay)
 
 
 def ApplyMomentum(variables, accums, grads, lr, momentum, grad_factor,
@@ -130,14 +187,14 @@ def ApplyMomentum(variables, accums, grads, lr, momentum, grad_factor,
 
   a <- a * momentum + f g;  w <- w - lr a  (Nesterov: w - (f g lr + a
   momentum lr)); grad_factor None means f = 1 (not multiplied). Other args
-  as `ApplySGD`; `accums` aligned with `variables`.
+  and the result as `ApplySGD`; `accums` aligned with `variables`.
   """
   scale = grad_factor is not None
   factor = grad_factor if scale else tf.constant(1.0)
-  return loader.Library().tf_learner_multi_apply_momentum(
-      [v.handle for v in variables], [a.handle for a in accums], grads, lr,
-      momentum, factor, wd_rate, decay=decay, use_nesterov=use_nesterov,
-      scale_grad=scale)
+  return _Run(loader.Library().tf_learner_multi_apply_momentum, variables,
+              [v.handle for v in variables], [a.handle for a in accums],
+              grads, lr, momentum, factor, wd_rate, decay=decay,
+              use_nesterov=use_nesterov, scale_grad=scale)
 
 
 def ApplyAdam(variables, ms, vs, grads, scalars, grad_factor, wd_rate,
@@ -150,13 +207,16 @@ def ApplyAdam(variables, ms, vs, grads, scalars, grad_factor, wd_rate,
       scalars as ResourceApplyAdam takes them.
     grad_factor: None (f = 1) or a float32 scalar multiplying each g.
     wd_rate, decay: as `ApplySGD`.
+
+  Returns:
+    As `ApplySGD`.
   """
   scale = grad_factor is not None
   factor = grad_factor if scale else tf.constant(1.0)
-  return loader.Library().tf_learner_multi_apply_adam(
-      [v.handle for v in variables], [m.handle for m in ms],
-      [v.handle for v in vs], grads, *scalars, factor, wd_rate, decay=decay,
-      scale_grad=scale)
+  return _Run(loader.Library().tf_learner_multi_apply_adam, variables,
+              [v.handle for v in variables], [m.handle for m in ms],
+              [v.handle for v in vs], grads, *scalars, factor, wd_rate,
+              decay=decay, scale_grad=scale)
 
 
 def Accumulate(accumulators, grads, weight):

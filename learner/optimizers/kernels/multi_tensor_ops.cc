@@ -9,7 +9,9 @@
 //   TfLearnerMultiZero         v = 0 in place                       (window end)
 //
 // Every apply op may subtract decoupled weight decay rate * w_old from the
-// variables whose `decay` entry is true, in the same pass.
+// variables whose `decay` entry is true, in the same pass, and (attr
+// measure_weights) outputs sum(w_old^2) / 2 over all its variables, the
+// total TfLearnerMultiSumSquares would give (0 when not measured).
 //
 // Bitwise compatibility: each elementwise expression is written in the
 // order of operations of TF's own CPU functor (tensorflow/core/kernels/
@@ -109,6 +111,10 @@ double SumSquares(const float* x, int64_t n) {
   return total;
 }
 
+std::vector<double> PerTensorHalves(const std::vector<Chunk>& chunks,
+                                    const std::vector<double>& partial,
+                                    int num_tensors);
+
 // Per-tensor half sums of squares of `inputs` (float32 tensors), in double,
 // combined in chunk order (deterministic).
 std::vector<double> HalfSumSquares(OpKernelContext* ctx,
@@ -120,12 +126,29 @@ std::vector<double> HalfSumSquares(OpKernelContext* ctx,
     const Chunk& k = chunks[c];
     partial[c] = SumSquares(data[k.tensor] + k.begin, k.end - k.begin);
   });
-  std::vector<double> half(sizes.size(), 0.0);
+  return PerTensorHalves(chunks, partial, sizes.size());
+}
+
+// Per-tensor halves of chunk sums (combined in chunk order), as
+// HalfSumSquares returns them.
+std::vector<double> PerTensorHalves(const std::vector<Chunk>& chunks,
+                                    const std::vector<double>& partial,
+                                    int num_tensors) {
+  std::vector<double> half(num_tensors, 0.0);
   for (size_t c = 0; c < chunks.size(); ++c) {
     half[chunks[c].tensor] += partial[c];
   }
   for (double& h : half) h *= 0.5;
   return half;
+}
+
+// The total of PerTensorHalves in tensor order: TfLearnerMultiSumSquares'
+// `total` over the same tensors, bit for bit.
+double CombineHalves(const std::vector<Chunk>& chunks,
+                     const std::vector<double>& partial, int num_tensors) {
+  double sum = 0.0;
+  for (double h : PerTensorHalves(chunks, partial, num_tensors)) sum += h;
+  return sum;
 }
 
 // ---- TfLearnerMultiSumSquares ----------------------------------------------
@@ -233,6 +256,7 @@ class MultiApplyBase : public OpKernel {
       : OpKernel(ctx), num_slots_(num_slots) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("N", &n_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("decay", &decay_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("measure_weights", &measure_));
     OP_REQUIRES(ctx, static_cast<int>(decay_.size()) == n_,
                 tensorflow::errors::InvalidArgument(
                     "decay has ", decay_.size(), " entries, expected N=", n_));
@@ -257,7 +281,14 @@ class MultiApplyBase : public OpKernel {
     }
     Prepare(ctx);
     if (!ctx->status().ok()) return;
-    const std::vector<Chunk> chunks = MakeChunks(Sizes(ctx, grads_first(), n_));
+    Tensor* measured = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, {}, &measured));
+    const std::vector<int64_t> sizes = Sizes(ctx, grads_first(), n_);
+    const std::vector<Chunk> chunks = MakeChunks(sizes);
+    // With measure_weights, each chunk of w is summed just before its
+    // update, which then reads w from cache: the weights' norm (before the
+    // update) costs no memory pass of its own.
+    std::vector<double> partial(measure_ ? chunks.size() : 0, 0.0);
     ForEachChunk(ctx, chunks.size(), 4 * (2 + num_slots_), [&](int64_t c) {
       const Chunk& k = chunks[c];
       float* slots[2] = {nullptr, nullptr};
@@ -266,9 +297,12 @@ class MultiApplyBase : public OpKernel {
       }
       const float* g =
           ctx->input(grads_first() + k.tensor).flat<float>().data() + k.begin;
-      Update(vars.data(k.tensor) + k.begin, slots, g, k.end - k.begin,
-             decay_[k.tensor]);
+      float* w = vars.data(k.tensor) + k.begin;
+      if (measure_) partial[c] = SumSquares(w, k.end - k.begin);
+      Update(w, slots, g, k.end - k.begin, decay_[k.tensor]);
     });
+    measured->scalar<float>()() =
+        measure_ ? static_cast<float>(CombineHalves(chunks, partial, n_)) : 0.f;
   }
 
  protected:
@@ -283,6 +317,7 @@ class MultiApplyBase : public OpKernel {
  private:
   int n_ = 0;
   int num_slots_;
+  bool measure_ = false;
   std::vector<bool> decay_;
 };
 
@@ -545,9 +580,11 @@ REGISTER_OP("TfLearnerMultiApplySGD")
     .Input("alpha: float")
     .Input("wd_rate: float")
     .Attr("N: int >= 1")
+    .Output("weights_half_sum_squares: float")
     .Attr("decay: list(bool)")
+    .Attr("measure_weights: bool = false")
     .SetIsStateful()
-    .SetShapeFn(::tensorflow::shape_inference::NoOutputs);
+    .SetShapeFn(::tensorflow::shape_inference::ScalarShape);
 
 REGISTER_OP("TfLearnerMultiApplyMomentum")
     .Input("vars: N * resource")
@@ -558,11 +595,13 @@ REGISTER_OP("TfLearnerMultiApplyMomentum")
     .Input("grad_factor: float")
     .Input("wd_rate: float")
     .Attr("N: int >= 1")
+    .Output("weights_half_sum_squares: float")
     .Attr("decay: list(bool)")
+    .Attr("measure_weights: bool = false")
     .Attr("use_nesterov: bool = false")
     .Attr("scale_grad: bool = false")
     .SetIsStateful()
-    .SetShapeFn(::tensorflow::shape_inference::NoOutputs);
+    .SetShapeFn(::tensorflow::shape_inference::ScalarShape);
 
 REGISTER_OP("TfLearnerMultiApplyAdam")
     .Input("vars: N * resource")
@@ -578,10 +617,12 @@ REGISTER_OP("TfLearnerMultiApplyAdam")
     .Input("grad_factor: float")
     .Input("wd_rate: float")
     .Attr("N: int >= 1")
+    .Output("weights_half_sum_squares: float")
     .Attr("decay: list(bool)")
+    .Attr("measure_weights: bool = false")
     .Attr("scale_grad: bool = false")
     .SetIsStateful()
-    .SetShapeFn(::tensorflow::shape_inference::NoOutputs);
+    .SetShapeFn(::tensorflow::shape_inference::ScalarShape);
 
 REGISTER_OP("TfLearnerMultiAccumulate")
     .Input("accs: N * resource")
