@@ -71,21 +71,22 @@ std::vector<Chunk> MakeChunks(const std::vector<int64_t>& sizes) {
   return chunks;
 }
 
-// Runs fn(chunk index) for every chunk, in one contiguous shard of chunks
-// per intra-op thread: the calling thread runs the first shard and the pool
-// the others (TF's fixed-block-size ParallelFor). A memory-bound pass gains
-// nothing from more runnable threads than cores: the adaptive split of the
-// deprecated ParallelFor(total, cost, fn) ran the caller beside every pool
-// thread (3 on 2 cores) and lost a third of the bandwidth to switching.
+// Runs fn(chunk index) for every chunk, in shards of whole chunks handed to
+// the intra-op pool (TF's fixed-block-size ParallelFor): about 8 shards per
+// pool thread, so a thread that the OS deschedules leaves its later shards
+// to the others, and with more shards than threads the caller only waits,
+// so no more threads run than the pool has. (The adaptive ParallelFor(total,
+// cost, fn) of the first version split ranges recursively with the caller
+// working beside every pool thread: 3 runnable threads on 2 cores, and its
+// apply ran at one thread's speed.)
 void ForEachChunk(OpKernelContext* ctx, int64_t num_chunks,
                   int64_t cycles_per_element,
                   const std::function<void(int64_t)>& fn) {
   (void)cycles_per_element;
   if (num_chunks == 0) return;
   auto* pool = ctx->device()->tensorflow_cpu_worker_threads()->workers;
-  const int64_t shards =
-      std::max<int64_t>(1, std::min<int64_t>(pool->NumThreads(), num_chunks));
-  const int64_t block = (num_chunks + shards - 1) / shards;
+  const int64_t target = 8 * std::max(1, pool->NumThreads());
+  const int64_t block = std::max<int64_t>(1, (num_chunks + target - 1) / target);
   pool->ParallelFor(num_chunks,
                     tsl::thread::ThreadPool::SchedulingParams::Fixed(block),
                     [&fn](int64_t lo, int64_t hi) {
