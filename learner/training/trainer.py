@@ -423,9 +423,10 @@ class Trainer:
     """Restores (or warm-starts) the task; returns the train state.
 
     Resume continues at the next batch: one device saves the iterator in
-    the checkpoint; under a strategy (whose distributed iterators TF 2.21
-    cannot checkpoint) the dataset is rebuilt after the restore, skipping
-    the global steps already taken.
+    the checkpoint (unless p.task.train.checkpoint_input_iterator is
+    False); otherwise, and under a strategy (whose distributed iterators
+    TF 2.21 cannot checkpoint), the dataset is rebuilt after the restore,
+    skipping the global steps already taken.
 
     Returns:
       (tf.train.Checkpoint, Checkpointer of this logdir, the restored path
@@ -433,7 +434,8 @@ class Trainer:
     """
     objects = {'task': task}
     iterator = None
-    if not self._Distributed():
+    if (not self._Distributed() and
+        self._params.task.train.checkpoint_input_iterator):
       iterator = self._TrainIterator(input_gen, 0)
       objects['iterator'] = iterator
     ckpt = tf.train.Checkpoint(**objects)

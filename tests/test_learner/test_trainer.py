@@ -123,6 +123,35 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(trained,
     np.testing.assert_array_equal(a[k], b[k], err_msg=k)
 
 
+def _IteratorKeys(path):
+  return [k for k in tf.train.load_checkpoint(path).get_variable_to_shape_map()
+          if 'ITERATOR_STATE' in k]
+
+
+def test_resume_without_iterator_in_checkpoint_skips_to_the_same_batches(
+    tmp_path):
+  def _NoIterator(max_steps):
+    p = _Params(max_steps)
+    p.task.train.checkpoint_input_iterator = False
+    return p
+
+  logdir = tmp_path / 'resumed'
+  _Run(logdir, _NoIterator(40), mode='train')
+  assert not _IteratorKeys(str(logdir / 'ckpt' / 'ckpt-40'))
+  _, r1, out = _Run(logdir, _NoIterator(80), mode='train')
+  assert 'Resumed from' in out and 'global step 40' in out
+  # The default run (iterator saved, never interrupted) is the reference.
+  _, r2, _ = _Run(tmp_path / 'straight', _Params(80), mode='train')
+  straight = str(tmp_path / 'straight' / 'ckpt' / 'ckpt-80')
+  assert _IteratorKeys(straight)
+  assert r1 == r2
+  a = _CkptValues(str(logdir / 'ckpt' / 'ckpt-80'))
+  b = _CkptValues(straight)
+  assert sorted(a) == sorted(b)
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
 def test_eval_mode_restores_weights_without_optimizer(trained):
   logdir, _, result, _ = trained
   t, r, out = _Run(logdir, _Params(), mode='eval')
