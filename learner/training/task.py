@@ -89,7 +89,9 @@ def _TrainParams():
       '(as under every strategy; exact when the pipeline gives the same '
       'order every time, as every input generator here does). tf.data '
       'saves a shuffle buffer element by element: lm.CharTransformer\'s '
-      '(418,000 windows) made every checkpoint 83 MB and 18 s.')
+      '(418,000 windows) made every checkpoint 83 MB and 18 s. A rerun may '
+      'change it: a checkpoint written with the other value resumes by '
+      'skip, with one warning line.')
   tp.Define(
       'autograph', False,
       'Trace the train and eval steps with AutoGraph. Not needed unless '
