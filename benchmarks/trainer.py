@@ -1,12 +1,35 @@
-"""Benchmark: digits.MlpMomentum through our trainer vs Keras model.fit.
+"""Benchmark: experiments through our trainer vs the same model in Keras fit.
 
-    python -m benchmarks.trainer [--quick] [--steps=1200] [--repeats=N]
-                                 [--output=PATH]
+    python -m benchmarks.trainer [--model=all|digits.MlpMomentum|
+                                  lm.CharTransformer] [--quick]
+                                 [--steps=N] [--warmup_steps=W]
+                                 [--repeats=N] [--output=PATH]
 
-Both sides run in their own subprocess (so each one's peak RSS is its own)
-in the same run, on the same data pipeline (the experiment's
-`train_input`, the digits train split in batches of 64) for `--steps`
-steps:
+One table per model (default both, in one run). Both sides of a model run
+in their own subprocess (so each one's peak RSS is its own), one after the
+other in the same run, on the same data pipeline (the experiment's
+`train_input`), for `--steps` steps.
+
+Columns: `wall_s` and `steps/s` = steps / wall (set-up, tracing and every
+step, below); `steady/s` = (steps - W) / (time of step `steps` - time of
+step W), i.e. steps/s with the first W steps (tracing, compiling, the first
+compiled steps) left out: ours times a step by its log line (at W and at
+the end; when W is not the experiment's log_interval_steps, e.g. in quick
+mode, log_interval_steps is set to W), Keras by a callback's
+on_train_batch_end. `x_keras` divides ours by Keras's in both.
+
+lm.CharTransformer (`--model=lm.CharTransformer`; 400 steps, W = 50; quick
+20 steps, W = 10): ours is the registered experiment through the Trainer
+(two learners, checkpoints and summaries as configured); Keras is
+benchmarks/char_lm_keras.py's twin (keras.layers MultiHeadAttention,
+LayerNormalization, Dense; a tied embedding layer), started from OUR
+initial weights (copied; the parameter counts must be equal, 410,087), the
+same batches, Adam(0.9, 0.98, 1e-9), TransformerSchedule and per-learner
+clipping (a `train_step` override). Before the clock starts the Keras
+child checks that both compute the same loss on the first batch (to
+1e-5). Target (issue 16): steady steps/s ours / Keras >= 1.0.
+
+digits.MlpMomentum (1200 steps, W = 100; quick 200):
   * `ours`: `learner.trainer.Trainer(mode='train')` on the registered
     `digits.MlpMomentum` (MLP 64-128-10, Momentum(0.9), 0.2 at batch 128
     linearly scaled to batch 64, 50-step warmup then cosine to 1 %,
@@ -15,7 +38,7 @@ steps:
     optimizer (Keras SGD(momentum=0.9), i.e. Keras's velocity form),
     schedule (a LearningRateSchedule with the same formula) and clipping
     (global_clipnorm) through `model.compile` + `model.fit` with Keras's
-    defaults (no callbacks).
+    defaults (no callbacks but the clock of `steady/s`).
 Reported per side: wall time from the experiment's params to the trained
 model (loading the data, building the model/task and its optimizer, tracing
 and every step; ours also writes its params, summaries and checkpoints), steps/s = steps / that time, peak RSS, and the final training
@@ -23,13 +46,14 @@ loss (ours: the last step's; Keras: evaluated on the next training batch
 after fit, since fit's history holds the epoch's running mean) as a sanity
 check that both trained; the two Momentum forms differ in how a rate change
 takes effect, so the losses agree only roughly. The target
-(issue 8): ours >= 1.0x Keras's steps/s.
+(issue 8): ours >= 1.0x Keras's steps/s (wall).
 """
 
 import argparse
 import json
 import math
 import os
+import re
 import resource
 import sys
 import tempfile
@@ -38,48 +62,101 @@ import time
 from benchmarks import child_process
 from benchmarks import timing
 
-MODEL = 'digits.MlpMomentum'
+DIGITS = 'digits.MlpMomentum'
+CHAR_LM = 'lm.CharTransformer'
+# Per model: steps (full, quick) and the steps left out of steady/s (W).
+MODELS = {DIGITS: dict(steps=(1200, 200), warmup=(100, 100)),
+          CHAR_LM: dict(steps=(400, 20), warmup=(50, 10))}
 _RESULT_PREFIX = 'TRAINER_RESULT '
+_LOG_LINE = re.compile(r'^step (\d+)/')
 
 
 def _PeakRss():
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def _ExperimentParams(steps):
+def _ExperimentParams(model, steps):
   from learner.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
-  return trainer_lib.LoadExperimentParams(MODEL, max_steps=steps)
+  return trainer_lib.LoadExperimentParams(model, max_steps=steps)
 
 
-def RunOurs(steps):
-  """Trains MODEL with our Trainer for `steps` steps; returns a result dict."""
+class _StepClock:
+  """A text stream for the Trainer that notes when each log line arrives.
+
+  `times` maps the step of each 'step N/M ...' progress line to
+  time.perf_counter() at its writing (after that step's summaries).
+  """
+
+  def __init__(self):
+    self.times = {}
+
+  def write(self, text):
+    for line in text.splitlines():
+      m = _LOG_LINE.match(line)
+      if m:
+        self.times[int(m.group(1))] = time.perf_counter()
+
+  def flush(self):
+    pass
+
+
+def _Steady(times, steps, warmup):
+  """(steps - warmup) / (times[steps] - times[warmup]), or None."""
+  if warmup >= steps or warmup not in times or steps not in times:
+    return None
+  return (steps - warmup) / (times[steps] - times[warmup])
+
+
+def _KernelsActive():
+  """Whether our fused optimizer kernels are switched on and load."""
+  from learner.optimizers.kernels import loader  # pylint: disable=g-import-not-at-top
+  return loader.Enabled() and loader.Unavailable() is None
+
+
+def RunOurs(model, steps, warmup):
+  """Trains `model` with our Trainer for `steps` steps; returns a result dict."""
   from learner.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
-  params = _ExperimentParams(steps)
+  params = _ExperimentParams(model, steps)
+  if warmup < steps and warmup != params.task.train.log_interval_steps:
+    params.task.train.log_interval_steps = warmup  # A log line at W.
+  clock = _StepClock()
   with tempfile.TemporaryDirectory() as logdir:
-    with open(os.devnull, 'w') as devnull:
-      start = time.perf_counter()
-      metrics = trainer_lib.Trainer(params, logdir, mode='train', tty=False,
-                                    stream=devnull).Run()
-      wall = time.perf_counter() - start
+    start = time.perf_counter()
+    metrics = trainer_lib.Trainer(params, logdir, mode='train', tty=False,
+                                  stream=clock).Run()
+    wall = time.perf_counter() - start
   loss = metrics.get('train/loss', metrics.get('loss'))
   return dict(side='ours', steps=steps, wall_s=wall, steps_per_s=steps / wall,
-              final_loss=loss, peak_rss=_PeakRss())
+              steady_steps_per_s=_Steady(clock.times, steps, warmup),
+              warmup_steps=warmup, final_loss=loss,
+              fused_kernels=_KernelsActive(), peak_rss=_PeakRss())
 
 
-def RunKeras(steps):
-  """Trains the same model with Keras model.fit; returns a result dict."""
+def _KerasClock():
+  """A Keras callback noting time.perf_counter() after each batch (1-based)."""
+  import keras  # pylint: disable=g-import-not-at-top
+
+  class _Clock(keras.callbacks.Callback):
+
+    def __init__(self):
+      super().__init__()
+      self.times = {}
+
+    def on_train_batch_end(self, batch, logs=None):
+      self.times[batch + 1] = time.perf_counter()
+
+  return _Clock()
+
+
+def _KerasDigits(params, steps):
+  """The digits MLP, compiled; returns (model, dataset of (x, y))."""
   import keras  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  params = _ExperimentParams(steps)
-  # The clock starts before the data is loaded and the model built, as ours
-  # starts before the Trainer loads the data and builds the task.
-  start = time.perf_counter()
   input_gen = params.train_input.Instantiate()
   dataset = input_gen.GetDataset().map(
       lambda b: (b['features'], b['labels']))
-  task = params.task
   warmup = 50
-  total = task.train.max_steps - warmup
+  total = params.task.train.max_steps - warmup
   base = 0.2 * 64 / 128
 
   class _Schedule(keras.optimizers.schedules.LearningRateSchedule):
@@ -106,20 +183,70 @@ def RunKeras(steps):
                                      global_clipnorm=5.0),
       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
       metrics=['accuracy'])
-  history = model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0)
+  del steps
+  return model, dataset
+
+
+def _KerasCharLm(params, steps):
+  """benchmarks/char_lm_keras.py's twin, from our task's initial weights.
+
+  Raises:
+    ValueError: the parameter counts differ, or the twin's loss on the
+      first batch is not ours (naming both).
+  """
+  from benchmarks import char_lm_keras  # pylint: disable=g-import-not-at-top
+  from configs import lm  # pylint: disable=g-import-not-at-top
+  from params import NestedMap  # pylint: disable=g-import-not-at-top
+  del steps
+  exp = lm.CharTransformer()
+  task = params.task.Instantiate()
+  model = char_lm_keras.Build(params.task, exp.SEQ_LEN, exp.WARMUP, 0.9,
+                              0.98, 1e-9, clip_norm=1.0)
+  char_lm_keras.CopyWeights(task, model)
+  dataset = params.train_input.Instantiate().GetDataset()
+  first = next(iter(dataset))
+  ours = float(task.FProp(task.theta, NestedMap(first))[0]['loss'][0])
+  theirs = float(model.compute_loss(y=first['labels'],
+                                    y_pred=model(first['ids'])))
+  if abs(ours - theirs) > 1e-5 * abs(ours):
+    raise ValueError('CharTransformer loss on the first batch: ours %r, the '
+                     'Keras twin %r; the twin must mirror configs/lm.py.' %
+                     (ours, theirs))
+  return model, dataset.map(lambda b: (b['ids'], b['labels']))
+
+
+def RunKeras(model_name, steps, warmup):
+  """Trains the same model with Keras model.fit; returns a result dict."""
+  params = _ExperimentParams(model_name, steps)
+  build = _KerasCharLm if model_name == CHAR_LM else _KerasDigits
+  # Digits: the clock starts before the data is loaded and the model built,
+  # as ours starts before the Trainer loads the data and builds the task.
+  # The char LM's clock starts after the twin is checked against our task.
+  start = time.perf_counter()
+  model, dataset = build(params, steps)
+  if model_name == CHAR_LM:
+    start = time.perf_counter()
+  clock = _KerasClock()
+  model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0,
+            callbacks=[clock])
   wall = time.perf_counter() - start
-  del history  # Its 'loss' is the epoch's running mean, not the last loss.
+  # fit's history holds the epoch's running mean, not the last loss.
   final = model.evaluate(dataset.take(1), verbose=0, return_dict=True)
   return dict(side='keras', steps=steps, wall_s=wall,
-              steps_per_s=steps / wall, final_loss=float(final['loss']),
+              steps_per_s=steps / wall,
+              steady_steps_per_s=_Steady(clock.times, steps, warmup),
+              warmup_steps=warmup, final_loss=float(final['loss']),
+              num_params=int(model.count_params()),
               jit_compile=str(getattr(model, 'jit_compile', None)),
               peak_rss=_PeakRss())
 
 
-def _Spawn(side, steps):
+def _Spawn(model, side, steps, warmup):
   return child_process.SpawnChild(
-      'benchmarks.trainer', ['--child=%s' % side, '--steps=%d' % steps],
-      side, _RESULT_PREFIX)
+      'benchmarks.trainer', ['--child=%s' % side, '--model=%s' % model,
+                             '--steps=%d' % steps,
+                             '--warmup_steps=%d' % warmup],
+      '%s %s' % (model, side), _RESULT_PREFIX)
 
 
 def ParseArgs(argv):
@@ -127,9 +254,15 @@ def ParseArgs(argv):
   parser = argparse.ArgumentParser(
       prog='python -m benchmarks.trainer', description=__doc__,
       formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument('--model', default='all',
+                      choices=['all'] + sorted(MODELS))
   parser.add_argument('--quick', action='store_true',
-                      help='200 steps instead of the experiment\'s 1200.')
-  parser.add_argument('--steps', type=int, default=None)
+                      help='Fewer steps (digits 200, char LM 20).')
+  parser.add_argument('--steps', type=int, default=None,
+                      help='Steps per side (default per model and mode).')
+  parser.add_argument('--warmup_steps', type=int, default=None,
+                      help='Steps left out of steady/s (default per model '
+                      'and mode; at most steps / 2 when --steps is given).')
   parser.add_argument('--child', default=None, choices=['ours', 'keras'],
                       help=argparse.SUPPRESS)
   parser.add_argument('--output', default=None)
@@ -138,63 +271,119 @@ def ParseArgs(argv):
                       'table shows each side\'s median (lower median for an '
                       'even count) and the JSON every wall time.')
   args = parser.parse_args(argv)
-  if args.steps is None:
-    args.steps = 200 if args.quick else 1200
   if args.repeats < 1:
     parser.error('--repeats=%d must be >= 1.' % args.repeats)
-  if args.steps < 1:
+  if args.steps is not None and args.steps < 1:
     parser.error('--steps=%d must be >= 1.' % args.steps)
+  if args.warmup_steps is not None and args.warmup_steps < 1:
+    parser.error('--warmup_steps=%d must be >= 1.' % args.warmup_steps)
+  if args.child and args.model == 'all':
+    parser.error('--child needs one --model.')
   return args
 
 
-def main(argv=None):
-  """Runs both sides; prints the table; returns the JSON payload."""
-  args = ParseArgs(sys.argv[1:] if argv is None else argv)
-  if args.child:
-    run = RunOurs if args.child == 'ours' else RunKeras
-    result = run(args.steps)
-    print(_RESULT_PREFIX + json.dumps(result))
-    sys.stdout.flush()
-    return result
-  results, notes = {}, []
+def _StepsOf(args, model):
+  """(steps, warmup steps) of `model` under the flags."""
+  mode = 1 if args.quick else 0
+  steps = args.steps or MODELS[model]['steps'][mode]
+  warmup = args.warmup_steps
+  if warmup is None:
+    warmup = MODELS[model]['warmup'][mode]
+    if args.steps is not None:
+      warmup = min(warmup, max(1, steps // 2))
+  return steps, warmup
+
+
+def _MedianRuns(runs):
+  results = {}
+  for side, rs in runs.items():
+    if rs:
+      rs = sorted(rs, key=lambda r: r['wall_s'])
+      results[side] = dict(rs[(len(rs) - 1) // 2],
+                           all_wall_s=[r['wall_s'] for r in rs],
+                           all_steady_steps_per_s=[
+                               r['steady_steps_per_s'] for r in rs])
+  return results
+
+
+def _Ratio(results, key, side='ours'):
+  """results[side][key] / results['keras'][key], or None if either is missing."""
+  ours, keras = (results.get(s, {}).get(key) for s in (side, 'keras'))
+  return ours / keras if ours and keras else None
+
+
+def _Target(model, results):
+  """The model's target row {target, value, met}, or None without both."""
+  if model == CHAR_LM:
+    name, value = 'trainer steady steps/s / keras >= 1.0', _Ratio(
+        results, 'steady_steps_per_s')
+  else:
+    name, value = 'trainer steps/s / keras >= 1.0', _Ratio(results,
+                                                          'steps_per_s')
+  if value is None:
+    return None
+  return dict(target=name, value=value, met=value >= 1.0)
+
+
+def RunModel(model, args):
+  """Both sides of `model`; prints its table; returns its payload part."""
+  steps, warmup = _StepsOf(args, model)
+  notes = []
   runs = {'ours': [], 'keras': []}
   # Sides alternate (ours, keras, ours, keras, ...) so that a change of the
   # machine's load during the run hits both; each side reports its run of
   # median wall time.
   for _ in range(args.repeats):
     for side in ('ours', 'keras'):
-      res, err = _Spawn(side, args.steps)
+      res, err = _Spawn(model, side, steps, warmup)
       if res is None:
         notes.append(err)
       else:
         runs[side].append(res)
-  for side, rs in runs.items():
-    if rs:
-      rs = sorted(rs, key=lambda r: r['wall_s'])
-      results[side] = dict(rs[(len(rs) - 1) // 2],
-                           all_wall_s=[r['wall_s'] for r in rs])
+  results = _MedianRuns(runs)
   table = []
   for side, r in results.items():
-    ratio = (r['steps_per_s'] / results['keras']['steps_per_s']
-             if 'keras' in results else None)
-    r['steps_per_s_ratio_to_keras'] = ratio
-    table.append([side, r['steps'], r['wall_s'], r['steps_per_s'], ratio,
-                  r['peak_rss'] / 2**20, r['final_loss']])
-  print('%s, %d steps of batch 64 (wall time includes set-up and tracing)' %
-        (MODEL, args.steps))
+    r['steps_per_s_ratio_to_keras'] = _Ratio(results, 'steps_per_s', side)
+    r['steady_ratio_to_keras'] = _Ratio(results, 'steady_steps_per_s', side)
+    table.append([side, r['steps'], r['wall_s'], r['steps_per_s'],
+                  r['steps_per_s_ratio_to_keras'], r['steady_steps_per_s'],
+                  r['steady_ratio_to_keras'], r['peak_rss'] / 2**20,
+                  r['final_loss']])
+  print('%s, %d steps (steady/s leaves out the first %d; wall time includes '
+        'set-up and tracing)' % (model, steps, warmup))
   print(timing.FormatTable(['side', 'steps', 'wall_s', 'steps/s', 'x_keras',
-                            'peak_MiB', 'final_loss'], table))
-  targets = []
-  if 'ours' in results and 'keras' in results:
-    v = results['ours']['steps_per_s_ratio_to_keras']
-    targets.append(dict(target='trainer steps/s / keras >= 1.0', value=v,
-                        met=v >= 1.0))
-    print('target: trainer steps/s / keras >= 1.0: %.2f %s' %
-          (v, 'met' if v >= 1.0 else 'MISSED'))
+                            'steady/s', 'steady_x_keras', 'peak_MiB',
+                            'final_loss'], table))
+  target = _Target(model, results)
+  if target:
+    print('target: %s: %.2f %s' % (target['target'], target['value'],
+                                   'met' if target['met'] else 'MISSED'))
   for note in notes:
     print('note: ' + note)
-  payload = dict(benchmark='trainer', model=MODEL, steps=args.steps,
-                 results=results, targets=targets, notes=notes)
+  return dict(model=model, steps=steps, warmup_steps=warmup, results=results,
+              targets=[target] if target else [], notes=notes)
+
+
+def main(argv=None):
+  """Runs both sides of each model; prints the tables; returns the JSON payload.
+
+  The payload: {'benchmark', 'models': {model: {steps, warmup_steps,
+  results: {side: ...}, targets, notes}}, 'targets', 'notes'} (targets and
+  notes of every model together).
+  """
+  args = ParseArgs(sys.argv[1:] if argv is None else argv)
+  if args.child:
+    steps, warmup = _StepsOf(args, args.model)
+    run = RunOurs if args.child == 'ours' else RunKeras
+    result = run(args.model, steps, warmup)
+    print(_RESULT_PREFIX + json.dumps(result))
+    sys.stdout.flush()
+    return result
+  models = sorted(MODELS) if args.model == 'all' else [args.model]
+  parts = {m: RunModel(m, args) for m in models}
+  payload = dict(benchmark='trainer', models=parts,
+                 targets=[t for p in parts.values() for t in p['targets']],
+                 notes=[n for p in parts.values() for n in p['notes']])
   path = timing.WriteJson(args.output or timing.DefaultOutputPath('trainer'),
                           payload)
   print('wrote ' + path)

@@ -2,7 +2,9 @@
 
 One `tf.train.Checkpoint` over the task (weights, optimizer slots,
 accumulators, EMA copies, counters, tracker statistics, the global step) and,
-in one process, the input iterator. Saves go through
+in one process, the input iterator (unless
+task.train.checkpoint_input_iterator is False; `Restore(optional=...)` takes
+a checkpoint with or without it). Saves go through
 `tf.train.CheckpointManager`, which writes the checkpoint files first and
 then atomically replaces the small `checkpoint` state file, so a crash while
 saving leaves the state pointing at the previous, complete checkpoint. If
@@ -111,6 +113,7 @@ class Checkpointer:
     self._variable_names = variable_names
     self._model_variables = list(model_variables or ())
     self._found, state_ok = self._FindWithoutStateFile(read_only)
+    self.restored_objects = {'absent': [], 'not_built': []}
     # CheckpointManager reads the state file; a read-only job with a bad
     # one restores from `self._found` alone (and cannot save).
     self._manager = None if read_only and not state_ok else (
@@ -230,16 +233,22 @@ class Checkpointer:
         tf.io.gfile.rename(tmp, names_path, overwrite=True)
     return path
 
-  def Restore(self, expect_partial=False):
+  def Restore(self, expect_partial=False, optional=()):
     """Restores the newest readable checkpoint; returns its path or None.
 
     Tries the checkpoints from newest to oldest; each unreadable one is
     reported with a warning (path and error) and skipped. Every object this
-    run built must be in the checkpoint (`assert_existing_objects_matched`).
+    run built must be in the checkpoint (`assert_existing_objects_matched`),
+    except the root objects named in `optional`. What the restored
+    checkpoint lacked or held beyond this run is in `restored_objects`.
 
     Args:
       expect_partial: True when the checkpoint may hold objects this run
         does not build (e.g. optimizer slots in an eval-only run).
+      optional: names of root objects of the tf.train.Checkpoint (e.g.
+        'iterator') that a checkpoint may lack, or hold while this run does
+        not build them: the first are left as they are (restored without
+        them), the second are not read.
 
     Raises:
       CheckpointError: a checkpoint lacks variables this run built (written
@@ -253,8 +262,10 @@ class Checkpointer:
     errors = []
     for path in candidates:
       try:
-        status = self._checkpoint.restore(path)
-        if expect_partial:
+        checkpoint, self.restored_objects = self._CheckpointFor(path,
+                                                                optional)
+        status = checkpoint.restore(path)
+        if expect_partial or self.restored_objects['not_built']:
           status.expect_partial()
         status.assert_existing_objects_matched()
       except AssertionError as e:
@@ -277,6 +288,31 @@ class Checkpointer:
         'damaged, put back a good copy of them.' % (
             self._directory, errors, _OTHER_LOGDIR))
 
+  def _CheckpointFor(self, path, optional):
+    """The checkpoint object to restore `path` into, and what differs.
+
+    Returns:
+      (the tf.train.Checkpoint: ours, or one over our root objects less
+      those `path` lacks among `optional`; {'absent': sorted names of
+      `optional` we build that `path` lacks, 'not_built': sorted names of
+      `optional` that `path` holds and we do not build}).
+    """
+    differs = {'absent': [], 'not_built': []}
+    if not optional:
+      return self._checkpoint, differs
+    saved = SavedRootObjects(path)
+    # pylint: disable-next=protected-access
+    ours = dict(self._checkpoint._trackable_children())
+    differs['absent'] = sorted(n for n in optional
+                               if n in ours and n not in saved)
+    differs['not_built'] = sorted(n for n in optional
+                                  if n in saved and n not in ours)
+    if not differs['absent']:
+      return self._checkpoint, differs
+    kept = {n: o for n, o in ours.items()
+            if n not in differs['absent'] and n != 'save_counter'}
+    return tf.train.Checkpoint(**kept), differs
+
   def _MismatchMessage(self, path, error):
     """One line: which of our variables the checkpoint at `path` lacks."""
     missing = []
@@ -295,6 +331,19 @@ class Checkpointer:
     return ('Checkpoint %s %s; it was written by another model or '
             'experiment. Use the --model that wrote it. %s.' %
             (path, what, _OTHER_LOGDIR))
+
+
+def SavedRootObjects(path):
+  """Names of the root objects saved in the checkpoint `path`.
+
+  E.g. {'task', 'iterator', 'save_counter'} for a trainer's checkpoint
+  with its input iterator (keys 'iterator/.ATTRIBUTES/ITERATOR_STATE', ...).
+
+  Raises:
+    tf.errors.OpError, ValueError: the checkpoint cannot be read.
+  """
+  keys = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+  return {k.split('/', 1)[0] for k in keys if '/' in k}
 
 
 def _ReadJson(path, what):

@@ -423,9 +423,13 @@ class Trainer:
     """Restores (or warm-starts) the task; returns the train state.
 
     Resume continues at the next batch: one device saves the iterator in
-    the checkpoint; under a strategy (whose distributed iterators TF 2.21
-    cannot checkpoint) the dataset is rebuilt after the restore, skipping
-    the global steps already taken.
+    the checkpoint (unless p.task.train.checkpoint_input_iterator is
+    False); otherwise, and under a strategy (whose distributed iterators
+    TF 2.21 cannot checkpoint), the dataset is rebuilt after the restore,
+    skipping the global steps already taken. A checkpoint written with the
+    other checkpoint_input_iterator value also resumes by skip (the
+    iterator it holds is not read; or, lacking one, this run's iterator is
+    advanced past those steps), with one warning line.
 
     Returns:
       (tf.train.Checkpoint, Checkpointer of this logdir, the restored path
@@ -433,7 +437,8 @@ class Trainer:
     """
     objects = {'task': task}
     iterator = None
-    if not self._Distributed():
+    if (not self._Distributed() and
+        self._params.task.train.checkpoint_input_iterator):
       iterator = self._TrainIterator(input_gen, 0)
       objects['iterator'] = iterator
     ckpt = tf.train.Checkpoint(**objects)
@@ -442,16 +447,20 @@ class Trainer:
         max_to_keep=self._params.task.train.save_max_to_keep,
         variable_names=checkpointer_lib.VariableCheckpointKeys(task),
         report=self._Print, model_variables=task.ModelVars().Flatten())
+    restorer = ckpter
     if self._logdir != self._chief_logdir:  # Non-chief: the chief's ckpt.
-      restored = checkpointer_lib.Checkpointer(
+      restorer = checkpointer_lib.Checkpointer(
           ckpt, os.path.join(self._chief_logdir, 'ckpt'),
-          report=self._Print, read_only=True).Restore()
+          report=self._Print, read_only=True)
     else:
       ckpter.PrepareForTraining()
-      restored = ckpter.Restore()
+    restored = restorer.Restore(optional=('iterator',))
     if restored:
       self._Print('Resumed from %s at global step %d.' %
                   (restored, int(task.global_step.numpy())))
+      step = int(task.global_step.numpy())
+      if self._ReportInputState(restored, restorer.restored_objects, step):
+        _AdvanceIterator(iterator, step)  # Not in the checkpoint.
     elif self._init_ckpt:
       model_vars = {checkpointer_lib._VarName(v): v  # pylint: disable=protected-access
                     for v in task.ModelVars().Flatten()}
@@ -463,6 +472,34 @@ class Trainer:
       iterator = self._TrainIterator(input_gen,
                                      int(task.global_step.numpy()))
     return ckpt, ckpter, restored, iterator
+
+  def _ReportInputState(self, restored, differs, step):
+    """One warning line when `restored` and this run keep the input apart.
+
+    The key task.train.checkpoint_input_iterator may differ between the
+    run that wrote the checkpoint and this one; either way the input
+    resumes by skipping the `step` global steps already taken (exact for a
+    pipeline with the same order every time).
+
+    Returns:
+      True if this run saves the iterator but `restored` lacks it.
+    """
+    key = 'task.train.checkpoint_input_iterator'
+    skip = ('the input resumes by skipping the %d global steps already '
+            'taken' % step)
+    if 'iterator' in differs['not_built']:
+      why = ('this run is distributed (its iterators cannot be restored)'
+             if self._Distributed() else '%s is False' % key)
+      self._Print('WARNING: checkpoint %s holds the input iterator\'s state '
+                  'but %s: it is not read; %s.' % (restored, why, skip))
+    if 'iterator' not in differs['absent']:
+      return False
+    self._Print('WARNING: checkpoint %s holds no input iterator state '
+                '(written with %s : False) but this run has it True: %s, '
+                'and its own checkpoints save the iterator.' %
+                (restored, key, skip))
+    return True
+
 
   def _TrainLoop(self, task, iterator, num_steps):
     """`task.TrainLoop` under the strategy; one output of plain values."""
@@ -644,6 +681,23 @@ class Trainer:
     self._Print('Eval metrics written to %s.' % os.path.join(
         self._logdir, job_dir, logdir_lib.METRICS_FILE))
     return result
+
+
+def _AdvanceIterator(iterator, num_batches):
+  """Takes `num_batches` batches from a tf.data iterator, in one graph call.
+
+  Unlike an iterator of `dataset.skip(num_batches)`, the iterator keeps the
+  dataset of every other run (skip_batches 0), so the checkpoints that save
+  it are restored by the next run; the cost is the same (tf.data's skip
+  also produces the batches it drops).
+  """
+  def _Body(i):
+    with tf.control_dependencies(tf.nest.flatten(iterator.get_next())):
+      return (i + 1,)
+
+  tf.function(lambda n: tf.while_loop(lambda i: i < n, _Body, (
+      tf.constant(0, tf.int64),)), autograph=False)(
+          tf.constant(num_batches, tf.int64))
 
 
 class NothingToEvaluateError(ValueError):

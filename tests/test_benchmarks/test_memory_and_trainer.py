@@ -39,11 +39,11 @@ def test_trainer_bad_steps_is_refused():
 
 
 def test_trainer_quickest_run_trains_both_sides(tmp_path):
-  payload = trainer.main(['--steps=60',
+  payload = trainer.main(['--model=%s' % trainer.DIGITS, '--steps=60',
                           '--output=%s' % (tmp_path / 't.json')])
   assert not payload['notes'], payload['notes']
   for side in ('ours', 'keras'):
-    r = payload['results'][side]
+    r = payload['models'][trainer.DIGITS]['results'][side]
     assert r['steps'] == 60
     # Chance level is ln(10) = 2.30 nats; both sides are
     # well below it after 60 steps (measured: ours 0.3-0.9, Keras 0.2; Keras's

@@ -17,6 +17,7 @@ import tensorflow as tf
 from params import registry
 from learner.optimizers import ema as ema_lib
 from learner import optimizers
+from learner.training import checkpointer as checkpointer_lib
 from learner.training import trainer as trainer_lib
 from schedules.dev_based import DevBasedSchedule
 
@@ -121,6 +122,124 @@ def test_resume_continues_exactly_like_an_uninterrupted_run(trained,
   assert any('/momentum' in k or 'slot' in k or 'optimizer' in k for k in a)
   for k in a:
     np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def _IteratorKeys(path):
+  return [k for k in tf.train.load_checkpoint(path).get_variable_to_shape_map()
+          if 'ITERATOR_STATE' in k]
+
+
+def test_resume_without_iterator_in_checkpoint_skips_to_the_same_batches(
+    tmp_path):
+  def _NoIterator(max_steps):
+    p = _Params(max_steps)
+    p.task.train.checkpoint_input_iterator = False
+    return p
+
+  logdir = tmp_path / 'resumed'
+  _Run(logdir, _NoIterator(40), mode='train')
+  assert not _IteratorKeys(str(logdir / 'ckpt' / 'ckpt-40'))
+  _, r1, out = _Run(logdir, _NoIterator(80), mode='train')
+  assert 'Resumed from' in out and 'global step 40' in out
+  # The default run (iterator saved, never interrupted) is the reference.
+  _, r2, _ = _Run(tmp_path / 'straight', _Params(80), mode='train')
+  straight = str(tmp_path / 'straight' / 'ckpt' / 'ckpt-80')
+  assert _IteratorKeys(straight)
+  assert r1 == r2
+  a = _CkptValues(str(logdir / 'ckpt' / 'ckpt-80'))
+  b = _CkptValues(straight)
+  assert sorted(a) == sorted(b)
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def _Flag(max_steps, flag):
+  p = _Params(max_steps)
+  p.task.train.checkpoint_input_iterator = flag
+  return p
+
+
+@pytest.fixture(scope='module')
+def straight80(tmp_path_factory):
+  """A default run (iterator saved), never interrupted: the reference."""
+  logdir = tmp_path_factory.mktemp('straight80')
+  _, result, _ = _Run(logdir, _Params(80), mode='train')
+  return result, _CkptValues(str(logdir / 'ckpt' / 'ckpt-80'))
+
+
+def _AssertSameAsStraight(logdir, result, straight80):
+  want_result, want = straight80
+  assert result == want_result
+  got = _CkptValues(str(logdir / 'ckpt' / 'ckpt-80'))
+  assert sorted(got) == sorted(want)
+  for k in got:
+    np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+
+
+def _Lines(out, text):
+  return [l for l in out.splitlines() if text in l]
+
+
+def test_flag_false_resumes_a_checkpoint_with_iterator_by_skip(
+    tmp_path, straight80):
+  logdir = tmp_path / 'run'
+  _Run(logdir, _Flag(40, True), mode='train')
+  ckpt40 = str(logdir / 'ckpt' / 'ckpt-40')
+  assert _IteratorKeys(ckpt40)
+  _, result, out = _Run(logdir, _Flag(80, False), mode='train')
+  assert 'Resumed from %s at global step 40.' % ckpt40 in out
+  warn = _Lines(out, 'input iterator')
+  assert warn == [
+      'WARNING: checkpoint %s holds the input iterator\'s state but '
+      'task.train.checkpoint_input_iterator is False: it is not read; the '
+      'input resumes by skipping the 40 global steps already taken.' % ckpt40]
+  _AssertSameAsStraight(logdir, result, straight80)
+  assert not _IteratorKeys(str(logdir / 'ckpt' / 'ckpt-80'))
+  # Nothing lost: the earlier checkpoints (max_to_keep 3) and its params.
+  assert _IteratorKeys(ckpt40)
+  with open(logdir / 'params.txt') as f:
+    assert 'task.train.max_steps : 40' in f.read()
+
+
+def test_flag_true_resumes_a_checkpoint_without_iterator_by_skip(
+    tmp_path, straight80):
+  logdir = tmp_path / 'run'
+  _Run(logdir, _Flag(40, False), mode='train')
+  ckpt40 = str(logdir / 'ckpt' / 'ckpt-40')
+  assert not _IteratorKeys(ckpt40)
+  _, _, out = _Run(logdir, _Flag(60, True), mode='train')
+  assert 'Resumed from %s at global step 40.' % ckpt40 in out
+  warn = _Lines(out, 'input iterator')
+  assert warn == [
+      'WARNING: checkpoint %s holds no input iterator state (written with '
+      'task.train.checkpoint_input_iterator : False) but this run has it '
+      'True: the input resumes by skipping the 40 global steps already '
+      'taken, and its own checkpoints save the iterator.' % ckpt40]
+  # From here on the iterator (rebuilt 40 batches on) is saved and restored.
+  assert _IteratorKeys(str(logdir / 'ckpt' / 'ckpt-60'))
+  _, result, out = _Run(logdir, _Flag(80, True), mode='train')
+  assert 'global step 60' in out and not _Lines(out, 'input iterator')
+  _AssertSameAsStraight(logdir, result, straight80)
+  assert not _IteratorKeys(ckpt40) and os.path.exists(ckpt40 + '.index')
+
+
+@pytest.mark.parametrize('flag', [True, False])
+def test_read_only_jobs_restore_checkpoints_with_or_without_iterator(
+    tmp_path, flag):
+  logdir = tmp_path / 'run'
+  trained_t, _, _ = _Run(logdir, _Flag(20, flag), mode='train')
+  w = trained_t.task.vars.w.numpy()
+  assert bool(_IteratorKeys(str(logdir / 'ckpt' / 'ckpt-20'))) == flag
+  # Eval mode with the other flag value: no warning, the trained weights.
+  t, r, out = _Run(logdir, _Flag(20, not flag), mode='eval')
+  assert 'Eval at global step 20' in out and not _Lines(out, 'iterator')
+  assert t.task.vars.w.numpy() == w
+  # The evaler's and the export's restore.
+  task = _Params().task.Instantiate()
+  assert task.vars.w.numpy() != w  # Not yet restored.
+  path = str(logdir / 'ckpt' / 'ckpt-20')
+  assert checkpointer_lib.RestoreForEval(path, task) == (20, 0)
+  assert task.vars.w.numpy() == w
 
 
 def test_eval_mode_restores_weights_without_optimizer(trained):

@@ -350,3 +350,67 @@ def test_init_from_a_directory_with_a_garbled_state_file_finds_the_newest(
                                         {'task/enc/w': dst.enc.vars.w})
   assert got == {'task/enc/w': 'task/enc/w'}
   np.testing.assert_array_equal(dst.enc.vars.w.numpy(), [6.0, 6.0])
+
+
+def _IteratorCheckpoint(m, with_iterator, take=0):
+  it = iter(tf.data.Dataset.range(10))
+  for _ in range(take):
+    next(it)
+  objects = {'task': m, 'iterator': it} if with_iterator else {'task': m}
+  return tf.train.Checkpoint(**objects), it
+
+
+def test_optional_object_may_be_absent_from_or_extra_in_the_checkpoint(
+    tmp_path):
+  m = _Build()
+  m.enc.vars.w.assign([3.0, 4.0])
+  ckpt, _ = _IteratorCheckpoint(m, False)
+  no_it = checkpointer.Checkpointer(ckpt, str(tmp_path / 'a')).Save(5)
+  ckpt, _ = _IteratorCheckpoint(m, True, take=3)
+  with_it = checkpointer.Checkpointer(ckpt, str(tmp_path / 'b')).Save(5)
+  assert checkpointer.SavedRootObjects(no_it) == {'task', 'save_counter'}
+  assert checkpointer.SavedRootObjects(with_it) == {'task', 'iterator',
+                                                    'save_counter'}
+  # Built with an iterator, restored from a checkpoint without one: the
+  # weights are restored, the iterator is left at its start.
+  m2 = _Build()
+  ckpt, it = _IteratorCheckpoint(m2, True)
+  ck = checkpointer.Checkpointer(ckpt, str(tmp_path / 'a'))
+  with pytest.raises(checkpointer.CheckpointMismatchError):
+    ck.Restore()  # Strict without `optional`.
+  assert ck.Restore(optional=('iterator',)) == no_it
+  assert ck.restored_objects == {'absent': ['iterator'], 'not_built': []}
+  np.testing.assert_array_equal(m2.enc.vars.w.numpy(), [3.0, 4.0])
+  assert int(next(it)) == 0
+  # Built without one, restored from a checkpoint with one.
+  m3 = _Build()
+  ckpt, _ = _IteratorCheckpoint(m3, False)
+  ck = checkpointer.Checkpointer(ckpt, str(tmp_path / 'b'))
+  assert ck.Restore(optional=('iterator',)) == with_it
+  assert ck.restored_objects == {'absent': [], 'not_built': ['iterator']}
+  np.testing.assert_array_equal(m3.enc.vars.w.numpy(), [3.0, 4.0])
+  # Both kinds: the saved iterator is restored (3 elements taken).
+  ckpt, it = _IteratorCheckpoint(_Build(), True)
+  ck = checkpointer.Checkpointer(ckpt, str(tmp_path / 'b'))
+  assert ck.Restore(optional=('iterator',)) == with_it
+  assert ck.restored_objects == {'absent': [], 'not_built': []}
+  assert int(next(it)) == 3
+
+
+def test_optional_objects_do_not_hide_a_checkpoint_of_another_model(
+    tmp_path):
+  ckpt, _ = _IteratorCheckpoint(_Build(), False)
+  checkpointer.Checkpointer(ckpt, str(tmp_path / 'ckpt')).Save(1)
+
+  class _Other(_Model):
+
+    def __init__(self, params):
+      super().__init__(params)
+      self.CreateVariable('extra', [3], init=0.0)
+
+  ckpt, _ = _IteratorCheckpoint(_Other(_Other.Params().Set(name='task')),
+                                True)
+  with pytest.raises(checkpointer.CheckpointMismatchError,
+                     match=r'lacks 1 variable.*task/extra'):
+    checkpointer.Checkpointer(ckpt, str(tmp_path / 'ckpt')).Restore(
+        optional=('iterator',))

@@ -1,0 +1,69 @@
+"""benchmarks.trainer's lm.CharTransformer rows and their Keras twin.
+
+The twin (benchmarks/char_lm_keras.py) is checked against our task in
+process: the parameter count by hand and the loss of the same weights on
+the same batch; then the benchmark's quickest run (both sides in
+subprocesses; timings are never asserted).
+"""
+
+import math
+
+import pytest
+
+from benchmarks import char_lm_keras
+from benchmarks import trainer
+from learner.training import trainer as trainer_lib
+from params import NestedMap
+
+# vocab V = 103, model D = 128, hidden H = 512, 2 blocks: the table and the
+# softmax bias V*D + V; per block 2 LayerNorms 4D, w_qkv/b_qkv 3D*D + 3D,
+# w_post/b_post D*D + D, the feed-forward D*H + H + H*D + D; final LN 2D.
+_V, _D, _H = 103, 128, 512
+_NUM_PARAMS = (_V * _D + _V + 2 * (4 * _D + 3 * _D * _D + 3 * _D + _D * _D +
+                                   _D + 2 * _D * _H + _H + _D) + 2 * _D)
+
+
+def test_keras_twin_has_our_parameters_and_computes_our_loss():
+  assert _NUM_PARAMS == 410087
+  p = trainer_lib.LoadExperimentParams(trainer.CHAR_LM)
+  task = p.task.Instantiate()
+  model = char_lm_keras.Build(p.task, 64, 200, 0.9, 0.98, 1e-9, 1.0)
+  assert char_lm_keras.CopyWeights(task, model) == _NUM_PARAMS
+  assert model.count_params() == _NUM_PARAMS
+  batch = next(iter(p.train_input.Instantiate().GetDataset()))
+  ours = float(task.FProp(task.theta, NestedMap(batch))[0]['loss'][0])
+  theirs = float(model.compute_loss(y=batch['labels'],
+                                    y_pred=model(batch['ids'])))
+  assert theirs == pytest.approx(ours, rel=1e-6)
+  # Measured 6.57 nats at the initial weights: above uniform (ln 103 =
+  # 4.63), as logits of unit-variance features times N(0, 1/128) rows are.
+  assert math.log(_V) < ours < 8.0
+
+
+def test_twin_refuses_a_model_of_another_size():
+  p = trainer_lib.LoadExperimentParams(trainer.CHAR_LM)
+  task = p.task.Instantiate()
+  other = p.task.Copy().Set(hidden_dim=256)
+  model = char_lm_keras.Build(other, 64, 200, 0.9, 0.98, 1e-9, 1.0)
+  with pytest.raises(ValueError, match='410087 parameters, its Keras twin '
+                     '278503'):
+    char_lm_keras.CopyWeights(task, model)
+
+
+def test_trainer_char_lm_quickest_run_trains_both_sides(tmp_path):
+  payload = trainer.main(['--model=%s' % trainer.CHAR_LM, '--steps=2',
+                          '--warmup_steps=1',
+                          '--output=%s' % (tmp_path / 't.json')])
+  assert not payload['notes'], payload['notes']
+  part = payload['models'][trainer.CHAR_LM]
+  assert part['warmup_steps'] == 1
+  for side in ('ours', 'keras'):
+    r = part['results'][side]
+    assert r['steps'] == 2
+    assert r['steady_steps_per_s'] > 0
+    # Two updates at the warm-up's smallest rates (3.1e-5, 6.3e-5) leave
+    # the loss near its initial 6.57 nats.
+    assert 5.0 < r['final_loss'] < 7.5, (side, r['final_loss'])
+  assert part['results']['keras']['num_params'] == _NUM_PARAMS
+  assert [t['target'] for t in part['targets']] == [
+      'trainer steady steps/s / keras >= 1.0']
