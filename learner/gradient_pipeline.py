@@ -264,7 +264,9 @@ def Norms(variables, grads, prescale, var_norms, per_variable):
   """
   # The variables are measured in the gradients' op: the update waits for
   # the gradient norm, so no read of a variable is still alive when it
-  # writes in place (which would make TF copy the variable first).
+  # writes in place (which would make TF copy the variable first). Under
+  # XLA (one L2Loss per tensor) the learner passes the metrics through the
+  # update's cond for the same reason (Learner._ApplyOrSkip).
   reads = ([v.read_value() for v in variables]
            if var_norms or per_variable else [])
   half = HalfSquaredNorms(grads + reads)

@@ -878,14 +878,17 @@ class Learner(BaseLayer):
     metrics.update(m)
     scaling = pipeline.Scale(clip, grad_prescale, p.clip_gradient_value)
     metrics.update(pipeline.ClipByValue(grads, scaling))
-    self._ApplyOrSkip(
+    # Under XLA the metrics (var_norm/*, l1/l2_loss read the weights) go
+    # through the update's cond, so their reads end before it writes.
+    metrics.update(self._ApplyOrSkip(
         skip, lambda: _SkipReason(has_nan_or_inf, losses_finite), lr,
-        var_grads, grads, scaling, applier)
+        var_grads, grads, scaling, applier,
+        held=metrics if base_optimizer.InXla() else None))
     self._UpdateLossScale(has_nan_or_inf, window_finite)
     return {k: metrics[k] for k in pipeline.MetricNames(p, variables)}
 
   def _ApplyOrSkip(self, skip, reason, lr, var_grads, grads, scaling,
-                   applier):
+                   applier, held=None):
     """Inside one tf.cond: applies the scaled `grads`, or counts a skip.
 
     A skipped step changes no model variable and no optimizer slot. When
@@ -899,7 +902,22 @@ class Learner(BaseLayer):
       reason: zero-argument callable giving the int32 index in SKIP_REASONS
         counted on a skip (built inside the skip branch only).
       lr, var_grads, grads, scaling, applier: as `_Update` has them.
+      held: optional {name: float32 scalar}, passed through the cond
+        unchanged (one stacked vector). Under XLA the learner passes its
+        metrics: var_norm/* and l1/l2_loss read the weights, and a read
+        still pending when the cond writes a weight in place makes XLA
+        copy every weight first (a read and a write of all of them per
+        step); as inputs of the cond they are computed before it.
+
+    Returns:
+      {name: value} of `held` as the cond outputs them ({} without held).
     """
+    names = sorted(held) if held else []
+    packed = (tf.stack([tf.cast(held[k], tf.float32) for k in names])
+              if names else None)
+
+    def _WithHeld(applied):
+      return applied if packed is None else (applied, tf.identity(packed))
 
     def _DoUpdate():
       fold = scaling.foldable
@@ -916,12 +934,16 @@ class Learner(BaseLayer):
           applier.Apply(lr, applied)
 
       if self.params.check_finite_weights:
-        return self._CheckedApply(_Apply,
-                                  [vg.var for vg in applied.Flatten()])
+        return _WithHeld(self._CheckedApply(
+            _Apply, [vg.var for vg in applied.Flatten()]))
       _Apply()
-      return self._CountApplied()
+      return _WithHeld(self._CountApplied())
 
-    tf.cond(skip, lambda: self._CountSkipped(reason()), _DoUpdate)
+    out = tf.cond(skip, lambda: _WithHeld(self._CountSkipped(reason())),
+                  _DoUpdate)
+    if packed is None:
+      return {}
+    return dict(zip(names, tf.unstack(out[1], num=len(names))))
 
   def _CountApplied(self):
     self._num_updates.assign_add(1)
