@@ -102,9 +102,12 @@ class LearnerRow(object):
 
   def __init__(self, cfg, specs, weights, grads, jit_compile=False,
                accumulate_batches=0, name=None, clip=True,
-               check_finite_weights=False, fused=True):
+               check_finite_weights=False, fused=True, fetch_metrics=False):
     """`fused=False` traces the step with the multi-tensor kernels off
-    (learner/optimizers/kernels: the pure-TF path, row `learner_fallback`)."""
+    (learner/optimizers/kernels: the pure-TF path, row `learner_fallback`).
+    `fetch_metrics=True` makes the step return the eval metrics' values, as
+    the trainer's step does (row `learner_jit_metrics`); otherwise they are
+    pruned from the traced step (var_norm/all then costs nothing)."""
     from learner import learner as learner_lib  # pylint: disable=g-import-not-at-top
     from learner.optimizers import kernels  # pylint: disable=g-import-not-at-top
     from learner.optimizers import var_grad  # pylint: disable=g-import-not-at-top
@@ -124,6 +127,7 @@ class LearnerRow(object):
       p.check_finite_weights = True
     self.learner = p.Instantiate()
     self.learner.Bind(self.vmap)
+    self._fetch_metrics = fetch_metrics
     self.step = tf.function(self._Step, jit_compile=jit_compile)
     traced = self.step
 
@@ -139,8 +143,11 @@ class LearnerRow(object):
     loss = tf.add_n([FixedGradientTerm(v, g)
                      for v, g in zip(self.vars, self.grads)])
     metrics = {'loss': (loss, tf.constant(1.0))}
-    _, update_op, _ = self.learner.Apply(metrics, self.vmap)
+    _, update_op, eval_metrics = self.learner.Apply(metrics, self.vmap)
     del update_op  # tf.function runs every stateful op it traced.
+    if self._fetch_metrics:
+      return {k: v for k, (v, _) in eval_metrics.items()}
+    return None
 
   def Weights(self):
     return [np.array(v.numpy()) for v in self.vars]

@@ -15,7 +15,9 @@ the same run:
       jit_compile=True; `learner` runs the fused multi-tensor kernels
       (learner/optimizers/kernels: one norm op, one apply op per step),
       `learner_fallback` the same Learner with them off (the pure-TF path,
-      also what runs under jit_compile);
+      also what runs under jit_compile); `learner_jit_metrics`: learner_jit
+      whose step returns its eval metrics, as the trainer's step does
+      (the other learner rows let tf.function prune them);
   (b) `tf_fused`, `tf_fused_jit`: a hand-written tf.function over TF's fused
       ResourceApplyMomentum/ResourceApplyAdam and tf.clip_by_global_norm;
       `tf_fused_folded` (Momentum only) is a design prototype, not a peer:
@@ -107,6 +109,9 @@ def BuildRows(cfg, specs, weights, grads, wanted, notes):
           cfg, specs, weights, grads, fused=False)),
       ('learner_jit', lambda: learner_row.LearnerRow(
           cfg, specs, weights, grads, jit_compile=True)),
+      ('learner_jit_metrics', lambda: learner_row.LearnerRow(
+          cfg, specs, weights, grads, jit_compile=True, fetch_metrics=True,
+          name='learner_jit_metrics')),
       ('learner_checked', lambda: learner_row.LearnerRow(
           cfg, specs, weights, grads, check_finite_weights=True,
           name='learner_checked')),

@@ -264,7 +264,9 @@ def Norms(variables, grads, prescale, var_norms, per_variable):
   """
   # The variables are measured in the gradients' op: the update waits for
   # the gradient norm, so no read of a variable is still alive when it
-  # writes in place (which would make TF copy the variable first).
+  # writes in place (which would make TF copy the variable first). Under
+  # XLA (one L2Loss per tensor) the learner passes the metrics through the
+  # update's cond for the same reason (Learner._ApplyOrSkip).
   reads = ([v.read_value() for v in variables]
            if var_norms or per_variable else [])
   half = HalfSquaredNorms(grads + reads)
@@ -292,9 +294,12 @@ def DefersVarNorm(p):
   With var_norm_metrics alone (not per variable, no check_finite_weights)
   the Learner measures the weights in `MeasuredApply` / `WeightsHalf`:
   inside a fused apply op the weights' norm costs no read pass of its own.
+  Not under XLA, where no fused op runs and a read of a weight inside the
+  update's cond makes XLA copy the weight (the Learner passes the metrics
+  measured before the cond through it instead).
   """
   return bool(p.var_norm_metrics and not p.per_variable_norm_metrics and
-              not p.check_finite_weights)
+              not p.check_finite_weights and not base_optimizer.InXla())
 
 
 def WeightsHalf(variables):

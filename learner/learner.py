@@ -880,16 +880,18 @@ class Learner(BaseLayer):
     metrics.update(m)
     scaling = pipeline.Scale(clip, grad_prescale, p.clip_gradient_value)
     metrics.update(pipeline.ClipByValue(grads, scaling))
-    var_half = self._ApplyOrSkip(
+    # Under XLA the metrics (var_norm/*, l1/l2_loss read the weights) go
+    # through the update's cond, so their reads end before it writes.
+    metrics.update(self._ApplyOrSkip(
         skip, lambda: _SkipReason(has_nan_or_inf, losses_finite), lr,
-        var_grads, grads, scaling, applier, variables if defer else None)
-    if defer:
-      metrics[pipeline.VAR_NORM] = tf.sqrt(2.0 * var_half)
+        var_grads, grads, scaling, applier,
+        measured=variables if defer else None,
+        held=metrics if base_optimizer.InXla() else None))
     self._UpdateLossScale(has_nan_or_inf, window_finite)
     return {k: metrics[k] for k in pipeline.MetricNames(p, variables)}
 
   def _ApplyOrSkip(self, skip, reason, lr, var_grads, grads, scaling,
-                   applier, measured=None):
+                   applier, measured=None, held=None):
     """Inside one tf.cond: applies the scaled `grads`, or counts a skip.
 
     A skipped step changes no model variable and no optimizer slot. When
@@ -904,12 +906,30 @@ class Learner(BaseLayer):
         counted on a skip (built inside the skip branch only).
       lr, var_grads, grads, scaling, applier: as `_Update` has them.
       measured: None, or the variables whose sum(w^2) / 2 before the update
-        is returned (var_norm/all; inside a fused apply op when it can be,
-        pipeline.MeasuredApply).
+        gives var_norm/all (inside a fused apply op when it can be,
+        pipeline.MeasuredApply; read in the skip branch).
+      held: optional {name: float32 scalar}, passed through the cond
+        unchanged (one stacked vector). Under XLA the learner passes its
+        metrics: var_norm/* and l1/l2_loss read the weights, and a read
+        still pending when the cond writes a weight in place makes XLA
+        copy every weight first (a read and a write of all of them per
+        step); as inputs of the cond they are computed before it.
 
     Returns:
-      None, or with `measured` a float32 scalar: that half sum of squares.
+      {name: value}: `held` as the cond outputs them, and var_norm/all
+      with `measured` ({} without either).
     """
+    names = sorted(held) if held else []
+    packed = (tf.stack([tf.cast(held[k], tf.float32) for k in names])
+              if names else None)
+
+    def _Outputs(applied, half=None):
+      out = {'applied': applied}
+      if packed is not None:
+        out['held'] = tf.identity(packed)
+      if measured is not None:
+        out['var_half'] = half
+      return out
 
     def _DoUpdate():
       fold = scaling.foldable
@@ -926,23 +946,26 @@ class Learner(BaseLayer):
           applier.Apply(lr, applied)
 
       if self.params.check_finite_weights:
-        return self._CheckedApply(_Apply,
-                                  [vg.var for vg in applied.Flatten()])
+        return _Outputs(self._CheckedApply(
+            _Apply, [vg.var for vg in applied.Flatten()]))
       if measured is None:
         _Apply()
-        return self._CountApplied()
+        return _Outputs(self._CountApplied())
       half = pipeline.MeasuredApply(measured, applied.Flatten(), applier,
                                     _Apply)
-      return self._CountApplied(), half
+      return _Outputs(self._CountApplied(), half)
 
     def _Skip():
-      skipped = self._CountSkipped(reason())
-      if measured is None:
-        return skipped
-      return skipped, pipeline.WeightsHalf(measured)
+      half = None if measured is None else pipeline.WeightsHalf(measured)
+      return _Outputs(self._CountSkipped(reason()), half)
 
     out = tf.cond(skip, _Skip, _DoUpdate)
-    return None if measured is None else out[1]
+    result = {}
+    if packed is not None:
+      result = dict(zip(names, tf.unstack(out['held'], num=len(names))))
+    if measured is not None:
+      result[pipeline.VAR_NORM] = tf.sqrt(2.0 * out['var_half'])
+    return result
 
   def _CountApplied(self):
     self._num_updates.assign_add(1)

@@ -101,8 +101,8 @@ def test_quickest_run_every_row_matches_its_numpy_reference(tmp_path):
       ('small', 'momentum'), ('small', 'adam')]
   for res in payload['results']:
     rows = res['rows']
-    for name in ('learner', 'learner_fallback', 'learner_jit', 'tf_fused',
-                 'keras'):
+    for name in ('learner', 'learner_fallback', 'learner_jit',
+                 'learner_jit_metrics', 'tf_fused', 'keras'):
       assert name in rows, (res['optimizer'], sorted(rows))
     for name, r in rows.items():
       assert r['check_ok'], (res['optimizer'], name, r['max_rel_err'])

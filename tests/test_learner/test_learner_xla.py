@@ -1,0 +1,165 @@
+"""The Learner's step under XLA (jit_compile=True): same numbers, no copies.
+
+Issue 16.4: under jit_compile the step runs the pure-TF path. It must give
+the numbers of the plain tf.function step and of numpy, skip a non-finite
+step the same way, and add no full-size copy of a weight to the compiled
+step (a metric's read of the weights still pending while the update writes
+them in place makes XLA copy every weight first: a read and a write of all
+of them per step).
+"""
+
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from learner import optimizers
+from learner.learner import Learner
+from learner.optimizers import kernels
+from params import NestedMap
+from schedules import ConstantOne
+
+# Shapes no other array of the step has, so the HLO check can find them.
+_SHAPES = [(37, 53), (53,)]
+_LR = 0.1
+_CLIP = 1.0
+_STEPS = 3
+
+
+def _Values():
+  rng = np.random.RandomState(0)
+  weights = [(0.5 * rng.randn(*s)).astype(np.float32) for s in _SHAPES]
+  grads = [rng.randn(*s).astype(np.float32) for s in _SHAPES]
+  return weights, grads
+
+
+class _Step(object):
+  """A Learner over two variables; the loss sum(g * w) has the gradient g,
+  held in variables (so a test can make it NaN between steps)."""
+
+  def __init__(self, optimizer_params, jit_compile, **learner_kw):
+    weights, grads = _Values()
+    self.vars = [tf.Variable(w, name='w%d' % i)
+                 for i, w in enumerate(weights)]
+    self.grads = [tf.Variable(g, trainable=False) for g in grads]
+    self.vmap = NestedMap(w0=self.vars[0], w1=self.vars[1])
+    self.learner = Learner.Params().Set(
+        name='loss', learning_rate=_LR, clip_gradient_norm_to_value=_CLIP,
+        optimizer=optimizer_params, lr_schedule=ConstantOne.Params(),
+        **learner_kw).Instantiate()
+    self.learner.Bind(self.vmap)
+    self.fn = tf.function(self._Traced, jit_compile=jit_compile)
+
+  def _Traced(self):
+    loss = tf.add_n([tf.reduce_sum(tf.stop_gradient(g.read_value()) * v)
+                     for v, g in zip(self.vars, self.grads)])
+    _, _, metrics = self.learner.Apply({'loss': (loss, tf.constant(1.0))},
+                                       self.vmap)
+    return {k: v for k, (v, _) in metrics.items()}
+
+  def __call__(self):
+    with kernels.Disabled():
+      return {k: float(v) for k, v in self.fn().items()}
+
+  def Weights(self):
+    return [v.numpy() for v in self.vars]
+
+  def Slots(self):
+    opt = self.learner.optimizer
+    return [s.numpy() for v in self.vars
+            for _, s in sorted(opt.GetSlots(v).items())]
+
+  def OptimizedHlo(self):
+    with kernels.Disabled():
+      return self.fn.experimental_get_compiler_ir()(stage='optimized_hlo')
+
+
+def _Norm(arrays):
+  return np.sqrt(sum(np.sum(np.square(a.astype(np.float64)))
+                     for a in arrays))
+
+
+def _Reference(optimizer, steps):
+  """numpy weights and var_norm/all per step; the clip scale c is fixed
+  (the gradient is): Momentum v = 0.9 v + c g, w -= lr v (TF1 form); Adam
+  in TF's form with beta1 0.9, beta2 0.999, epsilon 1e-6."""
+  weights, grads = _Values()
+  w = [x.astype(np.float64) for x in weights]
+  g = [x.astype(np.float64) * (_CLIP / max(_Norm(grads), _CLIP))
+       for x in grads]
+  s1 = [np.zeros_like(x) for x in w]
+  s2 = [np.zeros_like(x) for x in w]
+  var_norms = []
+  for t in range(1, steps + 1):
+    var_norms.append(_Norm(w))
+    for i in range(len(w)):
+      if optimizer == 'momentum':
+        s1[i] = 0.9 * s1[i] + g[i]
+        w[i] = w[i] - _LR * s1[i]
+      else:
+        s1[i] = 0.9 * s1[i] + 0.1 * g[i]
+        s2[i] = 0.999 * s2[i] + 0.001 * g[i] * g[i]
+        lr_t = _LR * np.sqrt(1 - 0.999**t) / (1 - 0.9**t)
+        w[i] = w[i] - lr_t * s1[i] / (np.sqrt(s2[i]) + 1e-6)
+  return w, var_norms
+
+
+_OPTIMIZERS = {
+    'momentum': lambda: optimizers.Momentum.Params().Set(alpha=0.9),
+    'adam': lambda: optimizers.Adam.Params(),
+}
+
+
+@pytest.mark.parametrize('optimizer', sorted(_OPTIMIZERS))
+def test_xla_step_gives_the_numbers_of_the_plain_step_and_of_numpy(optimizer):
+  xla = _Step(_OPTIMIZERS[optimizer](), jit_compile=True)
+  plain = _Step(_OPTIMIZERS[optimizer](), jit_compile=False)
+  want_w, want_var_norms = _Reference(optimizer, _STEPS)
+  for t in range(_STEPS):
+    mx, mp = xla(), plain()
+    assert mx.keys() == mp.keys()
+    for k in mx:
+      np.testing.assert_allclose(mx[k], mp[k], rtol=1e-6, err_msg=k)
+    np.testing.assert_allclose(mx['var_norm/all'], want_var_norms[t],
+                               rtol=1e-6)
+    np.testing.assert_allclose(mx['grad_norm/all'], _Norm(_Values()[1]),
+                               rtol=1e-6)
+  for a, b, want in zip(xla.Weights(), plain.Weights(), want_w):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(a, want, rtol=1e-5, atol=1e-6)
+  for a, b in zip(xla.Slots(), plain.Slots()):
+    np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize('optimizer', sorted(_OPTIMIZERS))
+def test_xla_step_skips_a_nan_gradient_and_still_reports_the_weights(
+    optimizer):
+  step = _Step(_OPTIMIZERS[optimizer](), jit_compile=True,
+               l2_regularizer_weight=0.0)
+  step()
+  before_w, before_s = step.Weights(), step.Slots()
+  step.grads[1].assign(np.full(_SHAPES[1], np.nan, np.float32))
+  m = step()
+  assert m['has_nan_or_inf'] == 1.0
+  assert m['num_skipped_steps'] == 1.0 and m['num_updates'] == 1.0
+  np.testing.assert_allclose(m['var_norm/all'], _Norm(before_w), rtol=1e-6)
+  assert m['l2_loss'] == 0.0
+  for a, b in zip(step.Weights() + step.Slots(), before_w + before_s):
+    np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize('optimizer', sorted(_OPTIMIZERS))
+@pytest.mark.parametrize('kw', [
+    {}, {'l2_regularizer_weight': 1e-4, 'l1_regularizer_weight': 1e-5},
+    {'per_variable_norm_metrics': True}])
+def test_xla_step_with_its_metrics_copies_no_weight(optimizer, kw):
+  # The metrics read the weights (var_norm/*, l1/l2_loss); they go through
+  # the update's cond, so XLA needs no copy of a weight to write it in place.
+  step = _Step(_OPTIMIZERS[optimizer](), jit_compile=True, **kw)
+  hlo = step.OptimizedHlo()
+  shapes = '|'.join(r'f32\[%s\]' % ','.join(str(d) for d in s)
+                    for s in _SHAPES)
+  copies = re.findall(r'= (?:%s)\S* copy\(' % shapes, hlo)
+  assert not copies, copies
+  assert re.search(r'conditional\(', hlo)  # The step still skips by a cond.
