@@ -2,13 +2,12 @@
 
 Each case is one `ERROR: <message>` line on stderr naming the key and the
 value, exit status 2, and no logdir. The fast tests run the trainer's main()
-in-process; the slow one runs `python -m learner.trainer` as a user would.
+in-process; the slow one runs `python -m learner.trainer`'s code as a user
+would, every case in one process.
 The checks themselves (learner/training/validate.py) are tested below too.
 """
 
 import os
-import subprocess
-import sys
 
 import pytest
 import tensorflow as tf
@@ -72,20 +71,24 @@ def test_verbose_raises_the_error_with_its_traceback(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_bad_values_from_the_command_line(tmp_path):
+  # Every case through `python -m learner.trainer`'s own code (its exit
+  # status and stderr), all in one process: TensorFlow loads once, not once
+  # per case (trainer_helpers.RunModuleBatch).
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', CUDA_VISIBLE_DEVICES='')
   env.pop('TF_CONFIG', None)
-  for i, (flags, names) in enumerate(_CASES):
-    logdir = tmp_path / str(i)
-    proc = subprocess.run(
-        [sys.executable, '-m', 'learner.trainer', _MODEL,
-         '--logdir=%s' % logdir, '--mode=train_and_eval'] + flags,
-        env=env, capture_output=True, text=True, timeout=300)
+  argvs = [[_MODEL, '--logdir=%s' % (tmp_path / str(i)),
+            '--mode=train_and_eval'] + flags
+           for i, (flags, _) in enumerate(_CASES)]
+  runs = trainer_helpers.RunModuleBatch('learner.trainer', argvs, env,
+                                        timeout=300)
+  assert len(runs) == len(_CASES)
+  for i, ((_, names), run) in enumerate(zip(_CASES, runs)):
     # Only our line: TF's start-up lines are not errors of ours.
-    err = '\n'.join(l for l in proc.stderr.splitlines()
+    err = '\n'.join(l for l in run['stderr'].splitlines()
                     if l.startswith('ERROR') or 'Traceback' in l)
-    _CheckOneLine(proc.returncode, err, names)
-    assert 'Traceback' not in proc.stderr
-    assert not logdir.exists()
+    _CheckOneLine(run['code'], err, names)
+    assert 'Traceback' not in run['stderr']
+    assert not (tmp_path / str(i)).exists()
 
 
 # ---- the checks, on the built experiment -------------------------------------

@@ -1,16 +1,19 @@
-"""Clean stops (issue 15, item 4): SIGINT / SIGTERM during training.
+"""Clean stops (issue 15, item 4): SIGINT / SIGTERM during training; kill -9.
 
 `python -m learner.trainer` runs in a subprocess, as a user runs it; the
 signal arrives while it trains. It must finish the step it is in, save a
 checkpoint of it, print one line and exit with 128 + the signal (130 for
 SIGINT, 143 for SIGTERM), leave no data file without its index and no
 traceback, and a rerun must end with exactly the weights of a run that was
-never stopped.
+never stopped. A run killed with -9 at a random step must resume to the
+same weights too. The run that was never stopped is trained once for this
+module (the `uninterrupted` fixture), alongside the first stopped run.
 """
 
 import glob
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -85,12 +88,44 @@ def _CheckStoppedCleanly(logdir, code, err, signum):
   return step
 
 
+class _Uninterrupted:
+  """The never-stopped run: started on first use, awaited by Logdir()."""
+
+  def __init__(self, logdir):
+    self._logdir = logdir
+    self._proc = None
+
+  def Start(self):
+    if self._proc is None:
+      self._proc = subprocess.Popen(
+          _Args(self._logdir), env=_ENV, stdout=subprocess.DEVNULL,
+          stderr=subprocess.PIPE, text=True)
+
+  def Logdir(self):
+    """Waits for the run; returns its logdir after checking it succeeded."""
+    self.Start()
+    _, err = self._proc.communicate(timeout=_DEADLINE_SECS)
+    assert self._proc.returncode == 0, err[-2000:]
+    return self._logdir
+
+  def Stop(self):
+    if self._proc is not None and self._proc.poll() is None:
+      self._proc.kill()
+      self._proc.wait()
+
+
+@pytest.fixture(scope='module')
+def uninterrupted(tmp_path_factory):
+  run = _Uninterrupted(tmp_path_factory.mktemp('straight'))
+  yield run
+  run.Stop()
+
+
 @pytest.mark.slow
-def test_sigint_saves_then_resume_equals_the_uninterrupted_run(tmp_path):
-  straight, stopped = tmp_path / 'straight', tmp_path / 'stopped'
-  ref = subprocess.Popen(_Args(straight), env=_ENV,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                         text=True)
+def test_sigint_saves_then_resume_equals_the_uninterrupted_run(
+    tmp_path, uninterrupted):
+  stopped = tmp_path / 'stopped'
+  uninterrupted.Start()  # Trains while this test's run is stopped.
   code, _, err = _RunAndSignal(stopped, signal.SIGINT, at_step=12)
   step = _CheckStoppedCleanly(stopped, code, err, signal.SIGINT)
   assert 12 <= step < 40
@@ -99,8 +134,7 @@ def test_sigint_saves_then_resume_equals_the_uninterrupted_run(tmp_path):
   assert again.returncode == 0, again.stderr[-2000:]
   assert 'Resumed from %s' % (stopped / 'ckpt' / ('ckpt-%d' % step)) in (
       again.stdout)
-  _, ref_err = ref.communicate(timeout=_DEADLINE_SECS)
-  assert ref.returncode == 0, ref_err[-2000:]
+  straight = uninterrupted.Logdir()
   with open(straight / 'metrics.json') as f:
     m_ref = json.load(f)
   with open(stopped / 'metrics.json') as f:
@@ -123,3 +157,54 @@ def test_sigterm_saves_and_exits_143(tmp_path):
   keys = [k for k in reader.get_variable_to_shape_map()
           if k.endswith('global_step/.ATTRIBUTES/VARIABLE_VALUE')]
   assert [int(reader.get_tensor(k)) for k in keys] == [step]
+
+
+@pytest.mark.slow
+def test_kill_9_at_a_random_step_then_restart_equals_uninterrupted(
+    tmp_path, uninterrupted):
+  seed = int(time.time())
+  kill_step = random.Random(seed).randint(1, 36)
+  print('kill step %d (random seed %d)' % (kill_step, seed))
+  killed = tmp_path / 'killed'
+  uninterrupted.Start()  # Trains while this test's run is killed.
+  victim = subprocess.Popen(_Args(killed), env=_ENV,
+                            stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+  start = time.time()
+  was_killed = False
+  try:
+    for line in victim.stdout:
+      if time.time() - start > _DEADLINE_SECS:
+        break
+      if line.startswith('step '):
+        step = int(line.split()[1].split('/')[0])
+        if step >= kill_step:
+          os.kill(victim.pid, signal.SIGKILL)
+          was_killed = True
+          break
+  finally:
+    if victim.poll() is None and not was_killed:
+      os.kill(victim.pid, signal.SIGKILL)
+    victim.wait(timeout=30)
+    victim.stdout.close()
+  assert was_killed and victim.returncode == -signal.SIGKILL
+  assert not (killed / 'metrics.json').exists()
+  restart = subprocess.run(_Args(killed), env=_ENV, capture_output=True,
+                           text=True, timeout=_DEADLINE_SECS)
+  assert restart.returncode == 0, restart.stderr[-2000:]
+  straight = uninterrupted.Logdir()
+
+  with open(straight / 'metrics.json') as f:
+    m_ref = json.load(f)
+  with open(killed / 'metrics.json') as f:
+    m_killed = json.load(f)
+  assert m_ref == m_killed
+  assert m_ref['global_step'] == 40 and abs(m_ref['w'] - 5.0) < 1.0
+  a = _Values(str(straight / 'ckpt' / 'ckpt-40'))
+  b = _Values(str(killed / 'ckpt' / 'ckpt-40'))
+  assert sorted(a) == sorted(b)
+  # Weights, momentum slots, counters and the global step.
+  assert any(k.endswith('global_step/.ATTRIBUTES/VARIABLE_VALUE') for k in a)
+  assert any('_slots' in k for k in a), sorted(a)
+  for k in a:
+    np.testing.assert_array_equal(a[k], b[k], err_msg=k)

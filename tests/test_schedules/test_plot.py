@@ -155,15 +155,24 @@ def test_unknown_flag_exits_2():
   assert code == 2 and "modle" in err and "--help lists every flag" in err
 
 
-def test_runs_as_a_module():
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope='module')
+def module_run():
+  """`python -m schedules.plot` on params text, TF_CPP_MIN_LOG_LEVEL unset."""
   text = sch.CosineDecay.Params().Set(total_steps=100).ToText()
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
-  proc = subprocess.run(
+  env = dict(os.environ)
+  env.pop('TF_CPP_MIN_LOG_LEVEL', None)
+  return subprocess.run(
       [sys.executable, '-m', 'schedules.plot', '--params_text=' + text,
        '--num_points=20'],
-      capture_output=True, text=True, timeout=120, env=env,
-      cwd=os.path.dirname(os.path.dirname(os.path.dirname(
-          os.path.abspath(__file__)))))
+      capture_output=True, text=True, timeout=120, env=env, cwd=_ROOT)
+
+
+def test_runs_as_a_module(module_run):
+  proc = module_run
   assert proc.returncode == 0, proc.stderr
   assert 'CosineDecay (params text), steps 0..120' in proc.stdout
   assert 'end:  0 at step 120' in proc.stdout
@@ -194,18 +203,13 @@ def test_help_wins_over_other_flags_and_runs_as_a_module():
   assert 'Unknown command line flag' not in proc.stderr
 
 
-def test_as_a_module_tf_start_up_lines_are_off_unless_asked_for():
+def test_as_a_module_tf_start_up_lines_are_off_unless_asked_for(module_run):
   # schedules/__init__.py sets TF_CPP_MIN_LOG_LEVEL before TensorFlow loads,
   # for this command only; --tf_log_level=0 turns TF's INFO lines back on.
-  text = sch.CosineDecay.Params().Set(total_steps=100).ToText()
   env = dict(os.environ)
   env.pop('TF_CPP_MIN_LOG_LEVEL', None)
-  root = os.path.dirname(os.path.dirname(os.path.dirname(
-      os.path.abspath(__file__))))
-  quiet = subprocess.run(
-      [sys.executable, '-m', 'schedules.plot', '--params_text=' + text,
-       '--num_points=5'], capture_output=True, text=True, timeout=120,
-      env=env, cwd=root)
+  root = _ROOT
+  quiet = module_run
   assert quiet.returncode == 0, quiet.stderr
   for noise in ('cpu_feature_guard', 'oneDNN', 'I0000', 'W0000'):
     assert noise not in quiet.stderr, quiet.stderr
