@@ -23,18 +23,22 @@
 //
 // Work split: the elements of all tensors are cut into chunks of kChunk
 // elements (a chunk never spans two tensors) and the chunks are spread over
-// the intra-op thread pool. Every chunk is independent, so the result does
-// not depend on the number of threads. A future pass (e.g. "skip the step if
-// a new weight would be non-finite") fits as a first ParallelFor over the
-// same chunks that only reads, before the writing one (as
-// TfLearnerMultiAccumulate does with its finite check).
+// the calling thread and the intra-op pool (ForEachChunk). Every chunk is
+// independent, so the result does not depend on the number of threads. A
+// future pass (e.g. "skip the step if a new weight would be non-finite")
+// fits as a first ForEachChunk over the same chunks that only reads, before
+// the writing one (as TfLearnerMultiAccumulate does with its finite check).
 
 #define EIGEN_USE_THREADS
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <functional>
 #include <limits>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "tensorflow/core/framework/op.h"
@@ -71,27 +75,66 @@ std::vector<Chunk> MakeChunks(const std::vector<int64_t>& sizes) {
   return chunks;
 }
 
-// Runs fn(chunk index) for every chunk, in shards of whole chunks handed to
-// the intra-op pool (TF's fixed-block-size ParallelFor): about 8 shards per
-// pool thread, so a thread that the OS deschedules leaves its later shards
-// to the others, and with more shards than threads the caller only waits,
-// so no more threads run than the pool has. (The adaptive ParallelFor(total,
-// cost, fn) of the first version split ranges recursively with the caller
-// working beside every pool thread: 3 runnable threads on 2 cores, and its
-// apply ran at one thread's speed.)
+// Runs fn(chunk index) for every chunk, on the calling thread and
+// NumThreads() - 1 helpers from the intra-op pool, so exactly as many
+// threads work as the pool has, whether or not the caller is one of the
+// pool's threads. Each thread takes the next chunk from a shared counter, so
+// a thread the OS deschedules leaves its share to the others. A helper that
+// starts after the caller ran out of chunks does nothing, and the caller
+// waits only for helpers already working, so a busy pool never blocks it.
+//
+// (The first version used TF's ParallelFor: when the op ran on a pool
+// thread, that thread only waited while one other worked, and the apply ran
+// at one thread's speed; measured on the resnet50 set, 26-27 ms against
+// 16-18 ms for a 2-thread C++ loop over the same arrays.)
+struct ChunkRun {
+  std::atomic<int64_t> next{0};
+  int64_t total = 0;
+  std::mutex mu;
+  std::condition_variable idle;
+  int running = 0;
+  bool closed = false;
+  const std::function<void(int64_t)>* fn = nullptr;
+};
+
+void DrainChunks(ChunkRun* run) {
+  for (int64_t c = run->next.fetch_add(1); c < run->total;
+       c = run->next.fetch_add(1)) {
+    (*run->fn)(c);
+  }
+}
+
 void ForEachChunk(OpKernelContext* ctx, int64_t num_chunks,
                   int64_t cycles_per_element,
                   const std::function<void(int64_t)>& fn) {
   (void)cycles_per_element;
   if (num_chunks == 0) return;
   auto* pool = ctx->device()->tensorflow_cpu_worker_threads()->workers;
-  const int64_t target = 8 * std::max(1, pool->NumThreads());
-  const int64_t block = std::max<int64_t>(1, (num_chunks + target - 1) / target);
-  pool->ParallelFor(num_chunks,
-                    tsl::thread::ThreadPool::SchedulingParams::Fixed(block),
-                    [&fn](int64_t lo, int64_t hi) {
-                      for (int64_t i = lo; i < hi; ++i) fn(i);
-                    });
+  const int64_t helpers = std::min<int64_t>(pool->NumThreads() - 1,
+                                            num_chunks - 1);
+  if (helpers <= 0) {
+    for (int64_t c = 0; c < num_chunks; ++c) fn(c);
+    return;
+  }
+  auto run = std::make_shared<ChunkRun>();
+  run->total = num_chunks;
+  run->fn = &fn;
+  for (int64_t h = 0; h < helpers; ++h) {
+    pool->Schedule([run]() {
+      {
+        std::lock_guard<std::mutex> lock(run->mu);
+        if (run->closed) return;
+        ++run->running;
+      }
+      DrainChunks(run.get());
+      std::lock_guard<std::mutex> lock(run->mu);
+      if (--run->running == 0) run->idle.notify_all();
+    });
+  }
+  DrainChunks(run.get());
+  std::unique_lock<std::mutex> lock(run->mu);
+  run->closed = true;
+  run->idle.wait(lock, [&run]() { return run->running == 0; });
 }
 
 // sum(x[i]^2) over [0, n): float lanes over blocks of 1024, blocks in double.
