@@ -106,9 +106,7 @@ void DrainChunks(ChunkRun* run) {
 }
 
 void ForEachChunk(OpKernelContext* ctx, int64_t num_chunks,
-                  int64_t cycles_per_element,
                   const std::function<void(int64_t)>& fn) {
-  (void)cycles_per_element;
   if (num_chunks == 0) return;
   auto* pool = ctx->device()->tensorflow_cpu_worker_threads()->workers;
   const int64_t helpers = std::min<int64_t>(pool->NumThreads() - 1,
@@ -167,7 +165,7 @@ std::vector<double> HalfSumSquares(OpKernelContext* ctx,
                                    const std::vector<int64_t>& sizes) {
   const std::vector<Chunk> chunks = MakeChunks(sizes);
   std::vector<double> partial(chunks.size(), 0.0);
-  ForEachChunk(ctx, chunks.size(), 2, [&](int64_t c) {
+  ForEachChunk(ctx, chunks.size(), [&](int64_t c) {
     const Chunk& k = chunks[c];
     partial[c] = SumSquares(data[k.tensor] + k.begin, k.end - k.begin);
   });
@@ -334,7 +332,7 @@ class MultiApplyBase : public OpKernel {
     // update, which then reads w from cache: the weights' norm (before the
     // update) costs no memory pass of its own.
     std::vector<double> partial(measure_ ? chunks.size() : 0, 0.0);
-    ForEachChunk(ctx, chunks.size(), 4 * (2 + num_slots_), [&](int64_t c) {
+    ForEachChunk(ctx, chunks.size(), [&](int64_t c) {
       const Chunk& k = chunks[c];
       float* slots[2] = {nullptr, nullptr};
       for (int s = 0; s < num_slots_; ++s) {
@@ -559,7 +557,7 @@ class MultiAccumulateOp : public OpKernel {
     if (!finite) return;
     const float alpha = -Scalar(ctx, 2 * n_);
     const std::vector<Chunk> chunks = MakeChunks(sizes);
-    ForEachChunk(ctx, chunks.size(), 6, [&](int64_t c) {
+    ForEachChunk(ctx, chunks.size(), [&](int64_t c) {
       const Chunk& k = chunks[c];
       AddScaled(accs.data(k.tensor) + k.begin, g[k.tensor] + k.begin, alpha,
                 k.end - k.begin);
@@ -587,7 +585,7 @@ class MultiZeroOp : public OpKernel {
     std::vector<int64_t> sizes(n_);
     for (int i = 0; i < n_; ++i) sizes[i] = vars.tensor(i).NumElements();
     const std::vector<Chunk> chunks = MakeChunks(sizes);
-    ForEachChunk(ctx, chunks.size(), 1, [&](int64_t c) {
+    ForEachChunk(ctx, chunks.size(), [&](int64_t c) {
       const Chunk& k = chunks[c];
       std::fill(vars.data(k.tensor) + k.begin, vars.data(k.tensor) + k.end,
                 0.f);
