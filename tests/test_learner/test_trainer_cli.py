@@ -12,8 +12,7 @@ import sys
 import time
 
 import pytest
-
-from learner.training import trainer as trainer_lib
+import trainer_helpers
 
 _ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONUNBUFFERED='1',
             CUDA_VISIBLE_DEVICES='')
@@ -24,21 +23,8 @@ def _Cmd(*args):
   return [sys.executable, '-m', 'learner.trainer'] + list(args)
 
 
-def _Main(argv, capsys):
-  """Runs the trainer's main() in-process on command-line flags."""
-  trainer_lib.DefineFlags()
-  FLAGS = trainer_lib.FLAGS  # pylint: disable=invalid-name
-  try:
-    FLAGS(['trainer'] + argv)
-    code = trainer_lib.main([])
-  finally:
-    FLAGS.unparse_flags()
-  out = capsys.readouterr()
-  return code, out.out, out.err
-
-
 def test_list_prints_every_experiment_with_one_line(capsys):
-  code, out, _ = _Main(['--list'], capsys)
+  code, out, _ = trainer_helpers.RunMain(['--list'], capsys)
   assert code == 0
   lines = [l for l in out.splitlines() if l.strip()]
   keys = [l.split()[0] for l in lines]
@@ -51,7 +37,7 @@ def test_list_prints_every_experiment_with_one_line(capsys):
 
 def test_typo_in_override_fails_before_anything_starts(tmp_path, capsys):
   logdir = tmp_path / 'never'
-  code, _, err = _Main(
+  code, _, err = trainer_helpers.RunMain(
       ['--model=regression.LinearRegression', '--logdir=%s' % logdir,
        '--params_override=task.train.learner.learning_rat : 0.1'], capsys)
   assert code == 2
@@ -60,17 +46,17 @@ def test_typo_in_override_fails_before_anything_starts(tmp_path, capsys):
 
 
 def test_unknown_model_fails_with_close_keys(tmp_path, capsys):
-  code, _, err = _Main(['--model=digits.MlpMomentun',
+  code, _, err = trainer_helpers.RunMain(['--model=digits.MlpMomentun',
                         '--logdir=%s' % tmp_path], capsys)
   assert code == 2
   assert "Did you mean 'digits.MlpMomentum'" in err
 
 
 def test_missing_logdir_or_model_is_one_line_not_the_usage_page(capsys):
-  code, out, err = _Main(['--model=digits.MlpMomentum'], capsys)
+  code, out, err = trainer_helpers.RunMain(['--model=digits.MlpMomentum'], capsys)
   assert code == 2 and not out
   assert err.strip().count('\n') == 0 and '--logdir is required' in err
-  code, out, err = _Main([], capsys)
+  code, out, err = trainer_helpers.RunMain([], capsys)
   assert code == 2 and not out
   assert err.strip().count('\n') == 0 and '--model is required' in err
 
