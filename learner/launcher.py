@@ -14,7 +14,8 @@ from learner import tf_log
 tf_log.QuietTensorFlow(sys.argv)
 
 # pylint: disable=wrong-import-position
-from learner.training.launcher import main  # noqa: E402
+with tf_log.QuietImport():
+  from learner.training.launcher import main  # noqa: E402
 
 
 def Main():

@@ -16,9 +16,24 @@ The level in force, first found wins:
 This module sits directly in learner/ because that package is the only one
 that imports no TensorFlow when imported (its __init__ is lazy, PEP 562);
 learner.training, schedules and params all load TensorFlow.
+
+TF_CPP_MIN_LOG_LEVEL alone is not enough on every CPU. Where TensorFlow
+turns oneDNN on by default (x86 CPUs with AVX512 VNNI/BF16 and newer), the
+library logs `port.cc] oneDNN custom operations are on ...` through absl
+while it loads, before absl honours any level, so the line (with absl's
+`WARNING: All log messages before absl::InitializeLog() ...` preamble)
+prints twice per process whatever the level. `QuietImport()` therefore
+holds the process's standard error (file descriptor 2) in a temporary file
+while TensorFlow loads and then writes back every line except absl-format
+log lines below the level in force. oneDNN itself is left as TensorFlow
+chose it (TF_ENABLE_ONEDNN_OPTS is the user's to set).
 """
 
+import contextlib
 import os
+import re
+import sys
+import tempfile
 
 # Hides TF's C++ INFO, WARNING and ERROR lines; FATAL ones still print. An
 # error that stops a run reaches Python as an exception, which our commands
@@ -27,6 +42,14 @@ import os
 QUIET_LEVEL = '3'
 FLAG = 'tf_log_level'
 ENV = 'TF_CPP_MIN_LOG_LEVEL'
+
+# absl's log line prefix: severity letter, MMDD, time (before absl starts,
+# '00:00:<seconds since the epoch>'), thread id, file:line].
+_ABSL_LINE = re.compile(rb'^([IWEF])\d{4} [\d:.]+ +\d+ [^\]]*\] ')
+_ABSL_PREAMBLE = (b'WARNING: All log messages before absl::InitializeLog() '
+                  b'is called are written to STDERR')
+# TF_CPP_MIN_LOG_LEVEL: the lowest severity shown at each level.
+_SEVERITY_RANK = {b'I': 0, b'W': 1, b'E': 2, b'F': 3}
 
 
 def FlagValue(argv, name=FLAG):
@@ -72,3 +95,77 @@ def QuietTensorFlow(argv, environ=None):
   if level is not None:
     environ[ENV] = level
   return environ.setdefault(ENV, QUIET_LEVEL)
+
+
+def Shown(line, level):
+  """Whether a start-up line of TensorFlow's passes `level`.
+
+  Args:
+    line: bytes, one line of standard error without its newline.
+    level: str or int, TF_CPP_MIN_LOG_LEVEL ('0' shows everything).
+
+  Returns:
+    bool: False for an absl-format log line whose severity is below
+    `level` and for absl's "before InitializeLog" preamble when level >= 1;
+    True for anything else (a Python warning, a traceback, a FATAL line).
+  """
+  try:
+    level = int(level)
+  except (TypeError, ValueError):
+    level = 0
+  if level <= 0:
+    return True
+  if line.rstrip() == _ABSL_PREAMBLE:
+    return False
+  match = _ABSL_LINE.match(line)
+  if match is None:
+    return True
+  return _SEVERITY_RANK[match.group(1)] >= min(level, 3)
+
+
+@contextlib.contextmanager
+def QuietImport(environ=None):
+  """Hides TensorFlow's below-level C++ start-up lines while it loads.
+
+  Use around the first import of TensorFlow, after `QuietTensorFlow`:
+
+    with tf_log.QuietImport():
+      from learner.training.trainer import Main
+
+  Standard error (file descriptor 2, so C++ and Python writes alike) goes
+  to a temporary file for the duration of the block; on leaving it, even
+  by an exception or Ctrl-C, the descriptor is restored and every captured
+  line that `Shown` passes at the level in force is written back, in
+  order. At level 0 everything is written back. Nothing is lost but the
+  hidden log lines; output appears only when the import ends.
+
+  Args:
+    environ: mapping holding TF_CPP_MIN_LOG_LEVEL; default os.environ.
+
+  Yields:
+    None.
+  """
+  environ = os.environ if environ is None else environ
+  level = environ.get(ENV, '0')
+  try:
+    sys.stderr.flush()
+    saved = os.dup(2)
+  except (OSError, ValueError, AttributeError):
+    yield  # No usable descriptor 2 (e.g. closed): nothing to hide.
+    return
+  with tempfile.TemporaryFile() as held:
+    os.dup2(held.fileno(), 2)
+    try:
+      yield
+    finally:
+      try:
+        sys.stderr.flush()
+      except (OSError, ValueError):
+        pass
+      os.dup2(saved, 2)
+      os.close(saved)
+      held.seek(0)
+      kept = [line for line in held.read().splitlines(keepends=True)
+              if Shown(line.rstrip(b'\n'), level)]
+      if kept:
+        os.write(2, b''.join(kept))

@@ -17,7 +17,8 @@ try:
   # traceback of an interrupted import (training has not started, so
   # nothing was written).
   # pylint: disable=wrong-import-position
-  from learner.training.trainer import Main  # noqa: E402
+  with tf_log.QuietImport():
+    from learner.training.trainer import Main  # noqa: E402
 except KeyboardInterrupt:
   sys.stderr.write('Interrupted while starting, before training: nothing '
                    'was written.\n')

@@ -6,9 +6,16 @@ before the TensorFlow runtime initialises, so this runs at import time.
 
 import os
 
+import pytest
+
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
-import tensorflow as tf  # pylint: disable=g-import-not-at-top
+from learner import tf_log  # pylint: disable=g-import-not-at-top
+
+# Quiet in every worker whatever the CPU (oneDNN's start-up line ignores
+# TF_CPP_MIN_LOG_LEVEL; learner/tf_log.py).
+with tf_log.QuietImport():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 _cpus = tf.config.list_physical_devices('CPU')
 try:
@@ -17,3 +24,26 @@ try:
 except RuntimeError:  # The runtime was already initialised.
   pass
 
+
+
+# TensorFlow turns oneDNN on by default on some x86 CPUs (AVX512 VNNI/BF16
+# and newer) and off on others, and prints start-up lines only when it is
+# on. Tests of what our commands print run their subprocesses under both
+# values, so they pass or fail alike whatever CPU runs the suite.
+ONEDNN_VALUES = ('0', '1')
+
+
+def _OneDnnId(value):
+  return 'onednn' + value
+
+
+@pytest.fixture(params=ONEDNN_VALUES, ids=_OneDnnId)
+def onednn(request):
+  """'0' or '1': TF_ENABLE_ONEDNN_OPTS for this test's subprocesses."""
+  return request.param
+
+
+@pytest.fixture(scope='module', params=ONEDNN_VALUES, ids=_OneDnnId)
+def onednn_module(request):
+  """As `onednn`, for module-scoped fixtures (one run per value)."""
+  return request.param

@@ -20,9 +20,10 @@ _DEADLINE_SECS = 400
 
 
 @pytest.fixture(scope='module')
-def launch(tmp_path_factory):
+def launch(tmp_path_factory, onednn_module):
   logdir = str(tmp_path_factory.mktemp('launch') / 'logdir')
-  env = dict(os.environ, PYTHONUNBUFFERED='1', CUDA_VISIBLE_DEVICES='')
+  env = dict(os.environ, PYTHONUNBUFFERED='1', CUDA_VISIBLE_DEVICES='',
+             TF_ENABLE_ONEDNN_OPTS=onednn_module)
   env.pop('TF_CPP_MIN_LOG_LEVEL', None)
   env.pop('TF_CONFIG', None)
   proc = subprocess.run(

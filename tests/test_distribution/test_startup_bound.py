@@ -89,9 +89,10 @@ _REGISTER_SECS = 15
 _DEADLINE_SECS = 240  # A hang would last TF's one hour.
 
 
-def _Start(tf_config, logdir):
+def _Start(tf_config, logdir, onednn):
   env = dict(os.environ, TF_CONFIG=json.dumps(tf_config),
-             PYTHONUNBUFFERED='1', CUDA_VISIBLE_DEVICES='')
+             PYTHONUNBUFFERED='1', CUDA_VISIBLE_DEVICES='',
+             TF_ENABLE_ONEDNN_OPTS=onednn)
   env.pop('TF_CPP_MIN_LOG_LEVEL', None)  # The trainer's quiet default.
   return subprocess.Popen(
       [sys.executable, '-m', 'learner.trainer',
@@ -102,15 +103,20 @@ def _Start(tf_config, logdir):
 
 
 @pytest.fixture(scope='module')
-def failed_startups(tmp_path_factory):
-  """A lone worker 1 (no leader) and two workers both given index 0."""
+def failed_startups(tmp_path_factory, onednn_module):
+  """A lone worker 1 (no leader) and two workers both given index 0.
+
+  Once with oneDNN forced off and once on (tests/conftest.py): the one
+  line each worker prints must not depend on the CPU.
+  """
   root = tmp_path_factory.mktemp('startup')
   lone = launcher.PickFreePorts(2)
   dup = launcher.PickFreePorts(2)
   runs = {'lone_1': _Config(1, lone), 'dup_a': _Config(0, dup),
           'dup_b': _Config(0, dup)}
   start = time.monotonic()
-  procs = {k: _Start(c, str(root / k)) for k, c in runs.items()}
+  procs = {k: _Start(c, str(root / k), onednn_module)
+           for k, c in runs.items()}
   out = {'ports': {'lone': lone, 'dup': dup}}
   try:
     for k, p in procs.items():

@@ -65,9 +65,9 @@ def test_missing_logdir_or_model_is_one_line_not_the_usage_page(capsys):
 
 
 @pytest.fixture(scope='module')
-def help_run():
-  """One `python -m learner.trainer --help`, read by the --help tests."""
-  env = dict(_ENV)
+def help_run(onednn_module):
+  """`python -m learner.trainer --help`, once per oneDNN setting."""
+  env = dict(_ENV, TF_ENABLE_ONEDNN_OPTS=onednn_module)
   env.pop('TF_CPP_MIN_LOG_LEVEL')  # The trainer's own quiet default.
   return subprocess.run(_Cmd('--help'), env=env, capture_output=True,
                         text=True, timeout=_DEADLINE_SECS)
@@ -100,12 +100,15 @@ def test_tf_log_level_flag_then_the_users_setting_then_quiet():
   assert tf_log.FlagValue(['--num_workers=2', '--', '--tf_log_level=0']) is None
 
 
-def test_ctrl_c_while_tensorflow_loads_is_one_line_exit_130(tmp_path):
+def test_ctrl_c_while_tensorflow_loads_is_one_line_exit_130(tmp_path,
+                                                            onednn):
   # Found by the fresh-user trial: an interrupt in the first seconds was the
-  # 45-line traceback of an interrupted import.
+  # 45-line traceback of an interrupted import. With oneDNN on, TF's lines
+  # held while it loads must not come back either.
   proc = subprocess.Popen(
       [sys.executable, '-m', 'learner.trainer', '--model=digits.MlpMomentum',
-       '--logdir=%s' % (tmp_path / 'run')], env=_ENV,
+       '--logdir=%s' % (tmp_path / 'run')],
+      env=dict(_ENV, TF_ENABLE_ONEDNN_OPTS=onednn),
       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
   time.sleep(1.0)  # Loading TensorFlow alone takes longer than this.
   proc.send_signal(signal.SIGINT)

@@ -160,10 +160,13 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
 
 
 @pytest.fixture(scope='module')
-def module_run():
-  """`python -m schedules.plot` on params text, TF_CPP_MIN_LOG_LEVEL unset."""
+def module_run(onednn_module):
+  """`python -m schedules.plot` on params text, TF_CPP_MIN_LOG_LEVEL unset.
+
+  Once with oneDNN forced off and once on (tests/conftest.py).
+  """
   text = sch.CosineDecay.Params().Set(total_steps=100).ToText()
-  env = dict(os.environ)
+  env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS=onednn_module)
   env.pop('TF_CPP_MIN_LOG_LEVEL', None)
   return subprocess.run(
       [sys.executable, '-m', 'schedules.plot', '--params_text=' + text,
@@ -211,7 +214,8 @@ def test_as_a_module_tf_start_up_lines_are_off_unless_asked_for(module_run):
   root = _ROOT
   quiet = module_run
   assert quiet.returncode == 0, quiet.stderr
-  for noise in ('cpu_feature_guard', 'oneDNN', 'I0000', 'W0000'):
+  for noise in ('cpu_feature_guard', 'oneDNN', 'I0000', 'W0000',
+                'absl::InitializeLog'):
     assert noise not in quiet.stderr, quiet.stderr
   probe = subprocess.run(
       [sys.executable, '-c', 'import sys, os; sys.orig_argv = [sys.executable,'
