@@ -222,9 +222,9 @@ class Evaler:
     pending = [steps[s] for s in sorted(steps)
                if s is not None and last < s <= top]
     interval = self._params.task.train.save_interval_steps
-    gone = ([s for s in range((last // interval + 1) * interval, top + 1,
-                              interval) if s not in steps]
-            if interval > 0 else [])
+    first = (max(last, 0) // interval + 1) * interval if interval > 0 else 1
+    gone = [s for s in range(first, top + 1, max(interval, 1))
+            if interval > 0 and s not in steps]
     return pending, gone
 
   def _Skip(self, steps, reason, path=None, error=None):
@@ -419,7 +419,8 @@ class Evaler:
   def _SkipUnreadable(self, path, error):
     """Reports and records `path` as rotated away or unreadable."""
     step = CheckpointStep(path)
-    if not tf.io.gfile.exists(path + '.index'):
+    if isinstance(error, tf.errors.NotFoundError) or not tf.io.gfile.exists(
+        path + '.index'):  # Its files were deleted (the rotation).
       self._ReportRotated([step])
       return
     cause = '%s: %s' % (type(error).__name__,
