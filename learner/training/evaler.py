@@ -290,6 +290,9 @@ class Evaler:
     since = next_look = time.time()
     while True:
       self._StopIfRequested(stop)
+      if time.time() < next_look:  # poll_secs between two looks' starts.
+        time.sleep(min(0.5, next_look - time.time()))
+        continue
       newest = self._Newest()
       if newest and CheckpointStep(newest) is not None and (
           CheckpointStep(newest) > self._LastStep()):
@@ -308,8 +311,8 @@ class Evaler:
       elif self._timeout is not None and time.time() - since >= self._timeout:
         return ('timeout: no new checkpoint in %s for %s s' %
                 (self._ckpt_dir, self._timeout))
-      idle = 0.05 if self._poll <= 0 else 0.5  # Short: signals wait on it.
-      time.sleep(max(idle, min(0.5, next_look - time.time())))
+      # Short sleeps: a signal is looked at between two of them.
+      time.sleep(0.05 if self._poll <= 0 else min(0.5, self._poll))
 
   def _AlreadyDone(self):
     last = self._LastStep()
