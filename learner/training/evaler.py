@@ -359,7 +359,7 @@ class Evaler:
     if newest:  # Another model's checkpoints are refused now, not later.
       try:
         checkpointer_lib.RestoreForEval(newest, task)
-      except checkpointer_lib.CheckpointMismatchError:
+      except (ValueError, TypeError):  # Another model (a mismatch).
         raise
       except Exception:  # pylint: disable=broad-except
         pass  # Damaged or gone: reported at its turn.
@@ -396,10 +396,11 @@ class Evaler:
     """
     try:
       step, num_ema = checkpointer_lib.RestoreForEval(path, task)
-    except checkpointer_lib.CheckpointMismatchError:
+    except (ValueError, TypeError):  # Another model (a mismatch): stops.
       raise
     except Exception as e:  # pylint: disable=broad-except
-      # A damaged file surfaces as OpError, ValueError, IndexError, ...
+      # A damaged file surfaces as OpError ('not an sstable'), IndexError
+      # ('Read less bytes than requested'), a protobuf DecodeError...
       self._SkipUnreadable(path, e)
       return
     results = EvalMetrics(self._params, task)

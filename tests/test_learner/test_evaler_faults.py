@@ -93,19 +93,22 @@ def _Truncate(path):
     f.truncate(os.path.getsize(path) // 2)
 
 
-@pytest.mark.parametrize('bad', [20, 40])
+@pytest.mark.parametrize('bad,suffix,error', [
+    (20, '.data-00000-of-00001', 'IndexError: Read less bytes than requested'),
+    (40, '.data-00000-of-00001', 'IndexError: Read less bytes than requested'),
+    (20, '.index', 'OpError: not an sstable (bad magic number)')])
 def test_an_unreadable_checkpoint_is_skipped_in_one_line_and_not_retried(
-    tmp_path, bad):
+    tmp_path, bad, suffix, error):
   trainer_lib.Trainer(_Params(), str(tmp_path), stream=io.StringIO()).Run()
   bad_path = os.path.join(str(tmp_path), 'ckpt', 'ckpt-%d' % bad)
-  _Truncate(bad_path + '.data-00000-of-00001')
+  _Truncate(bad_path + suffix)
   ev, record, out = _Evaler(tmp_path, _Params())
   assert ev.evaluated_steps == [s for s in (10, 20, 30, 40) if s != bad]
   assert _Skipped(record, 'unreadable') == [bad]
   said = [l for l in out.splitlines() if 'cannot be read' in l]
   assert len(said) == 1 and said[0].startswith(
-      'Evaler: checkpoint %s (global step %d) cannot be read (' % (
-          bad_path, bad)), out
+      'Evaler: checkpoint %s (global step %d) cannot be read (%s' % (
+          bad_path, bad, error)), out
   assert said[0].endswith('skipped, and not tried again by a restarted '
                           'evaler.')
   assert record['stopped'] == (
