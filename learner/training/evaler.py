@@ -213,7 +213,10 @@ class Evaler:
       (their paths, oldest first; the global steps the trainer saved in
       that range, by p.task.train.save_interval_steps, that are gone).
     """
-    state = tf.train.get_checkpoint_state(self._ckpt_dir)
+    try:
+      state = tf.train.get_checkpoint_state(self._ckpt_dir)
+    except (tf.errors.OpError, ValueError):  # Being replaced: the files.
+      state = None
     paths = list(state.all_model_checkpoint_paths) if state else []
     paths += checkpointer_lib.CompleteCheckpoints(self._ckpt_dir)
     paths.append(newest)
