@@ -23,6 +23,10 @@ Sections and what counts as a pass:
   faults   after the fault the job either refuses with a one-line error or
            recovers; no checkpoint that existed before is lost, and a resumed
            run ends with the weights of an uninterrupted one.
+  busy     another experiment's logdir (every mode, finished or not), a
+           second live trainer, a file-size limit at a save: one ERROR line,
+           exit 2, no file changed; after kill -9 of a live trainer and
+           after the limit is lifted, the run proceeds.
   workers  a multi-worker start-up fault fails on every worker within the
            start-up bound, naming the peer or the duplicate.
 """
@@ -443,6 +447,86 @@ def _WrongJobs(tally, workdir, ref_dir):
             'exit %s: %s' % (code, (out + err)[-400:]))
 
 
+# ---- busy: foreign, locked and full logdirs; the evaler beside a trainer -------
+
+
+def _Md5s(logdir):
+  import hashlib  # pylint: disable=g-import-not-at-top
+  out = {}
+  for root, _, names in os.walk(logdir):
+    for n in names:
+      with open(os.path.join(root, n), 'rb') as f:
+        out[os.path.join(root, n)] = hashlib.md5(f.read()).hexdigest()
+  return out
+
+
+def _OneErrorLine(code, out, err):
+  lines = [l for l in (out + err).splitlines() if l.startswith('ERROR')]
+  return code == 2 and len(lines) == 1 and 'Traceback' not in out + err
+
+
+def _FileSizeLimit():
+  import resource  # pylint: disable=g-import-not-at-top
+  signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+  resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000))
+
+
+def BusySection(tally, workdir):
+  """Another experiment's logdir, a second live trainer, a full disk."""
+  done = os.path.join(workdir, 'busy', 'done')
+  shutil.rmtree(os.path.dirname(done), ignore_errors=True)
+  code, _, err = _Train(done, 20, mode='train')
+  if code != 0:
+    tally.Add('busy', 'first run', False, err)
+    return
+  for finished in (True, False):
+    for mode in ('train', 'train_and_eval', 'eval', 'evaler', 'export'):
+      name = 'another experiment, %s, %s run' % (
+          mode, 'finished' if finished else 'unfinished')
+      logdir = os.path.join(workdir, 'busy', name.replace(' ', '_'))
+      shutil.copytree(done, logdir)
+      if not finished:
+        os.remove(os.path.join(logdir, 'metrics.json'))
+      before = _Md5s(logdir)
+      code, out, err = Trainer('--model=digits.MlpMomentum', '--mode=' + mode,
+                               '--logdir=' + logdir,
+                               '--evaler_timeout_secs=2')
+      ok = _OneErrorLine(code, out, err) and _Md5s(logdir) == before
+      tally.Add('busy', name, ok, 'exit %s: %s' % (code, (out + err)[-400:]))
+  live = os.path.join(workdir, 'busy', 'live')
+  first = subprocess.Popen(
+      [sys.executable, '-m', 'learner.trainer', '--model=' + MODEL,
+       '--logdir=' + live, '--max_steps=100000000',
+       '--params_override=' + FAST], cwd=ROOT, env=ENV,
+      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+  _WaitForTraining(first)
+  code, out, err = Trainer('--model=' + MODEL, '--logdir=' + live,
+                           '--seed=2')
+  tally.Add('busy', 'second live trainer', _OneErrorLine(code, out, err) and
+            'in use by another live train job' in err, (out + err)[-400:])
+  first.kill()
+  first.wait()
+  code, out, err = Trainer('--model=' + MODEL, '--logdir=' + live,
+                           '--params_override=' + FAST, '--max_steps=%d' % (
+                               (_Steps(live) or [0])[-1] + 10))
+  tally.Add('busy', 'a new run after kill -9 of the live one', code == 0,
+            'exit %s: %s' % (code, err[-400:]))
+  full = os.path.join(workdir, 'busy', 'fsize')
+  shutil.copytree(done, full)
+  before = {p: h for p, h in _Md5s(full).items() if '/ckpt/' in p}
+  r = subprocess.run(
+      [sys.executable, '-m', 'learner.trainer', '--model=' + MODEL,
+       '--logdir=' + full, '--max_steps=40', '--params_override=' + FAST],
+      cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300,
+      preexec_fn=_FileSizeLimit)
+  after = {p: h for p, h in _Md5s(full).items() if '/ckpt/' in p}
+  code2, _, err2 = _Train(full, 40, mode='train')
+  tally.Add('busy', 'file-size limit at a save', _OneErrorLine(
+      r.returncode, r.stdout, r.stderr) and after == before and code2 == 0,
+            'exit %s, then %s: %s %s' % (r.returncode, code2, r.stderr[-400:],
+                                         err2[-300:]))
+
+
 # ---- workers: start-up faults --------------------------------------------------
 
 REGISTER_SECS = 10
@@ -498,7 +582,8 @@ def WorkersSection(tally, workdir):
 # ---- main ------------------------------------------------------------------------
 
 SECTIONS = {'text': TextSection, 'values': ValuesSection,
-            'faults': FaultsSection, 'workers': WorkersSection}
+            'faults': FaultsSection, 'busy': BusySection,
+            'workers': WorkersSection}
 
 
 def main():

@@ -23,6 +23,8 @@ another model (refused, naming the variables it lacks); a damaged
 Nothing here deletes a checkpoint except the rolling `max_to_keep`.
 """
 
+import contextlib
+import errno
 import glob
 import json
 import os
@@ -50,6 +52,67 @@ class CheckpointError(ValueError):
 
 class NoReadableCheckpointError(CheckpointError, RuntimeError):
   """Checkpoints exist but none of them can be read."""
+
+
+class CheckpointSaveError(CheckpointError):
+  """A save failed (full disk, file-size limit); the last one is intact."""
+
+
+_DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+_DISK_FULL_TEXTS = tuple(os.strerror(n) for n in _DISK_FULL_ERRNOS)
+
+
+def IsDiskFull(error):
+  """True if `error` (OSError or tf.errors.OpError) is a full disk.
+
+  ENOSPC (no space left), EFBIG (a file-size limit, RLIMIT_FSIZE) or
+  EDQUOT (a quota), by errno or, for TensorFlow's errors, by their text.
+  """
+  return (getattr(error, 'errno', None) in _DISK_FULL_ERRNOS or
+          any(t in str(error) for t in _DISK_FULL_TEXTS))
+
+
+@contextlib.contextmanager
+def DiskFullAsOneLine(logdir):
+  """Turns a full disk while a train job writes `logdir` into one line.
+
+  Any write of the job (summaries, params, metrics; the checkpoint saves
+  raise `CheckpointSaveError` themselves) that fails because the disk is
+  full (`IsDiskFull`) is raised again as a `CheckpointSaveError` naming the
+  logdir and its last good checkpoint. Other errors pass unchanged.
+  """
+  try:
+    yield
+  except (OSError, tf.errors.OpError) as e:
+    if not IsDiskFull(e):
+      raise
+    last = _NewestIn(os.path.join(logdir, 'ckpt'))
+    raise CheckpointSaveError(
+        'Writing to %s failed (%s: %s): its disk is full or a file-size '
+        'limit was reached. %s' % (
+            logdir, type(e).__name__, _LastLine(e),
+            _ResumeFrom(last))) from None
+
+
+def _ResumeFrom(last):
+  """The end of a full-disk message: the last good checkpoint, the fix."""
+  if not last:
+    return ('No checkpoint was saved yet: free space on that disk (or raise '
+            'the limit), then run the same command again.')
+  return ('The last good checkpoint, %s, is intact: free space on that disk '
+          '(or raise the limit), then run the same command again to resume '
+          'from it.' % last)
+
+
+def _LastLine(error):
+  """The cause in an error's text: its first line less TF's op prefix.
+
+  E.g. '{{function_node ...}} /d/ckpt-30_temp/part...; File too large
+  [Op:SaveV2]' -> 'File too large'.
+  """
+  text = str(error).split('\n')[0]
+  text = re.sub(r'\s*\[Op:\w+\]$', '', text)
+  return text.rsplit('; ', 1)[-1].strip() or type(error).__name__
 
 
 def CompleteCheckpoints(directory, prefix='ckpt'):
@@ -210,6 +273,9 @@ class Checkpointer:
       skipped_steps.NonFiniteTrainingError: a model variable given as
         `model_variables` is NaN/Inf (nothing is saved, so the newest
         checkpoint stays the last good one).
+      CheckpointSaveError: the files cannot be written (a full disk, a
+        file-size limit): one line naming the directory and the last good
+        checkpoint, which is left intact.
     """
     if self._manager is None:
       raise CheckpointError('Checkpointer(read_only=True) of %s cannot save.'
@@ -222,7 +288,10 @@ class Checkpointer:
           'learning rate or set the learner\'s check_finite_weights : True, '
           'which skips such an update.' % (int(step), bad[:5],
                                           self.latest_checkpoint or 'none'))
-    path = self._manager.save(checkpoint_number=int(step))
+    try:
+      path = self._manager.save(checkpoint_number=int(step))
+    except (OSError, tf.errors.OpError) as e:
+      raise self._SaveFailed(step, e) from None
     self._found = []
     if self._variable_names is not None:
       names_path = os.path.join(self._directory, VARIABLE_NAMES_FILE)
@@ -232,6 +301,25 @@ class Checkpointer:
           json.dump(self._variable_names, f, indent=1, sort_keys=True)
         tf.io.gfile.rename(tmp, names_path, overwrite=True)
     return path
+
+  def _SaveFailed(self, step, error):
+    """The CheckpointSaveError for a save of `step` that raised `error`.
+
+    The half-written `ckpt-<step>_temp/` is removed (best effort; a next
+    run's `PrepareForTraining` removes what is left). The state file was
+    not updated, so the newest checkpoint is still the last good one.
+    """
+    for d in glob.glob(os.path.join(self._directory,
+                                    'ckpt-%d_temp' % int(step))):
+      if os.path.isdir(d):
+        tf.io.gfile.rmtree(d)
+    last = (self._manager.latest_checkpoint if self._manager else None)
+    why = ('its disk is full or a file-size limit was reached'
+           if IsDiskFull(error) else 'the directory cannot be written')
+    return CheckpointSaveError(
+        'Saving checkpoint ckpt-%d in %s failed (%s: %s): %s. %s' % (
+            int(step), self._directory, type(error).__name__,
+            _LastLine(error), why, _ResumeFrom(last or self.latest_checkpoint)))
 
   def Restore(self, expect_partial=False, optional=()):
     """Restores the newest readable checkpoint; returns its path or None.

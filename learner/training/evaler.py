@@ -5,11 +5,15 @@ r"""The evaler: a job that evaluates each new checkpoint of a run, once.
 
 Lingvo runs an `evaler` job next to the trainer and Model Garden a
 `continuous_eval` mode: a process of its own that waits for the trainer's
-checkpoints (`tf.train.checkpoints_iterator`), restores each and evaluates
-it, so evaluation never slows training down and can run on another machine
-that sees the logdir. It stops after the final checkpoint (global step >=
-p.task.train.max_steps, or the step at which the trainer stopped early) or
-when no new checkpoint came for `timeout_secs`.
+checkpoints (as `tf.train.checkpoints_iterator` does), restores each and
+evaluates it, so evaluation never slows training down and can run on
+another machine that sees the logdir. It says at start what it waits for
+and its timeout; a logdir that does not exist yet is waited for. It stops
+after the final checkpoint (global step >= p.task.train.max_steps, or the
+step at which the trainer stopped early), when no new checkpoint came for
+`timeout_secs` (default 3600 s, `--evaler_timeout_secs`), or on SIGINT
+(Ctrl-C) or SIGTERM, with one line (exit 130 or 143, as the trainer; see
+`stops`).
 
 Everything it writes is under `<logdir>/evaler/` (it never touches the
 trainer's files, params.txt included):
@@ -17,16 +21,21 @@ trainer's files, params.txt included):
     global step;
   * `metrics.json`: every evaluation ({'global_step', 'checkpoint',
     'metrics'}), in step order, the best one by `p.task.eval.dev_metric`
-    ('best': metric, mode, value, global step, checkpoint) and, once it has
-    stopped, why ('stopped').
-`metrics.json` is rewritten (atomically) after each evaluation and read at
-start: a restarted evaler does not evaluate a recorded checkpoint again.
+    ('best': metric, mode, value, global step, checkpoint), the checkpoints
+    it skipped ('skipped': {'global_step', 'reason': 'rotated' or
+    'unreadable', and for the latter 'checkpoint', 'error'}) and, once it
+    has stopped, why ('stopped').
+`metrics.json` is rewritten (atomically) after each evaluation or skip and
+read at start: a restarted evaler does not try a recorded checkpoint again.
 
-Each time the iterator reports a new newest checkpoint, every checkpoint
-still listed in `<logdir>/ckpt/checkpoint` that is newer than the last one
-evaluated is evaluated, oldest first, so none is missed when the trainer
-saved several between two looks (a checkpoint deleted by the trainer's
-rolling `save_max_to_keep` before its turn is reported and skipped).
+Every checkpoint is accounted for. Each time the state file names a new
+newest checkpoint, every checkpoint newer than the last one accounted for
+(listed in `<logdir>/ckpt/checkpoint` or complete in the directory) is
+evaluated, oldest first. A step the trainer saved (a multiple of
+p.task.train.save_interval_steps) that its rolling `save_max_to_keep`
+deleted before its turn is reported, with the fix (a larger
+save_max_to_keep or a slower save interval); a checkpoint that cannot be
+read is reported in one line naming it and skipped.
 
 Checkpoints are restored strictly (`checkpointer.RestoreForEval`): one that
 does not restore every model variable stops the evaler with an error
@@ -42,17 +51,22 @@ import contextlib
 import json
 import os
 import re
+import signal
 import sys
+import time
 
 from absl import flags
 import tensorflow as tf
 
 from learner.training import checkpointer as checkpointer_lib
 from learner.training import early_stop as early_stop_lib
+from learner.training import logdir as logdir_lib
+from learner.training import stops
 from learner.training import summary as summary_lib
 from learner.training import validate
 
 METRICS_FILE = 'metrics.json'
+DEFAULT_TIMEOUT_SECS = 3600.0
 
 
 def EvalMetrics(params, task, swaps=()):
@@ -101,6 +115,13 @@ def EvalMetrics(params, task, swaps=()):
           for k in sums}
 
 
+def _Steps(steps):
+  """'3, 6, 9' for up to 12 steps, else the first 10, '...' and the last."""
+  steps = sorted(steps)
+  shown = steps if len(steps) <= 12 else steps[:10] + ['...', steps[-1]]
+  return ', '.join(str(s) for s in shown)
+
+
 def CheckpointStep(path):
   """The global step in a checkpoint path 'ckpt-<step>', or None."""
   m = re.search(r'-(\d+)$', path or '')
@@ -125,8 +146,8 @@ class Evaler:
     evaluated_steps: the global steps this `Run` evaluated, in order.
   """
 
-  def __init__(self, params, logdir, timeout_secs=3600.0, poll_secs=1.0,
-               stream=None):
+  def __init__(self, params, logdir, timeout_secs=DEFAULT_TIMEOUT_SECS,
+               poll_secs=1.0, stream=None):
     self._params = params
     self._logdir = logdir
     self._ckpt_dir = os.path.join(logdir, 'ckpt')
@@ -159,8 +180,8 @@ class Evaler:
     tf.io.gfile.rename(path + '.tmp', path, overwrite=True)
 
   def _LastStep(self):
-    evals = self.record['evaluations']
-    return evals[-1]['global_step'] if evals else -1
+    """The newest global step evaluated or skipped (-1: none yet)."""
+    return max(self._Accounted(), default=-1)
 
   def _FinalStep(self):
     """The step of the run's last checkpoint: max_steps or an early stop."""
@@ -168,68 +189,222 @@ class Evaler:
     max_steps = self._params.task.train.max_steps
     return max_steps if stopped is None else min(stopped, max_steps)
 
+  def _Accounted(self):
+    """{global step: 'evaluated' or the reason it was skipped} so far."""
+    out = {e['global_step']: 'evaluated' for e in self.record['evaluations']}
+    out.update((e['global_step'], e['reason'])
+               for e in self.record.get('skipped', []))
+    return out
+
+  def _Newest(self):
+    """The newest checkpoint the state file lists, or None (none yet)."""
+    try:
+      return tf.train.latest_checkpoint(self._ckpt_dir)
+    except (tf.errors.OpError, ValueError):  # A state file being replaced.
+      return None
+
   def _Pending(self, newest):
-    """Checkpoints newer than the last evaluated, up to `newest`, by step."""
-    state = tf.train.get_checkpoint_state(self._ckpt_dir)
+    """Checkpoints newer than the last accounted for, up to `newest`.
+
+    Those the state file lists and those complete in the directory (each
+    one up to `newest` was finished before the state file named `newest`).
+
+    Returns:
+      (their paths, oldest first; the global steps the trainer saved in
+      that range, by p.task.train.save_interval_steps, that are gone).
+    """
+    try:
+      state = tf.train.get_checkpoint_state(self._ckpt_dir)
+    except (tf.errors.OpError, ValueError):  # Being replaced: the files.
+      state = None
     paths = list(state.all_model_checkpoint_paths) if state else []
-    if newest not in paths:
-      paths.append(newest)
+    paths += checkpointer_lib.CompleteCheckpoints(self._ckpt_dir)
+    paths.append(newest)
     last, top = self._LastStep(), CheckpointStep(newest)
     steps = {CheckpointStep(p): p for p in paths}
-    return [steps[s] for s in sorted(steps)
-            if s is not None and last < s <= top]
+    pending = [steps[s] for s in sorted(steps)
+               if s is not None and last < s <= top]
+    interval = self._params.task.train.save_interval_steps
+    first = (max(last, 0) // interval + 1) * interval if interval > 0 else 1
+    gone = [s for s in range(first, top + 1, max(interval, 1))
+            if interval > 0 and s not in steps]
+    return pending, gone
+
+  def _Skip(self, steps, reason, path=None, error=None):
+    """Records `steps` as skipped for `reason` ('rotated', 'unreadable')."""
+    skipped = self.record.setdefault('skipped', [])
+    for step in steps:
+      entry = {'global_step': step, 'reason': reason}
+      if path:
+        entry.update(checkpoint=path, error=error)
+      skipped.append(entry)
+    self._WriteRecord()
+
+  def _ReportRotated(self, steps):
+    """One line: checkpoints deleted by the trainer before their turn."""
+    if not steps:
+      return
+    self._Skip(steps, 'rotated')
+    tp = self._params.task.train
+    self._Print(
+        'Evaler: %d checkpoint(s) (global step %s) were deleted by the '
+        'trainer\'s rolling task.train.save_max_to_keep (%d) before their '
+        'turn; not evaluated. To evaluate every checkpoint, raise '
+        'save_max_to_keep or save_interval_steps (now %d).' % (
+            len(steps), _Steps(steps), tp.save_max_to_keep,
+            tp.save_interval_steps))
+
+  def _Final(self, final):
+    """Why to stop at `final` (the run's last step), or None to go on."""
+    accounted = self._Accounted()
+    last = self._LastStep()
+    if last < final:
+      return None
+    how = accounted.get(last)
+    return '%s the final checkpoint (global step %d)%s' % (
+        'evaluated' if how == 'evaluated' else 'reached', last,
+        '' if how == 'evaluated' else ' (%s: skipped)' % how)
+
+  def _StartLine(self, final):
+    """What the evaler waits for and until when (its timeout)."""
+    if self._timeout is None:
+      until = 'it waits for ever for a new one'
+    else:
+      until = ('it stops after %g s without a new one (--evaler_timeout_secs, '
+               'default %g)' % (self._timeout, DEFAULT_TIMEOUT_SECS))
+    where = self._ckpt_dir
+    if not tf.io.gfile.isdir(self._logdir):
+      where += ' (the logdir does not exist yet: waiting for its trainer)'
+    self._Print('Evaler: waiting for checkpoints in %s, up to the final one '
+                '(global step %d); %s. Ctrl-C stops it.' % (where, final,
+                                                           until))
+
+  def _Loop(self, task, stop):
+    """Evaluates each checkpoint as it comes; returns why it stopped.
+
+    Raises:
+      stops.StopRequested: SIGINT or SIGTERM arrived (checked between two
+        evaluations and every half second while waiting).
+    """
+    final = self._FinalStep()
+    if self._LastStep() >= final:
+      return self._AlreadyDone()
+    self._StartLine(final)
+    since = next_look = time.time()
+    while True:
+      self._StopIfRequested(stop)
+      if time.time() < next_look:  # poll_secs between two looks' starts.
+        time.sleep(min(0.5, next_look - time.time()))
+        continue
+      newest = self._Newest()
+      if newest and CheckpointStep(newest) is not None and (
+          CheckpointStep(newest) > self._LastStep()):
+        next_look = time.time() + self._poll
+        pending, gone = self._Pending(newest)
+        for path in pending:
+          self._StopIfRequested(stop)
+          self._ReportRotated([s for s in gone if self._LastStep() < s <
+                               CheckpointStep(path)])
+          self._EvaluateCheckpoint(task, path)
+        self._ReportRotated([s for s in gone if s > self._LastStep()])
+        since = time.time()
+        why = self._Final(self._FinalStep())
+        if why:
+          return why
+      elif self._timeout is not None and time.time() - since >= self._timeout:
+        return ('timeout: no new checkpoint in %s for %s s' %
+                (self._ckpt_dir, self._timeout))
+      # Short sleeps: a signal is looked at between two of them.
+      time.sleep(0.05 if self._poll <= 0 else min(0.5, self._poll))
+
+  def _AlreadyDone(self):
+    last = self._LastStep()
+    if self._Accounted().get(last) == 'evaluated':
+      return 'the final checkpoint (global step %d) was already evaluated' % (
+          last)
+    return ('the final checkpoint (global step %d) was already skipped (%s)'
+            % (last, self._Accounted().get(last)))
+
+  def _StopIfRequested(self, stop):
+    if stop.requested:
+      raise stops.StopRequested(stop.signum, (
+          'Evaler stopped by %s; %d checkpoint(s) evaluated now, %d in all '
+          '(%s). Run the same command again to go on.' % (
+              signal.Signals(stop.signum).name, len(self.evaluated_steps),
+              len(self.record['evaluations']),
+              os.path.join(self._dir, METRICS_FILE)
+              if self.record['evaluations'] else 'nothing written')))
 
   def Run(self):
-    """Evaluates checkpoints until the final one or the timeout.
+    """Evaluates checkpoints until the final one, the timeout or a signal.
+
+    A logdir or checkpoint directory that does not exist yet is waited
+    for (up to the timeout). Every checkpoint the trainer saved (by
+    p.task.train.save_interval_steps, and any other it finds) is
+    evaluated, or reported and recorded in metrics.json's 'skipped' as
+    deleted before its turn ('rotated') or unreadable ('unreadable', one
+    line naming it; a restarted evaler does not try it again).
 
     Returns:
       The record written to `<logdir>/evaler/metrics.json`.
 
     Raises:
+      validate.ExperimentError: the logdir's params.txt is of another
+        experiment (before anything is written).
       checkpointer.CheckpointMismatchError: a checkpoint does not restore
         every model variable of the task.
+      stops.StopRequested: stopped by SIGINT or SIGTERM (main thread only;
+        the message is the line to print).
     """
+    logdir_lib.CheckNotAnotherExperiment(self._logdir, self._params.ToText())
     task = self._params.task.Instantiate()
-    newest = tf.train.latest_checkpoint(self._ckpt_dir)
+    newest = self._Newest()
     if newest:  # Another model's checkpoints are refused now, not later.
-      checkpointer_lib.RestoreForEval(newest, task)
-    final = self._FinalStep()
-    stopped = None
-    if self._LastStep() >= final:
-      stopped = ('the final checkpoint (global step %d) was already '
-                 'evaluated' % self._LastStep())
-    for newest in ([] if stopped else tf.train.checkpoints_iterator(
-        self._ckpt_dir, min_interval_secs=self._poll,
-        timeout=self._timeout)):
-      for path in self._Pending(newest):
-        self._EvaluateCheckpoint(task, path)
-      final = self._FinalStep()
-      if self._LastStep() >= final:
-        stopped = 'evaluated the final checkpoint (global step %d)' % (
-            self._LastStep())
-        break
-    if stopped is None:
-      stopped = ('timeout: no new checkpoint in %s for %s s' %
-                 (self._ckpt_dir, self._timeout))
+      try:
+        checkpointer_lib.RestoreForEval(newest, task)
+      except (ValueError, TypeError):  # Another model (a mismatch).
+        raise
+      except Exception:  # pylint: disable=broad-except
+        pass  # Damaged or gone: reported at its turn.
+    with stops.SignalStop() as stop:
+      stopped = self._Loop(task, stop)
     self.record['stopped'] = stopped
-    if self.record['evaluations']:  # Nothing evaluated: nothing written.
-      self._WriteRecord()
+    if self.record['evaluations'] or self.record.get('skipped'):
+      self._WriteRecord()  # Nothing evaluated or skipped: nothing written.
     self._Print('Evaler stopped: %s; %d checkpoint(s) evaluated now, %d in '
-                'all (%s).' % (stopped, len(self.evaluated_steps),
-                               len(self.record['evaluations']),
-                               os.path.join(self._dir, METRICS_FILE)
-                               if self.record['evaluations'] else
-                               'nothing evaluated, nothing written'))
+                'all%s (%s).' % (stopped, len(self.evaluated_steps),
+                                 len(self.record['evaluations']),
+                                 self._SkippedNote(),
+                                 os.path.join(self._dir, METRICS_FILE)
+                                 if self.record['evaluations'] else
+                                 'nothing evaluated, nothing written'))
     return self.record
 
+  def _SkippedNote(self):
+    skipped = self.record.get('skipped', [])
+    if not skipped:
+      return ''
+    by = {}
+    for e in skipped:
+      by.setdefault(e['reason'], []).append(e['global_step'])
+    return ', %d skipped (%s)' % (len(skipped), '; '.join(
+        '%s: global step %s' % (k, _Steps(v)) for k, v in sorted(by.items())))
+
   def _EvaluateCheckpoint(self, task, path):
-    """Restores `path`, evaluates it and records it (a gone one is skipped)."""
+    """Restores `path`, evaluates it and records it; skips a bad one.
+
+    A checkpoint whose files are gone (deleted by the trainer's rotation)
+    or cannot be read (damaged) is reported in one line naming it and
+    recorded in 'skipped', so that no later run tries it again.
+    """
     try:
       step, num_ema = checkpointer_lib.RestoreForEval(path, task)
-    except tf.errors.NotFoundError:
-      self._Print('Evaler: %s was deleted before its turn (the trainer keeps '
-                  'p.task.train.save_max_to_keep checkpoints); skipped.' %
-                  path)
+    except (ValueError, TypeError):  # Another model (a mismatch): stops.
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      # A damaged file surfaces as OpError ('not an sstable'), IndexError
+      # ('Read less bytes than requested'), a protobuf DecodeError...
+      self._SkipUnreadable(path, e)
       return
     results = EvalMetrics(self._params, task)
     if self._writer is None:
@@ -246,6 +421,21 @@ class Evaler:
         step, os.path.basename(path),
         ', EMA averages of %d variables' % num_ema if num_ema else '',
         ', '.join('%s %.5g' % (k, v) for k, v in sorted(results.items()))))
+
+
+  def _SkipUnreadable(self, path, error):
+    """Reports and records `path` as rotated away or unreadable."""
+    step = CheckpointStep(path)
+    if isinstance(error, tf.errors.NotFoundError) or not tf.io.gfile.exists(
+        path + '.index'):  # Its files were deleted (the rotation).
+      self._ReportRotated([step])
+      return
+    cause = '%s: %s' % (type(error).__name__,
+                        str(error).strip().split('\n')[0][:200])
+    self._Skip([step], 'unreadable', path, cause)
+    self._Print('Evaler: checkpoint %s (global step %d) cannot be read (%s); '
+                'skipped, and not tried again by a restarted evaler.' % (
+                    path, step, cause))
 
   def _UpdateBest(self, step, path, results):
     dev = self._params.task.eval
@@ -271,7 +461,7 @@ class Evaler:
 def DefineFlags():
   """The evaler's flags (the trainer's command line defines them)."""
   flags.DEFINE_float(
-      'evaler_timeout_secs', 3600.0,
+      'evaler_timeout_secs', DEFAULT_TIMEOUT_SECS,
       '--mode=evaler: stop when no new checkpoint came for this many '
       'seconds (it stops by itself after the final checkpoint).')
   flags.DEFINE_float(
@@ -280,7 +470,12 @@ def DefineFlags():
 
 
 def Main(params, flag_values):
-  """`--mode=evaler`: runs the evaler; returns the exit status (0, or 2)."""
+  """`--mode=evaler`: runs the evaler; returns the exit status.
+
+  0 when it stopped by itself (final checkpoint, timeout), 2 for a refused
+  value or logdir (one ERROR: line), 128 + the signal number when stopped
+  by SIGINT (130) or SIGTERM (143), with one line and no traceback.
+  """
   try:  # Every value (dev_metric, eval input...) before anything is written.
     validate.Experiment(params, tf.distribute.get_strategy(), train=False,
                         evaluate=True)
@@ -292,7 +487,11 @@ def Main(params, flag_values):
                   poll_secs=flag_values.evaler_poll_secs)
   try:
     evaler.Run()
-  except checkpointer_lib.CheckpointMismatchError as e:
-    print('ERROR: %s' % e, file=sys.stderr)
+  except (validate.ExperimentError,
+          checkpointer_lib.CheckpointMismatchError) as e:
+    print('ERROR: %s' % validate.OneLine(e), file=sys.stderr)
     return 2
+  except stops.StopRequested as e:  # SIGINT/SIGTERM: one line, 130/143.
+    print(str(e), file=sys.stderr, flush=True)
+    return e.exit_code
   return 0

@@ -38,6 +38,7 @@ import tensorflow as tf
 
 from params import NestedMap
 from learner.training import checkpointer as checkpointer_lib
+from learner.training import logdir as logdir_lib
 
 
 class NothingToExportError(ValueError):
@@ -172,7 +173,12 @@ def DefineFlags():
 
 
 def Main(params, flag_values):
-  """`--mode=export`: runs the export; returns the exit status (0, or 2)."""
+  """`--mode=export`: runs the export; returns the exit status (0, or 2).
+
+  Raises:
+    validate.ExperimentError: the logdir is of another experiment.
+  """
+  logdir_lib.CheckNotAnotherExperiment(flag_values.logdir, params.ToText())
   try:
     Export(params, flag_values.logdir, flag_values.export_checkpoint)
   except (NothingToExportError, checkpointer_lib.CheckpointMismatchError) as e:

@@ -20,6 +20,11 @@ One logdir holds one run. Its files belong to the jobs that write them:
 A rerun of a finished train job (`FinishedMetrics`) writes nothing and
 returns the stored metrics, so metrics.json and params.txt stay
 byte-identical.
+
+Every job refuses a logdir whose params.txt is of another experiment
+(`CheckNotAnotherExperiment`) before it writes anything, and one train job
+at a time writes a logdir (`TrainLock`, a flock the kernel releases when
+the process ends).
 """
 
 import json
@@ -206,3 +211,87 @@ def WriteParamsOnce(logdir, text, report, hint=None):
     f.write(text)
   tf.io.gfile.rename(tmp, path, overwrite=True)
   return True
+
+
+def CheckNotAnotherExperiment(logdir, text):
+  """Refuses `logdir` if its params.txt is of another task class.
+
+  Called by every job (train, train_and_eval, eval, evaler, export) before
+  it writes anything, whether or not the other run finished; a logdir
+  without params.txt (new, or written by an older trainer) passes.
+
+  Args:
+    logdir: the run's (chief's) logdir; it need not exist.
+    text: this job's `Params.ToText()`.
+
+  Raises:
+    validate.ExperimentError: one line naming both task classes and the fix
+      (see `CheckSameTask`).
+  """
+  path = os.path.join(logdir, PARAMS_FILE)
+  if not tf.io.gfile.exists(path):
+    return
+  try:
+    with tf.io.gfile.GFile(path) as f:
+      old = f.read()
+  except (OSError, tf.errors.OpError, UnicodeDecodeError):
+    return  # Unreadable: the job's own checks (restore, resume) decide.
+  CheckSameTask(path, old, text)
+
+
+class LogdirInUseError(validate.ExperimentError):
+  """Another live train job holds the logdir (see `TrainLock`)."""
+
+
+class TrainLock:
+  """Context manager: this process is the only train job writing `logdir`.
+
+  An exclusive, non-blocking `flock` on the logdir directory itself: no
+  file is written for it, and the kernel drops it when the process ends in
+  any way (a `kill -9` never leaves a logdir locked). Only the chief of a
+  multi-worker run takes it (its other workers write elsewhere, see
+  `distribution.WorkerLogdir`). Jobs that only read checkpoints (eval,
+  evaler, export) do not take it: they may run beside the trainer.
+
+  Paths with a scheme (gs://..., hdfs://...) and file systems without
+  flock are not locked (nothing is checked there).
+
+  Args:
+    logdir: the run's logdir; it must exist.
+
+  Raises:
+    LogdirInUseError: on entry, if another process holds the lock (one line
+      naming the logdir and the fix).
+  """
+
+  def __init__(self, logdir):
+    self._logdir = logdir
+    self._fd = None
+
+  def __enter__(self):
+    if '://' in self._logdir:
+      return self
+    import fcntl  # pylint: disable=g-import-not-at-top (POSIX only)
+    try:
+      fd = os.open(self._logdir, os.O_RDONLY)
+    except OSError:
+      return self  # The makedirs before us reported any real problem.
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      os.close(fd)
+      raise LogdirInUseError(
+          '%s is in use by another live train job (it holds the logdir\'s '
+          'lock); nothing was written. Wait for that job to end or stop it, '
+          'or choose another --logdir.' % self._logdir) from None
+    except OSError:  # No flock on this file system: not locked.
+      os.close(fd)
+      return self
+    self._fd = fd
+    return self
+
+  def __exit__(self, *unused_exc):
+    if self._fd is not None:
+      os.close(self._fd)  # Releases the flock.
+      self._fd = None
+    return False

@@ -39,6 +39,7 @@ The `Trainer` class does the work and is usable from Python and tests; the
 absl `main` only parses flags.
 """
 
+import contextlib
 import json
 import os
 import sys
@@ -272,7 +273,9 @@ class Trainer:
 
     Raises:
       validate.ExperimentError: a refused value (before anything is
-        written; see `learner.training.validate`).
+        written; see `learner.training.validate`), a logdir of another
+        experiment, or (`logdir.LogdirInUseError`) a logdir another live
+        train job holds.
       NothingToEvaluateError: mode eval on a logdir without a checkpoint.
     """
     # First: --strategy=multi_worker must be created before any other op.
@@ -286,6 +289,9 @@ class Trainer:
     self._chief_logdir = self._logdir
     self._logdir = distribution.WorkerLogdir(self._logdir, self._strategy)
     distribution.RemoveWorkerLogdir(self._chief_logdir, self._strategy)
+    # Another experiment's logdir: one line, before anything is written.
+    logdir_lib.CheckNotAnotherExperiment(self._chief_logdir,
+                                         self._params.ToText())
     ckpt_dir = os.path.join(self._chief_logdir, 'ckpt')
     if self._mode == ModeKeys.EVAL and not (
         tf.train.latest_checkpoint(ckpt_dir) or
@@ -311,12 +317,15 @@ class Trainer:
       if stored is not None:
         return self._ReportFinished(stored)
     tf.io.gfile.makedirs(self._logdir)
-    if trains:
-      self._WriteParams()
     if self._mode == ModeKeys.EVAL:
       return self._RunEval()
-    with stops.SignalStop(self._Print) as self._stop:
-      return self._RunTrain()
+    # One live train job per logdir (only the writer, the chief, locks).
+    with logdir_lib.TrainLock(self._logdir) if (
+        self._logdir == self._chief_logdir) else contextlib.nullcontext(), (
+            checkpointer_lib.DiskFullAsOneLine(self._logdir)):
+      self._WriteParams()
+      with stops.SignalStop(self._Print) as self._stop:
+        return self._RunTrain()
 
   def _ReportFinished(self, stored):
     """A rerun of a finished run: writes nothing, prints what is stored."""

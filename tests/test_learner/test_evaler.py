@@ -8,6 +8,7 @@ w and b and the eval split's arrays, and against a one-shot
 
 import io
 import os
+import shutil
 import threading
 
 import numpy as np
@@ -152,22 +153,32 @@ def test_evaler_next_to_a_running_trainer_waits_and_misses_none(tmp_path):
   assert box['ev'].evaluated_steps == [20, 40, 60]
 
 
+def _CheckpointsOnly(trained, logdir):
+  """A copy of the run's ckpt/ alone (no params.txt, which is refused first,
+  see test_logdir_guard.py): the checkpoints decide."""
+  shutil.copytree(os.path.join(str(trained), 'ckpt'),
+                  os.path.join(str(logdir), 'ckpt'))
+  return str(logdir)
+
+
 def test_a_checkpoint_of_another_model_is_refused_naming_its_variables(
-    trained):
+    trained, tmp_path):
   other = registry.GetParams('diabetes.LinearAdamL2')
   with pytest.raises(checkpointer_lib.CheckpointMismatchError,
                      match=r'missing: diabetes/linear/\w, diabetes/linear/\w'
                      r'.*--model'):
-    evaler_lib.Evaler(other, str(trained), timeout_secs=0.5,
-                      stream=io.StringIO()).Run()
+    evaler_lib.Evaler(other, _CheckpointsOnly(trained, tmp_path),
+                      timeout_secs=0.5, stream=io.StringIO()).Run()
 
 
-def test_evaler_command_line_refusal_is_one_error_line(trained, capsys):
+def test_evaler_command_line_refusal_is_one_error_line(trained, capsys,
+                                                       tmp_path):
   trainer_lib.DefineFlags()
   flags = trainer_lib.FLAGS
   try:
     flags(['trainer', '--model=diabetes.LinearAdamL2', '--mode=evaler',
-           '--logdir=%s' % trained, '--evaler_timeout_secs=0.5'])
+           '--logdir=%s' % _CheckpointsOnly(trained, tmp_path),
+           '--evaler_timeout_secs=0.5'])
     code = trainer_lib.main([])
   finally:
     flags.unparse_flags()

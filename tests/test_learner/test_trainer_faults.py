@@ -140,6 +140,9 @@ def test_unwritable_checkpoint_directory_fails_before_training(tmp_path):
 
 def test_eval_of_another_models_checkpoint_is_refused(tmp_path, capsys):
   _Trainer(tmp_path, _Params(0.05, max_steps=5))[0].Run()
+  # Without params.txt (which names the other task and is refused first,
+  # see test_logdir_guard.py) the checkpoint itself is refused.
+  os.remove(str(tmp_path / 'params.txt'))
   code, _, err = _Main(['--model=digits.MlpMomentum', '--mode=eval',
                         '--logdir=%s' % tmp_path], capsys)
   assert code == 2
