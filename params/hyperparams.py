@@ -6,6 +6,10 @@ named, documented values (`Define`), changed with attribute assignment or
 from text with `ToText` / `FromText`. `InstantiableParams` also carries the
 class to build (`cls`) and builds it with `Instantiate()`.
 
+The text form lives beside this module: params/params_text.py (a Params as
+'key : value' lines), params/value_codec.py (one value: `EncodeValue`,
+`DecodeValue`) and params/text_registry.py (what text may name).
+
 Design after Lingvo's `lingvo/core/hyperparams.py`, with these differences:
   * `Freeze()` freezes every nested Params too, not only the top level.
   * The text form covers lists/dicts of Params, classes, functions, enums,
@@ -18,25 +22,13 @@ Design after Lingvo's `lingvo/core/hyperparams.py`, with these differences:
     marker that `FromText` refuses with a clear error.
 """
 
-import ast
 import copy
 import difflib
-import enum
-import importlib
-import inspect
-import keyword
 import re
-import sys
-import types
-import warnings
 
 import numpy as np
 
-from params import moved_paths
-from params import nested_map
-
 _NAME_RE = re.compile(r'^[a-z_][a-z0-9_]*$')
-_NO_TEXT_MARKER = '<no text form: '
 _KEY_SEGMENT_RE = re.compile(r'^([a-z_][a-z0-9_]*)((?:\[\d+\])*)$')
 
 
@@ -80,6 +72,18 @@ def _Index(key, container, i):
         'Key %r: index [%d] is out of range: the list has %d item(s) '
         '(indices 0..%d).' % (key, i, len(container), len(container) - 1))
   return container[i]
+
+
+def _ParamsText():
+  """The module params/params_text.py, which writes and reads Params as text.
+
+  Imported here, inside a function, because params_text imports this module
+  (it builds and recognises Params): a top-level import would close the
+  cycle hyperparams -> params_text -> hyperparams. The import is only a
+  lookup in sys.modules after the first call.
+  """
+  from params import params_text  # pylint: disable=g-import-not-at-top
+  return params_text
 
 
 class _Param:
@@ -322,54 +326,22 @@ class Params:
   def is_frozen(self):
     return self._immutable
 
-  # ---- text -----------------------------------------------------------------
-
-  def _FlatItems(self, prefix=''):
-    """Yields (dotted_key, value) with nested Params and lists of them flattened."""
-    for name, value in sorted(self.IterParams()):
-      key = prefix + name
-      if isinstance(value, Params):
-        if len(value) == 0:
-          yield key, value
-        else:
-          yield from value._FlatItems(key + '.')
-      elif (isinstance(value, list) and value and
-            all(isinstance(v, Params) and len(v) for v in value)):
-        for i, v in enumerate(value):
-          yield from v._FlatItems('%s[%d].' % (key, i))
-      else:
-        yield key, value
+  # ---- text: written and read by params/params_text.py -----------------------
 
   def ToText(self):
     """Returns the params as sorted 'dotted.key : value' lines.
 
     Nested Params and lists of Params are flattened into dotted keys
     ('train.learner[0].learning_rate'); other values are written with
-    `EncodeValue`.
+    `EncodeValue` (params/value_codec.py). See `params_text.ToText`.
     """
-    lines = ['%s : %s' % (k, EncodeValue(v)) for k, v in self._FlatItems()]
-    return '\n'.join(sorted(lines)) + ('\n' if lines else '')
+    return _ParamsText().ToText(self)
 
   def FromText(self, text):
     """Applies 'dotted.key : value' lines to these params; returns self.
 
-    Lines may be separated by newlines or ';'. Blank lines and '#' comments
-    are ignored. Later lines win.
-
-    Lines set values of keys that exist, with one structural exception that
-    makes `q.FromText(p.ToText())` reproduce `p` when a nested params holds
-    another class than in `q`: a line 'a.b.cls : Class(X)' (X having a
-    `Params()` classmethod) whose X differs from the current class, or whose
-    'a.b' is None, first replaces 'a.b' by `X.Params()`, keeping the values of
-    the keys both define; 'a.b[i].cls' lines may so also grow a list of
-    params (one element at a time). Class lines are applied first, outer
-    keys before inner ones.
-
-    The text is data (README, "Params text is data"): no module is imported,
-    and a line's value is built (registered constructors, `X.Params()`) only
-    after its key exists and the kind of its value fits the key; see
-    `DecodeValue` for what may be named, and MAX_TEXT_CHARS,
-    MAX_VALUE_CHARS, MAX_DEPTH, MAX_ITEMS, MAX_BUILDS for the bounds.
+    See `params_text.FromText` (params/params_text.py) for the format, the
+    class lines that rebuild nested params, and the reader's bounds.
 
     Raises:
       AttributeError: if the params are frozen.
@@ -378,67 +350,7 @@ class Params:
         form, exceeds a bound, names something text may not name, or its
         type does not match the current value.
     """
-    if self._immutable:
-      raise AttributeError(
-          'Params are frozen; FromText cannot change them. Apply the text to '
-          'a mutable copy: p.Copy(frozen=False).FromText(text).')
-    lines = list(TextLines(text))
-    self._ApplyClassLines(lines)
-    for line_no, line, key, value_text in lines:
-      shown = '%s %s' % (line_no, _ShownLine(line))
-      try:
-        current = self.Get(key)
-      except AttributeError as e:
-        # The error starts with "Key '<key>': "; say the key only once.
-        why = str(e)
-        if why.startswith('Key %r: ' % key):
-          why = why[len('Key %r: ' % key):]
-        raise ValueError('Line %s: unknown key %r: %s' %
-                         (shown, key, why)) from None
-      value = _ReadLineValue(shown, key, value_text, current)
-      if (isinstance(current, float) and isinstance(value, int) and
-          not isinstance(value, bool)):
-        value = float(value)  # '1' for a float param means 1.0.
-      try:
-        self._SetKey(key, value)
-      except AttributeError as e:
-        raise ValueError('Line %s: cannot set %r: %s' %
-                         (shown, key, e)) from None
-    return self
-
-  def _ApplyClassLines(self, lines):
-    """Rebuilds nested params named by 'prefix.cls' lines (see FromText).
-
-    The key is resolved before the value is read, the value is only planned
-    (a class is looked up, nothing is called), and X.Params() is called only
-    for a class with a Params() classmethod. Anything else is left to the
-    line-by-line pass, which reports it.
-    """
-    cls_lines = []
-    for _, _, key, value_text in lines:
-      if key.endswith('.cls'):
-        prefix = key[:-len('.cls')]
-        depth = prefix.count('.') + prefix.count('[')
-        order = [int(t) if t.isdigit() else t
-                 for t in re.split(r'(\d+)', prefix)]
-        cls_lines.append((depth, order, prefix, value_text))
-    for _, _, prefix, value_text in sorted(cls_lines, key=lambda x: x[:2]):
-      try:
-        parent, name, indices = self._Resolve(prefix)
-      except (AttributeError, ValueError):
-        continue
-      slot = _ClassLineSlot(parent, name, indices)
-      if slot is None:
-        continue
-      old, setter = slot
-      current_cls = old.cls if isinstance(old, Params) and 'cls' in old else None
-      try:
-        plan = _ValueReader(current_cls).Plan(value_text)
-      except ValueError:
-        continue
-      new_cls = plan[1] if plan[0] == 'value' else None
-      if _IsParamsClass(new_cls) and _NeedsRebuild(old, new_cls):
-        setter(_Rebuilt(new_cls, old))
+    return _ParamsText().FromText(self, text)
 
   def TextDiff(self, other):
     """Returns a readable diff of two params: only keys that differ.
@@ -446,17 +358,7 @@ class Params:
     Lines: '  key : mine -> theirs' for changed values, '- key : v' for keys
     only here, '+ key : v' for keys only in `other`. Empty string if equal.
     """
-    mine = {k: EncodeValue(v) for k, v in self._FlatItems()}
-    theirs = {k: EncodeValue(v) for k, v in other._FlatItems()}
-    out = []
-    for k in sorted(set(mine) | set(theirs)):
-      if k not in theirs:
-        out.append('- %s : %s' % (k, mine[k]))
-      elif k not in mine:
-        out.append('+ %s : %s' % (k, theirs[k]))
-      elif mine[k] != theirs[k]:
-        out.append('  %s : %s -> %s' % (k, mine[k], theirs[k]))
-    return '\n'.join(out) + ('\n' if out else '')
+    return _ParamsText().TextDiff(self, other)
 
 
 class InstantiableParams(Params):

@@ -1,3 +1,169 @@
+"""A Params as text: sorted 'dotted.key : value' lines, written and read.
+
+`ToText(p)` flattens nested Params (and lists of them) into dotted keys and
+writes each value with `value_codec.EncodeValue`; `FromText(p, text)` reads
+such lines back into existing keys (`TextLines` splits them, the value
+reader of params/value_codec.py reads each value after its key and kind are
+checked); `TextDiff` compares two params by their text. `Params.ToText`,
+`Params.FromText` and `Params.TextDiff` (params/hyperparams.py) call these.
+`ReadTextFile` reads a params file within the reader's size bound.
+
+The text is data: see "Params text is data" in README.md.
+"""
+
+import re
+
+from params.hyperparams import Params
+from params.hyperparams import _CopyValue
+from params.hyperparams import _OneLine
+from params.value_codec import EncodeValue
+from params.value_codec import MAX_ITEMS
+from params.value_codec import MAX_TEXT_CHARS
+from params.value_codec import _CallParams
+from params.value_codec import _IsParamsClass
+from params.value_codec import _NO_TEXT_MARKER
+from params.value_codec import _PlanMismatch
+from params.value_codec import _TypeMismatch
+from params.value_codec import _ValueReader
+
+
+def _FlatItems(p, prefix=''):
+  """Yields (dotted_key, value) with nested Params and lists of them flattened."""
+  for name, value in sorted(p.IterParams()):
+    key = prefix + name
+    if isinstance(value, Params):
+      if len(value) == 0:
+        yield key, value
+      else:
+        yield from _FlatItems(value, key + '.')
+    elif (isinstance(value, list) and value and
+          all(isinstance(v, Params) and len(v) for v in value)):
+      for i, v in enumerate(value):
+        yield from _FlatItems(v, '%s[%d].' % (key, i))
+    else:
+      yield key, value
+
+
+def ToText(p):
+  """Returns the params as sorted 'dotted.key : value' lines.
+
+  Nested Params and lists of Params are flattened into dotted keys
+  ('train.learner[0].learning_rate'); other values are written with
+  `EncodeValue`.
+  """
+  lines = ['%s : %s' % (k, EncodeValue(v)) for k, v in _FlatItems(p)]
+  return '\n'.join(sorted(lines)) + ('\n' if lines else '')
+
+
+def FromText(p, text):
+  """Applies 'dotted.key : value' lines to these params; returns p.
+
+  Lines may be separated by newlines or ';'. Blank lines and '#' comments
+  are ignored. Later lines win.
+
+  Lines set values of keys that exist, with one structural exception that
+  makes `q.FromText(p.ToText())` reproduce `p` when a nested params holds
+  another class than in `q`: a line 'a.b.cls : Class(X)' (X having a
+  `Params()` classmethod) whose X differs from the current class, or whose
+  'a.b' is None, first replaces 'a.b' by `X.Params()`, keeping the values of
+  the keys both define; 'a.b[i].cls' lines may so also grow a list of
+  params (one element at a time). Class lines are applied first, outer
+  keys before inner ones.
+
+  The text is data (README, "Params text is data"): no module is imported,
+  and a line's value is built (registered constructors, `X.Params()`) only
+  after its key exists and the kind of its value fits the key; see
+  `DecodeValue` for what may be named, and MAX_TEXT_CHARS,
+  MAX_VALUE_CHARS, MAX_DEPTH, MAX_ITEMS, MAX_BUILDS for the bounds.
+
+  Raises:
+    AttributeError: if the params are frozen.
+    ValueError: one line naming the line and key if a line is malformed,
+      the key does not exist (with close names), the value has no text
+      form, exceeds a bound, names something text may not name, or its
+      type does not match the current value.
+  """
+  if p.is_frozen:
+    raise AttributeError(
+        'Params are frozen; FromText cannot change them. Apply the text to '
+        'a mutable copy: p.Copy(frozen=False).FromText(text).')
+  lines = list(TextLines(text))
+  _ApplyClassLines(p, lines)
+  for line_no, line, key, value_text in lines:
+    shown = '%s %s' % (line_no, _ShownLine(line))
+    try:
+      current = p.Get(key)
+    except AttributeError as e:
+      # The error starts with "Key '<key>': "; say the key only once.
+      why = str(e)
+      if why.startswith('Key %r: ' % key):
+        why = why[len('Key %r: ' % key):]
+      raise ValueError('Line %s: unknown key %r: %s' %
+                       (shown, key, why)) from None
+    value = _ReadLineValue(shown, key, value_text, current)
+    if (isinstance(current, float) and isinstance(value, int) and
+        not isinstance(value, bool)):
+      value = float(value)  # '1' for a float param means 1.0.
+    try:
+      p._SetKey(key, value)
+    except AttributeError as e:
+      raise ValueError('Line %s: cannot set %r: %s' %
+                       (shown, key, e)) from None
+  return p
+
+
+def _ApplyClassLines(p, lines):
+  """Rebuilds nested params named by 'prefix.cls' lines (see FromText).
+
+  The key is resolved before the value is read, the value is only planned
+  (a class is looked up, nothing is called), and X.Params() is called only
+  for a class with a Params() classmethod. Anything else is left to the
+  line-by-line pass, which reports it.
+  """
+  cls_lines = []
+  for _, _, key, value_text in lines:
+    if key.endswith('.cls'):
+      prefix = key[:-len('.cls')]
+      depth = prefix.count('.') + prefix.count('[')
+      order = [int(t) if t.isdigit() else t
+               for t in re.split(r'(\d+)', prefix)]
+      cls_lines.append((depth, order, prefix, value_text))
+  for _, _, prefix, value_text in sorted(cls_lines, key=lambda x: x[:2]):
+    try:
+      parent, name, indices = p._Resolve(prefix)
+    except (AttributeError, ValueError):
+      continue
+    slot = _ClassLineSlot(parent, name, indices)
+    if slot is None:
+      continue
+    old, setter = slot
+    current_cls = old.cls if isinstance(old, Params) and 'cls' in old else None
+    try:
+      plan = _ValueReader(current_cls).Plan(value_text)
+    except ValueError:
+      continue
+    new_cls = plan[1] if plan[0] == 'value' else None
+    if _IsParamsClass(new_cls) and _NeedsRebuild(old, new_cls):
+      setter(_Rebuilt(new_cls, old))
+
+
+def TextDiff(p, other):
+  """Returns a readable diff of two params: only keys that differ.
+
+  Lines: '  key : mine -> theirs' for changed values, '- key : v' for keys
+  only here, '+ key : v' for keys only in `other`. Empty string if equal.
+  """
+  mine = {k: EncodeValue(v) for k, v in _FlatItems(p)}
+  theirs = {k: EncodeValue(v) for k, v in _FlatItems(other)}
+  out = []
+  for k in sorted(set(mine) | set(theirs)):
+    if k not in theirs:
+      out.append('- %s : %s' % (k, mine[k]))
+    elif k not in mine:
+      out.append('+ %s : %s' % (k, theirs[k]))
+    elif mine[k] != theirs[k]:
+      out.append('  %s : %s -> %s' % (k, mine[k], theirs[k]))
+  return '\n'.join(out) + ('\n' if out else '')
 
 
 def _NeedsRebuild(current, new_cls):

@@ -1,3 +1,22 @@
+"""What params text may name, and how a name is found.
+
+Params text names classes and functions by import path ('mod.Name'). Only
+what code registered here may be called while reading (`TextFactory`,
+subclasses of `TextSerializable`) or named as a function (`RegisterForText`);
+classes with a `Params()` classmethod and Enum classes need no registration.
+`LookupImported` finds a path among modules already imported (text never
+imports), `ResolveImportPath` imports (for code only). Paths that moved are
+mapped by params/moved_paths.py first. Nothing here knows `Params`.
+"""
+
+import importlib
+import sys
+import types
+import warnings
+
+from params import moved_paths
+
+
 class TextSerializable:
   """Protocol for objects that have a text form inside Params.
 

@@ -1,3 +1,37 @@
+"""One value and its text form: `EncodeValue` writes it, `DecodeValue` reads it.
+
+The writer covers literals, lists/tuples/dicts, Params inside containers,
+NestedMap, classes, functions, enum members, `tf.DType`s and objects with a
+`TextSpec` (text_registry.TextSerializable); anything else is a marker the
+reader refuses. The reader is safe: it parses with `ast` after a bounded
+pre-scan, never evaluates or imports, names only what params/text_registry.py
+allows, and checks the kind of a value against the key's current value
+before building it. Params/hyperparams.py holds `Params`; params_text.py
+applies these values to the keys of a Params.
+"""
+
+import ast
+import enum
+import inspect
+import keyword
+import re
+import sys
+
+import numpy as np
+
+from params import nested_map
+from params.hyperparams import InstantiableParams
+from params.hyperparams import Params
+from params.hyperparams import _OneLine
+from params.text_registry import ImportPath
+from params.text_registry import LookupImported
+from params.text_registry import ResolveImportPath
+from params.text_registry import _MovedPath
+from params.text_registry import _TEXT_REGISTRY
+
+_NO_TEXT_MARKER = '<no text form: '
+
+
 def _TypeMismatch(current, value):
   """Returns a message if `value` may not replace `current`, else None.
 
@@ -265,7 +299,7 @@ def _ResolveClass(path, current):
   raise ValueError(
       'Class(%r) is refused: params text may name only classes with a '
       'Params() classmethod, Enum classes, classes registered with '
-      'params.hyperparams.RegisterForText, or the class already there' % path)
+      'params.text_registry.RegisterForText, or the class already there' % path)
 
 
 def _ResolveFunction(path, current):
@@ -278,7 +312,7 @@ def _ResolveFunction(path, current):
     return current
   raise ValueError(
       'Function(%r) is refused: params text may name only functions '
-      'registered with params.hyperparams.RegisterForText (or TextFactory) '
+      'registered with params.text_registry.RegisterForText (or TextFactory) '
       'in their module, or the function already there' % path)
 
 
@@ -300,7 +334,7 @@ def _ResolveConstructor(path):
     raise ValueError(
         'Object(%r, ...): %r is not registered as a text constructor (a '
         'TextSerializable subclass or a function decorated with '
-        'params.hyperparams.TextFactory, in a module this process has '
+        'params.text_registry.TextFactory, in a module this process has '
         'imported); refusing to call it' % (path, path))
   return entry[0]
 
