@@ -1,6 +1,5 @@
 """The models the registered experiments train: small, real, CPU-friendly.
 
-  * `DenseLayer`: y = act(x @ w + b).
   * `MlpClassifierTask`: an MLP classifier (softmax cross-entropy); metrics
     'loss', 'accuracy'.
   * `LinearRegressionTask`: y = w * x + b on scalar inputs (the seeds'
@@ -9,14 +8,15 @@
     (mean squared error plus nothing: regularisation is the learner's),
     'mse'.
 
-Every metric is `(value, weight)` with weight = examples in the batch.
+Every metric is `(value, weight)` with weight = examples in the batch. The
+layers they are built of are in layers/ (`layers.DenseLayer`).
 """
 
 import tensorflow as tf
 
-from params import BaseLayer
 from params import NestedMap
 from params import checks
+from layers import DenseLayer
 from learner.training import task as task_lib
 
 class MlpClassifierTask(task_lib.BaseTask):

@@ -1,3 +1,16 @@
+"""A fully connected layer: y = activation(x @ w + b).
+
+The dense layer of the experiments' MLPs and linear models
+(configs/model_tasks.py); Glorot & Bengio 2010 ("Understanding the
+difficulty of training deep feedforward neural networks") for its default
+initializer.
+"""
+
+import tensorflow as tf
+
+from params import BaseLayer
+from params import checks
+
 _ACTIVATIONS = {
     'none': tf.identity,
     'relu': tf.nn.relu,

@@ -1,4 +1,4 @@
-"""The experiments' model layers: shapes, values and refused params."""
+"""The experiments' model tasks: metrics by hand (DenseLayer: tests/test_layers/test_dense.py)."""
 
 import numpy as np
 import pytest
