@@ -1,6 +1,5 @@
 """The models the registered experiments train: small, real, CPU-friendly.
 
-  * `DenseLayer`: y = act(x @ w + b).
   * `MlpClassifierTask`: an MLP classifier (softmax cross-entropy); metrics
     'loss', 'accuracy'.
   * `LinearRegressionTask`: y = w * x + b on scalar inputs (the seeds'
@@ -9,66 +8,16 @@
     (mean squared error plus nothing: regularisation is the learner's),
     'mse'.
 
-Every metric is `(value, weight)` with weight = examples in the batch.
+Every metric is `(value, weight)` with weight = examples in the batch. The
+layers they are built of are in layers/ (`layers.DenseLayer`).
 """
 
 import tensorflow as tf
 
-from params import BaseLayer
 from params import NestedMap
 from params import checks
+from layers import DenseLayer
 from learner.training import task as task_lib
-
-_ACTIVATIONS = {
-    'none': tf.identity,
-    'relu': tf.nn.relu,
-    'tanh': tf.tanh,
-    'sigmoid': tf.sigmoid,
-}
-
-
-class DenseLayer(BaseLayer):
-  """A fully connected layer: y = activation(x @ w + b).
-
-  Input x: float [batch, input_dim]; output float [batch, output_dim].
-  Variables 'w' [input_dim, output_dim] (Glorot-uniform unless params_init
-  says otherwise) and 'b' [output_dim] (zeros).
-
-  Raises:
-    ValueError: for non-positive dims or an unknown activation.
-  """
-
-  @classmethod
-  def Params(cls):
-    p = super().Params()
-    p.Define('input_dim', 0, 'Input features; must be > 0.')
-    p.Define('output_dim', 0, 'Output features; must be > 0.')
-    p.Define('activation', 'relu',
-             'One of %s.' % sorted(_ACTIVATIONS))
-    return p
-
-  @classmethod
-  def ValueChecks(cls):
-    specs = super().ValueChecks()
-    specs.update(input_dim=checks.Int(1, example=64),
-                 output_dim=checks.Int(1, example=10))
-    return specs
-
-  def __init__(self, params):
-    super().__init__(params)
-    p = self.params
-    if p.activation not in _ACTIVATIONS:
-      raise ValueError('%s: activation %r is not one of %s.' %
-                       (self.path, p.activation, sorted(_ACTIVATIONS)))
-    self.CreateVariable('w', [p.input_dim, p.output_dim],
-                        init=('glorot_uniform' if p.params_init is None
-                              else p.params_init))
-    self.CreateVariable('b', [p.output_dim], init=0.0)
-
-  def FProp(self, theta, x):
-    y = tf.matmul(x, theta.w) + theta.b
-    return _ACTIVATIONS[self.params.activation](y)
-
 
 class MlpClassifierTask(task_lib.BaseTask):
   """An MLP classifier with softmax cross-entropy.

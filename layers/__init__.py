@@ -1,5 +1,6 @@
 """Lingvo-style model layers: Params-configured BaseLayers, FProp(theta, ...).
 
+  dense           DenseLayer (y = activation(x @ w + b))
   embedding       EmbeddingLayer (lookup with sparse gradient, tied Logits),
                   PositionalEmbeddingLayer (sinusoids)
   normalization   LayerNorm
@@ -11,6 +12,7 @@
   keras_layer     KerasLayer (any Keras layer, configured by params)
   activations     GetActivation(name)
   matmul          MatMulLastDim(x, w): x [..., i] @ w [i, o]
+  demo            Linear, MlpClassifier: the demo tree of `python -m layers.demo`
 
 Imports point one way: `configs → layers → params`.
 """
@@ -19,6 +21,7 @@ from layers.activations import GetActivation
 from layers.attention import MultiHeadedAttention
 from layers.conv import Conv1DLayer
 from layers.conv import Pool1DLayer
+from layers.dense import DenseLayer
 from layers.dropout import DropoutLayer
 from layers.embedding import EmbeddingLayer
 from layers.embedding import PositionalEmbeddingLayer

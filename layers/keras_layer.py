@@ -17,7 +17,7 @@ import inspect
 import tensorflow as tf
 
 from params import BaseLayer
-from params import hyperparams
+from params import text_registry
 
 
 def _ResolveKerasClass(keras_class, where):
@@ -25,7 +25,7 @@ def _ResolveKerasClass(keras_class, where):
   cls = keras_class
   if isinstance(keras_class, str):
     if '.' in keras_class:
-      cls = hyperparams.LookupImported(keras_class)
+      cls = text_registry.LookupImported(keras_class)
     else:
       cls = getattr(tf.keras.layers, keras_class, None)
       if cls is None:

@@ -1,14 +1,15 @@
 """Configuration and composition: Params, NestedMap, BaseLayer, the registry."""
 
-from params.hyperparams import DecodeValue
-from params.hyperparams import EncodeValue
 from params.hyperparams import InstantiableParams
 from params.hyperparams import Params
-from params.hyperparams import LookupImported
-from params.hyperparams import RegisterForText
-from params.hyperparams import ResolveImportPath
-from params.hyperparams import TextFactory
-from params.hyperparams import TextSerializable
+from params.text_registry import LookupImported
+from params.text_registry import RegisterForText
+from params.text_registry import ResolveImportPath
+from params.text_registry import TextFactory
+from params.text_registry import TextSerializable
+from params.value_codec import DecodeValue
+from params.value_codec import EncodeValue
+from params import params_text
 from params.nested_map import NestedMap
 from params.base_layer import AddToCollection
 from params.base_layer import BaseLayer

@@ -37,6 +37,16 @@ _MOVED_MODULES = {
 }
 
 
+# Model layers that moved into layers/, their one home (issue 22, item 6).
+# A separate block, so other moves merge beside it.
+_MOVED_NAMES.update({
+    'configs.model_tasks.DenseLayer': 'layers.dense.DenseLayer',
+})
+_MOVED_MODULES.update({
+    'params.demo': 'layers.demo',
+})
+
+
 def Resolve(path):
   """Returns the current import path for `path`, or None if it did not move.
 

@@ -15,6 +15,7 @@ is the Keras schedule's rate itself (set the learner's `learning_rate` to
 import tensorflow as tf
 
 from params import hyperparams
+from params import text_registry
 from schedules import base_schedule
 
 _KERAS_SCHEDULE = tf.keras.optimizers.schedules.LearningRateSchedule
@@ -95,7 +96,7 @@ class KerasSchedule(base_schedule.BaseSchedule):
       cls = getattr(tf.keras.optimizers.schedules, name, None)
     if cls is None and module:
       try:
-        cls = hyperparams.LookupImported('%s.%s' % (module, name))
+        cls = text_registry.LookupImported('%s.%s' % (module, name))
       except ValueError:
         cls = None
     if not (isinstance(cls, type) and issubclass(cls, _KERAS_SCHEDULE)):

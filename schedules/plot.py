@@ -31,7 +31,8 @@ from absl import flags
 import numpy as np
 import tensorflow as tf
 
-from params import hyperparams
+from params import params_text
+from params import value_codec
 from params import registry
 from schedules.base_schedule import BaseSchedule
 from schedules.base_schedule import DEFAULT_NAME
@@ -42,10 +43,10 @@ _NO_TEXT = '<no text form: '
 def _ParseLines(text):
   """Returns {dotted key: value text} for 'key : value' lines of `text`.
 
-  Uses the reader of `Params.FromText` (`hyperparams.TextLines`), with its
+  Uses the reader of `Params.FromText` (`params_text.TextLines`), with its
   size bounds; nothing is decoded here.
   """
-  return {key: value for _, _, key, value in hyperparams.TextLines(text)}
+  return {key: value for _, _, key, value in params_text.TextLines(text)}
 
 
 def _Decode(key, value_text):
@@ -54,7 +55,7 @@ def _Decode(key, value_text):
                      'code, or write the schedule with text-serializable '
                      'values.' % (key, value_text))
   try:
-    return hyperparams.DecodeValue(value_text)
+    return value_codec.DecodeValue(value_text)
   except ValueError as e:
     shown = value_text if len(value_text) <= 80 else value_text[:80] + '...'
     raise ValueError('Key %r: cannot read the value %r: %s' %
@@ -315,7 +316,7 @@ def Main(argv, out=None, err=None):
     else:
       text = fv.params_text
       if os.path.isfile(text):
-        text = hyperparams.ReadTextFile(text, '--params_text')
+        text = params_text.ReadTextFile(text, '--params_text')
       sp = ScheduleParamsFromText(text, fv.learner)
       source = 'params text'
     if not sp.name:

@@ -26,6 +26,8 @@ from learner.optimizers import keras_optimizer
 from learner.optimizers import lars as lars_lib
 from learner.optimizers import update_rules
 from params import hyperparams
+from params import text_registry
+from params import value_codec
 
 # name -> (optimizer class, {accepted keyword (MoXing/TF1/Keras): param}).
 # A class's own param names are accepted too.
@@ -74,7 +76,7 @@ def _SetKwargs(where, p, kwargs, aliases):
   return p
 
 
-class _Factory(hyperparams.TextSerializable, text_constructor=False):
+class _Factory(text_registry.TextSerializable, text_constructor=False):
   """Shared behaviour of the factories: text form, equality, learning_rate.
 
   The subclasses, and the two factory functions their text form names, are
@@ -109,10 +111,10 @@ class _Factory(hyperparams.TextSerializable, text_constructor=False):
     return not self == other
 
   def __hash__(self):
-    return hash(hyperparams.EncodeValue(self))
+    return hash(value_codec.EncodeValue(self))
 
   def __repr__(self):
-    return hyperparams.EncodeValue(self)
+    return value_codec.EncodeValue(self)
 
 
 class OptimizerFn(_Factory):
@@ -144,7 +146,7 @@ class OptimizerFn(_Factory):
             dict(name=self._name, **self._kwargs))
 
 
-@hyperparams.TextFactory
+@text_registry.TextFactory
 def get_optimizer_fn(name, **kwargs):  # pylint: disable=invalid-name
   """Returns a factory that builds the optimizer `name` (MoXing's API).
 
@@ -238,7 +240,7 @@ class OptimizerWrapperFn(_Factory):
             dict(name=self._name, inner=self._inner, **self._kwargs))
 
 
-@hyperparams.TextFactory
+@text_registry.TextFactory
 def get_optimizer_wrapper_fn(name, inner, **kwargs):  # pylint: disable=invalid-name
   """Returns a factory that wraps `inner` in the wrapper `name` (MoXing's API).
 

@@ -52,7 +52,7 @@ import tensorflow as tf
 
 from params import BaseLayer
 from params import checks
-from params import hyperparams
+from params import params_text
 from params import registry
 from learner import tf_log
 from learner.training import checkpointer as checkpointer_lib
@@ -96,7 +96,7 @@ def LoadExperimentParams(model, params_file=None, params_override=None,
   """
   p = registry.GetParams(model)
   if params_file:
-    text = hyperparams.ReadTextFile(params_file, '--params_file')
+    text = params_text.ReadTextFile(params_file, '--params_file')
     try:
       p.FromText(text)
     except ValueError as e:

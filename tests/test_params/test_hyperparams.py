@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from params import hyperparams
+from params import text_registry
 from params import InstantiableParams
 from params import Params
 
@@ -313,13 +314,13 @@ def test_instantiable_params_defines_cls():
 
 
 def test_resolve_import_path():
-  assert hyperparams.ResolveImportPath('params.hyperparams.Params') is Params
-  assert (hyperparams.ResolveImportPath('params.hyperparams.Params.Copy') is
+  assert text_registry.ResolveImportPath('params.hyperparams.Params') is Params
+  assert (text_registry.ResolveImportPath('params.hyperparams.Params.Copy') is
           Params.Copy)
   with pytest.raises(ValueError, match="'params.hyperparams.Nope'"):
-    hyperparams.ResolveImportPath('params.hyperparams.Nope')
+    text_registry.ResolveImportPath('params.hyperparams.Nope')
   with pytest.raises(ValueError, match="'no_such_module_xyz.A'"):
-    hyperparams.ResolveImportPath('no_such_module_xyz.A')
+    text_registry.ResolveImportPath('no_such_module_xyz.A')
 
 
 # ---- message polish (round 2) ----------------------------------------------

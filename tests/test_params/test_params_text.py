@@ -8,6 +8,8 @@ import pytest
 import tensorflow as tf
 
 from params import hyperparams
+from params import text_registry
+from params import value_codec
 from params import InstantiableParams
 from params import NestedMap
 from params import Params
@@ -53,7 +55,7 @@ class Schedule(TextSerializable):
 # Params text may name a function, or a class without Params(), only if it is
 # registered for text (issue 12: text is data); _AllTypes holds these.
 for _value in (Square, Outer.Inner, Schedule.TextSpec, tf.nn.relu, max):
-  hyperparams.RegisterForText(_value)
+  text_registry.RegisterForText(_value)
 
 
 class Built:
@@ -195,7 +197,7 @@ def test_list_of_params_of_another_length_needs_the_whole_list():
   longer = p.Copy().Set(layers=[_Leaf(1), _Leaf(2), _Leaf(3)])
   with pytest.raises(ValueError, match=r"'layers\[2\].x'"):
     p.Copy().FromText(longer.ToText())
-  whole = 'layers : %s' % hyperparams.EncodeValue(longer.layers)
+  whole = 'layers : %s' % value_codec.EncodeValue(longer.layers)
   assert p.Copy().FromText(whole) == longer
 
 
@@ -212,7 +214,7 @@ def test_to_text_is_sorted_dotted_lines():
 
 
 def test_encode_forms():
-  enc = hyperparams.EncodeValue
+  enc = value_codec.EncodeValue
   assert enc(Built) == "Class('%s.Built')" % __name__
   assert enc(Square) == "Function('%s.Square')" % __name__
   assert enc(Color.RED) == "Enum('%s.Color', 'RED')" % __name__
@@ -273,7 +275,7 @@ def test_lambda_is_written_as_marker_and_refused_by_from_text():
     {'a': Schedule(lambda: 0)},   # TextSpec kwargs need a text form too
 ])
 def test_values_without_text_form_get_the_marker(value):
-  assert hyperparams.EncodeValue(value).startswith('<no text form: ')
+  assert value_codec.EncodeValue(value).startswith('<no text form: ')
 
 
 def test_nested_function_has_no_text_form():
@@ -281,8 +283,8 @@ def test_nested_function_has_no_text_form():
   def Local():
     pass
 
-  assert 'Local' in hyperparams.EncodeValue(Local)
-  assert hyperparams.EncodeValue(Local).startswith('<no text form: ')
+  assert 'Local' in value_codec.EncodeValue(Local)
+  assert value_codec.EncodeValue(Local).startswith('<no text form: ')
 
 
 # ---- bad text: ValueError naming the line and the key ---------------------------------
@@ -387,7 +389,7 @@ def test_object_factory_marked_text_factory_is_called():
   assert p.v == Schedule('m', rate=0.25)
 
 
-@hyperparams.TextFactory
+@text_registry.TextFactory
 def MakeSchedule(name):
   return Schedule(name, rate=0.25)
 
@@ -490,8 +492,8 @@ def test_unknown_key_message_names_the_key_once():
     (np.float32('nan'), "float('nan')", float('nan')),
 ])
 def test_numpy_scalar_is_written_as_its_python_value(value, text, python):
-  assert hyperparams.EncodeValue(value) == text
-  decoded = hyperparams.DecodeValue(text)
+  assert value_codec.EncodeValue(value) == text
+  decoded = value_codec.DecodeValue(text)
   assert type(decoded) is type(python)
   if python == python:
     assert decoded == python and decoded == value

@@ -21,6 +21,9 @@ import warnings
 import pytest
 
 from params import hyperparams
+from params import params_text
+from params import text_registry
+from params import value_codec
 from params import registry
 from params import InstantiableParams
 from params import Params
@@ -188,7 +191,7 @@ def test_decode_value_alone_refuses_the_same_payloads(marker):
     with warnings.catch_warnings():
       warnings.simplefilter('ignore', FutureWarning)
       with pytest.raises(ValueError):
-        hyperparams.DecodeValue(value)
+        value_codec.DecodeValue(value)
 
 
 # ---- nothing is called before the key and its type are checked ------------
@@ -196,7 +199,7 @@ def test_decode_value_alone_refuses_the_same_payloads(marker):
 CALLS = []
 
 
-@hyperparams.TextFactory
+@text_registry.TextFactory
 def CountingFactory(**kwargs):
   CALLS.append(('factory', kwargs))
   return object()
@@ -286,16 +289,16 @@ def test_text_may_restate_the_function_already_at_a_key_but_not_another():
   r.Define('fn', None, '')
   with pytest.raises(ValueError, match="'fn'.*RegisterForText"):
     r.FromText(p.ToText())
-  hyperparams.RegisterForText(_Unregistered)
+  text_registry.RegisterForText(_Unregistered)
   try:
     assert r.FromText(p.ToText()).fn is _Unregistered
   finally:
-    hyperparams._TEXT_REGISTRY.pop(hyperparams.ImportPath(_Unregistered))  # pylint: disable=protected-access
+    text_registry._TEXT_REGISTRY.pop(text_registry.ImportPath(_Unregistered))  # pylint: disable=protected-access
 
 
 def test_register_for_text_refuses_a_lambda():
   with pytest.raises(ValueError, match='no import path'):
-    hyperparams.RegisterForText(lambda: 0)
+    text_registry.RegisterForText(lambda: 0)
 
 
 def test_experiment_params_written_before_the_layout_move_still_load():
@@ -399,7 +402,7 @@ def test_list_built_of_params_classes_is_bounded_in_builds():
 
 
 def test_text_longer_than_the_bound_is_refused_before_reading():
-  text = 'x : 1\n' * (hyperparams.MAX_TEXT_CHARS // 6 + 1)
+  text = 'x : 1\n' * (value_codec.MAX_TEXT_CHARS // 6 + 1)
   with pytest.raises(ValueError, match='MAX_TEXT_CHARS'):
     _Target().FromText(text)
 
@@ -407,16 +410,16 @@ def test_text_longer_than_the_bound_is_refused_before_reading():
 def test_a_long_good_value_reads_within_the_time_bound():
   # Just under every bound: MAX_ITEMS - 1 floats in a value below
   # MAX_VALUE_CHARS, nested MAX_DEPTH deep.
-  n = hyperparams.MAX_ITEMS - 1
+  n = value_codec.MAX_ITEMS - 1
   flat = '[' + ', '.join(['0.5'] * n) + ']'
-  deep = '[' * hyperparams.MAX_DEPTH + '1' + ']' * hyperparams.MAX_DEPTH
-  assert len(flat) < hyperparams.MAX_VALUE_CHARS
+  deep = '[' * value_codec.MAX_DEPTH + '1' + ']' * value_codec.MAX_DEPTH
+  assert len(flat) < value_codec.MAX_VALUE_CHARS
   start = time.perf_counter()
   p = _Target().FromText('x : %s\nitems : %s' % (flat, deep))
   assert time.perf_counter() - start < 5.0
   assert p.x == [0.5] * n
   inner = p.items
-  for _ in range(hyperparams.MAX_DEPTH - 1):
+  for _ in range(value_codec.MAX_DEPTH - 1):
     inner = inner[0]
   assert inner == [1]
 
@@ -534,12 +537,12 @@ def test_an_index_into_params_is_refused_in_one_line():
 
 def test_read_text_file_refuses_a_file_longer_than_the_bound(tmp_path):
   path = tmp_path / 'huge.txt'
-  path.write_text('a : 1\n' * (hyperparams.MAX_TEXT_CHARS // 6 + 10))
+  path.write_text('a : 1\n' * (value_codec.MAX_TEXT_CHARS // 6 + 10))
   with pytest.raises(ValueError) as e:
-    hyperparams.ReadTextFile(str(path), '--params_file')
+    params_text.ReadTextFile(str(path), '--params_file')
   message = str(e.value)
   assert '--params_file' in message and 'huge.txt' in message
-  assert str(hyperparams.MAX_TEXT_CHARS) in message and '\n' not in message
+  assert str(value_codec.MAX_TEXT_CHARS) in message and '\n' not in message
 
 
 def test_read_text_file_refuses_binary_and_missing_files(tmp_path):
@@ -547,17 +550,17 @@ def test_read_text_file_refuses_binary_and_missing_files(tmp_path):
   binary.write_bytes(b'\x89PNG\r\n\x1a\n\xff\xfe\x00')
   with pytest.raises(ValueError, match=r"--params_file '.*model.bin' is not "
                      r'UTF-8 params text \(byte 0\)'):
-    hyperparams.ReadTextFile(str(binary), '--params_file')
+    params_text.ReadTextFile(str(binary), '--params_file')
   with pytest.raises(ValueError, match=r"--params_text '.*nothere' cannot be "
                      'read'):
-    hyperparams.ReadTextFile(str(tmp_path / 'nothere'), '--params_text')
+    params_text.ReadTextFile(str(tmp_path / 'nothere'), '--params_text')
 
 
 def test_read_text_file_returns_a_file_at_the_bound_unchanged(tmp_path):
   path = tmp_path / 'params.txt'
   text = 'task.train.max_steps : 7\n# a comment\n'
   path.write_text(text)
-  assert hyperparams.ReadTextFile(str(path), '--params_file') == text
+  assert params_text.ReadTextFile(str(path), '--params_file') == text
 
 
 def test_schedule_plot_refuses_a_binary_params_file_in_one_line(tmp_path):

@@ -15,7 +15,7 @@ DOCS = [ROOT / 'docs' / 'DESIGN.md'] + sorted((ROOT / 'docs' / 'cases').glob(
 # `learner/optimizers/base.py`, `tests/test_learner/test_lars.py`, ...; a
 # path with a placeholder (`schedules/<name>.py`) names a file to add, and
 # one after "not " is a counter-example (`learner/utils.py`).
-PATH = re.compile(r'(?<!not )`((?:params|schedules|learner|configs|tests|benchmarks|'
+PATH = re.compile(r'(?<!not )`((?:params|layers|schedules|learner|configs|tests|benchmarks|'
                   r'docs)/[\w/.]+\.(?:py|md))`')
 TEST_NAME = re.compile(r'`(test_[a-z0-9_]+)`')
 # `_PARAMS` of `tests/...py`, `STRATEGY_NAMES` ... in `learner/...py`.
@@ -61,5 +61,6 @@ def test_where_things_go_covers_the_five_additions():
   section = text[text.index('## Where things go'):]
   section = section[:section.index('\n## ', 1)]
   for what in ('optimizer (update rule)', 'learning-rate schedule',
-               'optimizer wrapper', 'experiment', 'distribution strategy'):
+               'optimizer wrapper', 'experiment', 'distribution strategy',
+               'model layer'):
     assert '**A new %s.**' % what in section, what

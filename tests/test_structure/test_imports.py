@@ -1,15 +1,18 @@
 """Imports point one way, have no cycles and are not hidden in functions.
 
 docs/DESIGN.md, "The house": configs -> learner.training -> learner (the
-step) -> learner.optimizers -> schedules -> params. A module may import its
-own layer and any layer below it. The test reads every product module's
-import statements with `ast` (nothing is imported) and checks three rules:
+step) -> learner.optimizers -> schedules -> params, and configs -> layers ->
+params beside them. A module may import its own layer and any layer below
+it. The test reads every product module's import statements with `ast`
+(nothing is imported) and checks four rules:
 
   1. no upward import (top level or deferred);
   2. no cycle among the top-level imports between modules;
   3. no deferred import (inside a function) of a project module unless it
      breaks a cycle, i.e. the same import at top level would close one.
      A deferred import hides what depends on what.
+  4. learner/ (all of it) and schedules/ never import layers/: model layers
+     are the experiments' business, the step does not depend on one.
 
 Exceptions, each for a stated reason:
   * learner/trainer.py and learner/launcher.py: thin entry modules that keep
@@ -40,9 +43,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 PACKAGES = ('params', 'layers', 'schedules', 'learner', 'configs')
 
 # Lowest first; a module's layer is the longest prefix of its name.
-# layers/ (model layers) needs only params; tasks and experiments use it.
+# layers/ (model layers) needs only params; its place second here keeps it
+# from importing anything else. It is not a floor under schedules/ and
+# learner/: KEPT_APART forbids those to import it (rule 4).
 LAYERS = ('params', 'layers', 'schedules', 'learner.optimizers', 'learner',
           'learner.training', 'configs')
+# {package: packages that must never import it, at any depth}.
+KEPT_APART = {'layers': ('schedules', 'learner')}
 # Violations on main when this test was written, in files other engineers
 # are changing at the same time (issue 11, items 2-5). Each is (file, the
 # module it imports) for a deferred import, or the modules of a cycle. A
@@ -207,6 +214,23 @@ def UpwardImports(modules, imports):
   return out
 
 
+def _Within(module, package):
+  return module == package or module.startswith(package + '.')
+
+
+def ImportsKeptApart(modules, imports):
+  """Imports (top level or deferred) that KEPT_APART forbids, as messages."""
+  out = []
+  for imp in imports:
+    for package, importers in KEPT_APART.items():
+      if _Within(imp.target, package) and any(
+          _Within(imp.source, i) for i in importers):
+        out.append('%s: %s imports %s, but %s never import %s/' % (
+            Where(imp, modules), imp.source, imp.target,
+            ' and '.join('%s/' % i for i in importers), package))
+  return out
+
+
 def Cycles(imports):
   """Every cycle of the top-level import graph, each as a list of modules."""
   graph = TopLevelGraph(imports)
@@ -282,6 +306,13 @@ def test_no_upward_import():
                    + '\n  '.join(bad))
 
 
+def test_learner_and_schedules_never_import_layers():
+  modules, imports = AllImports()
+  bad = ImportsKeptApart(modules, imports)
+  assert not bad, ('Model layers are for experiments (configs/): '
+                   'DESIGN.md, "The house".\n  ' + '\n  '.join(bad))
+
+
 def test_no_import_cycle():
   _, imports = AllImports()
   found = {frozenset(c): ['import cycle: %s' % ' -> '.join(c)]
@@ -318,6 +349,17 @@ def test_the_checks_catch_what_they_should():
   assert len(bad) == 1 and 'schedules.x (layer schedules)' in bad[0]
   assert Layer('learner.optimizers.base') == LAYERS.index('learner.optimizers')
   assert Layer('learner') == LAYERS.index('learner')
+  # Rule 4: the rank alone lets learner/ and schedules/ import layers/.
+  apart = [Import('learner.training.task', 'layers.dense', 4, True),
+           Import('schedules.cosine', 'layers', 5, False),
+           Import('configs.lm', 'layers.transformer', 6, False),
+           Import('layers.dense', 'params.base_layer', 7, False)]
+  modules.update({i.source: ROOT / 'x.py' for i in apart})
+  assert not UpwardImports(modules, apart)
+  bad = ImportsKeptApart(modules, apart)
+  assert len(bad) == 2, bad
+  assert 'learner.training.task imports layers.dense' in bad[0]
+  assert 'schedules.cosine imports layers,' in bad[1]
 
 
 def test_the_known_list_only_shrinks():

@@ -1,4 +1,4 @@
-"""A small Learner-free layer tree, built and printed: `python -m params.demo`.
+"""A small Learner-free layer tree, built and printed: `python -m layers.demo`.
 
 It shows the foundation at work until the trainer exists: experiment-style
 Params for a two-level MLP classifier, the params text (`ToText`), the layer
@@ -105,7 +105,7 @@ def Main(out=sys.stdout):
 
 
 if __name__ == '__main__':
-  # Run the module's own copy so classes print as 'params.demo.Linear', an
+  # Run the module's own copy so classes print as 'layers.demo.Linear', an
   # import path FromText can resolve, not '__main__.Linear'.
-  from params import demo  # pylint: disable=g-import-not-at-top,import-self
+  from layers import demo  # pylint: disable=g-import-not-at-top,import-self
   demo.Main()
