@@ -18,6 +18,7 @@ key that is not yet registered. Only a key given by the user (the trainer's
 
 import difflib
 import importlib
+import os
 import pkgutil
 import sys
 
@@ -133,6 +134,24 @@ def _ImportFor(key):
   module = key.rsplit('.', 1)[0]
   if not _TryImport('%s.%s' % (_CONFIGS_PACKAGE, module)):
     _TryImport(module)
+
+
+def AddWorkingDirectoryToPath():
+  """Puts the current directory first on sys.path, as `python -m` does.
+
+  The console scripts (`tf-learner-train`, `tf-learner-launch`,
+  `tf-learner-plot-schedule`) start with their own bin/ directory on the
+  path, not the current one; they call this so that `--model=pkg.mod.Class`
+  finds the user's `pkg/` in the current directory exactly as
+  `python -m learner.trainer` does. Calling it twice adds nothing.
+
+  Returns:
+    The directory (str) now first on sys.path.
+  """
+  cwd = os.getcwd()
+  if not any(os.path.abspath(p or os.curdir) == cwd for p in sys.path):
+    sys.path.insert(0, cwd)
+  return cwd
 
 
 def GetAllRegisteredKeys():

@@ -34,6 +34,7 @@ import tensorflow as tf
 from params import params_text
 from params import value_codec
 from params import registry
+from schedules import keras_adapter
 from schedules.base_schedule import BaseSchedule
 from schedules.base_schedule import DEFAULT_NAME
 
@@ -160,6 +161,10 @@ def ScheduleFromExperiment(model, learner=0):
     raise ValueError('Learner %d of %r has no lr_schedule param.' %
                      (learner, model))
   rate = lp.learning_rate if 'learning_rate' in lp else None
+  if keras_adapter.IsKerasSchedule(lp.lr_schedule):
+    # As the learner does: wrapped, and its rate multiplies 1.0 if None.
+    return (keras_adapter.KerasSchedule.FromKeras(lp.lr_schedule),
+            1.0 if rate is None else rate)
   return lp.lr_schedule.Copy(frozen=False), rate
 
 
@@ -352,6 +357,7 @@ def Main(argv, out=None, err=None):
 
 def ConsoleMain():
   """The `tf-learner-plot-schedule` console script."""
+  registry.AddWorkingDirectoryToPath()  # The user's package, as python -m.
   sys.exit(Main(sys.argv))
 
 

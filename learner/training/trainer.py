@@ -891,6 +891,7 @@ def Usage(full=False):
 
 def Main():
   """Console entry point."""
+  registry.AddWorkingDirectoryToPath()  # The user's package, as python -m.
   DefineFlags()
   wanted = [a for a in sys.argv[1:] if a in _HELP_FLAGS]
   if wanted:  # absl's --help shows no flag of ours and exits 1.
