@@ -95,6 +95,19 @@ class _Param:
     self.doc = doc
 
 
+def _ListKeyMessage(key, segments, seg_i, value):
+  """The error for a key that goes through a list of Params without [i].
+
+  E.g. 'task.train.learner.learning_rate' on a task with two learners: the
+  fix is an index, 'task.train.learner[0].learning_rate'.
+  """
+  head = '.'.join(segments[:seg_i])
+  tail = '.'.join(segments[seg_i:])
+  return ('Key %r: %r is a list of %d Params, not a Params; index it, e.g. '
+          '%r (indices 0..%d).' % (key, head, len(value),
+                                   '%s[0].%s' % (head, tail), len(value) - 1))
+
+
 class Params:
   """A set of named, documented hyper-parameters.
 
@@ -200,6 +213,9 @@ class Params:
         raise AttributeError('Malformed key %r (segment %r).' % (key, seg))
       name, idx_text = m.group(1), m.group(2)
       indices = [int(i) for i in re.findall(r'\[(\d+)\]', idx_text)]
+      if isinstance(obj, (list, tuple)) and any(
+          isinstance(x, Params) for x in obj):
+        raise AttributeError(_ListKeyMessage(key, segments, seg_i, obj))
       if not isinstance(obj, Params):
         raise AttributeError('Key %r: %r is not a Params (it is a %s).' %
                              (key, '.'.join(segments[:seg_i]),

@@ -21,6 +21,7 @@ import importlib
 import os
 import pkgutil
 import sys
+import traceback
 
 from params import hyperparams
 
@@ -122,6 +123,61 @@ def _TryImport(module):
   return True
 
 
+class ExperimentModuleError(ImportError):
+  """The module of an experiment exists but fails to import.
+
+  Its message is a few lines: which module and key, then the user's file,
+  line and source line (the deepest frame outside importlib and this
+  project's packages), then the original error's type and message. The
+  original error is its __cause__.
+  """
+
+
+# Frames in these packages are ours, not the user's (see _UserFrame).
+_OWN_DIRS = tuple(
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                 name) + os.sep
+    for name in ('params', 'layers', 'schedules', 'learner'))
+
+
+def _UserFrame(error):
+  """(file, line, source text) where `error` arose in the user's code.
+
+  A SyntaxError names its own place; otherwise the deepest traceback frame
+  outside importlib (`<frozen ...>`) and our packages, else the deepest one.
+  """
+  if isinstance(error, SyntaxError) and error.filename:
+    return error.filename, error.lineno, (error.text or '').strip()
+  frames = [f for f in traceback.extract_tb(error.__traceback__)
+            if not f.filename.startswith('<')]
+  mine = [f for f in frames if not f.filename.startswith(_OWN_DIRS)]
+  frame = (mine or frames or [None])[-1]
+  if frame is None:
+    return None, None, ''
+  return frame.filename, frame.lineno, (frame.line or '').strip()
+
+
+def _ModuleErrorMessage(module, key, error):
+  """The few lines of an ExperimentModuleError (see there)."""
+  filename, line, text = _UserFrame(error)
+  msg = error.msg if isinstance(error, SyntaxError) else str(error)
+  lines = ['Importing module %r for experiment %r failed:' % (module, key)]
+  if filename:
+    lines.append('  File "%s", line %s' % (filename, line))
+    if text:
+      lines.append('    %s' % text)
+  lines.append('%s: %s' % (type(error).__name__, msg))
+  return '\n'.join(lines)
+
+
+def _Import(module, key):
+  """_TryImport(module), an error inside it as ExperimentModuleError."""
+  try:
+    return _TryImport(module)
+  except Exception as e:  # pylint: disable=broad-except
+    raise ExperimentModuleError(_ModuleErrorMessage(module, key, e)) from e
+
+
 def _ImportFor(key):
   """Imports the module a key names: `configs.<module>`, else `<module>`.
 
@@ -129,11 +185,11 @@ def _ImportFor(key):
   configs.mypkg.exp if it exists, else the user's module mypkg.exp.
   """
   if '.' not in key:
-    _TryImport('%s.%s' % (_CONFIGS_PACKAGE, key))
+    _Import('%s.%s' % (_CONFIGS_PACKAGE, key), key)
     return
   module = key.rsplit('.', 1)[0]
-  if not _TryImport('%s.%s' % (_CONFIGS_PACKAGE, module)):
-    _TryImport(module)
+  if not _Import('%s.%s' % (_CONFIGS_PACKAGE, module), key):
+    _Import(module, key)
 
 
 def AddWorkingDirectoryToPath():
@@ -154,6 +210,28 @@ def AddWorkingDirectoryToPath():
   return cwd
 
 
+def _RaiseIfModule(key):
+  """Raises LookupError listing the experiments of `key` if it is a module.
+
+  `--model=mypkg.exp` names the module, not a class in it: the user wants
+  one of that module's experiments, not the closest unrelated keys.
+  """
+  configs_module = '%s.%s' % (_CONFIGS_PACKAGE, key)
+  if not (_Import(configs_module, key) or _Import(key, key)):
+    return
+  own = sorted(k for k in _REGISTRY
+               if k.startswith(key + '.') and '.' not in k[len(key) + 1:])
+  if own:
+    raise LookupError(
+        '%r is a module, not an experiment: give one of its experiments, '
+        '%s (e.g. --model=%s).' % (key, ' or '.join(repr(k) for k in own),
+                                   own[0]))
+  raise LookupError(
+      '%r is a module, not an experiment, and registers none: decorate an '
+      'experiment class in it with @params.registry.Register and give '
+      '--model=%s.<ClassName>.' % (key, key))
+
+
 def GetAllRegisteredKeys():
   """Returns the sorted keys of every experiment under `configs/`."""
   _ImportAllConfigs()
@@ -164,11 +242,15 @@ def GetClass(key):
   """Returns the experiment class registered under `key`.
 
   Raises:
-    LookupError: naming the key and the closest registered keys.
+    LookupError: naming the key and the closest registered keys; for a key
+      that names a module ('mypkg.exp'), naming that module's experiments.
+    ExperimentModuleError: the experiment's module exists but fails to
+      import (its message names the user's file and line).
   """
   if key not in _REGISTRY:
     _ImportFor(key)
   if key not in _REGISTRY:
+    _RaiseIfModule(key)
     keys = GetAllRegisteredKeys()
     if key in _REGISTRY:
       return _REGISTRY[key]

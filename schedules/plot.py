@@ -349,7 +349,8 @@ def Main(argv, out=None, err=None):
       WritePng(fv.png, summary['steps'], summary['values'],
                '%s (%s)' % (type(schedule).__name__, source))
       out.write('wrote %s\n' % fv.png)
-  except (ValueError, LookupError, RuntimeError, TypeError) as e:
+  except (ValueError, LookupError, RuntimeError, TypeError,
+          registry.ExperimentModuleError) as e:
     err.write('error: %s\n' % e)
     return 1
   return 0

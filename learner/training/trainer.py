@@ -42,6 +42,7 @@ absl `main` only parses flags.
 import contextlib
 import json
 import os
+import re
 import sys
 
 from absl import app
@@ -814,6 +815,49 @@ def _Refuse(error):
   return 2
 
 
+def _FlagErrorLine(error):
+  """absl's flag-parsing error as our one line (without 'ERROR: ')."""
+  text = validate.OneLine(error)
+  enum = re.match(r'^flag --(\w+)=(.*): value should be one of <(.*)>$', text)
+  if enum:
+    return ('--%s=%s is not one of %s; --help describes them.' %
+            (enum.group(1), enum.group(2),
+             ', '.join(enum.group(3).split('|'))))
+  if text.startswith('flag --'):
+    text = text[len('flag '):]
+  return '%s (--help lists every flag).' % text.rstrip('.')
+
+
+def ParseFlags(argv):
+  """Parses argv into FLAGS; a bad flag is one ERROR: line and exit 2.
+
+  absl's own parser (app.run's default) prints 'FATAL Flags parsing error'
+  and a usage hint and exits 1; every other refusal of ours is one line,
+  exit 2.
+
+  Returns:
+    The arguments absl leaves (argv[0] first).
+  """
+  try:
+    return FLAGS(argv)
+  except flags.Error as e:
+    print('ERROR: %s' % _FlagErrorLine(e), file=sys.stderr)
+    sys.exit(2)
+
+
+def _RefuseModule(error):
+  """Prints an error in the user's experiment module; returns exit status 2.
+
+  A few lines (the user's file, line and message; see
+  `registry.ExperimentModuleError`), not the traceback through importlib;
+  --verbose raises it again with the whole traceback.
+  """
+  if FLAGS.verbose:
+    raise error
+  print('ERROR: %s' % error, file=sys.stderr)
+  return 2
+
+
 def main(argv):
   del argv
   if FLAGS.list:
@@ -840,6 +884,8 @@ def main(argv):
       return evaler_lib.Main(params, FLAGS)
     if FLAGS.mode == ModeKeys.EXPORT:
       return export_lib.Main(params, FLAGS)
+  except registry.ExperimentModuleError as e:
+    return _RefuseModule(e)
   except (LookupError, ValueError) as e:
     return _Refuse(e)
   try:
@@ -899,7 +945,7 @@ def Main():
     sys.exit(0)
   quiet = os.environ.get(tf_log.ENV, tf_log.QUIET_LEVEL) >= '2'
   logging.set_verbosity(logging.WARNING if quiet else logging.INFO)
-  app.run(lambda argv: sys.exit(main(argv)))
+  app.run(lambda argv: sys.exit(main(argv)), flags_parser=ParseFlags)
 
 
 if __name__ == '__main__':

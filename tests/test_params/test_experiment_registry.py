@@ -256,9 +256,13 @@ def test_methods_must_return_params(configs):
 
 
 def test_a_broken_config_module_raises_its_own_error(configs, tmp_path):
+  # Issue 21: the error names the module's file and line, its own error is
+  # the cause (it was the bare ModuleNotFoundError before).
   _Write(tmp_path, configs + '/bad.py', 'import no_such_dependency_qq\n')
-  with pytest.raises(ModuleNotFoundError, match='no_such_dependency_qq'):
+  with pytest.raises(registry.ExperimentModuleError,
+                     match='no_such_dependency_qq') as e:
     registry.GetClass('bad.Exp')
+  assert isinstance(e.value.__cause__, ModuleNotFoundError)
   with pytest.raises(ModuleNotFoundError, match='no_such_dependency_qq'):
     registry.GetAllRegisteredKeys()
 
@@ -273,3 +277,52 @@ def test_no_configs_package_lists_nothing(monkeypatch):
   monkeypatch.setattr(registry, '_CONFIGS_PACKAGE', 'no_such_configs_pkg_qq')
   monkeypatch.setattr(registry, '_REGISTRY', {})
   assert registry.GetAllRegisteredKeys() == []
+
+
+# ---- errors in the experiment's module and a module as the key (issue 21) --
+
+
+@pytest.mark.parametrize('source, shown, error', [
+    ('X = 1\nimport no_such_dependency_qq\n', 'import no_such_dependency_qq',
+     "ModuleNotFoundError: No module named 'no_such_dependency_qq'"),
+    ('X = 1\ndef f(:\n  pass\n', 'def f(:',
+     'SyntaxError: invalid syntax'),
+    ('X = 1\nY = X / 0\n', 'Y = X / 0',
+     'ZeroDivisionError: division by zero'),
+])
+def test_an_error_in_the_module_is_its_file_line_and_message(
+    configs, tmp_path, source, shown, error):
+  _Write(tmp_path, configs + '/broken.py', source)
+  with pytest.raises(registry.ExperimentModuleError) as e:
+    registry.GetClass('broken.Exp')
+  path = tmp_path / configs / 'broken.py'
+  assert str(e.value).splitlines() == [
+      "Importing module '%s.broken' for experiment 'broken.Exp' failed:" %
+      configs,
+      '  File "%s", line 2' % path,
+      '    ' + shown,
+      error]
+
+
+def test_a_module_as_the_key_lists_its_own_experiments(configs):
+  del configs
+  with pytest.raises(LookupError) as e:
+    registry.GetClass('digits')
+  assert str(e.value) == (
+      "'digits' is a module, not an experiment: give one of its experiments, "
+      "'digits.MlpAdam' or 'digits.MlpMomentum' (e.g. "
+      "--model=digits.MlpAdam).")
+  with pytest.raises(LookupError) as e:
+    registry.GetClass('vision.mnist')
+  assert "give one of its experiments, 'vision.mnist.Cnn' (" in str(e.value)
+  assert 'digits' not in str(e.value)  # Nothing unrelated.
+
+
+def test_a_module_without_experiments_says_how_to_register(configs):
+  del configs
+  with pytest.raises(LookupError) as e:
+    registry.GetClass('vision')
+  assert str(e.value) == (
+      "'vision' is a module, not an experiment, and registers none: decorate "
+      "an experiment class in it with @params.registry.Register and give "
+      "--model=vision.<ClassName>.")
