@@ -825,7 +825,7 @@ def _FlagErrorLine(error):
              ', '.join(enum.group(3).split('|'))))
   if text.startswith('flag --'):
     text = text[len('flag '):]
-  return '%s (--help lists every flag).' % text.rstrip('.')
+  return '%s (--help lists every flag).' % text.replace(' ?', '?').rstrip('.')
 
 
 def ParseFlags(argv):

@@ -1,0 +1,126 @@
+"""The trainer's messages in one style (issue 21, item 8).
+
+A refused command is `ERROR: ...` on stderr with exit 2 and nothing
+written: a bad flag value (--mode), an error inside the user's experiment
+module (its file, line and message in four lines, not the traceback through
+importlib), a module given as --model (its own experiments suggested) and
+a key through a list of learners without an index (the [0] hint).
+"""
+
+import sys
+
+import pytest
+import trainer_helpers
+
+from learner.training import trainer as trainer_lib
+
+
+@pytest.fixture
+def user_dir(tmp_path, monkeypatch):
+  """tmp_path on sys.path (as the current directory is); modules undone."""
+  monkeypatch.syspath_prepend(str(tmp_path))
+  before = set(sys.modules)
+  yield tmp_path
+  for name in set(sys.modules) - before:
+    if name.startswith('msgpkg'):
+      del sys.modules[name]
+
+
+def _Package(root, name, source):
+  (root / 'msgpkg').mkdir(exist_ok=True)
+  path = root / 'msgpkg' / ('%s.py' % name)
+  path.write_text(source)
+  return path
+
+
+def test_a_bad_mode_is_one_error_line_exit_2(capsys):
+  trainer_lib.DefineFlags()
+  try:
+    with pytest.raises(SystemExit) as e:
+      trainer_lib.ParseFlags(['trainer', '--model=m', '--mode=trian'])
+  finally:
+    trainer_lib.FLAGS.unparse_flags()
+  assert e.value.code == 2
+  captured = capsys.readouterr()
+  assert captured.out == ''
+  assert captured.err == (
+      'ERROR: --mode=trian is not one of train, eval, train_and_eval, '
+      'evaler, export; --help describes them.\n')
+
+
+def test_an_unknown_flag_is_one_error_line_exit_2(capsys):
+  trainer_lib.DefineFlags()
+  try:
+    with pytest.raises(SystemExit) as e:
+      trainer_lib.ParseFlags(['trainer', '--modle=digits.MlpMomentum'])
+  finally:
+    trainer_lib.FLAGS.unparse_flags()
+  assert e.value.code == 2
+  assert capsys.readouterr().err == (
+      "ERROR: Unknown command line flag 'modle'. Did you mean: mode, model? "
+      '(--help lists every flag).\n')
+
+
+@pytest.mark.parametrize('source, shown, error', [
+    ('X = 1\nimport no_such_dep_qq\n', 'import no_such_dep_qq',
+     "ModuleNotFoundError: No module named 'no_such_dep_qq'"),
+    ('X = 1\ndef f(:\n  pass\n', 'def f(:', 'SyntaxError: invalid syntax'),
+    ('X = 1\nY = X / 0\n', 'Y = X / 0', 'ZeroDivisionError: division by zero'),
+], ids=['missing_import', 'syntax_error', 'exception_at_import'])
+def test_an_error_in_the_users_module_is_four_lines_exit_2(
+    user_dir, capsys, source, shown, error):
+  path = _Package(user_dir, 'exp', source)
+  logdir = user_dir / 'run'
+  code, out, err = trainer_helpers.RunMain(
+      ['--model=msgpkg.exp.Mine', '--logdir=%s' % logdir], capsys)
+  assert code == 2 and out == ''
+  assert err.splitlines() == [
+      "ERROR: Importing module 'msgpkg.exp' for experiment 'msgpkg.exp.Mine' "
+      'failed:',
+      '  File "%s", line 2' % path,
+      '    ' + shown,
+      error]
+  assert not logdir.exists()
+
+
+_TWO_EXPERIMENTS = '''
+from params import registry
+from configs import regression
+
+
+@registry.Register
+class Small(regression.LinearRegression):
+  """Small."""
+
+
+@registry.Register
+class Large(regression.LinearRegression):
+  """Large."""
+'''
+
+
+def test_a_module_as_model_suggests_its_own_experiments(user_dir, capsys):
+  _Package(user_dir, 'cancer', _TWO_EXPERIMENTS)
+  code, out, err = trainer_helpers.RunMain(
+      ['--model=msgpkg.cancer', '--logdir=%s' % (user_dir / 'run')], capsys)
+  assert (code, out) == (2, '')
+  assert err == (
+      "ERROR: 'msgpkg.cancer' is a module, not an experiment: give one of its "
+      "experiments, 'msgpkg.cancer.Large' or 'msgpkg.cancer.Small' (e.g. "
+      '--model=msgpkg.cancer.Large).\n')
+  assert not (user_dir / 'run').exists()
+
+
+def test_a_key_through_two_learners_without_an_index_hints_at_0(
+    tmp_path, capsys):
+  logdir = tmp_path / 'run'
+  code, out, err = trainer_helpers.RunMain(
+      ['--model=multi.TwoLearners', '--logdir=%s' % logdir,
+       '--params_override=task.train.learner.learning_rate : 0.1'], capsys)
+  assert (code, out) == (2, '')
+  assert err == (
+      "ERROR: --params_override: Line 1 'task.train.learner.learning_rate : "
+      "0.1': unknown key 'task.train.learner.learning_rate': "
+      "'task.train.learner' is a list of 2 Params, not a Params; index it, "
+      "e.g. 'task.train.learner[0].learning_rate' (indices 0..1).\n")
+  assert not logdir.exists()
