@@ -141,6 +141,37 @@ def _EvalParams():
   return ep
 
 
+def CheckLossOutput(task, out):
+  """Returns `out` if it is ComputeLoss's (metrics, per_example) pair.
+
+  A plain loss tensor (or any other value) is refused here, at trace time,
+  with the return contract, instead of the error of whatever unpacks it
+  first (AutoGraph's "Iterating over a symbolic tf.Tensor is not allowed").
+
+  Args:
+    task: the task (named in the message).
+    out: what its ComputeLoss returned.
+
+  Raises:
+    TypeError: if `out` is not a pair whose first item is a dict (or
+      NestedMap) of metrics.
+  """
+  if (isinstance(out, (tuple, list)) and len(out) == 2 and
+      isinstance(out[0], dict)):
+    return out
+  if isinstance(out, (tf.Tensor, tf.Variable)):
+    got = 'a tf.Tensor'
+  elif isinstance(out, (tuple, list)):
+    got = 'a %s of %d items' % (type(out).__name__, len(out))
+  else:
+    got = 'a %s' % type(out).__name__
+  raise TypeError(
+      '%s.ComputeLoss returned %s; it must return (metrics, per_example): '
+      'metrics a dict {name: (value, weight)} (weight: the examples averaged '
+      'over), e.g. return {\'loss\': (loss, batch_size)}, {}.' %
+      (type(task).__name__, got))
+
+
 class BaseTask(BaseLayer):
   """Base class of tasks: a model, its losses, its learners, a global step.
 
@@ -245,7 +276,7 @@ class BaseTask(BaseLayer):
   def FProp(self, theta, batch):
     """Runs ComputePredictions then ComputeLoss; returns (metrics, per_example)."""
     predictions = self.ComputePredictions(theta, batch)
-    return self.ComputeLoss(theta, predictions, batch)
+    return CheckLossOutput(self, self.ComputeLoss(theta, predictions, batch))
 
   def ModelVars(self):
     """NestedMap of the model's variables: all but learners and global_step."""

@@ -163,7 +163,9 @@ def _CheckRules(rules):
 
 
 def _TrainableNames(task):
-  return [var_grad.VarName(v) for v in task.ModelVars().Flatten()
+  with Refusing():  # E.g. an unbuilt Keras layer: no variables to name.
+    variables = task.ModelVars().Flatten()
+  return [var_grad.VarName(v) for v in variables
           if getattr(v, 'trainable', False)]
 
 

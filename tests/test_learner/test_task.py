@@ -194,3 +194,32 @@ def test_a_step_that_needs_autograph_is_retraced_with_it():
   np.testing.assert_allclose(task.vars.w.numpy(), 1.3, rtol=1e-6)
   np.testing.assert_allclose(task.EvalStep(_BATCH)['loss'][0].numpy(),
                              (0.9 ** 2 + 1.6 ** 2) / 2, rtol=1e-5)
+
+
+# ---- ComputeLoss's return contract (issue 21, item 8) -----------------------
+
+
+@pytest.mark.parametrize('value, got', [
+    (tf.constant(1.0), 'a tf.Tensor'),
+    ((1.0, 2.0, 3.0), 'a tuple of 3 items'),
+    (0.5, 'a float'),
+    ((tf.constant(1.0), {}), 'a tuple of 2 items'),  # metrics not a dict
+])
+def test_compute_loss_output_outside_the_contract_is_refused(value, got):
+  task = _ContractTask()
+  with pytest.raises(TypeError) as e:
+    task_lib.CheckLossOutput(task, value)
+  assert str(e.value) == (
+      "_ContractTask.ComputeLoss returned %s; it must return (metrics, "
+      "per_example): metrics a dict {name: (value, weight)} (weight: the "
+      "examples averaged over), e.g. return {'loss': (loss, batch_size)}, "
+      "{}." % got)
+
+
+def test_compute_loss_output_in_the_contract_is_returned_as_is():
+  out = ({'loss': (tf.constant(1.0), 2.0)}, {})
+  assert task_lib.CheckLossOutput(_ContractTask(), out) is out
+
+
+class _ContractTask:
+  """Stands for a task: only its class name is used in the message."""

@@ -124,3 +124,82 @@ def test_a_key_through_two_learners_without_an_index_hints_at_0(
       "'task.train.learner' is a list of 2 Params, not a Params; index it, "
       "e.g. 'task.train.learner[0].learning_rate' (indices 0..1).\n")
   assert not logdir.exists()
+
+
+_PLAIN_LOSS = '''
+from params import registry
+from configs import model_tasks
+from configs import regression
+
+
+class PlainTask(model_tasks.LinearRegressionTask):
+
+  def ComputeLoss(self, theta, predictions, batch):
+    metrics, _ = super().ComputeLoss(theta, predictions, batch)
+    return metrics['loss'][0]  # The loss alone: not the contract.
+
+
+@registry.Register
+class Plain(regression.LinearRegression):
+
+  def Task(self):
+    p = super().Task()
+    p.cls = PlainTask
+    return p
+'''
+
+
+def test_compute_loss_returning_a_plain_loss_gets_the_return_contract(
+    user_dir, capsys):
+  _Package(user_dir, 'plain', _PLAIN_LOSS)
+  logdir = user_dir / 'run'
+  code, out, err = trainer_helpers.RunMain(
+      ['--model=msgpkg.plain.Plain', '--logdir=%s' % logdir], capsys)
+  assert (code, out) == (2, '')
+  assert err == (
+      "ERROR: train_input: the task's FProp fails on its batches: "
+      'PlainTask.ComputeLoss returned a tf.Tensor; it must return (metrics, '
+      'per_example): metrics a dict {name: (value, weight)} (weight: the '
+      "examples averaged over), e.g. return {'loss': (loss, batch_size)}, "
+      '{}.\n')
+  assert 'Iterating over a symbolic' not in err
+  assert not logdir.exists()
+
+
+_UNBUILT = '''
+import tensorflow as tf
+from params import NestedMap
+from params import registry
+from configs import model_tasks
+from configs import regression
+
+
+class UnbuiltTask(model_tasks.LinearRegressionTask):
+
+  def __init__(self, params):
+    super().__init__(params)
+    self.head = tf.keras.layers.Dense(1)  # Never built.
+
+
+@registry.Register
+class Unbuilt(regression.LinearRegression):
+
+  def Task(self):
+    p = super().Task()
+    p.cls = UnbuiltTask
+    return p
+'''
+
+
+def test_an_unbuilt_keras_layer_is_one_error_line_exit_2(user_dir, capsys):
+  _Package(user_dir, 'unbuilt', _UNBUILT)
+  logdir = user_dir / 'run'
+  code, out, err = trainer_helpers.RunMain(
+      ['--model=msgpkg.unbuilt.Unbuilt', '--logdir=%s' % logdir], capsys)
+  assert (code, out) == (2, '')
+  assert err == (
+      'ERROR: regression.head is a Keras layer that is not built, so it has '
+      'no variables yet and no learner would train it. Build it in '
+      '__init__, e.g. `self.head.build(input_shape)` or one call on an '
+      'example input.\n')
+  assert not logdir.exists()
