@@ -309,14 +309,14 @@ class Trainer:
         evaluate=(self._mode != ModeKeys.TRAIN or
                   bool(self._params.task.eval.dev_metric)),
         init_rules=self._init_rules)
-    for warning in self._checked.warnings:
-      self._Print(warning)
     if trains:
       stored = logdir_lib.FinishedMetrics(
           self._chief_logdir, self._params.task.train.max_steps,
           with_eval=self._mode == ModeKeys.TRAIN_AND_EVAL)
       if stored is not None:
         return self._ReportFinished(stored)
+    for warning in self._checked.warnings:  # Only for a run that trains.
+      self._Print(warning)
     tf.io.gfile.makedirs(self._logdir)
     if self._mode == ModeKeys.EVAL:
       return self._RunEval()

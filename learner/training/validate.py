@@ -287,6 +287,9 @@ def _ScheduleWarnings(task, max_steps):
   A schedule ends at its last boundary (`Boundaries()`) when its value is
   the same from there to the last step and lower than its peak (a floor,
   e.g. cosine decay's alpha); the steps past it all train at that floor.
+  Only a schedule that decays into its end warns (its value falls within
+  the segment before the last boundary); a piecewise-constant tail, whose
+  last value is meant to hold, does not.
   """
   out = []
   for key, learner in zip(_LearnerKeys(task), task.learners):
@@ -300,6 +303,8 @@ def _ScheduleWarnings(task, max_steps):
     value = lambda s: float(sched.Value(s).numpy())  # pylint: disable=cell-var-from-loop
     floor = value(end)
     peak = max(value(b) for b in [0] + list(bounds))
+    if not _DecaysInto(value, end, bounds):
+      continue
     if floor < peak and all(value(s) == floor
                             for s in ((end + steps) // 2, steps - 1)):
       out.append(
@@ -308,3 +313,13 @@ def _ScheduleWarnings(task, max_steps):
           '%.4g, peak %.4g, and stays there); lengthen the schedule or lower '
           'max_steps.' % (max_steps, steps - end, key, end, floor, peak))
   return out
+
+
+def _DecaysInto(value, end, bounds):
+  """True if `value(step)` falls within the segment that ends at `end`.
+
+  The segment runs from the boundary before `end` (or step 0) to `end`; a
+  step (constant on the segment, then a jump at `end`) does not decay.
+  """
+  start = max([0] + [b for b in bounds if b < end])
+  return end - 1 > start and value(end - 1) < value(start)

@@ -7,11 +7,14 @@ importlib), a module given as --model (its own experiments suggested) and
 a key through a list of learners without an index (the [0] hint).
 """
 
+import io
 import sys
 
 import pytest
 import trainer_helpers
 
+from params import registry
+from schedules import LinearSchedule
 from learner.training import trainer as trainer_lib
 
 
@@ -203,3 +206,26 @@ def test_an_unbuilt_keras_layer_is_one_error_line_exit_2(user_dir, capsys):
       '__init__, e.g. `self.head.build(input_shape)` or one call on an '
       'example input.\n')
   assert not logdir.exists()
+
+
+def test_the_schedule_end_warning_only_on_a_run_that_trains(tmp_path):
+  # LinearSchedule 1 -> 0.1 over updates 0..2, then 4 - 2 = 2 updates at the
+  # floor: the first run warns; its finished rerun trains nothing and says
+  # nothing of the schedule (it did before, issue 21).
+  def _Run():
+    p = registry.GetParams('regression.LinearRegression').Set(**{
+        'task.train.max_steps': 4, 'task.eval.interval_steps': 0,
+        'task.train.learner.lr_schedule': LinearSchedule.Params().Set(
+            start=(0, 1.0), limit=(2, 0.1))})
+    out = io.StringIO()
+    trainer_lib.Trainer(p, str(tmp_path), stream=out, tty=False).Run()
+    return out.getvalue()
+
+  warning = ('WARNING: task.train.max_steps 4 runs 2 schedule steps past the '
+             'end of task.train.learner.lr_schedule (at step 2 it reaches its '
+             'final multiplier 0.1, peak 1, and stays there); lengthen the '
+             'schedule or lower max_steps.')
+  assert _Run().splitlines()[0] == warning
+  again = _Run()
+  assert 'is finished (global step 4, max_steps 4)' in again
+  assert 'WARNING' not in again

@@ -190,3 +190,29 @@ def test_rules_and_dev_metric_are_refused_in_every_train_mode(
                         '--params_override=' + override], capsys)
   _CheckOneLine(code, err, names)
   assert not logdir.exists()
+
+
+def test_a_piecewise_constant_tail_is_meant_to_hold_and_never_warns():
+  # Issue 21: values 1, 0.1, 0.01 with boundaries 100, 200: from update 200
+  # the rate holds 0.01 by design, 800 updates of it are not a mistake.
+  from schedules import PiecewiseConstantSchedule  # pylint: disable=g-import-not-at-top
+  piecewise = PiecewiseConstantSchedule.Params().Set(
+      boundaries=[100, 200], values=[1.0, 0.1, 0.01])
+  assert _Check('regression.LinearRegression', **{
+      'task.train.max_steps': 1000,
+      'task.train.learner.lr_schedule': piecewise}).warnings == []
+
+
+def test_a_linear_decay_to_a_floor_warns_past_its_end():
+  # LinearSchedule 1 -> 0.1 over updates 0..200 decays into its end: 800 of
+  # 1000 updates would train at the floor 0.1.
+  from schedules import LinearSchedule  # pylint: disable=g-import-not-at-top
+  linear = LinearSchedule.Params().Set(start=(0, 1.0), limit=(200, 0.1))
+  w = _Check('regression.LinearRegression', **{
+      'task.train.max_steps': 1000,
+      'task.train.learner.lr_schedule': linear}).warnings
+  assert w == [
+      'WARNING: task.train.max_steps 1000 runs 800 schedule steps past the '
+      'end of task.train.learner.lr_schedule (at step 200 it reaches its '
+      'final multiplier 0.1, peak 1, and stays there); lengthen the schedule '
+      'or lower max_steps.']
