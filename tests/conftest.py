@@ -47,3 +47,12 @@ def onednn(request):
 def onednn_module(request):
   """As `onednn`, for module-scoped fixtures (one run per value)."""
   return request.param
+
+
+# The fused kernels compile on first use and say so in one stderr line
+# (learner/optimizers/kernels/loader.py). Built here, once per session (the
+# loader's lock makes the xdist workers build once), so no command a test
+# starts compiles them and prints that line among the output it checks.
+from learner.optimizers.kernels import loader as _kernel_loader  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+_kernel_loader.Library()

@@ -500,3 +500,22 @@ def test_apply_op_weight_measure_equals_the_sum_squares_op_bitwise():
   assert measure.variables == {id(w) for w in ws}
   assert float(measure.Total()) == float(total)
   assert float(total) != 0.0
+
+
+def test_the_first_use_compile_says_one_line_on_stderr(tmp_path, capfd):
+  # Issue 21: the compile was a silent 18 s pause at the default verbosity.
+  fake = tmp_path / 'fake_cxx'
+  fake.write_text('#!%s\nimport sys\nopen(sys.argv[sys.argv.index("-o") + 1],'
+                  ' "w").write("lib")\n' % sys.executable)
+  fake.chmod(0o755)
+  target = tmp_path / 'cache' / 'lib.so'
+  assert loader._BuildLocked(str(fake), target) is None  # pylint: disable=protected-access
+  captured = capfd.readouterr()
+  assert captured.out == ''
+  assert captured.err == (
+      'Compiling the fused optimizer kernels (multi_tensor_ops.cc, once per '
+      'TensorFlow version and machine, about 20 s) into %s.\n' % target)
+  assert target.read_text() == 'lib'
+  # Built: a second call finds it and says nothing.
+  assert loader._BuildLocked(str(fake), target) is None  # pylint: disable=protected-access
+  assert capfd.readouterr().err == ''

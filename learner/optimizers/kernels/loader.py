@@ -38,6 +38,7 @@ import pathlib
 import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 
 from absl import logging
@@ -187,12 +188,23 @@ def _BuildLocked(compiler, path):
     return _Build(compiler, path)
 
 
+def _SayCompiling(path):
+  """One stderr line before the first-use compile (about 20 s of CPU).
+
+  Shown at every verbosity, so the pause is explained: written to stderr,
+  not logged (the commands log INFO lines only when asked).
+  """
+  sys.stderr.write('Compiling the fused optimizer kernels (%s, once per '
+                   'TensorFlow version and machine, about 20 s) into %s.\n'
+                   % (SOURCE.name, path))
+  sys.stderr.flush()
+
+
 def _Build(compiler, path):
   """Compiles into a temporary file and renames it; returns an error or None."""
   tmp = path.with_name('%s.%d.tmp' % (path.name, os.getpid()))
   cmd = _Command(compiler, tmp)
-  logging.info('tf_learner kernels: compiling %s into %s (once per '
-               'TensorFlow version and machine)', SOURCE.name, path)
+  _SayCompiling(path)
   try:
     out = subprocess.run(cmd, capture_output=True, text=True,
                          timeout=BUILD_TIMEOUT_S, check=False)
