@@ -92,6 +92,7 @@ class Progress:
     self._interval = max(1, int(log_interval_steps))
     self._num_replicas = int(num_replicas)
     self._strategy_name = strategy_name
+    self._drawn = 0  # Characters of the bar's open line; 0: none open.
 
   @property
   def is_tty(self):
@@ -145,14 +146,22 @@ class Progress:
       width = 20
       frac = min(1.0, step / max(self._max_steps, 1))
       bar = '#' * int(frac * width) + '.' * (width - int(frac * width))
-      self._stream.write('\r[%s] %s' % (bar, self.Line(step, loss, lr)))
+      text = '[%s] %s' % (bar, self.Line(step, loss, lr))
+      # Blanks over what a longer previous line left ('ETA 1m21ss').
+      self._stream.write('\r%s%s' % (text, ' ' * (self._drawn - len(text))))
+      self._drawn = len(text)
       self._stream.flush()
     elif step % self._interval == 0 or step == self._max_steps:
       self._stream.write(self.Line(step, loss, lr) + '\n')
       self._stream.flush()
 
   def Close(self):
-    """Ends the bar's line (TTY only)."""
-    if self._tty:
+    """Ends the bar's line (TTY only), if one is open; idempotent.
+
+    Call before anything else is written (a note, an evaluation, a stop
+    message), so that it starts on a line of its own.
+    """
+    if self._tty and self._drawn:
       self._stream.write('\n')
       self._stream.flush()
+      self._drawn = 0

@@ -228,8 +228,14 @@ class Trainer:
   # ---- set-up ------------------------------------------------------------
 
   def _Print(self, msg):
+    self._EndProgressLine()  # A note never lands on the bar's line.
     self._stream.write(msg + '\n')
     self._stream.flush()
+
+  def _EndProgressLine(self):
+    progress = getattr(self, '_progress', None)
+    if progress is not None:
+      progress.Close()
 
   def _Strategy(self):
     s = self._strategy_arg
@@ -326,7 +332,10 @@ class Trainer:
             checkpointer_lib.DiskFullAsOneLine(self._logdir)):
       self._WriteParams()
       with stops.SignalStop(self._Print) as self._stop:
-        return self._RunTrain()
+        try:
+          return self._RunTrain()
+        finally:  # E.g. the stop line (stderr) starts on a line of its own.
+          self._EndProgressLine()
 
   def _ReportFinished(self, stored):
     """A rerun of a finished run: writes nothing, prints what is stored."""
@@ -530,7 +539,7 @@ class Trainer:
     """
     tp, dev = self._params.task.train, self._params.task.eval
     step = int(task.global_step.numpy())
-    progress = progress_lib.Progress(
+    progress = self._progress = progress_lib.Progress(
         tp.max_steps, step, tp.log_interval_steps, stream=self._stream,
         tty=self._tty, num_replicas=self._strategy.num_replicas_in_sync,
         strategy_name=distribution.StrategyName(self._strategy))

@@ -8,6 +8,7 @@ a key through a list of learners without an index (the [0] hint).
 """
 
 import io
+import signal
 import sys
 
 import pytest
@@ -229,3 +230,36 @@ def test_the_schedule_end_warning_only_on_a_run_that_trains(tmp_path):
   again = _Run()
   assert 'is finished (global step 4, max_steps 4)' in again
   assert 'WARNING' not in again
+
+
+def _BarTrainer(tmp_path, out):
+  p = registry.GetParams('regression.LinearRegression').Set(**{
+      'task.train.max_steps': 20, 'task.eval.interval_steps': 0,
+      'task.train.steps_per_loop': 1})
+  return trainer_lib.Trainer(p, str(tmp_path), stream=out, tty=True)
+
+
+def test_a_note_and_the_stop_start_on_a_line_of_their_own(tmp_path,
+                                                          monkeypatch):
+  # SIGINT arrives after step 3 (as SignalStop records it): its note goes
+  # through the trainer's _Print while the bar's line is open, then the stop
+  # raises with the bar drawn. Before issue 21 the note was glued to the
+  # bar and the stop line (stderr) followed it on the same line.
+  out = io.StringIO()
+  trainer = _BarTrainer(tmp_path, out)
+  report = trainer_lib.Trainer._ReportTrainStep  # pylint: disable=protected-access
+
+  def _Report(self, task, step, *args):
+    report(self, task, step, *args)
+    if step == 3:
+      self._stop._Handle(signal.SIGINT, None)  # pylint: disable=protected-access
+
+  monkeypatch.setattr(trainer_lib.Trainer, '_ReportTrainStep', _Report)
+  with pytest.raises(trainer_lib.stops.StopRequested):
+    trainer.Run()
+  lines = out.getvalue().split('\n')
+  assert lines[-1] == ''  # The stop message will start a new line.
+  bar, note = lines[-3], lines[-2]
+  assert bar.rsplit('\r', 1)[1].startswith('[###.................] step 3/20')
+  assert note == ('SIGINT received: finishing the current step, then saving '
+                  'a checkpoint and stopping.')

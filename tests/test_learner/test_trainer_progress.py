@@ -166,3 +166,48 @@ def test_a_fast_run_does_not_show_eta_0s_and_the_last_line_says_done(
   # 10 steps in 1 s: 10 steps/s, 5 steps left -> 0.5 s.
   assert lines[1].endswith('10.0 steps/s  loss 0.5  lr 0.1  ETA 0.5s'), lines
   assert lines[2].endswith('ETA done'), lines
+
+
+# ---- the bar clears its line (issue 21, item 8h) ----------------------------
+
+
+class _Clock:
+  """time.time() stand-in: `now` seconds, set by the test."""
+
+  def __init__(self):
+    self.now = 0.0
+
+  def __call__(self):
+    return self.now
+
+
+def test_a_shorter_bar_blanks_what_the_longer_one_left(monkeypatch):
+  # The clock starts at step 1 (t=0). Step 2 at t=10 s: 0.1 steps/s, 98
+  # steps left: 'ETA 16m20s'. Step 3 at t=10.5 s: 2 / 10.5 = 0.19 steps/s,
+  # 97 left: 509 s, 'ETA 8m29s', one character shorter, so one blank
+  # covers the old line's last 's' (it showed 'ETA 8m29ss' before).
+  clock = _Clock()
+  monkeypatch.setattr(progress.time, 'time', clock)
+  out = io.StringIO()
+  p = progress.Progress(max_steps=100, log_interval_steps=1000, stream=out,
+                        tty=True)
+  draws = []
+  for step, now in ((1, 0.0), (2, 10.0), (3, 10.5)):
+    clock.now = now
+    p.Update(step, loss=0.25)
+    draws.append(out.getvalue().rsplit('\r', 1)[1])
+  assert draws[1].endswith('0.1 steps/s  loss 0.25  lr -  ETA 16m20s')
+  assert draws[2].endswith('0.2 steps/s  loss 0.25  lr -  ETA 8m29s ')
+  assert len(draws[2]) == len(draws[1])
+
+
+def test_close_ends_the_open_line_once():
+  out = io.StringIO()
+  p = progress.Progress(max_steps=4, log_interval_steps=100, stream=out,
+                        tty=True)
+  p.Close()  # Nothing drawn: nothing to end.
+  assert out.getvalue() == ''
+  p.Update(1, loss=1.0)
+  p.Close()
+  p.Close()
+  assert out.getvalue().count('\n') == 1 and out.getvalue().endswith('\n')
