@@ -345,7 +345,9 @@ def OptimizerParamsFromFn(optimizer_fn):
         'optimizer or a BaseOptimizer, e.g. optimizer_fn=lambda: '
         'tf.keras.optimizers.Adam(1e-3).' % (built, type(built).__name__))
   try:
-    base_lr = float(built.learning_rate.numpy())
+    # The rate as the user wrote it: Keras keeps it in float32, whose
+    # shortest decimal (str) is 0.0001 for 1e-4, not 9.999999747378752e-05.
+    base_lr = float(str(built.learning_rate.numpy()))
   except (AttributeError, TypeError, ValueError):
     base_lr = None
   return keras_optimizer.KerasOptimizerParams(optimizer_fn), base_lr

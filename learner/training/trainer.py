@@ -41,6 +41,7 @@ absl `main` only parses flags.
 
 import contextlib
 import json
+import logging as std_logging
 import os
 import re
 import sys
@@ -928,6 +929,17 @@ def main(argv):
   return 0
 
 
+class LevelFormatter(std_logging.Formatter):
+  """Log records as our commands' lines: 'WARNING: <message>'.
+
+  Not absl's 'W1203 09:15:06.123456 1234 learner.py:376] ' prefix: a
+  warning from the learner looks like every other line of ours.
+  """
+
+  def __init__(self):
+    super().__init__('%(levelname)s: %(message)s')
+
+
 _HELP_FLAGS = ('--help', '-help', '-h', '-?', '--helpshort', '-helpshort',
                '--helpfull', '-helpfull')
 
@@ -954,6 +966,7 @@ def Main():
     sys.exit(0)
   quiet = os.environ.get(tf_log.ENV, tf_log.QUIET_LEVEL) >= '2'
   logging.set_verbosity(logging.WARNING if quiet else logging.INFO)
+  logging.get_absl_handler().setFormatter(LevelFormatter())
   app.run(lambda argv: sys.exit(main(argv)), flags_parser=ParseFlags)
 
 

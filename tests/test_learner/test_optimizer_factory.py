@@ -199,6 +199,14 @@ def test_params_from_keras_callable_uses_keras_rate():
   np.testing.assert_allclose(lr, 1e-4, rtol=1e-6)
 
 
+@pytest.mark.parametrize('rate', [1e-4, 3e-4, 0.1, 0.003, 1.5e-5])
+def test_keras_rate_is_the_number_the_user_wrote(rate):
+  # Issue 21: Keras holds the rate in float32 (1e-4 is 9.999999747e-05);
+  # the warning printed that. The shortest float32 decimal is 1e-4 itself.
+  _, lr = factory.OptimizerParamsFromFn(lambda: tf.keras.optimizers.Adam(rate))
+  assert lr == rate and repr(lr) == repr(rate)
+
+
 def test_params_from_callable_returning_our_optimizer():
   params, lr = factory.OptimizerParamsFromFn(
       lambda: optimizers.Momentum.Params().Set(alpha=0.5).Instantiate())

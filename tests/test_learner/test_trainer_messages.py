@@ -8,6 +8,7 @@ a key through a list of learners without an index (the [0] hint).
 """
 
 import io
+import os
 import signal
 import sys
 
@@ -263,3 +264,44 @@ def test_a_note_and_the_stop_start_on_a_line_of_their_own(tmp_path,
   assert bar.rsplit('\r', 1)[1].startswith('[###.................] step 3/20')
   assert note == ('SIGINT received: finishing the current step, then saving '
                   'a checkpoint and stopping.')
+
+
+def test_the_learners_warnings_are_our_warning_lines_with_numbers_as_given(
+    tmp_path):
+  # A Keras Adam(1e-4) as optimizer_fn and learning_rate 0.001: one line in
+  # our style, the rates as written (it was 'W1203 ... learner.py:376]' and
+  # 9.999999747378752e-05).
+  pkg = tmp_path / 'warnpkg'
+  pkg.mkdir()
+  (pkg / 'exp.py').write_text(_KERAS_RATE)
+  env = dict(_ENV, PYTHONPATH=str(tmp_path))
+  [run] = trainer_helpers.RunModuleBatch(
+      'learner.trainer', [['--model=warnpkg.exp.KerasRate',
+                           '--logdir=%s' % (tmp_path / 'run')]], env, 240)
+  assert run['code'] == 0, run['stderr'][-3000:]
+  ours = [l for l in run['stderr'].splitlines()
+          if 'overrides the rate' in l or 'learner.py:' in l]
+  assert ours == [
+      "WARNING: Learner 'regression/learner': learning_rate=0.001 overrides "
+      "the rate 0.0001 of optimizer_fn; the learner's rate is used."]
+
+
+_ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', CUDA_VISIBLE_DEVICES='')
+
+_KERAS_RATE = '''
+import tensorflow as tf
+from params import registry
+from configs import regression
+
+
+@registry.Register
+class KerasRate(regression.LinearRegression):
+  """Two steps; a Keras Adam(1e-4) overridden by learning_rate 0.001."""
+  MAX_STEPS = 2
+
+  def Task(self):
+    p = super().Task()
+    p.train.learner.optimizer_fn = lambda: tf.keras.optimizers.Adam(1e-4)
+    p.train.learner.learning_rate = 0.001
+    return p
+'''
