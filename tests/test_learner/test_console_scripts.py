@@ -102,3 +102,17 @@ def test_elsewhere_the_error_says_which_directory_to_run_from(tmp_path):
   assert ("No module 'mypkg.exp' could be imported (neither configs/mypkg/"
           "exp.py nor mypkg.exp on the import path): run from the directory "
           "that contains mypkg/, or add it to PYTHONPATH." in proc.stderr)
+
+
+def test_tf_learner_launch_workers_find_the_users_package_in_the_cwd(
+    user_dir):
+  # The workers run `python -m learner.trainer` in the launcher's directory.
+  script = _Script('tf-learner-launch')
+  proc = subprocess.run(
+      [script, '--num_workers=1', '--', '--model=mypkg.exp.Mine',
+       '--logdir=%s' % (user_dir / 'run')],
+      cwd=str(user_dir), env=_ENV, capture_output=True, text=True,
+      timeout=_DEADLINE_SECS)
+  assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-2000:])
+  assert ('launcher: 1 worker(s) finished; final global step 3;' in
+          proc.stdout + proc.stderr)
