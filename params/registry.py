@@ -171,7 +171,12 @@ def _ModuleErrorMessage(module, key, error):
 
 
 def _Import(module, key):
-  """_TryImport(module), an error inside it as ExperimentModuleError."""
+  """_TryImport(module), an error inside it as ExperimentModuleError.
+
+  A name that is not dotted identifiers ('..', '.x') names no module: False.
+  """
+  if not all(part.isidentifier() for part in module.split('.')):
+    return False
   try:
     return _TryImport(module)
   except Exception as e:  # pylint: disable=broad-except
@@ -195,11 +200,12 @@ def _ImportFor(key):
 def AddWorkingDirectoryToPath():
   """Puts the current directory first on sys.path, as `python -m` does.
 
-  The console scripts (`tf-learner-train`, `tf-learner-launch`,
-  `tf-learner-plot-schedule`) start with their own bin/ directory on the
-  path, not the current one; they call this so that `--model=pkg.mod.Class`
-  finds the user's `pkg/` in the current directory exactly as
-  `python -m learner.trainer` does. Calling it twice adds nothing.
+  The console scripts (`tf-learner-train`, `tf-learner-plot-schedule`)
+  start with their own bin/ directory on the path, not the current one;
+  they call this so that `--model=pkg.mod.Class` finds the user's `pkg/` in
+  the current directory exactly as `python -m learner.trainer` does.
+  (`tf-learner-launch` imports no experiment: its workers run `python -m`
+  in its directory.) Calling it twice adds nothing.
 
   Returns:
     The directory (str) now first on sys.path.

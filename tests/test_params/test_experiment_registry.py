@@ -326,3 +326,12 @@ def test_a_module_without_experiments_says_how_to_register(configs):
       "'vision' is a module, not an experiment, and registers none: decorate "
       "an experiment class in it with @params.registry.Register and give "
       "--model=vision.<ClassName>.")
+
+
+@pytest.mark.parametrize('key', ['..', '.x', 'a..b'])
+def test_a_key_that_is_no_dotted_name_is_not_registered(configs, key):
+  # Not importable at all: a LookupError, not importlib's TypeError.
+  del configs
+  with pytest.raises(LookupError, match="'%s' is not registered" %
+                     key.replace('.', r'\.')):
+    registry.GetClass(key)

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import tensorflow as tf
 
 from params import hyperparams
 from params import registry
@@ -228,3 +229,41 @@ def test_as_a_module_tf_start_up_lines_are_off_unless_asked_for(module_run):
        'print(os.environ.get("TF_CPP_MIN_LOG_LEVEL"))'],
       capture_output=True, text=True, timeout=120, env=env, cwd=root)
   assert other.stdout.strip() == 'None', other.stderr  # A library import.
+
+
+class KerasScheduleExperiment:
+  """A learner whose lr_schedule is a Keras schedule (issue 21)."""
+
+  def Task(self):
+    p = hyperparams.Params()
+    p.Define('train', hyperparams.Params(), '')
+    p.train.Define('learner', hyperparams.Params(), '')
+    p.train.learner.Define('learning_rate', None, '')
+    p.train.learner.Define(
+        'lr_schedule', tf.keras.optimizers.schedules.CosineDecay(0.2, 100),
+        '')
+    return p
+
+  def Train(self):
+    return hyperparams.Params()
+
+  def Eval(self):
+    return hyperparams.Params()
+
+
+def test_a_keras_lr_schedule_is_plotted_as_the_learner_takes_it():
+  # The learner wraps it in KerasSchedule and, with learning_rate None,
+  # multiplies 1.0: cosine from 0.2 at step 0 to 0 at step 100 (it was an
+  # AttributeError: 'CosineDecay' object has no attribute 'Copy').
+  registry.Register(KerasScheduleExperiment)
+  key = registry._KeyOf(KerasScheduleExperiment)  # pylint: disable=protected-access
+  try:
+    code, out, err = Run('--model=' + key, '--end=100', '--num_points=3')
+  finally:
+    registry._REGISTRY.pop(key, None)  # pylint: disable=protected-access
+  assert code == 0, err
+  assert out.splitlines()[0] == (
+      'KerasSchedule (%s learner 0), steps 0..100 (applied updates)' % key)
+  assert 'peak: 0.2 at step 0\n' in out
+  assert 'end:  0 at step 100\n' in out
+  assert 'learning_rate 1: peak rate 0.2, end rate 0\n' in out
