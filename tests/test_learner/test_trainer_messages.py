@@ -4,7 +4,11 @@ A refused command is `ERROR: ...` on stderr with exit 2 and nothing
 written: a bad flag value (--mode), an error inside the user's experiment
 module (its file, line and message in four lines, not the traceback through
 importlib), a module given as --model (its own experiments suggested) and
-a key through a list of learners without an index (the [0] hint).
+a key through a list of learners without an index (the [0] hint), a
+ComputeLoss that returns a plain loss, an unbuilt Keras layer. Warnings are
+`WARNING:` lines (the schedule-end one only on runs that train, the
+learner's with its numbers as given), and on a terminal no note is glued
+to the progress bar.
 """
 
 import io
@@ -29,6 +33,8 @@ def user_dir(tmp_path, monkeypatch):
   for name in set(sys.modules) - before:
     if name.startswith('msgpkg'):
       del sys.modules[name]
+  for key in [k for k in registry._REGISTRY if k.startswith('msgpkg.')]:  # pylint: disable=protected-access
+    del registry._REGISTRY[key]  # pylint: disable=protected-access
 
 
 def _Package(root, name, source):
