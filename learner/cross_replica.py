@@ -19,6 +19,11 @@ When `strategy.run` executes eagerly (no tf.function) the strategy's own
 `ReplicaContext.all_reduce` is used: there is no graph and an eager tf.cond
 runs its branch as plain Python, so its merge_call is allowed there.
 
+`AnyReplica` is the other collective: the learner's skip flags, ORed over
+the replicas in one small all-reduce per applied update, so that all
+replicas skip or apply together (docs/distributed.md, "One decision for
+all replicas").
+
 Outside a replica context, or with one replica, everything here is the
 identity.
 """

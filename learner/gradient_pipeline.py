@@ -6,6 +6,9 @@ window-averaged) gradient and the optimizer, `Learner._Update` runs
   Prescale -> Regularize -> Mask -> Norms -> Adjust -> CheckFinite -> Track
     -> ClipByNorm -> Scale -> ClipByValue
 
+(under several replicas `Track` is `SkipFlags`, combined over the replicas
+by the learner, then `AgreedSkip`).
+
 Each stage is a function of lists aligned with `variables` (a gradient is
 a Tensor, a tf.IndexedSlices or None) and returns its result and, when it
 measures anything, a dict {metric name: float32 scalar}. The metric names

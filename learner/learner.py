@@ -11,13 +11,16 @@ After Lingvo's `lingvo/core/learner.py`, in TF2 form. The data flow of one
                  window, stop (window metrics get weight 0); else the
                  window's sums go on below, 1 / sum(weight) folded in
   all-reduce  <- under tf.distribute: sum(weight*grad) / sum(weight), once
-                 per applied update (learner/cross_replica.py)
+                 per applied update (learner/cross_replica.py); a replica
+                 with weight 0 adds 0, the losses' verdict rides along
   var_grads   <- learner/gradient_pipeline.py: regularize (L1/L2) -> mask
                  -> norms -> adjust -> check finite -> track -> clip by
                  norm -> scale -> clip by value
   lr          <- learning_rate * lr_schedule.Value(num_updates | global_step)
   update      <- optimizer.Apply(lr, var_grads), inside tf.cond: a skipped
-                 step changes no model variable and no optimizer slot
+                 step changes no model variable and no optimizer slot;
+                 under several replicas the skip flags are ORed over them
+                 first (one small all-reduce), so all skip or all apply
 
 The gradient source (symbolic in tf.function, `learner.GradientTape()`
 eagerly) lives in learner/gradient_tape.py; the all-reduce in
