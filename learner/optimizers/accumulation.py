@@ -36,9 +36,10 @@ is added: the same result with num_batches times the traffic. In both, a
 non-finite shard (one replica's part of a micro-batch) is dropped on its
 replica only, so the update is sum(weight * grad) / sum(weight) over the
 window's finite shards, and `num_dropped_microbatches` counts dropped shards,
-the same value on every replica (a shard with weight 0, no example, adds
-nothing and is not counted as dropped, even with a NaN gradient) (docs/distributed.md, "Gradient accumulation
-under a strategy", says exactly when this equals single-process training). The
+the same value on every replica (docs/distributed.md, "Gradient accumulation
+under a strategy", says exactly when this equals single-process training). A
+shard with weight 0 (no example) adds nothing and is not counted as
+dropped, even with a NaN gradient. The
 all-reduce itself is the caller's (`all_reduce`, the Learner's
 cross_replica.WeightedAllReduce); this module only decides when it runs.
 

@@ -65,10 +65,11 @@ def _PerReplica(strategy, values):
                               tf.float32))
 
 
-def _Build(strategy, init=0.0, via=None, **kw):
+def _Build(strategy, init=0.0, via=None, eager=False, **kw):
   """(task, learner, step(g, c, n, m)): m is a per-replica scalar passed
   as the gradient mask of w (via='mask') or multiplied into the gradient
-  by a gradient_adjuster (via='adjuster'); ignored otherwise."""
+  by a gradient_adjuster (via='adjuster'); ignored otherwise. With eager,
+  the step is not a tf.function (strategy.run eagerly)."""
   with strategy.scope():
     task = WTask.Params().Set(init=init).Instantiate()
     p = Learner.Params().Set(name='loss', learning_rate=1.0,
@@ -85,15 +86,15 @@ def _Build(strategy, init=0.0, via=None, **kw):
     elif via == 'adjuster':
       kwargs['gradient_adjuster'] = lambda vgs: vgs.Transform(
           lambda vg: learner_lib.VarGrad(vg.var, vg.grad * m))
-    loss = tf.reduce_sum(g * task.theta.w) + c
+    with learner_lib.GradientTape():  # Used only when eager.
+      loss = tf.reduce_sum(g * task.theta.w) + c
     return lrn.Apply({'loss': (loss, n)}, task.vars, **kwargs)[2]
 
-  @tf.function
   def _Step(g, c, n, m=(1.0, 1.0)):
     args = [_PerReplica(strategy, v) for v in (g, c, n, m)]
     return strategy.run(_Fn, args=args)
 
-  return task, lrn, _Step
+  return task, lrn, (_Step if eager else tf.function(_Step))
 
 
 def _Locals(strategy, v):
@@ -171,10 +172,12 @@ def test_non_finite_adjusted_gradient_on_one_replica_skips_on_both(strategy):
       1., 1.]
 
 
-def test_clip_to_zero_on_one_replica_skips_on_both(strategy):
+@pytest.mark.parametrize('eager', [False, True])
+def test_clip_to_zero_on_one_replica_skips_on_both(strategy, eager):
   # All-reduced gradient [3, 4] (norm 5 < 10); replica 1's mask 4 makes
   # its norm 20 >= grad_norm_to_clip_to_zero 10: both skip ('other').
-  task, lrn, step = _Build(strategy, via='mask', grad_norm_to_clip_to_zero=10.0)
+  task, lrn, step = _Build(strategy, via='mask', eager=eager,
+                           grad_norm_to_clip_to_zero=10.0)
   step([[3., 4.], [3., 4.]], [0., 0.], [1., 1.], [1., 4.])
   _Same(task, lrn, [0., 0.])
   _Counted(strategy, lrn, updates=0, skipped=1, reason='other')
@@ -230,11 +233,13 @@ def test_weights_overflow_on_one_replica_is_undone_on_both(strategy):
   _Counted(strategy, lrn, updates=1, skipped=1)
 
 
-def test_a_flag_on_one_replica_undoes_the_others_tentative_update(strategy):
+@pytest.mark.parametrize('eager', [False, True])
+def test_a_flag_on_one_replica_undoes_the_others_tentative_update(strategy,
+                                                                  eager):
   # check_finite_weights: replica 0 applies tentatively (v = [-1, 0],
   # w = [1, 0]); replica 1's adjusted gradient is NaN, so after the one
   # collective both put w and v back and count 'non-finite gradient'.
-  task, lrn, step = _Checked(strategy, via='adjuster')
+  task, lrn, step = _Checked(strategy, via='adjuster', eager=eager)
   step([[-1., 0.], [-1., 0.]], [0., 0.], [1., 1.], [1., _NAN])
   _Same(task, lrn, [0., 0.])
   assert _MomentumSlot(strategy, lrn) == [[0., 0.], [0., 0.]]
