@@ -39,9 +39,9 @@ window's finite shards, and `num_dropped_microbatches` counts dropped shards,
 the same value on every replica (docs/distributed.md, "Gradient accumulation
 under a strategy", says exactly when this equals single-process training). A
 shard with weight 0 (no example) adds nothing and is not counted as
-dropped, even with a NaN gradient. The
-all-reduce itself is the caller's (`all_reduce`, the Learner's
-cross_replica.WeightedAllReduce); this module only decides when it runs.
+dropped, even with a NaN gradient. The all-reduce itself is the caller's
+(`all_reduce`, the Learner's cross_replica.WeightedAllReduce); this module
+only decides when it runs.
 
 The accumulators, the accumulated weight and the micro-step counter are
 variables of this layer, so `tf.train.Checkpoint` saves a partial window.
