@@ -151,8 +151,9 @@ class GradNormTracker(BaseLayer):
       A bool scalar tensor: True to apply the step, False to skip it (always
       True with dry_run).
     """
-    log_norm, bad, cap, reject = self._Decide(grad_norm, has_nan)
-    self._Record(log_norm, bad, cap, reject)
+    decided = self._Decide(grad_norm, has_nan)
+    self._Record(*decided)
+    reject = decided[3]
     if self.params.dry_run:
       return tf.constant(True)
     return tf.logical_not(reject)
@@ -184,11 +185,13 @@ class GradNormTracker(BaseLayer):
       rejected: bool scalar, the step's verdict (e.g. `Reject` of any
         replica).
     """
-    log_norm, bad, cap, _ = self._Decide(grad_norm, has_nan)
-    self._Record(log_norm, bad, cap, tf.convert_to_tensor(rejected))
+    log_norm, bad, cap, _, total_weight = self._Decide(grad_norm, has_nan)
+    self._Record(log_norm, bad, cap, tf.convert_to_tensor(rejected),
+                 total_weight)
 
   def _Decide(self, grad_norm, has_nan):
-    """(log(1 + capped-below norm), bad, cap, reject), from the statistics."""
+    """(log(1 + norm raised to the lower cap), bad, cap, reject,
+    total_weight), from the statistics before this step."""
     p = self.params
     grad_norm = tf.cast(tf.convert_to_tensor(grad_norm), tf.float32)
     bad = tf.logical_not(tf.math.is_finite(grad_norm))
@@ -201,12 +204,11 @@ class GradNormTracker(BaseLayer):
     _, _, cap = self._Stats()
     total_weight = self._total_weight.read_value()
     reject = tf.logical_and(log_norm > cap, total_weight > _WARMUP_WEIGHT)
-    return log_norm, bad, cap, tf.logical_or(reject, bad)
+    return log_norm, bad, cap, tf.logical_or(reject, bad), total_weight
 
-  def _Record(self, log_norm, bad, cap, reject):
+  def _Record(self, log_norm, bad, cap, reject, total_weight):
     """Moves the averages by x_c = min(log_norm, cap) (not when bad)."""
     capped = tf.minimum(log_norm, cap)
-    total_weight = self._total_weight.read_value()
     rate = tf.where(bad, 0.0, 1.0 - self.params.decay)
     self._log_mean.assign_add(rate * (capped - self._log_mean))
     self._log_mean_squared.assign_add(rate *
