@@ -19,6 +19,11 @@ When `strategy.run` executes eagerly (no tf.function) the strategy's own
 `ReplicaContext.all_reduce` is used: there is no graph and an eager tf.cond
 runs its branch as plain Python, so its merge_call is allowed there.
 
+`AnyReplica` is the other collective: the learner's skip flags, ORed over
+the replicas in one small all-reduce per applied update, so that all
+replicas skip or apply together (docs/distributed.md, "One decision for
+all replicas").
+
 Outside a replica context, or with one replica, everything here is the
 identity.
 """
@@ -154,3 +159,29 @@ def WeightedAllReduce(grads, weight, extras=()):
   for i, g in zip(present, summed[:len(present)]):
     out[i] = g
   return out, summed[len(present)], summed[len(present) + 1:]
+
+
+def AnyReplica(flags):
+  """For each bool flag: is it True on at least one replica (one collective).
+
+  How the replicas take one decision together (docs/distributed.md, "One
+  decision for all replicas"): each replica computes its own flags (e.g.
+  "my gradient is not finite", "the tracker rejects this step"), and every
+  replica gets back the same answers, so all of them skip or apply the
+  same update. All the flags go through one small all-reduce (a float32
+  vector of len(flags) 0/1 values, summed), whatever their number.
+
+  Args:
+    flags: non-empty list of bool scalar tensors.
+
+  Returns:
+    A list like `flags` of bool scalars: the OR over the replicas in sync.
+    With one replica (or outside a replica context) the flags themselves,
+    and no collective is added.
+  """
+  flags = [tf.convert_to_tensor(f) for f in flags]
+  if NumReplicas() <= 1:
+    return flags
+  packed = tf.stack([tf.cast(f, tf.float32) for f in flags])
+  (summed,) = AllReduceSum([packed])
+  return tf.unstack(summed > 0.0, num=len(flags))

@@ -42,9 +42,11 @@ class GradNormTracker(BaseLayer):
   `log_mean`, `log_mean_squared`, `total_weight`; `total_rejections` (int64).
   They are created with aggregation NONE: in a tf.distribute replica context
   each replica updates its own copy without a merge_call (so `Check` may run
-  inside tf.cond, as under gradient accumulation); the copies stay equal as
-  long as every replica passes the same inputs (the learner calls it after
-  the all-reduce).
+  inside tf.cond, as under gradient accumulation). Under several replicas
+  the learner does not call `Check`: each replica asks `Reject`, the
+  answers are combined (any replica rejects), and every replica then
+  `Record`s the combined verdict with the all-reduced gradient's norm, so
+  the copies stay equal and the step is skipped everywhere or nowhere.
 
   Source: Lingvo, lingvo/core/layers.py `GradNormTracker` (same params,
   defaults and decisions). Differs from Lingvo (docs/lingvo.md): the
@@ -136,6 +138,8 @@ class GradNormTracker(BaseLayer):
   def Check(self, grad_norm, has_nan=None):
     """Updates the statistics with this step and says whether to apply it.
 
+    `Reject` and then `Record` with its answer.
+
     Args:
       grad_norm: a float scalar tensor (any float dtype; cast to float32),
         the global gradient norm of the step. A non-finite norm is treated as
@@ -147,6 +151,47 @@ class GradNormTracker(BaseLayer):
       A bool scalar tensor: True to apply the step, False to skip it (always
       True with dry_run).
     """
+    decided = self._Decide(grad_norm, has_nan)
+    self._Record(*decided)
+    reject = decided[3]
+    if self.params.dry_run:
+      return tf.constant(True)
+    return tf.logical_not(reject)
+
+  def Reject(self, grad_norm, has_nan=None):
+    """Whether this step would be rejected; changes no statistic.
+
+    The first half of `Check`, for replicas that decide together
+    (learner/gradient_pipeline.py, `SkipFlags`): each replica asks, the
+    answers are combined, and `Record` is then given the combined answer.
+
+    Args:
+      grad_norm, has_nan: as in `Check`.
+
+    Returns:
+      bool scalar: True for an outlier past the warm-up or a bad step,
+      whatever `dry_run` is.
+    """
+    return self._Decide(grad_norm, has_nan)[3]
+
+  def Record(self, grad_norm, has_nan, rejected):
+    """Updates the statistics with a step and its (combined) verdict.
+
+    The second half of `Check`: the moving averages move with this step's
+    norm (not for a bad step) and `total_rejections` by `rejected`.
+
+    Args:
+      grad_norm, has_nan: as in `Check`.
+      rejected: bool scalar, the step's verdict (e.g. `Reject` of any
+        replica).
+    """
+    log_norm, bad, cap, _, total_weight = self._Decide(grad_norm, has_nan)
+    self._Record(log_norm, bad, cap, tf.convert_to_tensor(rejected),
+                 total_weight)
+
+  def _Decide(self, grad_norm, has_nan):
+    """(log(1 + norm raised to the lower cap), bad, cap, reject,
+    total_weight), from the statistics before this step."""
     p = self.params
     grad_norm = tf.cast(tf.convert_to_tensor(grad_norm), tf.float32)
     bad = tf.logical_not(tf.math.is_finite(grad_norm))
@@ -156,19 +201,17 @@ class GradNormTracker(BaseLayer):
     safe_norm = tf.where(bad, tf.zeros_like(grad_norm), grad_norm)
     safe_norm = tf.maximum(safe_norm, p.grad_norm_lower_cap)
     log_norm = tf.math.log(safe_norm + 1.0)
-
     _, _, cap = self._Stats()
     total_weight = self._total_weight.read_value()
     reject = tf.logical_and(log_norm > cap, total_weight > _WARMUP_WEIGHT)
-    reject = tf.logical_or(reject, bad)
-    capped = tf.minimum(log_norm, cap)
+    return log_norm, bad, cap, tf.logical_or(reject, bad), total_weight
 
-    rate = tf.where(bad, 0.0, 1.0 - p.decay)
+  def _Record(self, log_norm, bad, cap, reject, total_weight):
+    """Moves the averages by x_c = min(log_norm, cap) (not when bad)."""
+    capped = tf.minimum(log_norm, cap)
+    rate = tf.where(bad, 0.0, 1.0 - self.params.decay)
     self._log_mean.assign_add(rate * (capped - self._log_mean))
     self._log_mean_squared.assign_add(rate *
                                       (capped * capped - self._log_mean_squared))
     self._total_weight.assign_add(rate * (1.0 - total_weight))
     self._total_rejections.assign_add(tf.cast(reject, tf.int64))
-    if p.dry_run:
-      return tf.constant(True)
-    return tf.logical_not(reject)

@@ -6,6 +6,9 @@ window-averaged) gradient and the optimizer, `Learner._Update` runs
   Prescale -> Regularize -> Mask -> Norms -> Adjust -> CheckFinite -> Track
     -> ClipByNorm -> Scale -> ClipByValue
 
+(under several replicas `Track` is `SkipFlags`, combined over the replicas
+by the learner, then `AgreedSkip`).
+
 Each stage is a function of lists aligned with `variables` (a gradient is
 a Tensor, a tf.IndexedSlices or None) and returns its result and, when it
 measures anything, a dict {metric name: float32 scalar}. The metric names
@@ -436,6 +439,56 @@ def Track(grad_norm, has_nan_or_inf, clip_to_zero, tracker, extra_skip=None):
     skip = tf.logical_or(skip, tf.logical_not(accept))
   if extra_skip is not None:
     skip = tf.logical_or(skip, extra_skip)
+  return skip
+
+
+def SkipFlags(grad_norm, has_nan_or_inf, clip_to_zero, tracker,
+              extra_skip=None):
+  """`Track`'s decision in parts, for replicas that decide together.
+
+  Under several replicas each replica computes these flags, the learner
+  combines them over the replicas in one collective
+  (cross_replica.AnyReplica) and `AgreedSkip` turns the combined flags into
+  the one decision every replica takes. Nothing is updated here (the
+  tracker's statistics move in `AgreedSkip`).
+
+  Args:
+    as in `Track`.
+
+  Returns:
+    list of 3 bool scalars: [has_nan_or_inf, the tracker rejects (False
+    without a tracker), clip-to-zero or extra_skip].
+  """
+  reject = tf.constant(False)
+  if clip_to_zero:
+    reject = tf.logical_or(reject, grad_norm >= clip_to_zero)
+  if extra_skip is not None:
+    reject = tf.logical_or(reject, extra_skip)
+  tracked = (tracker.Reject(grad_norm, has_nan_or_inf) if tracker is not None
+             else tf.constant(False))
+  return [tf.convert_to_tensor(has_nan_or_inf), tracked, reject]
+
+
+def AgreedSkip(flags, grad_norm, tracker):
+  """The skip decision from `SkipFlags` combined over the replicas.
+
+  Args:
+    flags: the 3 bool scalars of `SkipFlags`, each the OR over replicas.
+    grad_norm: float32 scalar from `Norms` (of the all-reduced gradient).
+    tracker: None, or the GradNormTracker given to `SkipFlags`; it records
+      this step with the combined flags (a non-finite step anywhere leaves
+      its averages unchanged everywhere).
+
+  Returns:
+    bool scalar: True skips the update on every replica.
+  """
+  has_nan_or_inf, tracked, reject = flags
+  skip = tf.logical_or(has_nan_or_inf, reject)
+  if tracker is not None:
+    tracked = tf.logical_or(tracked, has_nan_or_inf)
+    tracker.Record(grad_norm, has_nan_or_inf, tracked)
+    if not tracker.params.dry_run:
+      skip = tf.logical_or(skip, tracked)
   return skip
 
 

@@ -11,13 +11,16 @@ After Lingvo's `lingvo/core/learner.py`, in TF2 form. The data flow of one
                  window, stop (window metrics get weight 0); else the
                  window's sums go on below, 1 / sum(weight) folded in
   all-reduce  <- under tf.distribute: sum(weight*grad) / sum(weight), once
-                 per applied update (learner/cross_replica.py)
+                 per applied update (learner/cross_replica.py); a replica
+                 with weight 0 adds 0, the losses' verdict rides along
   var_grads   <- learner/gradient_pipeline.py: regularize (L1/L2) -> mask
                  -> norms -> adjust -> check finite -> track -> clip by
                  norm -> scale -> clip by value
   lr          <- learning_rate * lr_schedule.Value(num_updates | global_step)
   update      <- optimizer.Apply(lr, var_grads), inside tf.cond: a skipped
-                 step changes no model variable and no optimizer slot
+                 step changes no model variable and no optimizer slot;
+                 under several replicas the skip flags are ORed over them
+                 first (one small all-reduce), so all skip or all apply
 
 The gradient source (symbolic in tf.function, `learner.GradientTape()`
 eagerly) lives in learner/gradient_tape.py; the all-reduce in
@@ -746,10 +749,12 @@ class Learner(BaseLayer):
       stats, window_weight = self._AccumulateOrUpdate(var_grads, weight,
                                                       _Update)
     else:
+      losses_finite, empty = _AllFinite(losses), None
       if cross_replica.NumReplicas() > 1:
-        var_grads = _AllReduceMean(var_grads, weight)
-      stats = _Update(var_grads, self.optimizer,
-                      losses_finite=_AllFinite(losses))
+        var_grads, losses_finite, empty = _AllReduceMean(var_grads, weight,
+                                                         losses_finite)
+      stats = _Update(var_grads, self.optimizer, extra_skip=empty,
+                      losses_finite=losses_finite)
       window_weight = tf.constant(1.0)
     eval_metrics = self._EvalMetrics(lr, sched, stats, window_weight)
     if tf.executing_eagerly():
@@ -871,9 +876,13 @@ class Learner(BaseLayer):
     single = bool(p.clip_gradient_single_norm_to_value)
     tracker = (self.grad_norm_tracker
                if p.grad_norm_tracker is not None and not single else None)
-    skip = pipeline.Track(
-        norms.norm, has_nan_or_inf,
-        0.0 if single else p.grad_norm_to_clip_to_zero, tracker, extra_skip)
+    track = (norms.norm, has_nan_or_inf,
+             0.0 if single else p.grad_norm_to_clip_to_zero, tracker,
+             extra_skip)
+    # Several replicas decide together (_AgreeAndApply); one decides alone.
+    replicated = cross_replica.NumReplicas() > 1
+    skip = (pipeline.SkipFlags(*track) if replicated else
+            pipeline.Track(*track))
     clip, m = pipeline.ClipByNorm(norms, has_nan_or_inf,
                                   p.clip_gradient_norm_to_value,
                                   p.clip_gradient_single_norm_to_value)
@@ -882,11 +891,17 @@ class Learner(BaseLayer):
     metrics.update(pipeline.ClipByValue(grads, scaling))
     # Under XLA the metrics (var_norm/*, l1/l2_loss read the weights) go
     # through the update's cond, so their reads end before it writes.
-    metrics.update(self._ApplyOrSkip(
-        skip, lambda: _SkipReason(has_nan_or_inf, losses_finite), lr,
-        var_grads, grads, scaling, applier,
-        measured=variables if defer else None,
-        held=metrics if base_optimizer.InXla() else None))
+    update = (lr, var_grads, grads, scaling, applier)
+    kw = dict(measured=variables if defer else None,
+              held=metrics if base_optimizer.InXla() else None)
+    if replicated:
+      out, has_nan_or_inf = self._AgreeAndApply(skip, norms.norm, tracker,
+                                                losses_finite, update, **kw)
+    else:
+      out = self._ApplyOrSkip(
+          skip, lambda: _SkipReason(has_nan_or_inf, losses_finite), *update,
+          **kw)
+    metrics.update(out)
     self._UpdateLossScale(has_nan_or_inf, window_finite)
     return {k: metrics[k] for k in pipeline.MetricNames(p, variables)}
 
@@ -932,19 +947,7 @@ class Learner(BaseLayer):
       return out
 
     def _DoUpdate():
-      fold = scaling.foldable
-      applied = var_grads.Pack([
-          VarGrad(vg.var, g)
-          for vg, g in zip(var_grads.Flatten(),
-                           scaling.Gradients(grads, fold=fold))
-      ]).Filter(lambda vg: vg.grad is not None)
-
-      def _Apply():
-        if fold:
-          applier.ApplyScaled(lr, applied, scaling.scale)
-        else:
-          applier.Apply(lr, applied)
-
+      _Apply, applied = _UpdateFn(lr, var_grads, grads, scaling, applier)
       if self.params.check_finite_weights:
         return _Outputs(self._CheckedApply(
             _Apply, [vg.var for vg in applied.Flatten()]))
@@ -998,12 +1001,7 @@ class Learner(BaseLayer):
     Returns:
       bool scalar: True if the update stayed.
     """
-    inner = self.optimizer.optimizer if self._is_accum else self.optimizer
-    guarded, seen = [], set()
-    for v in list(weights) + list(inner.variables):
-      if id(v) not in seen:
-        seen.add(id(v))
-        guarded.append(v)
+    guarded = self._Guarded(weights)
     saved = [v.read_value() for v in guarded]
     with tf.control_dependencies(saved):
       apply_fn()
@@ -1017,6 +1015,101 @@ class Learner(BaseLayer):
 
     return tf.cond(finite, self._CountApplied, _Undo)
 
+  def _Guarded(self, weights):
+    """`weights` and the optimizer's variables, each once: what an undo
+    puts back (not an accumulation's accumulators: the window empties)."""
+    inner = self.optimizer.optimizer if self._is_accum else self.optimizer
+    guarded, seen = [], set()
+    for v in list(weights) + list(inner.variables):
+      if id(v) not in seen:
+        seen.add(id(v))
+        guarded.append(v)
+    return guarded
+
+  def _AgreeAndApply(self, flags, grad_norm, tracker, losses_finite, update,
+                     measured=None, held=None):
+    """Under several replicas: one skip decision for all, then the update.
+
+    Each replica's `pipeline.SkipFlags` are combined over the replicas in
+    one collective (cross_replica.AnyReplica): if any replica would skip,
+    every replica skips, for the reason of the combined flags, and counts
+    the skip once on its own copy of the counters (all copies stay equal).
+    With check_finite_weights the collective comes after a tentative
+    update, so that the updated weights' verdict is in it too
+    (`_AgreedCheckedApply`).
+
+    Args:
+      flags: this replica's `pipeline.SkipFlags`.
+      grad_norm: float32 scalar, the all-reduced gradient's norm.
+      tracker: None or the GradNormTracker (it records the agreed flags).
+      losses_finite: None, or a bool scalar already agreed over replicas.
+      update: (lr, var_grads, grads, scaling, applier), as `_ApplyOrSkip`.
+      measured, held: as `_ApplyOrSkip`.
+
+    Returns:
+      ({name: value} of `_ApplyOrSkip` plus has_nan_or_inf, the agreed
+      one as float32 0/1; the agreed has_nan_or_inf, a bool scalar).
+    """
+    if self.params.check_finite_weights:
+      out, agreed = self._AgreedCheckedApply(flags, grad_norm, tracker,
+                                             losses_finite, update, held)
+    else:
+      agreed = cross_replica.AnyReplica(flags)
+      skip = pipeline.AgreedSkip(agreed, grad_norm, tracker)
+      out = self._ApplyOrSkip(
+          skip, lambda: _SkipReason(agreed[0], losses_finite), *update,
+          measured=measured, held=held)
+    out[pipeline.HAS_NAN_OR_INF] = tf.cast(agreed[0], tf.float32)
+    return out, agreed[0]
+
+  def _AgreedCheckedApply(self, flags, grad_norm, tracker, losses_finite,
+                          update, held):
+    """check_finite_weights under replicas: try, agree once, keep or undo.
+
+    Each replica reads its weights and optimizer variables (as
+    `_CheckedApply`), applies the update unless its own flags skip it, and
+    checks its updated weights; the flags and that verdict then go through
+    one collective. If any replica skipped or got a non-finite weight,
+    every replica puts the read values back and counts one skip; else
+    every replica counts the update.
+
+    Returns:
+      (`held` as the first cond outputs it, the agreed flags: the 3 of
+      `SkipFlags` and 'updated weights not finite').
+    """
+    lr, var_grads, grads, scaling, applier = update
+    weights = [vg.var for vg, g in zip(var_grads.Flatten(), grads)
+               if g is not None]
+    guarded = self._Guarded(weights)
+    saved = [v.read_value() for v in guarded]
+    names = sorted(held) if held else []
+    held_in = (tf.stack([tf.cast(held[k], tf.float32) for k in names])
+               if names else tf.zeros([0]))
+
+    def _Try():
+      apply_fn, _ = _UpdateFn(lr, var_grads, grads, scaling, applier)
+      apply_fn()
+      return (_AllFinite([w.read_value() for w in weights]),
+              tf.identity(held_in))
+
+    with tf.control_dependencies(saved):
+      finite, packed = tf.cond(tf.reduce_any(tf.stack(flags)),
+                               lambda: (tf.constant(True),
+                                        tf.identity(held_in)), _Try)
+    agreed = cross_replica.AnyReplica(list(flags) +
+                                      [tf.logical_not(finite)])
+    skip = pipeline.AgreedSkip(agreed[:3], grad_norm, tracker)
+
+    def _Undo():
+      for v, value in zip(guarded, saved):
+        v.assign(value)
+      return self._CountSkipped(tf.where(
+          skip, _SkipReason(agreed[0], losses_finite),
+          SKIP_REASONS.index(SKIP_NON_FINITE_WEIGHTS)))
+
+    tf.cond(tf.logical_or(skip, agreed[3]), _Undo, self._CountApplied)
+    return dict(zip(names, tf.unstack(packed, num=len(names)))), agreed
+
   def _UpdateLossScale(self, has_nan_or_inf, window_finite):
     """Feeds the step's overflow (and the window's) to the loss scale."""
     if self.params.loss_scale is None:
@@ -1025,6 +1118,30 @@ class Learner(BaseLayer):
     if window_finite is not None:
       finite = tf.logical_and(finite, window_finite)
     self.loss_scale.Update(finite)
+
+
+def _UpdateFn(lr, var_grads, grads, scaling, applier):
+  """(apply_fn, applied): builds the scaled gradients and the update.
+
+  Call it inside the branch that applies: the scaled gradients are built
+  there. `applied` is the NestedMap of VarGrad the update gets (grads not
+  None); `apply_fn()` hands it to `applier`, with the scale folded in
+  (`ApplyScaled`) when `scaling.foldable`.
+  """
+  fold = scaling.foldable
+  applied = var_grads.Pack([
+      VarGrad(vg.var, g)
+      for vg, g in zip(var_grads.Flatten(),
+                       scaling.Gradients(grads, fold=fold))
+  ]).Filter(lambda vg: vg.grad is not None)
+
+  def _Apply():
+    if fold:
+      applier.ApplyScaled(lr, applied, scaling.scale)
+    else:
+      applier.Apply(lr, applied)
+
+  return _Apply, applied
 
 
 def _AllFinite(tensors):
@@ -1055,15 +1172,41 @@ def _SkipReason(has_nan_or_inf, losses_finite):
   return reason
 
 
-def _AllReduceMean(var_grads, weight):
-  """var_grads with sum(weight * grad) / sum(weight) over the replicas."""
+def _AllReduceMean(var_grads, weight, losses_finite=None):
+  """sum(weight * grad) / sum(weight) over the replicas, in one collective.
+
+  A replica whose weight is 0 (no example: its mean loss, and maybe its
+  gradient, is NaN) contributes weight 0 and a zero gradient
+  (`multiply_no_nan`), and its loss is not checked. The losses' verdict
+  rides in the same collective, so every replica gets the same one.
+
+  Args:
+    var_grads: NestedMap of VarGrad, this replica's (unweighted) gradients.
+    weight: float32 scalar, this replica's loss weight (examples).
+    losses_finite: None, or a bool scalar: this replica's losses are finite.
+
+  Returns:
+    (var_grads, losses_finite, empty): the mean gradient; None, or a bool
+    scalar, True when no replica with examples has a non-finite loss; a
+    bool scalar, True when no replica has an example (sum(weight) <= 0: the
+    update is skipped, reason 'other').
+  """
   vgs = var_grads.Flatten()
-  weighted = [tf.convert_to_tensor(vg.grad) * tf.cast(weight, vg.grad.dtype)
+  weighted = [tf.math.multiply_no_nan(tf.convert_to_tensor(vg.grad),
+                                      tf.cast(weight, vg.grad.dtype))
               for vg in vgs]
-  summed, wsum, _ = cross_replica.WeightedAllReduce(weighted, weight)
+  extras = []
+  if losses_finite is not None:
+    extras = [tf.where(tf.logical_and(weight > 0.0,
+                                      tf.logical_not(losses_finite)),
+                       1.0, 0.0)]
+  summed, wsum, extras = cross_replica.WeightedAllReduce(weighted, weight,
+                                                         extras)
+  if losses_finite is not None:
+    losses_finite = tf.equal(extras[0], 0.0)
   return var_grads.Pack([
       VarGrad(vg.var, tf.math.divide_no_nan(g, tf.cast(wsum, g.dtype)))
-      for vg, g in zip(vgs, summed)])
+      for vg, g in zip(vgs, summed)]), losses_finite, wsum <= 0.0
 
 
 # ---- helpers ---------------------------------------------------------------

@@ -37,9 +37,11 @@ non-finite shard (one replica's part of a micro-batch) is dropped on its
 replica only, so the update is sum(weight * grad) / sum(weight) over the
 window's finite shards, and `num_dropped_microbatches` counts dropped shards,
 the same value on every replica (docs/distributed.md, "Gradient accumulation
-under a strategy", says exactly when this equals single-process training). The
-all-reduce itself is the caller's (`all_reduce`, the Learner's
-cross_replica.WeightedAllReduce); this module only decides when it runs.
+under a strategy", says exactly when this equals single-process training). A
+shard with weight 0 (no example) adds nothing and is not counted as
+dropped, even with a NaN gradient. The all-reduce itself is the caller's
+(`all_reduce`, the Learner's cross_replica.WeightedAllReduce); this module
+only decides when it runs.
 
 The accumulators, the accumulated weight and the micro-step counter are
 variables of this layer, so `tf.train.Checkpoint` saves a partial window.
@@ -211,7 +213,7 @@ class GradientAccumulation(wrapper.BaseWrapper):
       self._weight_sum.assign_add(weight)
       return tf.constant(True)
 
-    tf.cond(is_finite, _Add, self._DropMicroBatch)
+    tf.cond(is_finite, _Add, lambda: self._DropMicroBatch(weight))
     return self._micro_step.assign_add(1)
 
   def AccumulateScaled(self, var_grads, weight, is_finite):
@@ -251,7 +253,8 @@ class GradientAccumulation(wrapper.BaseWrapper):
       self._weight_sum.assign_add(weight)
       return tf.constant(True)
 
-    base_optimizer.CondAsCall(is_finite, _Add, self._DropMicroBatch)
+    base_optimizer.CondAsCall(is_finite, _Add,
+                              lambda: self._DropMicroBatch(weight))
     return self._micro_step.assign_add(1)
 
   def _AccumulateChecked(self, variables, grads, weight):
@@ -278,14 +281,21 @@ class GradientAccumulation(wrapper.BaseWrapper):
       self._weight_sum.assign_add(weight)
       return tf.constant(True)
 
-    base_optimizer.CondAsCall(finite, _Added, self._DropMicroBatch)
+    base_optimizer.CondAsCall(finite, _Added,
+                              lambda: self._DropMicroBatch(weight))
     return self._micro_step.assign_add(1)
 
-  def _DropMicroBatch(self):
-    """Counts one dropped (non-finite) micro-batch; returns False."""
+  def _DropMicroBatch(self, weight):
+    """Counts one dropped (non-finite) micro-batch; returns False.
+
+    An empty one (weight <= 0: no example, e.g. a replica's share of a
+    partial last batch, whose mean is NaN) is not counted: it adds
+    nothing and weight 0 either way.
+    """
+    nonempty = weight > 0.0
     if _CountsAtOnce():
-      self._num_dropped.assign_add(1)
-    self._window_dropped.assign_add(1.0)
+      self._num_dropped.assign_add(tf.cast(nonempty, tf.int64))
+    self._window_dropped.assign_add(tf.cast(nonempty, tf.float32))
     return tf.constant(False)
 
   def IsApplyStep(self, micro_step=None):
@@ -377,11 +387,13 @@ class GradientAccumulation(wrapper.BaseWrapper):
       finite = _AllFinite(dense)
       self.WarnIfSyncEveryStep()
       # Per-shard dropping, as with sync_on_apply=True: a non-finite shard
-      # contributes zeros and weight 0; the finite shards are kept.
+      # contributes zeros and weight 0; the finite shards are kept. An
+      # empty shard (weight 0) is not counted as dropped.
+      bad = tf.cast(tf.logical_and(tf.logical_not(finite), weight > 0.0),
+                    tf.float32)
       weighted = [tf.where(finite, g * tf.cast(weight, g.dtype),
                            tf.zeros_like(g)) for g in dense]
       weight = tf.where(finite, weight, 0.0)
-      bad = 1.0 - tf.cast(finite, tf.float32)
       weighted, weight, (bad,) = all_reduce(weighted, weight, [bad])
       micro_step = self.Accumulate(list(zip(variables, weighted)), weight,
                                    tf.constant(True), num_dropped=bad)

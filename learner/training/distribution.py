@@ -610,6 +610,58 @@ def WeightsDigest(variables):
   return digest.hexdigest()
 
 
+def ReplicaMismatches(variables):
+  """The mirrored variables whose copies differ between this worker's replicas.
+
+  The debug check of docs/distributed.md ("One decision for all
+  replicas"): after any step of a synchronous run every replica holds the
+  same weights, bit for bit, so this returns [] then. Variables with one
+  copy, and per-replica ones (synchronization ON_READ, e.g. the
+  accumulators of `sync_on_apply`), are not compared. Reads every copy to
+  the host: for tests and debugging, not for every step. (Across workers
+  compare `WeightsDigest`.)
+
+  Args:
+    variables: iterable of variables (e.g. `task.vars.Flatten()`), mirrored
+      or not.
+
+  Returns:
+    list of str, one per differing variable: its name, the replica that
+    differs from replica 0 and the largest absolute difference.
+  """
+  out = []
+  for var in variables:
+    copies = getattr(var, 'values', None)
+    if (not copies or len(copies) < 2 or
+        getattr(var, 'synchronization', None) ==
+        tf.VariableSynchronization.ON_READ):
+      continue
+    first = np.asarray(copies[0].numpy())
+    for r, copy in enumerate(copies[1:], 1):
+      value = np.asarray(copy.numpy())
+      if value.tobytes() != first.tobytes():
+        diff = np.abs(value.astype(np.float64) - first.astype(np.float64))
+        out.append('%s: replica %d differs from replica 0 (max |diff| %s)' %
+                   (var.name, r, np.nanmax(diff) if diff.size else 0.0))
+        break
+  return out
+
+
+def AssertReplicasIdentical(variables):
+  """Raises AssertionError naming every variable of `ReplicaMismatches`.
+
+  Args:
+    variables: as `ReplicaMismatches`.
+
+  Raises:
+    AssertionError: if a mirrored variable's copies differ between this
+      worker's replicas (the replicas diverged: a per-replica decision).
+  """
+  bad = ReplicaMismatches(variables)
+  if bad:
+    raise AssertionError('The replicas diverged: ' + '; '.join(bad))
+
+
 def IsChief(strategy=None):
   """bool: this process writes checkpoints and summaries.
 

@@ -609,7 +609,10 @@ class Trainer:
       total = sum(weights)
       if total == 0:
         return (values[0], 0.0)
-      return (sum(v * w for v, w in zip(values, weights)) / total, total)
+      # A replica with weight 0 (no example) measured nothing: its value
+      # (NaN for the mean over no example) is left out, not multiplied by 0.
+      return (sum(v * w for v, w in zip(values, weights) if w) / total,
+              total)
 
     metrics = {k: _Mean(vw) for k, vw in out['metrics'].items()}
     learners = {}

@@ -140,9 +140,17 @@ class Problem:
     return self.strategy.experimental_distribute_values_from_function(_Fn)
 
   def Run(self, batches):
-    """Runs one step per element of `batches` ([step][replica])."""
+    """Runs one step per element of `batches` ([step][replica]).
+
+    After every step, this worker's replicas must hold identical variables
+    (distribution.AssertReplicasIdentical; across workers the test compares
+    the returned weights).
+    """
+    from learner.training import distribution  # pylint: disable=g-import-not-at-top
     for per_replica in batches:
       self._fn(self._Distribute(per_replica))
+      distribution.AssertReplicasIdentical(
+          self.model.vars.Flatten() + self.learner.vars.Flatten())
     return self.Weights()
 
   def Weights(self):

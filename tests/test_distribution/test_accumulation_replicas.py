@@ -71,6 +71,7 @@ def test_non_finite_shard_dropped_on_its_replica_only(mirrored,
   for micro in _SHARDS:
     reported = _Step(_Dist([g for g, _ in micro]),
                      _Dist([n for _, n in micro]))
+  distribution.AssertReplicasIdentical([w] + lrn.vars.Flatten())
   np.testing.assert_allclose(_Locals(mirrored, w), [-3.0, -3.0], rtol=1e-6)
   assert _Locals(mirrored, lrn.optimizer.num_dropped_microbatches) == [1, 1]
   assert _Locals(mirrored, reported) == [1.0, 1.0]

@@ -60,6 +60,12 @@ def Build(strategy, eager=False, **kw):
   return task, lrn, (Step if eager else tf.function(Step))
 
 
+def Identical(task, lrn):
+  """Both replicas hold the same weights and learner state, bit for bit."""
+  distribution.AssertReplicasIdentical(task.vars.Flatten() +
+                                       lrn.vars.Flatten())
+
+
 def test_num_replicas_outside_a_strategy_is_one():
   assert cross_replica.NumReplicas() == 1
   x = tf.constant([1.0, 2.0])
@@ -68,10 +74,11 @@ def test_num_replicas_outside_a_strategy_is_one():
 
 @pytest.mark.parametrize('eager', [False, True])
 def test_c_clip_after_allreduce(strategy, eager):
-  task, _, step = Build(strategy, eager=eager,
-                        clip_gradient_norm_to_value=1.0)
+  task, lrn, step = Build(strategy, eager=eager,
+                          clip_gradient_norm_to_value=1.0)
   m = step(PerReplica(strategy, [[3., 0.], [0., 4.]]),
            PerReplica(strategy, [1.0, 1.0]))
+  Identical(task, lrn)
   for r in range(2):
     assert float(m['grad_norm/all'][0].values[r]) == pytest.approx(2.5)
     np.testing.assert_allclose(task.vars.w.values[r].numpy(), [-0.6, -0.8],
@@ -81,9 +88,10 @@ def test_c_clip_after_allreduce(strategy, eager):
 def test_weights_normalise_the_all_reduce(strategy):
   # Replica 0: grad [3, 0] over 1 example; replica 1: [0, 4] over 3:
   # (1*[3,0] + 3*[0,4]) / 4 = [0.75, 3].
-  task, _, step = Build(strategy)
+  task, lrn, step = Build(strategy)
   step(PerReplica(strategy, [[3., 0.], [0., 4.]]),
        PerReplica(strategy, [1.0, 3.0]))
+  Identical(task, lrn)
   for r in range(2):
     np.testing.assert_allclose(task.vars.w.values[r].numpy(), [-0.75, -3.0],
                                rtol=1e-6)
@@ -102,11 +110,13 @@ def test_accumulation_under_mirrored_equals_one_big_batch(strategy,
                           clip_gradient_norm_to_value=1.0)
   m1 = step(PerReplica(strategy, [[1., 0.], [0., 1.]]),
             PerReplica(strategy, [1.0, 3.0]))
+  Identical(task, lrn)
   for r in range(2):
     np.testing.assert_array_equal(task.vars.w.values[r].numpy(), [0., 0.])
     assert float(m1['grad_norm/all'][1].values[r]) == 0.0
   m2 = step(PerReplica(strategy, [[2., 2.], [4., 0.]]),
             PerReplica(strategy, [2.0, 2.0]))
+  Identical(task, lrn)
   mean = np.array([1.625, 0.875])
   for r in range(2):
     assert float(m2['grad_norm/all'][0].values[r]) == pytest.approx(
@@ -170,6 +180,7 @@ def test_accumulation_with_loss_scale_and_tracker_under_mirrored(strategy):
   for _ in range(2):
     m = step(PerReplica(strategy, [[1., 0.], [0., 1.]]),
              PerReplica(strategy, [1.0, 1.0]))
+    Identical(task, lrn)
   for r in range(2):
     # Mean of [1, 0] and [0, 1] over both micro-steps: [0.5, 0.5].
     np.testing.assert_allclose(task.vars.w.values[r].numpy(), [-0.5, -0.5],
@@ -201,6 +212,8 @@ def test_partial_window_survives_a_checkpoint_under_mirrored(strategy,
   task2, lrn2, step2 = Build(strategy, optimizer=Acc())
   tf.train.Checkpoint(task=task2, learner=lrn2).restore(path)
   Feed(step2, g2)
+  Identical(task, lrn)
+  Identical(task2, lrn2)
   # (1*[1,0] + 3*[0,3] + 2*[2,2] + 2*[4,0]) / 8 = [1.625, 1.625].
   for r in range(2):
     np.testing.assert_allclose(task.vars.w.values[r].numpy(),

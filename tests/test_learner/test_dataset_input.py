@@ -92,6 +92,7 @@ def _Run(logdir, max_steps):
   t = trainer_lib.Trainer(_Params(max_steps), str(logdir),
                           strategy='mirrored', stream=io.StringIO())
   t.Run()
+  distribution.AssertReplicasIdentical(t.task.vars.Flatten())
   return float(t.task.vars.w.numpy()), float(t.task.vars.b.numpy())
 
 

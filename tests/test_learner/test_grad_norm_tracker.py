@@ -77,6 +77,29 @@ def test_spike_after_warmup_is_rejected_and_counted_by_hand():
   assert int(t.total_rejections.numpy()) == 1
 
 
+def test_reject_then_record_is_check_split_in_two():
+  # The same case as above through Reject (reads only) and Record (the
+  # verdict given): the spike x = 2 is rejected, log_mean ends at 0.9395
+  # and total_weight at 0.9375, one rejection.
+  t = _Tracker(decay=0.5, clip_threshold=4.0,
+               grad_norm_clip_cap_min=math.e - 1.0)
+  for norm in [math.e - 1.0] * 3 + [math.exp(2.0) - 1.0]:
+    before = _Stats(t)
+    rejected = t.Reject(norm)
+    assert _Stats(t) == before  # Reject changes nothing.
+    t.Record(norm, tf.constant(False), rejected)
+    last = bool(rejected)
+  assert last
+  assert int(t.total_rejections.numpy()) == 1
+  np.testing.assert_allclose(t._log_mean.numpy(), 0.9395, rtol=1e-5)
+  np.testing.assert_allclose(t._total_weight.numpy(), 0.9375, rtol=1e-6)
+  # A verdict from elsewhere (another replica rejected) is counted; a bad
+  # step leaves the averages alone.
+  t.Record(math.e - 1.0, tf.constant(True), tf.constant(True))
+  assert int(t.total_rejections.numpy()) == 2
+  np.testing.assert_allclose(t._total_weight.numpy(), 0.9375, rtol=1e-6)
+
+
 def test_no_rejection_during_warmup():
   # total_weight after 2 steps is exactly 0.75, not > 0.75: still warming up,
   # so a huge norm on the 3rd step is accepted (but capped in the averages).

@@ -65,6 +65,7 @@ def _Iterator(strategy):
 
 def _Weights(task):
   """(w, b) of replica 0, after checking every replica holds the same."""
+  distribution.AssertReplicasIdentical(task.vars.Flatten())
   out = []
   for v in (task.vars.w, task.vars.b):
     copies = [c.numpy() for c in
