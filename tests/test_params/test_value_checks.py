@@ -84,7 +84,8 @@ def _AllLayerClasses():
   """Every BaseLayer subclass defined in our packages (imported here)."""
   found = {}
   for pkg_name in ('params', 'schedules', 'layers', 'learner',
-                   'learner.optimizers', 'learner.training', 'configs'):
+                   'learner.optimizers', 'learner.optimizers.rules',
+                   'learner.training', 'configs'):
     pkg = importlib.import_module(pkg_name)
     for info in pkgutil.iter_modules(pkg.__path__):
       mod = importlib.import_module('%s.%s' % (pkg_name, info.name))
