@@ -25,9 +25,9 @@ class Lion(BaseOptimizer):
   NeurIPS 2023, Program 1.
 
   Raises:
-    ValueError: at construction, if beta1 is not in [0, 1] or beta2 is not
-      in [0, 1); a bool, NaN or inf is refused too (the message names the
-      param).
+    ValueError: at construction, if beta1 is not in (0, 1] (as Keras's
+      Lion: beta1 = 0 would be sign SGD) or beta2 is not in [0, 1); a bool,
+      NaN or inf is refused too (the message names the param).
   """
 
   @classmethod
@@ -41,7 +41,9 @@ class Lion(BaseOptimizer):
   def ValueChecks(cls):
     specs = super().ValueChecks()
     specs.update(
-        beta1=checks.Real(0, 1, example=0.9),
+        beta1=checks.Real(0, 1, low_open=True, example=0.9,
+                          why='beta1 = 0 makes Lion sign SGD, as Keras '
+                              'refuses'),
         beta2=checks.Real(0, 1, high_open=True, example=0.99,
                           why='beta2 = 1 keeps the momentum at 0'))
     return specs
