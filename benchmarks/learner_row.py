@@ -21,7 +21,7 @@ def LearnerAvailable():
     from learner import optimizers as _  # pylint: disable=g-import-not-at-top,reimported
   except ImportError as e:
     return False, ('Learner rows skipped: %s (learner/learner.py or '
-                   'learner/optimizers/update_rules.py has not landed).' % e)
+                   'learner/optimizers/rules/ has not landed).' % e)
   return True, ''
 
 

@@ -47,6 +47,24 @@ _MOVED_MODULES.update({
 })
 
 
+# The update rules, split from learner/optimizers/update_rules.py into one
+# module per family under learner/optimizers/rules/ (issue 22, item 2).
+# A separate block, so other moves merge beside it.
+_OLD_RULES = 'learner.optimizers.update_rules.'
+_MOVED_NAMES.update({
+    _OLD_RULES + 'SGD': 'learner.optimizers.base.SGD',
+    _OLD_RULES + 'Momentum': 'learner.optimizers.rules.momentum.Momentum',
+    _OLD_RULES + 'Adam': 'learner.optimizers.rules.adam.Adam',
+    _OLD_RULES + 'AdamW': 'learner.optimizers.rules.adam.AdamW',
+    _OLD_RULES + 'Adagrad': 'learner.optimizers.rules.adagrad.Adagrad',
+    _OLD_RULES + 'RMSProp': 'learner.optimizers.rules.rmsprop.RMSProp',
+    _OLD_RULES + 'AdaDelta': 'learner.optimizers.rules.adadelta.AdaDelta',
+    _OLD_RULES + 'Adafactor': 'learner.optimizers.rules.adafactor.Adafactor',
+    _OLD_RULES + 'LAMB': 'learner.optimizers.rules.lamb.LAMB',
+    _OLD_RULES + 'Lion': 'learner.optimizers.rules.lion.Lion',
+})
+
+
 def Resolve(path):
   """Returns the current import path for `path`, or None if it did not move.
 

@@ -1,8 +1,9 @@
 """Update rules and their wrappers, and the MoXing-style factories.
 
   base.py            BaseOptimizer (Bind-time slots, Apply), SGD, helpers
-  update_rules.py    Momentum, Adam, AdamW, Adagrad, RMSProp, AdaDelta,
-                     Adafactor, LAMB, Lion
+  rules/             the update rules, one family per module (momentum, adam,
+                     adagrad, rmsprop, adadelta, adafactor, lamb, lion);
+                     rules.RULES registers each (export, factory name)
   lars.py, ema.py, composite.py, keras_optimizer.py, accumulation.py
                      the wrappers (each holds an inner optimizer's params)
   factory.py         get_optimizer_fn, get_optimizer_wrapper_fn
@@ -12,15 +13,7 @@
 from learner.optimizers.var_grad import VarGrad
 from learner.optimizers.base import BaseOptimizer
 from learner.optimizers.base import SGD
-from learner.optimizers.update_rules import Momentum
-from learner.optimizers.update_rules import Adam
-from learner.optimizers.update_rules import AdamW
-from learner.optimizers.update_rules import Adagrad
-from learner.optimizers.update_rules import RMSProp
-from learner.optimizers.update_rules import AdaDelta
-from learner.optimizers.update_rules import Adafactor
-from learner.optimizers.update_rules import LAMB
-from learner.optimizers.update_rules import Lion
+from learner.optimizers import rules
 from learner.optimizers.lars import Lars
 from learner.optimizers.ema import Ema
 from learner.optimizers.composite import Composite
@@ -29,3 +22,6 @@ from learner.optimizers.accumulation import GradientAccumulation
 from learner.optimizers.factory import get_optimizer_fn
 from learner.optimizers.factory import get_optimizer_wrapper_fn
 from learner.optimizers.factory import OptimizerParamsFromFn
+
+# Every registered update rule (rules.RULES) under its class name.
+globals().update({r.cls.__name__: r.cls for r in rules.RULES})

@@ -24,28 +24,14 @@ from learner.optimizers import base as base_optimizer
 from learner.optimizers import ema as ema_lib
 from learner.optimizers import keras_optimizer
 from learner.optimizers import lars as lars_lib
-from learner.optimizers import update_rules
+from learner.optimizers import rules
 from params import hyperparams
 from params import text_registry
 from params import value_codec
 
 # name -> (optimizer class, {accepted keyword (MoXing/TF1/Keras): param}).
 # A class's own param names are accepted too.
-_OPTIMIZERS = {
-    'sgd': (update_rules.SGD, {}),
-    'momentum': (update_rules.Momentum, {'momentum': 'alpha'}),
-    'nesterov': (update_rules.Momentum, {'momentum': 'alpha'}),
-    'adam': (update_rules.Adam, {'beta_1': 'beta1', 'beta_2': 'beta2'}),
-    'adamw': (update_rules.AdamW, {'beta_1': 'beta1', 'beta_2': 'beta2',
-                                 'weight_decay': 'decoupled_weight_decay'}),
-    'adagrad': (update_rules.Adagrad, {}),
-    'rmsprop': (update_rules.RMSProp, {'rho': 'decay'}),
-    'adadelta': (update_rules.AdaDelta, {'rho': 'decay'}),
-    'adafactor': (update_rules.Adafactor, {'beta_1': 'beta1'}),
-    'lamb': (update_rules.LAMB, {'beta_1': 'beta1', 'beta_2': 'beta2'}),
-    'lion': (update_rules.Lion, {'beta_1': 'beta1', 'beta_2': 'beta2',
-                               'weight_decay': 'decoupled_weight_decay'}),
-}
+_OPTIMIZERS = rules.FactoryTable()  # one registration point: rules.RULES
 
 _WRAPPER_NAMES = ('batch_gradients', 'lars', 'ema')
 

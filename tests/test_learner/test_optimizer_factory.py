@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import learner
 from learner.optimizers import ema
+from learner.optimizers import rules
 from learner.optimizers import keras_optimizer
 from learner.optimizers import lars
 from learner.optimizers import factory
@@ -261,3 +263,19 @@ def test_instance_given_message_names_the_parameter():
 def test_not_an_optimizer_callable_is_type_error_naming_optimizer_fn(bad):
   with pytest.raises(TypeError, match='optimizer_fn'):
     factory.OptimizerParamsFromFn(bad)
+
+
+def test_lazy_table_names_every_registered_rule():
+  # rules.RULES is the one registration point: learner.optimizers exports
+  # each rule from it and the factory's names come from it, and learner's
+  # lazy table (a literal, for the import checks) must agree with it.
+  names = {r.cls.__name__ for r in rules.RULES} - {'SGD'}
+  assert names == {'Momentum', 'Adam', 'AdamW', 'Adagrad', 'RMSProp',
+                   'AdaDelta', 'Adafactor', 'LAMB', 'Lion'}
+  for name in names:
+    assert learner._EXPORTS[name] == 'learner.optimizers', name  # pylint: disable=protected-access
+    assert getattr(learner, name) is getattr(optimizers, name)
+  assert {n for r in rules.RULES for n in r.factory_names} == set(
+      factory._OPTIMIZERS)  # pylint: disable=protected-access
+  assert factory._OPTIMIZERS['nesterov'] == (  # pylint: disable=protected-access
+      optimizers.Momentum, {'momentum': 'alpha'})

@@ -1,4 +1,4 @@
-"""Tests of learner/optimizers/update_rules.py against numpy references and the O cases."""
+"""Tests of learner/optimizers/rules/ (one module per family) against numpy references and the O cases."""
 
 import numpy as np
 import pytest

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from learner import learner as learner_lib
 from learner.optimizers.base import SGD
-from learner.optimizers.update_rules import AdamW
+from learner.optimizers.rules.adam import AdamW
 from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
 

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 from learner import learner as learner_lib
-from learner.optimizers import update_rules
+from learner import optimizers
 from learner.optimizers.accumulation import GradientAccumulation
 from learner.optimizers.base import SGD
 from learner.optimizers.composite import Composite
@@ -79,8 +79,8 @@ def test_composite_optimizer_variable_matched_twice():
   b = tf.Variable(np.zeros([2]), name='fc/b')
   opt = Composite.Params().Set(optimizer_map={
       'fc/w': (SGD.Params(), 1.0),
-      '.': (update_rules.Adagrad.Params(), 1.0),
-      'default_optimizer': (update_rules.Adagrad.Params(), 1.0),
+      '.': (optimizers.Adagrad.Params(), 1.0),
+      'default_optimizer': (optimizers.Adagrad.Params(), 1.0),
   }).Instantiate()
   with pytest.raises(ValueError, match='fc/w') as e:
     opt.Bind(NestedMap(w=w, b=b))
@@ -96,9 +96,9 @@ def test_composite_optimizer_maps_that_build():
   b = tf.Variable(np.zeros([2]), name='fc/b')
   vmap = NestedMap(w=w, b=b)
   opt = Composite.Params().Set(optimizer_map={
-      'fc/w': (update_rules.Adam.Params(), 1.0),
-      'fc/b': (update_rules.RMSProp.Params(), 1.0),
-      'default_optimizer': (update_rules.Adam.Params(), 1.0),
+      'fc/w': (optimizers.Adam.Params(), 1.0),
+      'fc/b': (optimizers.RMSProp.Params(), 1.0),
+      'default_optimizer': (optimizers.Adam.Params(), 1.0),
   }).Instantiate()
   opt.Bind(vmap)
   opt.Apply(0.1, NestedMap(

@@ -84,7 +84,8 @@ def _AllLayerClasses():
   """Every BaseLayer subclass defined in our packages (imported here)."""
   found = {}
   for pkg_name in ('params', 'schedules', 'layers', 'learner',
-                   'learner.optimizers', 'learner.training', 'configs'):
+                   'learner.optimizers', 'learner.optimizers.rules',
+                   'learner.training', 'configs'):
     pkg = importlib.import_module(pkg_name)
     for info in pkgutil.iter_modules(pkg.__path__):
       mod = importlib.import_module('%s.%s' % (pkg_name, info.name))
@@ -327,6 +328,8 @@ def test_learner_still_accepts_its_documented_values():
     (opt.RMSProp, 'momentum', 1.0, 'without bound'),
     (opt.AdaDelta, 'epsilon', 0.0, 'update at 0'),
     (opt.LAMB, 'beta2', 1.0, 'divides by'),
+    (opt.Lion, 'beta1', 0.0, 'sign SGD'),
+    (opt.Lion, 'beta1', 0, 'sign SGD'),
 ])
 def test_optimizer_refuses_values_that_diverge_or_give_nan(cls, key, value,
                                                           reason):
@@ -441,6 +444,19 @@ def test_bad_regex_lists_name_the_key_and_index(cls, key):
     p.optimizer = opt.SGD.Params()
   with pytest.raises(ValueError, match=r"%s\[1\] has the regex '\('" % key):
     p.Instantiate()
+
+
+def test_lion_beta1_is_refused_at_zero_in_one_line_and_kept_up_to_one():
+  # Issue 21: Keras's Lion requires beta_1 in (0, 1]; so do we.
+  with pytest.raises(ValueError) as e:
+    opt.Lion.Params().Set(beta1=0.0).Instantiate()
+  message = str(e.value)
+  assert '\n' not in message
+  assert 'beta1=0.0 is outside (0, 1]' in message and 'sign SGD' in message
+  assert 'Set beta1 to a finite number in (0, 1]' in message
+  for beta1 in (1.0, 1e-6, 0.9):
+    assert opt.Lion.Params().Set(beta1=beta1).Instantiate().params.beta1 == (
+        beta1)
 
 
 def test_adam_presets_and_lingvo_defaults_still_build():

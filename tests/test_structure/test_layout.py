@@ -17,7 +17,7 @@ def test_at_most_twelve_modules_directly_in_learner():
 
 def test_each_layer_of_learner_is_a_package_with_its_modules():
   for package, expected in (
-      ('learner/optimizers', {'base.py', 'update_rules.py', 'wrapper.py',
+      ('learner/optimizers', {'base.py', 'wrapper.py',
                               'lars.py', 'ema.py', 'composite.py',
                               'keras_optimizer.py', 'accumulation.py',
                               'factory.py'}),
@@ -77,3 +77,21 @@ def test_model_layers_live_in_layers():
   assert 'class DenseLayer(BaseLayer)' in (ROOT / 'layers/dense.py').read_text()
   assert 'from layers.dense import DenseLayer' in (
       ROOT / 'layers/__init__.py').read_text()
+
+
+# Issue 22, item 2: the update rules are a catalog of families, one module
+# per family, as schedules/ is; each starts with its formula and source.
+RULE_FAMILIES = ('momentum.py', 'adam.py', 'adagrad.py', 'rmsprop.py',
+                 'adadelta.py', 'adafactor.py', 'lamb.py', 'lion.py')
+
+
+def test_rules_are_one_family_per_module_with_formula_and_source():
+  rules = ROOT / 'learner/optimizers/rules'
+  assert (rules / '__init__.py').exists()
+  present = {p.name for p in rules.glob('*.py')}
+  assert set(RULE_FAMILIES) <= present, sorted(set(RULE_FAMILIES) - present)
+  for name in RULE_FAMILIES:
+    source = (rules / name).read_text()
+    doc = source.split('"""')[1]
+    assert '<-' in doc and 'Source:' in doc, name  # formula, then source
+    assert len(source.splitlines()) <= MAX_MODULE_LINES, name

@@ -1,0 +1,59 @@
+"""The update rules, one family per module; the one table that registers them.
+
+  momentum.py   Momentum (and Nesterov)      adam.py       Adam, AdamW
+  adagrad.py    Adagrad                      rmsprop.py    RMSProp
+  adadelta.py   AdaDelta                     adafactor.py  Adafactor
+  lamb.py       LAMB                         lion.py       Lion
+  common.py     helpers the families share
+
+Plain SGD is `SGD` in learner/optimizers/base.py (the base's own rule).
+Each family module starts with its formula and source. `RULES` is the only
+place a rule is registered: learner.optimizers exports its classes,
+learner's lazy table names their modules, and the factory takes its names
+and keyword aliases from it (docs/DESIGN.md, "Where things go").
+"""
+
+import collections
+
+from learner.optimizers import base
+from learner.optimizers.rules import adadelta
+from learner.optimizers.rules import adafactor
+from learner.optimizers.rules import adagrad
+from learner.optimizers.rules import adam
+from learner.optimizers.rules import lamb
+from learner.optimizers.rules import lion
+from learner.optimizers.rules import momentum
+from learner.optimizers.rules import rmsprop
+
+# One registered rule. `factory_names` are get_optimizer_fn's names for it
+# (empty: reachable only by class); `aliases` maps an accepted factory
+# keyword (MoXing/TF1/Keras spelling) to the class's param name.
+Rule = collections.namedtuple('Rule', ['cls', 'factory_names', 'aliases'])
+
+_BETAS = {'beta_1': 'beta1', 'beta_2': 'beta2'}
+
+RULES = (
+    Rule(base.SGD, ('sgd',), {}),
+    Rule(momentum.Momentum, ('momentum', 'nesterov'), {'momentum': 'alpha'}),
+    Rule(adam.Adam, ('adam',), dict(_BETAS)),
+    Rule(adam.AdamW, ('adamw',),
+         dict(_BETAS, weight_decay='decoupled_weight_decay')),
+    Rule(adagrad.Adagrad, ('adagrad',), {}),
+    Rule(rmsprop.RMSProp, ('rmsprop',), {'rho': 'decay'}),
+    Rule(adadelta.AdaDelta, ('adadelta',), {'rho': 'decay'}),
+    Rule(adafactor.Adafactor, ('adafactor',), {'beta_1': 'beta1'}),
+    Rule(lamb.LAMB, ('lamb',), dict(_BETAS)),
+    Rule(lion.Lion, ('lion',),
+         dict(_BETAS, weight_decay='decoupled_weight_decay')),
+)
+
+
+def ExportedNames():
+  """Returns {class name: defining module path} of every registered rule."""
+  return {r.cls.__name__: r.cls.__module__ for r in RULES}
+
+
+def FactoryTable():
+  """Returns {factory name: (class, {keyword: param})}, in `RULES` order."""
+  return {name: (r.cls, dict(r.aliases))
+          for r in RULES for name in r.factory_names}

@@ -1,0 +1,167 @@
+"""Adam and AdamW.
+
+  t = num_updates + 1
+  m <- beta1 * m + (1 - beta1) * g;   v <- beta2 * v + (1 - beta2) * g^2
+  w <- w - lr * sqrt(1 - beta2^t) / (1 - beta1^t) * m / (sqrt(v) + epsilon)
+  AdamW: the same, plus w <- w - lr * wd * w_old (decoupled weight decay).
+
+Source: Kingma & Ba, "Adam: A Method for Stochastic Optimization", ICLR 2015,
+Algorithm 1 (epsilon-hat form, end of section 2); Loshchilov & Hutter,
+"Decoupled Weight Decay Regularization", ICLR 2019, Algorithm 2; reference
+implementation TF's ResourceApplyAdam, as Lingvo 0.14.2 wraps it.
+"""
+
+import numbers
+
+import tensorflow as tf
+
+from learner.optimizers import kernels
+from learner.optimizers.base import BaseOptimizer
+from learner.optimizers.base import DefineLingvoBaseParams
+from learner.optimizers.rules.common import Cast
+from params import checks
+
+
+class Adam(BaseOptimizer):
+  """Adam in TF's form (ResourceApplyAdam).
+
+  t = num_updates + 1
+  m <- beta1 * m + (1 - beta1) * g;   v <- beta2 * v + (1 - beta2) * g^2
+  w <- w - lr * sqrt(1 - beta2^t) / (1 - beta1^t) * m / (sqrt(v) + epsilon)
+  The bias correction is folded into the step size, so `epsilon` is the
+  "epsilon hat" of Kingma & Ba (end of section 2), added to sqrt(v) before
+  bias correction; it equals the paper's epsilon times sqrt(1 - beta2^t).
+  Slots: 'm', 'v' (zeros). Lazy sparse update (`lazy_sparse_updates`):
+  only the rows in the batch move (TF1's LazyAdam); no fused kernel exists,
+  so it is written with gathers and scatters. The default is dense, as
+  TF1's AdamOptimizer (which Lingvo wraps) decays every row's m and v.
+  epsilon defaults to Lingvo's 1e-6; Keras's Adam has the same formula with
+  epsilon 1e-7 (set epsilon=1e-7 for Keras's numbers). `ParamsA()` and
+  `ParamsB()` are Lingvo's presets.
+  Source: Kingma & Ba, "Adam: A Method for Stochastic Optimization", ICLR
+  2015, Algorithm 1; Lingvo 0.14.2 `lingvo/core/optimizer.py` Adam (same
+  params, defaults and presets).
+  Differs from Lingvo (docs/lingvo.md): beta1^t and beta2^t are computed
+  from num_updates (Lingvo: TF1 beta-power variables; equal to float32
+  rounding, ~1e-6 after 5 steps); beta1 = 1, beta2 = 1 and epsilon = 0
+  are refused (below); and as every update rule (BaseOptimizer).
+
+  Raises:
+    ValueError: at construction, if beta1 or beta2 is not a finite number in
+      [0, 1) (beta1 = 1 gives NaN weights, beta2 = 1 no learning) or epsilon
+      is not > 0 (0/0 where a gradient is 0); docs/lingvo.md.
+  """
+
+  SUPPORTS_LAZY_SPARSE = True
+
+  @classmethod
+  def Params(cls):
+    p = DefineLingvoBaseParams(super().Params())
+    p.Define('beta1', 0.9, 'Decay of the first moment estimate.')
+    p.Define('beta2', 0.999, 'Decay of the second moment estimate.')
+    p.Define('epsilon', 1e-6,
+             'Epsilon hat: added to sqrt(v) (not bias corrected).')
+    return p
+
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.update(
+        beta1=checks.Real(0, 1, high_open=True, example=0.9,
+                          why='beta1 = 1 divides by 1 - beta1^t = 0: NaN '
+                          'weights'),
+        beta2=checks.Real(0, 1, high_open=True, example=0.999,
+                          why='beta2 = 1 makes the step size 0: no '
+                          'learning'),
+        epsilon=checks.Real(0, low_open=True, example=1e-6,
+                            why='0 gives 0/0 = NaN where a gradient is 0'))
+    return specs
+
+  @classmethod
+  def ParamsA(cls):
+    """Lingvo's preset A: beta1 0.9, beta2 0.997, epsilon 1e-9."""
+    return cls.Params().Set(beta1=0.9, beta2=0.997, epsilon=1e-9)
+
+  @classmethod
+  def ParamsB(cls):
+    """Lingvo's preset B: beta1 0.9, beta2 0.98, epsilon 1e-9."""
+    return cls.Params().Set(beta1=0.9, beta2=0.98, epsilon=1e-9)
+
+  def _CreateSlots(self, var):
+    return {'m': None, 'v': None}
+
+  def _Powers(self, var):
+    p = self.params
+    t = tf.cast(self.num_updates + 1, var.dtype)
+    return tf.pow(Cast(p.beta1, var), t), tf.pow(Cast(p.beta2, var), t)
+
+  def _ApplyDense(self, lr, var, grad, slots):
+    p = self.params
+    b1p, b2p = self._Powers(var)
+    return tf.raw_ops.ResourceApplyAdam(
+        var=var.handle, m=slots['m'].handle, v=slots['v'].handle,
+        beta1_power=b1p, beta2_power=b2p, lr=Cast(lr, var),
+        beta1=Cast(p.beta1, var), beta2=Cast(p.beta2, var),
+        epsilon=Cast(p.epsilon, var), grad=grad, use_locking=False)
+
+  def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
+                       wd_rate, decay):
+    """One TfLearnerMultiApplyAdam; grad_scale * g computed in the op."""
+    p = self.params
+    var = variables[0]
+    b1p, b2p = self._Powers(var)
+    scalars = (b1p, b2p, Cast(lr, var), Cast(p.beta1, var), Cast(p.beta2, var),
+               Cast(p.epsilon, var))
+    factor = None if grad_scale is None else Cast(grad_scale, var)
+    return kernels.ApplyAdam(variables, [s['m'] for s in slots],
+                             [s['v'] for s in slots], grads, scalars, factor,
+                             wd_rate, decay)
+
+  def _ApplySparse(self, lr, var, grad, slots):
+    p = self.params
+    b1p, b2p = self._Powers(var)
+    lr_t = Cast(lr, var) * tf.sqrt(1. - b2p) / (1. - b1p)
+    idx, g = grad.indices, grad.values
+    m_rows = p.beta1 * tf.gather(slots['m'], idx) + (1. - p.beta1) * g
+    v_rows = p.beta2 * tf.gather(slots['v'], idx) + (1. - p.beta2) * g * g
+    ops = [
+        slots['m'].scatter_update(tf.IndexedSlices(m_rows, idx)),
+        slots['v'].scatter_update(tf.IndexedSlices(v_rows, idx)),
+        var.scatter_sub(tf.IndexedSlices(
+            lr_t * m_rows / (tf.sqrt(v_rows) + p.epsilon), idx)),
+    ]
+    return tf.group(ops) if not tf.executing_eagerly() else None
+
+
+class AdamW(Adam):
+  """Adam with decoupled weight decay on by default (0.01).
+
+  Exactly `Adam` with `decoupled_weight_decay` (see BaseOptimizer):
+  w <- w - lr * adam_step - lr * wd * w_old, with the scheduled rate.
+  AdamW is not a Lingvo class: it keeps Keras's AdamW epsilon (1e-7), not
+  Lingvo Adam's 1e-6.
+  Source: Loshchilov & Hutter, "Decoupled Weight Decay Regularization", ICLR
+  2019, Algorithm 2.
+
+  Raises:
+    ValueError: decoupled_weight_decay is None or not a number (as Keras's
+      AdamW refuses weight_decay=None), instead of silently being Adam; and
+      as Adam, beta1 = 1, beta2 = 1 or epsilon = 0 (docs/lingvo.md).
+  """
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.decoupled_weight_decay = 0.01
+    p.epsilon = 1e-7
+    return p
+
+  def __init__(self, params):
+    wd = params.decoupled_weight_decay
+    if wd is None or isinstance(wd, bool) or not isinstance(
+        wd, numbers.Real):
+      raise ValueError(
+          '%s: AdamW decoupled_weight_decay=%r; expected a float >= 0 (the '
+          'default is 0.01). Keras\'s AdamW refuses None too; for Adam '
+          'without decay use Adam.Params().' % (params.name, wd))
+    super().__init__(params)
