@@ -6,7 +6,9 @@ read only the JSON it writes. Recorded:
   legacy         what learner.ExtractLearnerFromLegacyParams does to the
                  default p.train: the keys it moves into the learner (and
                  sets to None on p.train), the keys it leaves, the learner's
-                 name and params.
+                 name and params; and `via_base_task`: the learners a
+                 BaseTask builds in __init__ from legacy keys, and p.train
+                 after (legacy keys None, `learner` set).
   configs        for each entry of tools/lingvo_task_configs.py: the
                  verbatim training block (read from a Lingvo checkout at
                  --commit), p.train after the block runs on
@@ -105,7 +107,39 @@ def _Legacy():
       'learner_name': lp.name,
       'learner_cls': '%s.%s' % (lp.cls.__module__, lp.cls.__name__),
       'learner': _Json(lp)['params'],
+      'via_base_task': _ViaBaseTask(),
   }
+
+
+class _TinyTask(base_model.BaseTask):
+  """A task with one constant loss: only its params path is recorded."""
+
+  def ComputePredictions(self, theta, input_batch):
+    return None
+
+  def ComputeLoss(self, theta, predictions, input_batch):
+    one = tf.constant(1.0)
+    return {'loss': (one, one)}, {}
+
+
+def _ViaBaseTask():
+  """What BaseTask.__init__ builds from legacy keys (learning_rate=0.5,
+  SGD, clip_gradient_norm_to_value=2.0): its learners and p.train after."""
+  p = _TinyTask.Params().Set(name='task')
+  p.train.Set(learning_rate=0.5, optimizer=optimizer.SGD.Params(),
+              clip_gradient_norm_to_value=2.0)
+  with tf.Graph().as_default():
+    py_utils.GetOrCreateGlobalStepVar()
+    task = p.Instantiate()
+    tp = task.params.train
+    return {
+        'set': {'learning_rate': 0.5, 'optimizer': 'SGD',
+                'clip_gradient_norm_to_value': 2.0},
+        'learners': [_Json(l.params)['params'] for l in task.learners],
+        'train_after': {k: _Json(v) for k, v in tp.IterParams()
+                        if k in learner_lib._LEGACY_LEARNER_PARAMS or  # pylint: disable=protected-access
+                        k == 'learner'},
+    }
 
 
 def _Block(git_dir, commit, segments):

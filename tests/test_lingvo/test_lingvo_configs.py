@@ -171,7 +171,6 @@ def test_learner_moved_by_hand_matches_lingvo(cid):
 
 def _OurNamespace(cfg, p):
   """The block's names, bound to ours (only imports differ from Lingvo)."""
-  from learner import learner as lmod  # pylint: disable=g-import-not-at-top
   me = types.SimpleNamespace(**cfg['self_attrs'])
   train_input = types.SimpleNamespace(**cfg['train_input'])
   me.Train = lambda: train_input
@@ -179,7 +178,7 @@ def _OurNamespace(cfg, p):
   return {'p': p, 'tp': p.train, 'self': me, 'optimizer': optimizers,
           'schedule': schedules, 'layers': layers, 'lingvo_layers': layers,
           'train_input_p': train_input, 'TrainerInputParams': lambda fn: fn(),
-          'lr_util': getattr(lmod, 'lr_util', None),
+          'lr_util': None,  # No counterpart of Lingvo's car lr_util yet.
           'device_assignment_lib': types.SimpleNamespace(
               DeviceOrderMode=types.SimpleNamespace(MESH='MESH'))}
 
