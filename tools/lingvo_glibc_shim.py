@@ -73,7 +73,7 @@ def _Sections(data):
 
 
 def Patch(path, versions=VERSIONS):
-  """Marks each of `versions` weak in the version-needs table of ELF file `path`.
+  """Marks each of `versions` weak in the version-needs table of ELF `path`.
 
   Returns the number of entries changed (0 if already weak or absent).
   Raises ValueError if `path` is not a little-endian ELF64 file.
