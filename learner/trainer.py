@@ -6,11 +6,17 @@ and quiets TensorFlow's C++ start-up lines before TensorFlow loads
 (`--tf_log_level=0` shows them; see learner/tf_log.py).
 """
 
+import signal
 import sys
 
 from learner import tf_log
 
 tf_log.QuietTensorFlow(sys.argv)
+# A background job of a non-interactive shell (`cmd &` in a script, CI) starts
+# with SIGINT ignored, and Python then raises no KeyboardInterrupt: Ctrl-C or
+# `kill -INT` would be lost until training installs its own handler. The
+# trainer stops on SIGINT however it was started, so take it back now.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 try:
   # Loading TensorFlow takes seconds; Ctrl-C then gets one line, not the

@@ -119,6 +119,24 @@ def test_ctrl_c_while_tensorflow_loads_is_one_line_exit_130(tmp_path,
   assert not (tmp_path / 'run').exists()
 
 
+def test_ctrl_c_while_loading_stops_a_job_started_with_sigint_ignored(
+    tmp_path):
+  # A background job of a non-interactive shell (`cmd &` in a CI script)
+  # inherits SIGINT ignored; found when the suite itself ran that way and the
+  # test above saw the trainer run to the end (exit 0). The trainer takes
+  # SIGINT back before TensorFlow loads.
+  proc = subprocess.Popen(
+      [sys.executable, '-m', 'learner.trainer', '--model=digits.MlpMomentum',
+       '--logdir=%s' % (tmp_path / 'run')],
+      env=_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+  time.sleep(1.0)
+  proc.send_signal(signal.SIGINT)
+  _, err = proc.communicate(timeout=120)
+  assert proc.returncode == 130, err
+  assert not (tmp_path / 'run').exists()
+
+
 def test_help_lists_the_jobs_flags_too(help_run):
   r = help_run
   assert r.returncode == 0
