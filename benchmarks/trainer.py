@@ -1,9 +1,19 @@
-"""Benchmark: experiments through our trainer vs the same model in Keras fit.
+"""Benchmark: experiments through our trainer vs Keras fit and a hand loop.
 
     python -m benchmarks.trainer [--model=all|digits.MlpMomentum|
-                                  lm.CharTransformer] [--quick]
+                                  lm.CharTransformer|mnist1d.ConvNet]
+                                 [--quick] [--sides=ours,keras,loop,...]
                                  [--steps=N] [--warmup_steps=W]
                                  [--repeats=N] [--output=PATH]
+
+Sides (issue 27.2): `ours` (the registered experiment through the Trainer),
+`keras` (its Keras twin through model.fit; digits and the char LM), `loop`
+(benchmarks/hand_loop.py: the experiment's own model and update written as
+a bare tf.function loop, Adam only: the char LM and mnist1d.ConvNet), and
+`ours_jit` / `loop_jit` (the same with jit_compile=True). `steady_x_loop`
+divides a side's steady/s by the loop's (by loop_jit's for a _jit side).
+Quick mode's W = 10 leaves XLA's first compiled steps in the jit sides'
+steady/s: compare the jit sides on full runs.
 
 One table per model (default both, in one run). Both sides of a model run
 in their own subprocess (so each one's peak RSS is its own), one after the
@@ -64,9 +74,18 @@ from benchmarks import timing
 
 DIGITS = 'digits.MlpMomentum'
 CHAR_LM = 'lm.CharTransformer'
-# Per model: steps (full, quick) and the steps left out of steady/s (W).
-MODELS = {DIGITS: dict(steps=(1200, 200), warmup=(100, 100)),
-          CHAR_LM: dict(steps=(400, 20), warmup=(50, 10))}
+CONVNET = 'mnist1d.ConvNet'
+# Per model: steps (full, quick), the steps left out of steady/s (W) and the
+# sides it has (the loop writes Adam only; mnist1d.ConvNet has no Keras twin
+# yet).
+_JIT_SIDES = ('ours_jit', 'loop_jit')
+MODELS = {DIGITS: dict(steps=(1200, 200), warmup=(100, 100),
+                       sides=('ours', 'keras')),
+          CHAR_LM: dict(steps=(400, 20), warmup=(50, 10),
+                        sides=('ours', 'keras', 'loop') + _JIT_SIDES),
+          CONVNET: dict(steps=(600, 20), warmup=(50, 10),
+                        sides=('ours', 'loop') + _JIT_SIDES)}
+SIDES = ('ours', 'keras', 'loop') + _JIT_SIDES
 _RESULT_PREFIX = 'TRAINER_RESULT '
 _LOG_LINE = re.compile(r'^step (\d+)/')
 
@@ -113,10 +132,14 @@ def _KernelsActive():
   return loader.Enabled() and loader.Unavailable() is None
 
 
-def RunOurs(model, steps, warmup):
-  """Trains `model` with our Trainer for `steps` steps; returns a result dict."""
+def RunOurs(model, steps, warmup, jit_compile=False):
+  """Trains `model` with our Trainer for `steps` steps; returns a result dict.
+
+  jit_compile: sets the task's train.jit_compile (side `ours_jit`).
+  """
   from learner.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   params = _ExperimentParams(model, steps)
+  params.task.train.jit_compile = jit_compile
   if warmup < steps and warmup != params.task.train.log_interval_steps:
     params.task.train.log_interval_steps = warmup  # A log line at W.
   clock = _StepClock()
@@ -126,7 +149,8 @@ def RunOurs(model, steps, warmup):
                                   stream=clock).Run()
     wall = time.perf_counter() - start
   loss = metrics.get('train/loss', metrics.get('loss'))
-  return dict(side='ours', steps=steps, wall_s=wall, steps_per_s=steps / wall,
+  return dict(side='ours_jit' if jit_compile else 'ours', steps=steps,
+              wall_s=wall, steps_per_s=steps / wall,
               steady_steps_per_s=_Steady(clock.times, steps, warmup),
               warmup_steps=warmup, final_loss=loss,
               fused_kernels=_KernelsActive(), peak_rss=_PeakRss())
@@ -241,6 +265,25 @@ def RunKeras(model_name, steps, warmup):
               peak_rss=_PeakRss())
 
 
+def RunLoop(model, steps, warmup, jit_compile=False):
+  """Trains `model` by benchmarks/hand_loop.py; returns a result dict."""
+  from benchmarks import hand_loop  # pylint: disable=g-import-not-at-top
+  params = _ExperimentParams(model, steps)
+  wall, steady, loss = hand_loop.Run(params, steps, warmup, jit_compile)
+  return dict(side='loop_jit' if jit_compile else 'loop', steps=steps,
+              wall_s=wall, steps_per_s=steps / wall,
+              steady_steps_per_s=steady, warmup_steps=warmup,
+              final_loss=loss, peak_rss=_PeakRss())
+
+
+def RunSide(model, side, steps, warmup):
+  """Runs one side in this process; returns its result dict."""
+  if side == 'keras':
+    return RunKeras(model, steps, warmup)
+  run = RunLoop if side.startswith('loop') else RunOurs
+  return run(model, steps, warmup, jit_compile=side.endswith('_jit'))
+
+
 def _Spawn(model, side, steps, warmup):
   return child_process.SpawnChild(
       'benchmarks.trainer', ['--child=%s' % side, '--model=%s' % model,
@@ -263,8 +306,11 @@ def ParseArgs(argv):
   parser.add_argument('--warmup_steps', type=int, default=None,
                       help='Steps left out of steady/s (default per model '
                       'and mode; at most steps / 2 when --steps is given).')
-  parser.add_argument('--child', default=None, choices=['ours', 'keras'],
+  parser.add_argument('--child', default=None, choices=list(SIDES),
                       help=argparse.SUPPRESS)
+  parser.add_argument('--sides', default=','.join(SIDES),
+                      help='Comma-separated sides to run, of %s (each model '
+                      'runs those it has; default all).' % ', '.join(SIDES))
   parser.add_argument('--output', default=None)
   parser.add_argument('--repeats', type=int, default=1,
                       help='Runs per side, alternating ours and keras; the '
@@ -279,6 +325,12 @@ def ParseArgs(argv):
     parser.error('--warmup_steps=%d must be >= 1.' % args.warmup_steps)
   if args.child and args.model == 'all':
     parser.error('--child needs one --model.')
+  args.sides = [x for x in args.sides.split(',') if x]
+  unknown = [x for x in args.sides if x not in SIDES]
+  if unknown or not args.sides:
+    parser.error('--sides=%s: %s; choose from %s.' % (
+        ','.join(args.sides), 'unknown side %s' % ', '.join(unknown)
+        if unknown else 'no side', ', '.join(SIDES)))
   return args
 
 
@@ -306,35 +358,47 @@ def _MedianRuns(runs):
   return results
 
 
-def _Ratio(results, key, side='ours'):
-  """results[side][key] / results['keras'][key], or None if either is missing."""
-  ours, keras = (results.get(s, {}).get(key) for s in (side, 'keras'))
-  return ours / keras if ours and keras else None
+def _Ratio(results, key, side='ours', base='keras'):
+  """results[side][key] / results[base][key], or None if either is missing."""
+  ours, other = (results.get(s, {}).get(key) for s in (side, base))
+  return ours / other if ours and other else None
 
 
-def _Target(model, results):
-  """The model's target row {target, value, met}, or None without both."""
-  if model == CHAR_LM:
-    name, value = 'trainer steady steps/s / keras >= 1.0', _Ratio(
-        results, 'steady_steps_per_s')
-  else:
-    name, value = 'trainer steps/s / keras >= 1.0', _Ratio(results,
-                                                          'steps_per_s')
-  if value is None:
-    return None
-  return dict(target=name, value=value, met=value >= 1.0)
+# Per model: (side, base, key, bound) of each target (issues 8, 16, 27).
+_TARGETS = {
+    DIGITS: [('ours', 'keras', 'steps_per_s', 1.0)],
+    CHAR_LM: [('ours', 'keras', 'steady_steps_per_s', 1.25),
+              ('ours', 'loop', 'steady_steps_per_s', 0.95),
+              ('ours_jit', 'loop_jit', 'steady_steps_per_s', 0.95)],
+    CONVNET: [('ours', 'loop', 'steady_steps_per_s', 0.95),
+              ('ours_jit', 'loop_jit', 'steady_steps_per_s', 0.95)],
+}
+
+
+def _Targets(model, results):
+  """The model's target rows [{target, value, met}] for the sides it ran."""
+  rows = []
+  for side, base, key, bound in _TARGETS[model]:
+    value = _Ratio(results, key, side, base)
+    if value is not None:
+      rows.append(dict(target='%s %s / %s >= %.2f' % (
+          side, key.replace('_steps_per_s', ' steps/s').replace(
+              'steps_per_s', 'steps/s'), base, bound),
+                       value=value, met=value >= bound))
+  return rows
 
 
 def RunModel(model, args):
   """Both sides of `model`; prints its table; returns its payload part."""
   steps, warmup = _StepsOf(args, model)
   notes = []
-  runs = {'ours': [], 'keras': []}
-  # Sides alternate (ours, keras, ours, keras, ...) so that a change of the
-  # machine's load during the run hits both; each side reports its run of
-  # median wall time.
+  sides = [x for x in MODELS[model]['sides'] if x in args.sides]
+  runs = {side: [] for side in sides}
+  # Sides alternate (ours, keras, loop, ..., ours, keras, ...) so that a
+  # change of the machine's load during the run hits all; each side reports
+  # its run of median wall time.
   for _ in range(args.repeats):
-    for side in ('ours', 'keras'):
+    for side in sides:
       res, err = _Spawn(model, side, steps, warmup)
       if res is None:
         notes.append(err)
@@ -345,23 +409,27 @@ def RunModel(model, args):
   for side, r in results.items():
     r['steps_per_s_ratio_to_keras'] = _Ratio(results, 'steps_per_s', side)
     r['steady_ratio_to_keras'] = _Ratio(results, 'steady_steps_per_s', side)
+    r['steady_ratio_to_loop'] = _Ratio(
+        results, 'steady_steps_per_s', side,
+        'loop_jit' if side.endswith('_jit') else 'loop')
     table.append([side, r['steps'], r['wall_s'], r['steps_per_s'],
                   r['steps_per_s_ratio_to_keras'], r['steady_steps_per_s'],
-                  r['steady_ratio_to_keras'], r['peak_rss'] / 2**20,
-                  r['final_loss']])
+                  r['steady_ratio_to_keras'], r['steady_ratio_to_loop'],
+                  r['peak_rss'] / 2**20, r['final_loss']])
   print('%s, %d steps (steady/s leaves out the first %d; wall time includes '
-        'set-up and tracing)' % (model, steps, warmup))
+        'set-up and tracing; steady_x_loop: against loop, or loop_jit for a '
+        '_jit side)' % (model, steps, warmup))
   print(timing.FormatTable(['side', 'steps', 'wall_s', 'steps/s', 'x_keras',
-                            'steady/s', 'steady_x_keras', 'peak_MiB',
-                            'final_loss'], table))
-  target = _Target(model, results)
-  if target:
+                            'steady/s', 'steady_x_keras', 'steady_x_loop',
+                            'peak_MiB', 'final_loss'], table))
+  targets = _Targets(model, results)
+  for target in targets:
     print('target: %s: %.2f %s' % (target['target'], target['value'],
                                    'met' if target['met'] else 'MISSED'))
   for note in notes:
     print('note: ' + note)
   return dict(model=model, steps=steps, warmup_steps=warmup, results=results,
-              targets=[target] if target else [], notes=notes)
+              targets=targets, notes=notes)
 
 
 def main(argv=None):
@@ -374,8 +442,7 @@ def main(argv=None):
   args = ParseArgs(sys.argv[1:] if argv is None else argv)
   if args.child:
     steps, warmup = _StepsOf(args, args.model)
-    run = RunOurs if args.child == 'ours' else RunKeras
-    result = run(args.model, steps, warmup)
+    result = RunSide(args.model, args.child, steps, warmup)
     print(_RESULT_PREFIX + json.dumps(result))
     sys.stdout.flush()
     return result

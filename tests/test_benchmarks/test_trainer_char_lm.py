@@ -50,14 +50,15 @@ def test_twin_refuses_a_model_of_another_size():
     char_lm_keras.CopyWeights(task, model)
 
 
-def test_trainer_char_lm_quickest_run_trains_both_sides(tmp_path):
+def test_trainer_char_lm_quickest_run_trains_every_side(tmp_path):
   payload = trainer.main(['--model=%s' % trainer.CHAR_LM, '--steps=2',
-                          '--warmup_steps=1',
+                          '--warmup_steps=1', '--sides=ours,keras,loop',
                           '--output=%s' % (tmp_path / 't.json')])
   assert not payload['notes'], payload['notes']
   part = payload['models'][trainer.CHAR_LM]
   assert part['warmup_steps'] == 1
-  for side in ('ours', 'keras'):
+  assert sorted(part['results']) == ['keras', 'loop', 'ours']
+  for side in ('ours', 'keras', 'loop'):
     r = part['results'][side]
     assert r['steps'] == 2
     assert r['steady_steps_per_s'] > 0
@@ -66,4 +67,5 @@ def test_trainer_char_lm_quickest_run_trains_both_sides(tmp_path):
     assert 5.0 < r['final_loss'] < 7.5, (side, r['final_loss'])
   assert part['results']['keras']['num_params'] == _NUM_PARAMS
   assert [t['target'] for t in part['targets']] == [
-      'trainer steady steps/s / keras >= 1.0']
+      'ours steady steps/s / keras >= 1.25',
+      'ours steady steps/s / loop >= 0.95']
