@@ -210,16 +210,26 @@ class Params:
     for seg_i, seg in enumerate(segments):
       m = _KEY_SEGMENT_RE.match(seg)
       if not m:
-        raise AttributeError('Malformed key %r (segment %r).' % (key, seg))
+        if not seg:
+          raise AttributeError(
+              'Malformed key %r: an empty segment (two dots in a row, or a '
+              'dot at an end); write the dotted path of a param, e.g. '
+              'task.train.max_steps.' % key)
+        raise AttributeError(
+            'Malformed key %r (segment %r): a segment is a param name, '
+            'optionally indexed (learner[0]); write e.g. '
+            'task.train.learner[0].learning_rate.' % (key, seg))
       name, idx_text = m.group(1), m.group(2)
       indices = [int(i) for i in re.findall(r'\[(\d+)\]', idx_text)]
       if isinstance(obj, (list, tuple)) and any(
           isinstance(x, Params) for x in obj):
         raise AttributeError(_ListKeyMessage(key, segments, seg_i, obj))
       if not isinstance(obj, Params):
-        raise AttributeError('Key %r: %r is not a Params (it is a %s).' %
-                             (key, '.'.join(segments[:seg_i]),
-                              type(obj).__name__))
+        parent = '.'.join(segments[:seg_i])
+        raise AttributeError(
+            'Key %r: %r is not a Params (it is a %s), so it has no %r; set '
+            '%r itself (%s : <value>).' % (key, parent, type(obj).__name__,
+                                           seg, parent, parent))
       if name not in obj._params:
         raise AttributeError(
             'Key %r: ' % key +

@@ -229,16 +229,30 @@ def _ReadLineValue(shown, key, value_text, current):
       value = reader.Build(plan)
       err = _TypeMismatch(current, value)
   except ValueError as e:
-    hint = ''
-    if isinstance(current, str) and len(value_text) <= 80:
+    hint = _ExampleHint(key, current)
+    if not value_text:
+      e = 'the value is empty'
+    elif isinstance(current, str) and len(value_text) <= 80:
       hint = (' %r holds a string: quote the value, e.g. %s : %r.' %
               (key, key, value_text))
     raise ValueError('Line %s: cannot read the value of %r: %s.%s' %
                      (shown, key, _OneLine(e), hint)) from None
   if err:
-    raise ValueError('Line %s: wrong type for %r: %s' %
-                     (shown, key, _OneLine(err)))
+    raise ValueError('Line %s: wrong type for %r: %s.%s' %
+                     (shown, key, _OneLine(err).rstrip('.'),
+                      _ExampleHint(key, current)))
   return value
+
+
+def _ExampleHint(key, current):
+  """' Write one value, e.g. key : <current value>.' (or '' if long)."""
+  try:
+    example = EncodeValue(current)
+  except ValueError:
+    return ''
+  if len(example) > 40:
+    return ''
+  return ' Write one value in its text form, e.g. %s : %s.' % (key, example)
 
 
 def _ShownLine(line, limit=120):

@@ -545,9 +545,13 @@ def VariableCheckpointKeys(layer, root_key='task'):
   return out
 
 
-def _VarName(var):
+def VariableName(var):
+  """A variable's name without TF's ':0' suffix (str), as checkpoints key it."""
   name = var.name
   return name[:-2] if name.endswith(':0') else name
+
+
+_VarName = VariableName
 
 
 def _NewestIn(directory):
@@ -566,8 +570,9 @@ def _ResolveCheckpointPath(path):
   if tf.io.gfile.isdir(path):
     latest = _NewestIn(path) or _NewestIn(os.path.join(path, 'ckpt'))
     if latest is None:
-      raise ValueError('init_from_checkpoint: no checkpoint in directory %r.'
-                       % path)
+      raise ValueError('init_from_checkpoint: no checkpoint in directory %r '
+                       '(nor in its ckpt/). Give a checkpoint prefix, a '
+                       'directory of checkpoints or a logdir.' % path)
     return latest
   return path
 
@@ -596,12 +601,35 @@ def InitFromCheckpoint(path, variables, rules=()):
     ValueError: if the checkpoint cannot be found, a shape differs, or no
       variable at all is matched (the message lists both sets of names).
   """
-  prefix = _ResolveCheckpointPath(path)
-  try:
-    reader = tf.train.load_checkpoint(prefix)
-  except (tf.errors.OpError, ValueError) as e:
-    raise ValueError('init_from_checkpoint: cannot read %r: %s' %
-                     (path, e)) from None
+  reader, plan = _InitPlan(path, variables, rules)
+  assigned = {}
+  for dst_name, src_name, key in plan:
+    variables[dst_name].assign(reader.get_tensor(key))
+    assigned[dst_name] = src_name
+  logging.info('Warm-started %d variables from %s: %s', len(assigned), path,
+               assigned)
+  return assigned
+
+
+def CheckInitFromCheckpoint(path, variables, rules=()):
+  """What `InitFromCheckpoint` would assign, checked without assigning.
+
+  The trainer calls it before anything is written to the logdir, so a
+  missing checkpoint or rules that match nothing are refused in one line
+  with no file left behind.
+
+  Args, Raises: as `InitFromCheckpoint` (variables may be any objects with
+    a `shape`).
+
+  Returns:
+    {our variable name: source variable name} it would assign.
+  """
+  _, plan = _InitPlan(path, variables, rules)
+  return {dst: src for dst, src, _ in plan}
+
+
+def _InitSourceNames(prefix, reader):
+  """{source variable name: checkpoint key} of the checkpoint at `prefix`."""
   shapes = reader.get_variable_to_shape_map()
   names_file = os.path.join(os.path.dirname(prefix), VARIABLE_NAMES_FILE)
   if tf.io.gfile.exists(names_file):
@@ -611,17 +639,36 @@ def InitFromCheckpoint(path, variables, rules=()):
           'init_from_checkpoint: %s holds %s, not {variable name: key}. Put '
           'back a good copy of it, or move it aside.' %
           (names_file, type(source).__name__))
-    source = {n: k for n, k in source.items() if k in shapes}
-  else:
-    source = {}
-    for key in shapes:
-      if not key.endswith(_VAR_SUFFIX):
-        continue
-      parts = key[:-len(_VAR_SUFFIX)].split('/')
-      parts = [s for s in parts if s not in ('_private_children',
-                                             '_private_vars')]
-      source['/'.join(parts)] = key
-  assigned = {}
+    return {n: k for n, k in source.items() if k in shapes}
+  source = {}
+  for key in shapes:
+    if not key.endswith(_VAR_SUFFIX):
+      continue
+    parts = key[:-len(_VAR_SUFFIX)].split('/')
+    parts = [s for s in parts if s not in ('_private_children',
+                                           '_private_vars')]
+    source['/'.join(parts)] = key
+  return source
+
+
+def OneLineError(error):
+  """A TF error's message on one line, without TF's trailing hints."""
+  return ' '.join(str(getattr(error, 'message', error)).split())
+
+
+def _InitPlan(path, variables, rules):
+  """(reader, [(our name, source name, checkpoint key)]) of a warm start."""
+  prefix = _ResolveCheckpointPath(path)
+  try:
+    reader = tf.train.load_checkpoint(prefix)
+  except (tf.errors.OpError, ValueError) as e:
+    raise ValueError(
+        'init_from_checkpoint: cannot read %r (%s). Give a checkpoint '
+        'prefix (e.g. <logdir>/ckpt/ckpt-100), a directory of checkpoints '
+        'or a logdir.' % (path, OneLineError(e))) from None
+  shapes = reader.get_variable_to_shape_map()
+  source = _InitSourceNames(prefix, reader)
+  plan = []
   for src_name, key in sorted(source.items()):
     dst_name = src_name
     if rules:
@@ -633,23 +680,19 @@ def InitFromCheckpoint(path, variables, rules=()):
     if dst_name is None or dst_name not in variables:
       continue
     var = variables[dst_name]
-    value = reader.get_tensor(key)
-    if list(value.shape) != var.shape.as_list():
+    if list(shapes[key]) != var.shape.as_list():
       raise ValueError(
           'init_from_checkpoint: %r (from %r) has shape %s in the checkpoint '
-          'but %s here.' % (dst_name, src_name, list(value.shape),
+          'but %s here.' % (dst_name, src_name, list(shapes[key]),
                             var.shape.as_list()))
-    var.assign(value)
-    assigned[dst_name] = src_name
-  if not assigned:
+    plan.append((dst_name, src_name, key))
+  if not plan:
     raise ValueError(
         'init_from_checkpoint: no variable of %r matched. Checkpoint '
         'variables: %s; ours: %s; rules: %s. Add (regex, replacement) rules '
         'mapping their names to ours.' % (path, sorted(source),
                                           sorted(variables), list(rules)))
-  logging.info('Warm-started %d variables from %s: %s', len(assigned), prefix,
-               assigned)
-  return assigned
+  return reader, plan
 
 
 def EvalAverageClasses(task):

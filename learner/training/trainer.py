@@ -322,6 +322,8 @@ class Trainer:
           with_eval=self._mode == ModeKeys.TRAIN_AND_EVAL)
       if stored is not None:
         return self._ReportFinished(stored)
+    if trains:
+      self._CheckWarmStart(ckpt_dir)
     for warning in self._checked.warnings:  # Only for a run that trains.
       self._Print(warning)
     tf.io.gfile.makedirs(self._logdir)
@@ -337,6 +339,24 @@ class Trainer:
           return self._RunTrain()
         finally:  # E.g. the stop line (stderr) starts on a line of its own.
           self._EndProgressLine()
+
+  def _CheckWarmStart(self, ckpt_dir):
+    """Refuses a warm start that cannot work, before any file is written.
+
+    Only when the run would warm-start (init_from_checkpoint set and no
+    checkpoint of its own to resume from): the checkpoint must be readable
+    and the rules must map at least one of its variables onto ours.
+
+    Raises:
+      validate.ExperimentError: naming the path, the rules and the fix.
+    """
+    if not self._init_ckpt or tf.train.latest_checkpoint(ckpt_dir):
+      return
+    model_vars = {checkpointer_lib.VariableName(v): v
+                  for v in self._checked.task.ModelVars().Flatten()}
+    with validate.Refusing():
+      checkpointer_lib.CheckInitFromCheckpoint(self._init_ckpt, model_vars,
+                                               self._init_rules)
 
   def _ReportFinished(self, stored):
     """A rerun of a finished run: writes nothing, prints what is stored."""
@@ -482,7 +502,7 @@ class Trainer:
       if self._ReportInputState(restored, restorer.restored_objects, step):
         _AdvanceIterator(iterator, step)  # Not in the checkpoint.
     elif self._init_ckpt:
-      model_vars = {checkpointer_lib._VarName(v): v  # pylint: disable=protected-access
+      model_vars = {checkpointer_lib.VariableName(v): v
                     for v in task.ModelVars().Flatten()}
       assigned = checkpointer_lib.InitFromCheckpoint(
           self._init_ckpt, model_vars, self._init_rules)
@@ -871,6 +891,22 @@ def _RefuseModule(error):
   return 2
 
 
+def _BadSeedOrLogdir(seed, logdir):
+  """The one-line refusal of a --seed or --logdir that cannot work, or None.
+
+  A seed seeds numpy, Python and TF (tf.keras.utils.set_random_seed), whose
+  range is [0, 2**32 - 1]; a logdir must be a directory or not exist yet.
+  """
+  if seed is not None and not 0 <= seed < 2**32:
+    return ('--seed=%d is out of range: a seed is an integer in [0, 2**32 - '
+            '1] (numpy\'s and TensorFlow\'s range), e.g. --seed=1234.' % seed)
+  if tf.io.gfile.exists(logdir) and not tf.io.gfile.isdir(logdir):
+    return ('--logdir=%s is an existing file, not a directory: give the '
+            'path of a directory (a new one, or the logdir of an earlier run '
+            'of this experiment).' % logdir)
+  return None
+
+
 def main(argv):
   del argv
   if FLAGS.list:
@@ -885,6 +921,10 @@ def main(argv):
     print('ERROR: --logdir is required: the directory for checkpoints, '
           'summaries and metrics.json, e.g. --logdir=/tmp/%s.' %
           FLAGS.model.replace('.', '_'), file=sys.stderr)
+    return 2
+  bad_flag = _BadSeedOrLogdir(FLAGS.seed, FLAGS.logdir)
+  if bad_flag:
+    print('ERROR: %s' % bad_flag, file=sys.stderr)
     return 2
   try:
     params = LoadExperimentParams(FLAGS.model, FLAGS.params_file,

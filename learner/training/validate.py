@@ -184,7 +184,27 @@ def _CheckFilters(task):
             '%s.%s : %r matches no trainable variable of the task; its '
             'variables: %s. Fix the regex (re.search on these names) or set '
             'it to None.' % (key, name, regex, shown))
+    _CheckSelectsSome(key, lp, names)
     _CheckRegexLists(key, lp)
+
+
+def _CheckSelectsSome(key, lp, names):
+  """The filter and the exclusion together leave the learner a variable."""
+  keep = lp.Get('bprop_variable_filter') if (
+      'bprop_variable_filter' in lp) else None
+  drop = lp.Get('bprop_variable_exclusion') if (
+      'bprop_variable_exclusion' in lp) else None
+  if drop is None or not names:
+    return
+  if any((keep is None or re.search(keep, n)) and not re.search(drop, n)
+         for n in names):
+    return
+  raise ExperimentError(
+      '%s.bprop_variable_exclusion : %r excludes every variable %s, so the '
+      'learner has nothing to train. Narrow the exclusion (re.search on the '
+      'names: %s), or remove the learner.' % (
+          key, drop, 'its bprop_variable_filter %r selects' % keep
+          if keep is not None else 'of the task', names[:12]))
 
 
 def _CheckRegexLists(key, p):
