@@ -332,20 +332,23 @@ class Params:
   Nested means anywhere inside the values: a Params value, or Params inside
   lists, tuples and dicts (at any depth). Setting, defining, deleting and
   `FromText` then raise AttributeError, also through dotted keys such as
-  'layers[0].dim'. The containers themselves (a list value) are ordinary
-  Python objects; use tuples for values that must not change. Undo only with
-  an explicit mutable copy: `p.Copy(frozen=False)`.
+  'layers[0].dim'. List and dict values are frozen too (at any depth): they
+  read, compare and print as before, but `append`, item assignment and the
+  other changes in place raise AttributeError. Undo only with an explicit
+  mutable copy: `p.Copy(frozen=False)`.
   """
     self.__dict__['_immutable'] = True
-    for _, value in self.IterParams():
-      for sub in _NestedParams(value):
+    for param in self._params.values():
+      param.value = _FrozenValue(param.value)
+      for sub in _NestedParams(param.value):
         sub.Freeze()
     return self
 
   def _Thaw(self):
     self.__dict__['_immutable'] = False
-    for _, value in self.IterParams():
-      for sub in _NestedParams(value):
+    for param in self._params.values():
+      param.value = _ThawedValue(param.value)
+      for sub in _NestedParams(param.value):
         sub._Thaw()
 
   @property
@@ -409,6 +412,58 @@ class InstantiableParams(Params):
 
 
 # ---- helpers on values --------------------------------------------------------
+_FROZEN_MESSAGE = ('Params are frozen; this %s value cannot change. Make a '
+                   'mutable copy with p.Copy(frozen=False) and change that.')
+
+
+def _RefuseChange(kind):
+  def _Refuse(self, *unused_args, **unused_kwargs):
+    raise AttributeError(_FROZEN_MESSAGE % kind)
+  return _Refuse
+
+
+class FrozenList(list):
+  """A list value of frozen Params: reads as a list, refuses every change."""
+  append = extend = insert = remove = pop = clear = sort = reverse = (
+      _RefuseChange('list'))
+  __setitem__ = __delitem__ = __iadd__ = __imul__ = _RefuseChange('list')
+
+  def __reduce__(self):  # copy, deepcopy and pickle rebuild it whole.
+    return (FrozenList, (list(self),))
+
+
+class FrozenDict(dict):
+  """A dict value of frozen Params: reads as a dict, refuses every change."""
+  __setitem__ = __delitem__ = _RefuseChange('dict')
+  clear = pop = popitem = setdefault = update = _RefuseChange('dict')
+  __ior__ = _RefuseChange('dict')
+
+  def __reduce__(self):
+    return (FrozenDict, (dict(self),))
+
+
+def _FrozenValue(value):
+  """`value` with its plain lists and dicts (at any depth) frozen."""
+  if type(value) in (list, FrozenList):
+    return FrozenList(_FrozenValue(v) for v in value)
+  if type(value) in (dict, FrozenDict):
+    return FrozenDict((k, _FrozenValue(v)) for k, v in value.items())
+  if type(value) is tuple:
+    return tuple(_FrozenValue(v) for v in value)
+  return value
+
+
+def _ThawedValue(value):
+  """`value` with its frozen lists and dicts made plain again."""
+  if type(value) in (list, FrozenList):
+    return [_ThawedValue(v) for v in value]
+  if type(value) in (dict, FrozenDict):
+    return {k: _ThawedValue(v) for k, v in value.items()}
+  if type(value) is tuple:
+    return tuple(_ThawedValue(v) for v in value)
+  return value
+
+
 def _NestedParams(value):
   """Yields every Params directly inside value (itself, or in containers)."""
   if isinstance(value, Params):
@@ -429,6 +484,8 @@ def _CopyValue(value):
   if isinstance(value, tuple):
     return type(value)(*[_CopyValue(v) for v in value]) if hasattr(
         value, '_fields') else tuple(_CopyValue(v) for v in value)
+  if isinstance(value, FrozenDict):
+    return {k: _CopyValue(v) for k, v in value.items()}
   if isinstance(value, dict):
     return type(value)((k, _CopyValue(v)) for k, v in value.items())
   if isinstance(value, type) or callable(value) and not hasattr(
@@ -449,7 +506,8 @@ def _ValuesEqual(a, b):
   if isinstance(a, Params) or isinstance(b, Params):
     return a == b
   if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-    return (type(a) is type(b) and len(a) == len(b) and
+    kind = lambda x: list if isinstance(x, FrozenList) else type(x)
+    return (kind(a) is kind(b) and len(a) == len(b) and
             all(_ValuesEqual(x, y) for x, y in zip(a, b)))
   if isinstance(a, dict) and isinstance(b, dict):
     return (set(a) == set(b) and

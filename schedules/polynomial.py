@@ -24,7 +24,8 @@ class PolynomialSchedule(BaseSchedule):
   Raises:
     ValueError: at construction, if `start` or `limit` is not a pair of
       numbers, if x0 >= x1 ('start' after 'limit'), if `origin` is not
-      'start' or 'limit', or if `power` is not a number.
+      'start' or 'limit', or if `power` is not a number > 0 (a power <= 0
+      is infinite or a jump at `start`; Lingvo accepts it).
   """
 
   @classmethod
@@ -48,7 +49,9 @@ class PolynomialSchedule(BaseSchedule):
     if p.origin not in ('start', 'limit'):
       self._Fail('origin', 'must be "start" or "limit"',
                  'Set origin="start" or origin="limit".')
-    self._CheckRange('power', example=2)
+    # r**power at r = 0 is infinite for power < 0, and 0**0 = 1 would jump
+    # to y1 at the first step; Lingvo checks nothing here.
+    self._CheckRange('power', low=0, low_open=True, example=2)
 
   def FProp(self, theta, step):
     p = self.params

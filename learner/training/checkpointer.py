@@ -27,6 +27,7 @@ import contextlib
 import errno
 import glob
 import json
+import math
 import os
 import re
 
@@ -479,16 +480,21 @@ class BestCheckpoint:
     return value > self.best['value']
 
   def MaybeSave(self, step, value, metric_name):
-    """Saves if `value` is the best so far; returns True if it saved."""
+    """Saves if `value` is the best so far; returns True if it saved.
+
+    A NaN or infinite value is never the best (nor kept in best.json).
+    """
     value = float(value)
-    if not self.IsBetter(value):
+    if not math.isfinite(value) or not self.IsBetter(value):
       return False
     path = self._manager.save(checkpoint_number=int(step))
     self.best = {'metric': metric_name, 'value': value, 'step': int(step),
                  'checkpoint': path}
     tmp = self._json + '.tmp'
     with tf.io.gfile.GFile(tmp, 'w') as f:
-      json.dump(self.best, f, indent=1, sort_keys=True)
+      # A best value is finite (a NaN or inf is never kept as best), so
+      # this stays strict JSON.
+      json.dump(self.best, f, indent=1, sort_keys=True, allow_nan=False)
     tf.io.gfile.rename(tmp, self._json, overwrite=True)
     return True
 

@@ -176,7 +176,7 @@ class Evaler:
     tf.io.gfile.makedirs(self._dir)
     path = os.path.join(self._dir, METRICS_FILE)
     with tf.io.gfile.GFile(path + '.tmp', 'w') as f:
-      json.dump(self.record, f, indent=1, sort_keys=True)
+      logdir_lib.DumpJson(self.record, f)
     tf.io.gfile.rename(path + '.tmp', path, overwrite=True)
 
   def _LastStep(self):

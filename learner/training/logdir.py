@@ -28,6 +28,7 @@ the process ends).
 """
 
 import json
+import math
 import os
 import re
 
@@ -73,11 +74,34 @@ def ReadMetrics(path):
   return metrics if isinstance(metrics, dict) else None
 
 
+def StrictJson(value):
+  """`value` with every non-finite float (NaN, inf) replaced by None.
+
+  metrics.json is strict JSON (RFC 8259 has no NaN or Infinity; Python's
+  json writes them by default and other readers, e.g. jq or JavaScript,
+  refuse the file): a metric that is not a finite number is written as
+  null. Nested dicts, lists and tuples are converted too.
+  """
+  if isinstance(value, float):
+    return value if math.isfinite(value) else None
+  if isinstance(value, dict):
+    return {k: StrictJson(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [StrictJson(v) for v in value]
+  return value
+
+
+def DumpJson(value, f):
+  """json.dump of `value` as strict JSON (StrictJson), sorted, indent 1."""
+  json.dump(StrictJson(value), f, indent=1, sort_keys=True, allow_nan=False)
+
+
 def WriteMetrics(path, metrics):
-  """Writes `metrics` to `path` as sorted JSON (atomically: tmp + rename)."""
+  """Writes `metrics` to `path` as sorted strict JSON (atomically: tmp +
+  rename); a non-finite value is written as null (StrictJson)."""
   tmp = path + '.tmp'
   with tf.io.gfile.GFile(tmp, 'w') as f:
-    json.dump(metrics, f, indent=1, sort_keys=True)
+    DumpJson(metrics, f)
   tf.io.gfile.rename(tmp, path, overwrite=True)
 
 

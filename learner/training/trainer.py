@@ -376,7 +376,7 @@ class Trainer:
                  self._params.task.train.max_steps))
     self._Print('Final metrics (global step %d, stored in %s): %s' % (
         step, os.path.join(self._chief_logdir, logdir_lib.METRICS_FILE),
-        json.dumps(stored, sort_keys=True)))
+        json.dumps(logdir_lib.StrictJson(stored), sort_keys=True)))
     return stored
 
   def _BuildTask(self, train):
@@ -435,7 +435,7 @@ class Trainer:
     result.update(self._early_stop.Summary())
     self._WriteMetrics(result)
     self._Print('Final metrics (global step %d): %s' % (
-        step, json.dumps({k: v for k, v in result.items()}, sort_keys=True)))
+        step, json.dumps(logdir_lib.StrictJson(result), sort_keys=True)))
     if distribution.IsMultiWorker(self._strategy):  # The launcher compares.
       self._Print('Final weights: sha256 %s' % distribution.WeightsDigest(
           task.ModelVars().Flatten()))

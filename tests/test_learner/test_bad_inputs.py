@@ -7,10 +7,14 @@ the warm-start source, unchanged).
 """
 
 import hashlib
+import json
 import os
 
 import pytest
+import tensorflow as tf
 
+from learner.training import checkpointer as checkpointer_lib
+from learner.training import logdir as logdir_lib
 import trainer_helpers
 
 _MODEL = '--model=digits.MlpMomentum'
@@ -136,3 +140,33 @@ def test_a_good_warm_start_still_runs(tmp_path, capsys, source_logdir):
                          capsys)
   assert code == 0, err
   assert 'Warm-started 4 variables from %s.' % source_logdir in out
+
+
+def _StrictLoad(text):
+  def _Refuse(name):
+    raise ValueError('not JSON: %s' % name)
+  return json.loads(text, parse_constant=_Refuse)
+
+
+def test_metrics_json_is_strict_json_with_null_for_non_finite(tmp_path):
+  path = str(tmp_path / 'metrics.json')
+  logdir_lib.WriteMetrics(path, {
+      'loss': float('nan'), 'eval/loss': float('inf'), 'lr': -float('inf'),
+      'global_step': 7, 'accuracy': 0.5, 'nested': {'x': [1.0, float('nan')]}})
+  with open(path) as f:
+    text = f.read()
+  assert 'NaN' not in text and 'Infinity' not in text
+  assert _StrictLoad(text) == {
+      'loss': None, 'eval/loss': None, 'lr': None, 'global_step': 7,
+      'accuracy': 0.5, 'nested': {'x': [1.0, None]}}
+
+
+def test_a_non_finite_value_is_never_the_best_checkpoint(tmp_path):
+  ckpt = tf.train.Checkpoint(v=tf.Variable(1.0))
+  best = checkpointer_lib.BestCheckpoint(ckpt, str(tmp_path / 'best'), 'min')
+  assert not best.MaybeSave(1, float('nan'), 'loss')
+  assert not best.MaybeSave(2, float('inf'), 'loss')
+  assert best.best is None
+  assert best.MaybeSave(3, 0.5, 'loss')
+  with open(tmp_path / 'best' / 'best.json') as f:
+    assert _StrictLoad(f.read())['value'] == 0.5

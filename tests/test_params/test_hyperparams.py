@@ -374,3 +374,51 @@ def test_defined_names_up_to_20_are_all_listed():
   assert str(e.value).endswith(
       "Defined names: ['beta1', 'learning_rate'].")
   assert 'more' not in str(e.value)
+
+
+# ---- deep freeze (issue 21.9) ----------------------------------------------
+
+
+def _WithContainers():
+  p = hyperparams.Params()
+  p.Define('xs', [1, [2, 3]], 'a list holding a list')
+  p.Define('table', {'a': [1]}, 'a dict holding a list')
+  p.Define('pair', (1, [2]), 'a tuple holding a list')
+  return p
+
+
+@pytest.mark.parametrize('change', [
+    lambda q: q.xs.append(4),
+    lambda q: q.xs[1].append(4),
+    lambda q: q.xs.__setitem__(0, 9),
+    lambda q: q.xs.extend([5]),
+    lambda q: q.xs.pop(),
+    lambda q: q.table.update(b=2),
+    lambda q: q.table.__setitem__('a', 0),
+    lambda q: q.table['a'].append(2),
+    lambda q: q.pair[1].append(3),
+], ids=['append', 'nested_append', 'setitem', 'extend', 'pop', 'dict_update',
+        'dict_setitem', 'list_in_dict', 'list_in_tuple'])
+def test_frozen_params_refuse_changes_inside_their_lists_and_dicts(change):
+  q = _WithContainers().Copy(frozen=True)
+  with pytest.raises(AttributeError, match='Params are frozen; this (list|'
+                     r'dict) value cannot change\. Make a mutable copy with '
+                     r'p\.Copy\(frozen=False\)'):
+    change(q)
+  assert q.xs == [1, [2, 3]] and q.table == {'a': [1]} and q.pair == (1, [2])
+
+
+def test_frozen_containers_read_compare_and_print_as_before():
+  p = _WithContainers()
+  q = p.Copy(frozen=True)
+  assert q == p and p == q
+  assert q.ToText() == p.ToText()
+  assert isinstance(q.xs, list) and isinstance(q.table, dict)
+  # A mutable copy is plain again and shares nothing with the frozen one.
+  r = q.Copy(frozen=False)
+  r.xs.append(4)
+  r.xs[1].append(5)
+  r.table['b'] = 2
+  assert type(r.xs) is list and type(r.table) is dict
+  assert r.xs == [1, [2, 3, 5], 4] and q.xs == [1, [2, 3]]
+  assert p.xs == [1, [2, 3]]  # Freezing a copy left the original alone.

@@ -128,6 +128,11 @@ BAD = [
     ('dev_based_mode', sch.DevBasedSchedule.Params().Set(
         **{'metric_history.minimize': 'lower'}), 'metric_history.minimize'),
     ('dev_based_decay', sch.DevBasedSchedule.Params().Set(decay=0.), 'decay'),
+    # r**power: infinite at r = 0 for power < 0, a jump for power 0 (issue 21).
+    ('polynomial_power_negative', sch.PolynomialSchedule.Params().Set(
+        power=-1, start=(0, 1.), limit=(10, 0.)), 'power'),
+    ('polynomial_power_zero', sch.PolynomialSchedule.Params().Set(
+        power=0, start=(0, 1.), limit=(10, 0.)), 'power'),
 ]
 
 
