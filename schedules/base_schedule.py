@@ -11,6 +11,33 @@ from params import checks
 DEFAULT_NAME = 'lr_schedule'
 
 
+class ScheduleValueError(ValueError):
+  """A schedule's refused param value; a ValueError with its parts.
+
+  str(): "<Class> '<name>': <param>=<value> <problem>. <fix>". The parts let
+  a caller that knows where the schedule sits (e.g. the trainer, which
+  knows the learner's dotted key) say it by its key instead.
+
+  Attributes:
+    schedule_class: the schedule's class name (str).
+    name: the schedule's params.name.
+    param: the refused param's name.
+    value_text: its value as shown (str).
+    problem: what is wrong (str).
+    fix: what to write instead (str).
+  """
+
+  def __init__(self, schedule_class, name, param, value_text, problem, fix):
+    super().__init__('%s %r: %s=%s %s. %s' % (schedule_class, name, param,
+                                               value_text, problem, fix))
+    self.schedule_class = schedule_class
+    self.name = name
+    self.param = param
+    self.value_text = value_text
+    self.problem = problem
+    self.fix = fix
+
+
 class BaseSchedule(BaseLayer):
   """Base class of schedules: `Value(step)` -> float32 scalar multiplier.
 
@@ -77,9 +104,8 @@ class BaseSchedule(BaseLayer):
       fix: how to fix it.
     """
     value = self.params.Get(param) if param in self.params else None
-    raise ValueError('%s %r: %s=%s %s. %s' %
-                     (type(self).__name__, self.params.name, param,
-                      _Short(value), problem, fix))
+    raise ScheduleValueError(type(self).__name__, self.params.name, param,
+                             _Short(value), problem, fix)
 
   def _CheckBoundaries(self, param='boundaries', allow_empty=True):
     """Checks that params.<param> is a strictly increasing list of numbers.

@@ -37,6 +37,7 @@ from params import hyperparams
 from learner.optimizers import accumulation
 from learner.optimizers import var_grad
 from learner.training import distribution
+from schedules.base_schedule import ScheduleValueError
 
 # Optimizer params holding lists of regexes on variable names.
 _REGEX_LIST_KEYS = ('weight_decay_exclude', 'exclude',
@@ -127,7 +128,7 @@ def Experiment(params, strategy, train, evaluate, init_rules=None):
                 init_rules)
     _CheckFilters(task)
     with Refusing(), strategy.scope():
-      task.CreateLearners()
+      _CreateLearners(task)
     checked.train_input = _BuildInput(params, 'train_input')
     _CheckLossNames(task, _MetricNames(task, checked.train_input,
                                        'train_input'))
@@ -137,6 +138,61 @@ def Experiment(params, strategy, train, evaluate, init_rules=None):
     _CheckDevMetric(params.task.eval.dev_metric,
                     _MetricNames(task, checked.eval_input, 'eval_input'))
   return checked
+
+
+def _CreateLearners(task):
+  """task.CreateLearners(); a refused schedule value names its dotted key.
+
+  Raises:
+    ExperimentError: e.g. "task.train.learner[1].lr_schedule.warmup_steps :
+      -5 is not >= 0 ... Set ..." where the schedule itself can only say
+      "Warmup 'lr_schedule': warmup_steps=-5 ..." (for every learner alike).
+  """
+  try:
+    task.CreateLearners()
+  except ScheduleValueError as e:
+    key = _ScheduleKey(task, e)
+    if key is None:
+      raise
+    raise ExperimentError('%s.%s : %s %s. %s' % (
+        key, e.param, e.value_text, e.problem, e.fix)) from e
+
+
+def _ScheduleKey(task, error):
+  """The dotted key of the first schedule params that raise `error`, or None.
+
+  Searches each learner's params (in the order CreateLearners builds them)
+  for a schedule params of the error's class holding the refused value,
+  and confirms it by building that params alone (schedules are pure).
+  """
+  for key, lp in zip(_LearnerKeys(task), task.LearnerParamsList()):
+    for sub_key, sub in _NestedParamsWithKeys(lp, key):
+      cls = sub.Get('cls') if 'cls' in sub else None
+      if (getattr(cls, '__name__', None) != error.schedule_class or
+          error.param not in sub):
+        continue
+      try:
+        sub.Copy(frozen=False).Instantiate()
+      except ScheduleValueError as again:
+        if again.param == error.param and (
+            again.value_text == error.value_text):
+          return sub_key
+      except Exception:  # pylint: disable=broad-except
+        continue
+  return None
+
+
+def _NestedParamsWithKeys(p, key):
+  """Yields (dotted key, Params) for p and every Params inside it."""
+  yield key, p
+  for name, value in p.IterParams():
+    sub = '%s.%s' % (key, name)
+    if isinstance(value, hyperparams.Params):
+      yield from _NestedParamsWithKeys(value, sub)
+    elif isinstance(value, (list, tuple)):
+      for i, v in enumerate(value):
+        if isinstance(v, hyperparams.Params):
+          yield from _NestedParamsWithKeys(v, '%s[%d]' % (sub, i))
 
 
 def _LearnerKeys(task):
@@ -318,9 +374,10 @@ def _ScheduleWarnings(task, max_steps):
     if not bounds:
       continue
     end, steps = max(bounds), _ScheduleSteps(learner, max_steps)
-    if steps - end <= 0:
-      continue
     value = lambda s: float(sched.Value(s).numpy())  # pylint: disable=cell-var-from-loop
+    if steps - end <= 0:
+      out.extend(_WarmupWarning(key, bounds, steps, max_steps, value))
+      continue
     floor = value(end)
     peak = max(value(b) for b in [0] + list(bounds))
     if not _DecaysInto(value, end, bounds):
@@ -333,6 +390,29 @@ def _ScheduleWarnings(task, max_steps):
           '%.4g, peak %.4g, and stays there); lengthen the schedule or lower '
           'max_steps.' % (max_steps, steps - end, key, end, floor, peak))
   return out
+
+
+def _WarmupWarning(key, bounds, steps, max_steps, value):
+  """[one line] if the run ends while the schedule still rises, else [].
+
+  Rising: the value at the run's last schedule step is above the value at
+  the start of its segment (the boundary before it, or 0) and below the
+  value at the boundary that ends the segment, e.g. a warmup of 1000 steps
+  in a run of 500. A decaying segment (a cosine before its restart) does
+  not warn.
+  """
+  if steps < 1:
+    return []
+  start = max([0] + [b for b in bounds if b < steps - 1])
+  peak_step = min(b for b in bounds if b >= steps - 1)
+  last, peak = value(steps - 1), value(peak_step)
+  if not value(start) < last < peak:
+    return []
+  return ['WARNING: task.train.max_steps %d ends while %s.lr_schedule still '
+          'rises (a warmup longer than the run?): its multiplier at the last '
+          'step is %.4g, below the %.4g it reaches at step %d; raise '
+          'max_steps or shorten the warmup.' % (max_steps, key, last, peak,
+                                               peak_step)]
 
 
 def _DecaysInto(value, end, bounds):

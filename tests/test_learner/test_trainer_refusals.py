@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 from params import registry
+import schedules as sch
 from learner.training import trainer as trainer_lib
 import trainer_helpers
 from learner.training import validate
@@ -111,6 +112,36 @@ def test_max_steps_past_the_end_of_a_decaying_schedule_warns_once():
   assert 'runs 98800 schedule steps past the end' in w and 'step 1200' in w
   assert 'multiplier 0.005' in w and 'peak 0.5' in w and '\n' not in w
   assert _Check('digits.MlpMomentum').warnings == []
+
+
+def test_a_run_shorter_than_its_warmup_warns_once():
+  # digits.MlpMomentum's warmup: 50 updates to the peak 0.2 * 64/128 = 0.1
+  # (multiplier 0.5 with the linear scale); a 20-step run ends at (20/50) of
+  # it: 0.5 * 20/50 = 0.2 (the ramp is (t+1)/50, t = 19).
+  w = _Check('digits.MlpMomentum', **{'task.train.max_steps': 20}).warnings
+  assert len(w) == 1, w
+  assert w[0].startswith('WARNING: task.train.max_steps 20 ends while '
+                         'task.train.learner.lr_schedule still rises')
+  assert 'multiplier at the last step is 0.2,' in w[0]
+  assert 'below the 0.5 it reaches at step 49' in w[0]
+  # Past the warmup (decaying, then held): no warmup warning.
+  assert _Check('digits.MlpMomentum',
+                **{'task.train.max_steps': 600}).warnings == []
+
+
+@pytest.mark.parametrize('index', [0, 1])
+def test_a_bad_nested_schedule_value_names_its_learner_and_dotted_key(index):
+  # Both learners of multi.TwoLearners get a Warmup; the schedule alone can
+  # only say "Warmup 'lr_schedule': warmup_steps=-5" for either.
+  key = 'task.train.learner[%d].lr_schedule' % index
+  p = registry.GetParams('multi.TwoLearners')
+  p.Set(**{key: sch.Warmup.Params().Set(warmup_steps=-5)})
+  with pytest.raises(validate.ExperimentError) as e:
+    validate.Experiment(p, tf.distribute.get_strategy(), train=True,
+                        evaluate=False)
+  assert str(e.value) == (
+      '%s.warmup_steps : -5 is not >= 0; it must be a finite number >= 0. '
+      'Set warmup_steps to a finite number >= 0.' % key)
 
 
 def test_schedule_steps_count_applied_updates_under_accumulation():
