@@ -249,10 +249,17 @@ def GetClass(key):
 
   Raises:
     LookupError: naming the key and the closest registered keys; for a key
-      that names a module ('mypkg.exp'), naming that module's experiments.
+      that is not a dotted name of identifiers (e.g. '..'), naming the
+      form to give; for a key that names a module ('mypkg.exp'), naming
+      that module's experiments.
     ExperimentModuleError: the experiment's module exists but fails to
       import (its message names the user's file and line).
   """
+  if not all(part.isidentifier() for part in str(key).split('.')):
+    raise LookupError(
+        'Experiment %r is not a dotted name of Python identifiers: give '
+        '--model=<module>.<Class>, e.g. --model=digits.MlpMomentum. '
+        'Registered: %s.' % (key, GetAllRegisteredKeys()))
   if key not in _REGISTRY:
     _ImportFor(key)
   if key not in _REGISTRY:

@@ -231,18 +231,79 @@ BAD_VALUES = [
 ]
 
 
+# Bad flags and params text found by issue 21's campaign: (flags, what the
+# one ERROR line must name). Each is refused before the logdir exists.
+BAD_FLAGS = [
+    (['--seed=-1'], '--seed=-1'),
+    (['--seed=4294967296'], '--seed=4294967296'),
+    (['--model=..'], '--model'),
+    (['--mode=bogus'], '--mode'),
+    (['--init_from_checkpoint=/nonexistent/ckpt-1'], 'init_from_checkpoint'),
+    (['--params_override=task.train.max_steps :'], 'task.train.max_steps'),
+    (['--params_override=task.train.max_steps : 5 6'], 'task.train.max_steps'),
+    (['--params_override=task.train.max_steps : 5, 6'],
+     'task.train.max_steps'),
+    (['--params_override=task..train.max_steps : 5'], 'task..train.max_steps'),
+    (['--params_override=task.train.max_steps.foo : 5'],
+     'task.train.max_steps.foo'),
+    (["--params_override=task.train.learner.bprop_variable_exclusion : '.*'"],
+     'bprop_variable_exclusion'),
+    (["--params_override=task.train.learner.bprop_variable_exclusion : '(['"],
+     'bprop_variable_exclusion'),
+    (['--params_override=task.train.learner.lr_schedule.schedule'
+      '.warmup_steps : -5'], 'warmup_steps'),
+]
+
+
+def _ValueRefused(tally, name, flags, key, logdir):
+  shutil.rmtree(logdir, ignore_errors=True)
+  code, out, err = Trainer('--model=' + VALUES_MODEL, '--logdir=' + logdir,
+                           *flags, timeout=120)
+  text = (out + err).strip().splitlines()
+  errors = [l for l in text if l.startswith('ERROR')]
+  ok = (code == 2 and len(errors) == 1 and key in errors[0] and
+        not os.path.exists(logdir) and 'Traceback' not in out + err)
+  tally.Add('values', name, ok, 'exit %s: %s' % (code, out + err))
+
+
+def _LogdirIsAFile(tally, workdir):
+  path = os.path.join(workdir, 'values_logdir_file')
+  with open(path, 'w') as f:
+    f.write('not a logdir\n')
+  code, out, err = Trainer('--model=' + VALUES_MODEL, '--logdir=' + path,
+                           timeout=120)
+  errors = [l for l in (out + err).splitlines() if l.startswith('ERROR')]
+  with open(path) as f:
+    kept = f.read() == 'not a logdir\n'
+  ok = (code == 2 and len(errors) == 1 and '--logdir' in errors[0] and kept
+        and 'Traceback' not in out + err)
+  tally.Add('values', '--logdir=<a regular file>', ok,
+            'exit %s: %s' % (code, out + err))
+
+
+def _WarmupLongerThanRun(tally, workdir):
+  logdir = os.path.join(workdir, 'values_warmup')
+  shutil.rmtree(logdir, ignore_errors=True)
+  code, out, err = Trainer(
+      '--model=' + VALUES_MODEL, '--logdir=' + logdir, '--max_steps=3',
+      '--mode=train', '--params_override=task.train.learner.lr_schedule'
+      '.schedule.warmup_steps : 50', timeout=300)
+  warnings = [l for l in (out + err).splitlines()
+              if l.startswith('WARNING') and 'warmup' in l]
+  ok = code == 0 and len(warnings) == 1
+  tally.Add('values', 'warmup 50 steps in a 3-step run (warned)', ok,
+            'exit %s: %s' % (code, out + err))
+
+
 def ValuesSection(tally, workdir):
   """Each bad value: exit 2, one ERROR line naming the key, no logdir."""
+  logdir = os.path.join(workdir, 'values_logdir')
   for line, key in BAD_VALUES:
-    logdir = os.path.join(workdir, 'values_logdir')
-    shutil.rmtree(logdir, ignore_errors=True)
-    code, out, err = Trainer('--model=' + VALUES_MODEL, '--logdir=' + logdir,
-                             '--params_override=' + line, timeout=120)
-    text = (out + err).strip().splitlines()
-    errors = [l for l in text if l.startswith('ERROR')]
-    ok = (code == 2 and len(errors) == 1 and key in errors[0] and
-          not os.path.exists(logdir) and 'Traceback' not in out + err)
-    tally.Add('values', line, ok, 'exit %s: %s' % (code, out + err))
+    _ValueRefused(tally, line, ['--params_override=' + line], key, logdir)
+  for flags, key in BAD_FLAGS:
+    _ValueRefused(tally, ' '.join(flags), flags, key, logdir)
+  _LogdirIsAFile(tally, workdir)
+  _WarmupLongerThanRun(tally, workdir)
 
 
 # ---- faults: damaged checkpoints, kills, interrupts, wrong jobs ----------------
