@@ -262,7 +262,7 @@ class GradientAccumulation(wrapper.BaseWrapper):
 
     One fused op (learner/optimizers/kernels: a finite-check pass, then
     acc += weight * g, the same numbers as `AccumulateScaled`) when it can
-    run; else `_AllFinite` and `AccumulateScaled`.
+    run; else `kernels.SumOfSquaresFinite` and `AccumulateScaled`.
 
     Args:
       variables: bound variables; grads: aligned dense Tensors.
@@ -275,7 +275,7 @@ class GradientAccumulation(wrapper.BaseWrapper):
     finite = kernels.Accumulate(accs, grads, weight)
     if finite is None:
       return self.AccumulateScaled(list(zip(variables, grads)), weight,
-                                   _AllFinite(grads))
+                                   kernels.SumOfSquaresFinite(grads))
 
     def _Added():
       self._weight_sum.assign_add(weight)
@@ -384,7 +384,7 @@ class GradientAccumulation(wrapper.BaseWrapper):
     variables = [vg.var for vg in vgs]
     dense = [tf.convert_to_tensor(vg.grad) for vg in vgs]
     if all_reduce is not None and not self.params.sync_on_apply:
-      finite = _AllFinite(dense)
+      finite = kernels.SumOfSquaresFinite(dense)
       self.WarnIfSyncEveryStep()
       # Per-shard dropping, as with sync_on_apply=True: a non-finite shard
       # contributes zeros and weight 0; the finite shards are kept. An
@@ -507,14 +507,6 @@ def _CountsAtOnce():
   `num_dropped_microbatches` holds the same value on every replica.
   """
   return tf.distribute.get_strategy().num_replicas_in_sync == 1
-
-
-def _AllFinite(grads):
-  """True (bool scalar) if every dense grad is finite: one L2Loss each."""
-  if not grads:
-    return tf.constant(True)
-  return tf.math.is_finite(tf.add_n(
-      [tf.nn.l2_loss(tf.cast(g, tf.float32)) for g in grads]))
 
 
 def _AssignZero(var, zero=None):

@@ -364,7 +364,7 @@ class BaseOptimizer(BaseLayer):
         not getattr(type(self), 'APPLY_TAKES_GRAD_SCALE', False)):
       scaled = var_grads.Transform(
           lambda vg: vg if vg.grad is None else var_grad_lib.VarGrad(
-              vg.var, ScaleGradient(vg.grad, grad_scale)))
+              vg.var, kernels.ScaleGradient(vg.grad, grad_scale)))
       return self.Apply(lr, scaled)
     return self.Apply(lr, var_grads, _grad_scale=grad_scale)
 
@@ -401,11 +401,11 @@ class BaseOptimizer(BaseLayer):
     lazy = False
     if isinstance(grad, tf.IndexedSlices):
       lazy = (self.params.lazy_sparse_updates and self.SUPPORTS_LAZY_SPARSE
-              and not _InXla())
+              and not kernels.InXla())
       if lazy:
         grad = var_grad_lib.MergeDuplicateIndices(grad)
         if grad_scale is not None:
-          grad = ScaleGradient(grad, grad_scale)
+          grad = kernels.ScaleGradient(grad, grad_scale)
           grad_scale = None
       else:
         grad = tf.convert_to_tensor(grad)  # Sums duplicate rows.
@@ -469,22 +469,6 @@ def _NoMultiTensorRule(cls):
   return None
 
 
-def ScaleGradient(grad, scale):
-  """`scale * grad` for a Tensor or tf.IndexedSlices (values scaled).
-
-  Args:
-    grad: a float Tensor or tf.IndexedSlices.
-    scale: a scalar (cast to grad's dtype).
-
-  Returns:
-    The same kind as `grad`, same shape and dtype.
-  """
-  if isinstance(grad, tf.IndexedSlices):
-    return tf.IndexedSlices(grad.values * tf.cast(scale, grad.values.dtype),
-                            grad.indices, grad.dense_shape)
-  return grad * tf.cast(scale, grad.dtype)
-
-
 def CondAsCall(pred, true_fn, false_fn):
   """tf.cond whose If op runs as a function call (not lowered).
 
@@ -502,7 +486,7 @@ def CondAsCall(pred, true_fn, false_fn):
   branch. Eagerly and under XLA it is the plain tf.cond.
   """
   out = tf.cond(pred, true_fn, false_fn)
-  if tf.executing_eagerly() or _InXla():
+  if tf.executing_eagerly() or kernels.InXla():
     return out
   flat = tf.nest.flatten(out)
   if_ops = set()
@@ -529,28 +513,6 @@ def _CreateSlotVariable(opt, var, slot_name, init):
   else:
     initial = init
   return tf.Variable(initial, name=name, trainable=False)
-
-
-def _InXla():
-  """True while tracing a function compiled with `jit_compile=True`.
-
-  `tf.function(jit_compile=True)` enters an XLA control-flow context on the
-  graph it is called from; the traced FuncGraph (and any cond/while branch
-  or nested function inside it) reaches that context through its chain of
-  outer graphs. Eager execution and plain `tf.function` give False.
-  """
-  if tf.executing_eagerly():
-    return False
-  # pylint: disable=g-import-not-at-top
-  from tensorflow.python.framework import ops
-  from tensorflow.python.ops import control_flow_util
-  # pylint: enable=g-import-not-at-top
-  return control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph())
-
-
-def InXla():
-  """Public form of `_InXla` for other modules (e.g. wrappers): see there."""
-  return _InXla()
 
 
 def CheckInnerOptimizerParams(owner, key, inner_params,
@@ -670,7 +632,5 @@ class SGD(BaseOptimizer):
 
   def _ApplySparse(self, lr, var, grad, slots):
     del slots
-    return var.scatter_sub(
-        tf.IndexedSlices(grad.values * tf.cast(lr, var.dtype), grad.indices,
-                         grad.dense_shape))
+    return var.scatter_sub(kernels.ScaleGradient(grad, lr))
 

@@ -25,6 +25,7 @@ from absl import logging
 import tensorflow as tf
 
 from learner.optimizers.kernels import loader
+from learner.optimizers.kernels import tensor_utils
 
 
 def Unsupported(variables=(), tensors=()):
@@ -41,7 +42,7 @@ def Unsupported(variables=(), tensors=()):
   reason = loader.Unavailable()
   if reason:
     return reason
-  if _InXla():
+  if tensor_utils.InXla():
     return 'the step is compiled by XLA (jit_compile=True)'
   if tf.distribute.has_strategy():
     return 'a tf.distribute strategy is active'
@@ -261,18 +262,3 @@ def Zero(variables):
 @functools.lru_cache(maxsize=None)
 def _HasGpu():
   return bool(tf.config.list_logical_devices('GPU'))
-
-
-def _InXla():
-  """True while tracing a function compiled with `jit_compile=True`.
-
-  The same test as learner.optimizers.base.InXla (which imports this
-  package, so it cannot be imported here).
-  """
-  if tf.executing_eagerly():
-    return False
-  # pylint: disable=g-import-not-at-top
-  from tensorflow.python.framework import ops
-  from tensorflow.python.ops import control_flow_util
-  # pylint: enable=g-import-not-at-top
-  return control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph())

@@ -136,7 +136,7 @@ class Momentum(BaseOptimizer):
   def _Scalars(self, var, grad):
     mom, lr_s, factor = self._fold
     if factor is not None:
-      grad = _ScaleValues(grad, Cast(factor, var))
+      grad = kernels.ScaleGradient(grad, Cast(factor, var))
     return Cast(mom, var), Cast(lr_s, var), grad
 
   def _ApplyDense(self, lr, var, grad, slots):
@@ -163,10 +163,3 @@ class Momentum(BaseOptimizer):
         var=var.handle, accum=slots['momentum'].handle, lr=lr_s,
         grad=grad.values, indices=grad.indices, momentum=mom,
         use_locking=False, use_nesterov=p.use_nesterov)
-
-
-def _ScaleValues(grad, factor):
-  if isinstance(grad, tf.IndexedSlices):
-    return tf.IndexedSlices(grad.values * factor, grad.indices,
-                            grad.dense_shape)
-  return grad * factor
