@@ -5,7 +5,7 @@
                        in-place zero
   loader.py            compiles them on first use into a cache, loads them
   multi_tensor.py      the Python entry points and when they may run
-  tensor_utils.py      InXla, the finite checks, ScaleGradient: the graph
+  shared_ops.py        InXla, the finite checks, ScaleGradient: the graph
                        tests and helpers every fast path shares
 """
 
@@ -22,7 +22,7 @@ from learner.optimizers.kernels.multi_tensor import LogPath
 from learner.optimizers.kernels.multi_tensor import MeasureWeights
 from learner.optimizers.kernels.multi_tensor import Unsupported
 from learner.optimizers.kernels.multi_tensor import Zero
-from learner.optimizers.kernels.tensor_utils import AllFinite
-from learner.optimizers.kernels.tensor_utils import InXla
-from learner.optimizers.kernels.tensor_utils import ScaleGradient
-from learner.optimizers.kernels.tensor_utils import SumOfSquaresFinite
+from learner.optimizers.kernels.shared_ops import AllFinite
+from learner.optimizers.kernels.shared_ops import InXla
+from learner.optimizers.kernels.shared_ops import ScaleGradient
+from learner.optimizers.kernels.shared_ops import SumOfSquaresFinite

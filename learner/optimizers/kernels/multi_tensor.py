@@ -25,7 +25,7 @@ from absl import logging
 import tensorflow as tf
 
 from learner.optimizers.kernels import loader
-from learner.optimizers.kernels import tensor_utils
+from learner.optimizers.kernels import shared_ops
 
 
 def Unsupported(variables=(), tensors=()):
@@ -42,7 +42,7 @@ def Unsupported(variables=(), tensors=()):
   reason = loader.Unavailable()
   if reason:
     return reason
-  if tensor_utils.InXla():
+  if shared_ops.InXla():
     return 'the step is compiled by XLA (jit_compile=True)'
   if tf.distribute.has_strategy():
     return 'a tf.distribute strategy is active'
