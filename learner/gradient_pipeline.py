@@ -316,8 +316,9 @@ def MeasuredApply(variables, applied, applier, apply_fn):
 
   When `applier` updates all of `applied` in one fused op (its
   `FusedApplyReason` is None), the op measures the weights it updates as
-  it reads them (kernels.MeasureWeights); the variables without a
-  gradient, which no op writes, are read afterwards. Otherwise every
+  it reads them (a kernels.WeightMeasure passed down the apply, returned
+  through it; no side channel); the variables without a gradient, which
+  no op writes, are read afterwards. Otherwise every
   variable is read and measured first, and the update waits for that sum
   (so no read is alive when the update writes in place).
 
@@ -325,7 +326,8 @@ def MeasuredApply(variables, applied, applier, apply_fn):
     variables: every variable of the learner (var_norm/all's set).
     applied: list of VarGrad that `apply_fn` updates (grads not None).
     applier: the optimizer (or Window) `apply_fn` calls.
-    apply_fn: zero-argument callable that builds the update.
+    apply_fn: callable(measure=None) that builds the update, passing
+      `measure` (a kernels.WeightMeasure) to the applier's Apply.
 
   Returns:
     float32 scalar.
@@ -340,8 +342,8 @@ def MeasuredApply(variables, applied, applier, apply_fn):
     with tf.control_dependencies([half]):
       apply_fn()
     return half
-  with kernels.MeasureWeights() as measure:
-    apply_fn()
+  measure = kernels.WeightMeasure()
+  apply_fn(measure)
   expected = {id(vg.var) for vg in applied}
   if measure.variables != expected:
     raise AssertionError(

@@ -397,7 +397,8 @@ def UpdateFn(lr, var_grads, grads, scaling, applier):
 
   Call it inside the branch that applies: the scaled gradients are built
   there. `applied` is the NestedMap of VarGrad the update gets (grads not
-  None); `apply_fn()` hands it to `applier`, with the scale folded in
+  None); `apply_fn(measure=None)` hands it to `applier` (with a
+  kernels.WeightMeasure for var_norm/all), with the scale folded in
   (`ApplyScaled`) when `scaling.foldable`.
   """
   fold = scaling.foldable
@@ -407,11 +408,12 @@ def UpdateFn(lr, var_grads, grads, scaling, applier):
                        scaling.Gradients(grads, fold=fold))
   ]).Filter(lambda vg: vg.grad is not None)
 
-  def _Apply():
+  def _Apply(measure=None):
+    kw = {} if measure is None else {'_measure': measure}
     if fold:
-      applier.ApplyScaled(lr, applied, scaling.scale)
+      applier.ApplyScaled(lr, applied, scaling.scale, **kw)
     else:
-      applier.Apply(lr, applied)
+      applier.Apply(lr, applied, **kw)
 
   return _Apply, applied
 

@@ -484,14 +484,20 @@ class Window:
     self.num_dropped = num_dropped
     self._inner = inner
 
-  def Apply(self, lr, var_grads):
-    """The inner optimizer applies `var_grads` (one update)."""
-    return self._inner.Apply(lr, var_grads)
+  def Apply(self, lr, var_grads, _measure=None):
+    """The inner optimizer applies `var_grads` (one update); `_measure` as
+    in BaseOptimizer.Apply."""
+    if _measure is None:
+      return self._inner.Apply(lr, var_grads)
+    return self._inner.Apply(lr, var_grads, _measure=_measure)
 
-  def ApplyScaled(self, lr, var_grads, grad_scale):
+  def ApplyScaled(self, lr, var_grads, grad_scale, _measure=None):
     """The inner optimizer applies `grad_scale * var_grads` (one update),
     folding the scale into its kernel where it can."""
-    return self._inner.ApplyScaled(lr, var_grads, grad_scale)
+    if _measure is None:
+      return self._inner.ApplyScaled(lr, var_grads, grad_scale)
+    return self._inner.ApplyScaled(lr, var_grads, grad_scale,
+                                   _measure=_measure)
 
   def FusedApplyReason(self, vgs):
     """The inner optimizer's (BaseOptimizer.FusedApplyReason), or why not."""

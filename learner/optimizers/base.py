@@ -225,7 +225,7 @@ class BaseOptimizer(BaseLayer):
   # ---- applying ----------------------------------------------------------
 
   @tf.autograph.experimental.do_not_convert
-  def Apply(self, lr, var_grads, _grad_scale=None):
+  def Apply(self, lr, var_grads, _grad_scale=None, _measure=None):
     """Applies one update; returns the update op (None when eager).
 
     Not converted by AutoGraph (it has no Python control flow on tensors),
@@ -236,6 +236,9 @@ class BaseOptimizer(BaseLayer):
       var_grads: NestedMap of VarGrad(var, grad); grad None means "leave".
       _grad_scale: internal (use `ApplyScaled`): a float32 scalar that
         multiplies every gradient, or None.
+      _measure: internal (the learner's var_norm/all): None, or a
+        kernels.WeightMeasure that a fused apply op adds sum(w_old^2) / 2
+        of the weights it updates to (the pure-TF path adds nothing).
 
     Raises:
       ValueError: if a variable was not bound with `Bind`.
@@ -244,13 +247,13 @@ class BaseOptimizer(BaseLayer):
     present = [vg for vg in var_grads.Flatten() if vg.grad is not None]
     for vg in present:
       self._CheckBound(vg.var)
-    fused, op = self._MultiTensorApply(lr, present, _grad_scale)
+    fused, op = self._MultiTensorApply(lr, present, _grad_scale, _measure)
     if fused:
       return self._FinishApply([op])
     return self._FinishApply(
         [self._ApplyOne(lr, vg.var, vg.grad, _grad_scale) for vg in present])
 
-  def _MultiTensorApply(self, lr, vgs, grad_scale):
+  def _MultiTensorApply(self, lr, vgs, grad_scale, measure=None):
     """The whole update as one fused multi-tensor op, when it can run.
 
     For optimizers with `_ApplyDenseMulti` (SGD, Momentum, Adam, AdamW):
@@ -262,7 +265,8 @@ class BaseOptimizer(BaseLayer):
 
     Args:
       lr: float32 scalar; vgs: list of VarGrad with a gradient, all bound;
-      grad_scale: float32 scalar multiplying every gradient, or None.
+      grad_scale: float32 scalar multiplying every gradient, or None;
+      measure: None or the kernels.WeightMeasure the op measures into.
 
     Returns:
       (fused, op): fused False means nothing ran (take the pure-TF path).
@@ -282,7 +286,7 @@ class BaseOptimizer(BaseLayer):
     wd_rate = tf.cast(lr * wd, tf.float32) if wd else tf.constant(0.0)
     slots = [self.GetSlots(v) for v in variables]
     return True, self._ApplyDenseMulti(lr, variables, grads, slots, grad_scale,
-                                       wd_rate, decay)
+                                       wd_rate, decay, measure)
 
   def FusedApplyReason(self, vgs):
     """None if `Apply(lr, vgs)` runs as one fused op, else why not (str).
@@ -305,14 +309,15 @@ class BaseOptimizer(BaseLayer):
         for vg in vgs])
 
   def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
-                       wd_rate, decay):
+                       wd_rate, decay, measure):
     """The dense update of all `variables` in one fused op (optional).
 
     Args:
       lr: float32 scalar; variables, grads (dense float32), slots (dicts as
         GetSlots gives) aligned lists; grad_scale: None or a float32 scalar
         multiplying every gradient; wd_rate: float32 lr * wd; decay: list of
-        bool, which variables get decoupled weight decay.
+        bool, which variables get decoupled weight decay; measure: None, or
+        a kernels.WeightMeasure to pass to the kernel.
 
     Returns:
       The op (None eagerly). Not overridden: the rule has no fused kernel.
@@ -338,7 +343,7 @@ class BaseOptimizer(BaseLayer):
     return None if tf.executing_eagerly() else tf.group(ops + [inc])
 
   @tf.autograph.experimental.do_not_convert
-  def ApplyScaled(self, lr, var_grads, grad_scale):
+  def ApplyScaled(self, lr, var_grads, grad_scale, _measure=None):
     """Applies one update with every gradient multiplied by `grad_scale`.
 
     The same update as `Apply(lr, {var: grad_scale * grad})`; the learner
@@ -353,6 +358,8 @@ class BaseOptimizer(BaseLayer):
       lr: float32 scalar tensor, the scheduled learning rate.
       var_grads: NestedMap of VarGrad(var, grad); grad None means "leave".
       grad_scale: float32 scalar tensor (finite; >= 0 in the learner's use).
+      _measure: internal, as in `Apply` (not passed to a wrapper's own
+        `Apply`, which has no fused op: `FusedApplyReason` says so).
 
     Returns:
       The update op (None when eager).
@@ -366,7 +373,8 @@ class BaseOptimizer(BaseLayer):
           lambda vg: vg if vg.grad is None else var_grad_lib.VarGrad(
               vg.var, kernels.ScaleGradient(vg.grad, grad_scale)))
       return self.Apply(lr, scaled)
-    return self.Apply(lr, var_grads, _grad_scale=grad_scale)
+    return self.Apply(lr, var_grads, _grad_scale=grad_scale,
+                      _measure=_measure)
 
   def _CheckBound(self, var):
     """Raises ValueError naming `var` if it was not bound with `Bind`."""
@@ -624,11 +632,11 @@ class SGD(BaseOptimizer):
         delta=grad, use_locking=False)
 
   def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
-                       wd_rate, decay):
+                       wd_rate, decay, measure):
     """One TfLearnerMultiApplySGD: alpha = lr (* grad_scale), as above."""
     del slots
     alpha = lr if grad_scale is None else lr * grad_scale
-    return kernels.ApplySGD(variables, grads, alpha, wd_rate, decay)
+    return kernels.ApplySGD(variables, grads, alpha, wd_rate, decay, measure)
 
   def _ApplySparse(self, lr, var, grad, slots):
     del slots

@@ -19,8 +19,8 @@ from learner.optimizers.kernels.multi_tensor import ApplyMomentum
 from learner.optimizers.kernels.multi_tensor import ApplySGD
 from learner.optimizers.kernels.multi_tensor import HalfSumSquares
 from learner.optimizers.kernels.multi_tensor import LogPath
-from learner.optimizers.kernels.multi_tensor import MeasureWeights
 from learner.optimizers.kernels.multi_tensor import Unsupported
+from learner.optimizers.kernels.multi_tensor import WeightMeasure
 from learner.optimizers.kernels.multi_tensor import Zero
 from learner.optimizers.kernels.shared_ops import AllFinite
 from learner.optimizers.kernels.shared_ops import InXla

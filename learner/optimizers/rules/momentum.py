@@ -103,7 +103,7 @@ class Momentum(BaseOptimizer):
     return {'momentum': None}
 
   @tf.autograph.experimental.do_not_convert
-  def Apply(self, lr, var_grads, _grad_scale=None):
+  def Apply(self, lr, var_grads, _grad_scale=None, _measure=None):
     """BaseOptimizer.Apply with the gradient scale folded where possible."""
     p = self.params
     lr = tf.convert_to_tensor(lr, tf.float32)
@@ -126,7 +126,7 @@ class Momentum(BaseOptimizer):
       mom = tf.constant(p.alpha, tf.float32)
     self._fold = (mom, lr * s_new, factor)
     try:
-      op = super().Apply(lr, var_grads)
+      op = super().Apply(lr, var_grads, _measure=_measure)
     finally:
       self._fold = None
     with tf.control_dependencies([op] if op is not None else []):
@@ -148,13 +148,13 @@ class Momentum(BaseOptimizer):
         use_nesterov=p.use_nesterov)
 
   def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
-                       wd_rate, decay):
+                       wd_rate, decay, measure):
     """One TfLearnerMultiApplyMomentum with `_Scalars`' factors folded in."""
     del lr, grad_scale  # Momentum.Apply passes them in self._fold.
     mom, lr_s, factor = self._fold
     return kernels.ApplyMomentum(
         variables, [s['momentum'] for s in slots], grads, lr_s, mom, factor,
-        wd_rate, decay, self.params.use_nesterov)
+        wd_rate, decay, self.params.use_nesterov, measure)
 
   def _ApplySparse(self, lr, var, grad, slots):
     p = self.params
