@@ -128,6 +128,10 @@ class GradientAccumulation(wrapper.BaseWrapper):
     """int64 variable: updates applied (the inner optimizer's counter)."""
     return self.optimizer.num_updates
 
+  def MicroBatchesPerUpdate(self):
+    """`num_batches`: global steps per applied update."""
+    return self.params.num_batches
+
   @property
   def micro_step(self):
     """int64 variable: micro-batches in the current window (0..num_batches)."""

@@ -324,6 +324,11 @@ class BaseOptimizer(BaseLayer):
     """
     raise NotImplementedError
 
+  def MicroBatchesPerUpdate(self):
+    """Python int: global steps (micro-batches) per applied update: 1 here,
+    `num_batches` for gradient accumulation (the runtime asks this)."""
+    return 1
+
   def _FinishApply(self, ops):
     """Counts one update after `ops`; returns the update op (None eagerly).
 

@@ -78,3 +78,46 @@ def test_each_idiom_is_caught(line, what):
 def test_a_scalar_check_is_not_an_offence():
   # A loss scale or a norm checked alone is not a re-implementation.
   assert not Offences('m.py', 'bad = tf.logical_not(tf.math.is_finite(n))\n')
+
+
+# Issue 22, item 4: the runtime (learner/training/) asks learners,
+# optimizers and layers through their methods: the dev metric
+# (BaseSchedule.UpdateWithMetric over Descendants()), the schedule steps
+# (MicroBatchesPerUpdate), variable names and checkpoint keys
+# (checkpointer.VariableName, OwnVariables, OwnChildren); never another
+# object's protected name, nor `hasattr` to find out what a layer can do.
+_PRIVATE_READ = re.compile(r'(?<![\w.])(?!self\.|cls\.)([A-Za-z_]\w*)\._[A-Za-z]')
+_HASATTR = re.compile(r'\bhasattr\(')
+
+
+def RuntimeOffences(path, text):
+  """[(path, line, what)]: another object's protected name, or hasattr."""
+  out = []
+  for number, line in enumerate(text.splitlines(), 1):
+    code = line.split('#', 1)[0]
+    if _PRIVATE_READ.search(code):
+      out.append((path, number, 'a protected name of another object'))
+    if _HASATTR.search(code):
+      out.append((path, number, 'hasattr'))
+  return out
+
+
+def test_the_runtime_asks_through_methods():
+  found = []
+  for path in sorted((ROOT / 'learner/training').rglob('*.py')):
+    found += RuntimeOffences(path.relative_to(ROOT).as_posix(),
+                             path.read_text())
+  assert not found, found
+
+
+@pytest.mark.parametrize('line, caught', [
+    ('  for name, var in obj._private_vars.items():', True),
+    ("  name = checkpointer_lib._VarName(v)", True),
+    ("  if hasattr(l, 'UpdateWithMetric'):", True),
+    ('  self._best = None', False),
+    ('  return cls._Build()', False),
+    ('  x = a.b_c', False),
+    ("  key = 'task/_private_vars/w'", False),
+])
+def test_runtime_offences_are_caught(line, caught):
+  assert bool(RuntimeOffences('m.py', line)) == caught
