@@ -33,6 +33,8 @@ import threading
 import tensorflow as tf
 from tensorflow.python.ops import resource_variable_ops  # pylint: disable=g-direct-tensorflow-import
 
+from learner.optimizers.var_grad import VarGrad
+
 # Registry of collective group keys, one per set of devices (explicit,
 # process-wide: the collective runtime requires one key per device group).
 _GROUP_KEY_BASE = 1000000
@@ -185,3 +187,40 @@ def AnyReplica(flags):
   packed = tf.stack([tf.cast(f, tf.float32) for f in flags])
   (summed,) = AllReduceSum([packed])
   return tf.unstack(summed > 0.0, num=len(flags))
+
+
+def AllReduceMean(var_grads, weight, losses_finite=None):
+  """sum(weight * grad) / sum(weight) over the replicas, in one collective.
+
+  A replica whose weight is 0 (no example: its mean loss, and maybe its
+  gradient, is NaN) contributes weight 0 and a zero gradient
+  (`multiply_no_nan`), and its loss is not checked. The losses' verdict
+  rides in the same collective, so every replica gets the same one.
+
+  Args:
+    var_grads: NestedMap of VarGrad, this replica's (unweighted) gradients.
+    weight: float32 scalar, this replica's loss weight (examples).
+    losses_finite: None, or a bool scalar: this replica's losses are finite.
+
+  Returns:
+    (var_grads, losses_finite, empty): the mean gradient; None, or a bool
+    scalar, True when no replica with examples has a non-finite loss; a
+    bool scalar, True when no replica has an example (sum(weight) <= 0: the
+    update is skipped, reason 'other').
+  """
+  vgs = var_grads.Flatten()
+  weighted = [tf.math.multiply_no_nan(tf.convert_to_tensor(vg.grad),
+                                      tf.cast(weight, vg.grad.dtype))
+              for vg in vgs]
+  extras = []
+  if losses_finite is not None:
+    extras = [tf.where(tf.logical_and(weight > 0.0,
+                                      tf.logical_not(losses_finite)),
+                       1.0, 0.0)]
+  summed, wsum, extras = WeightedAllReduce(weighted, weight,
+                                                         extras)
+  if losses_finite is not None:
+    losses_finite = tf.equal(extras[0], 0.0)
+  return var_grads.Pack([
+      VarGrad(vg.var, tf.math.divide_no_nan(g, tf.cast(wsum, g.dtype)))
+      for vg, g in zip(vgs, summed)]), losses_finite, wsum <= 0.0

@@ -27,7 +27,6 @@ import collections
 
 import tensorflow as tf
 
-from learner.optimizers import base as base_optimizer
 from learner.optimizers import kernels
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.var_grad import VarGrad
@@ -113,7 +112,7 @@ def Prescale(grads, prescale, needs_gradient):
   """
   if prescale is None or not needs_gradient:
     return grads, prescale
-  return [None if g is None else ScaleGradient(g, prescale)
+  return [None if g is None else kernels.ScaleGradient(g, prescale)
           for g in grads], None
 
 
@@ -159,7 +158,7 @@ def Regularize(variables, grads, l1_weight, l2_weight, skip_1d):
     metrics[L2_LOSS] = tf.constant(0.0)
   if not (l1_weight or l2_weight):
     return grads, metrics
-  in_xla = base_optimizer._InXla()  # pylint: disable=protected-access
+  in_xla = kernels.InXla()
   l1_terms, l2_terms, out = [], [], []
   for v, g in zip(variables, grads):
     if (g is None or (skip_1d and v.shape.rank == 1) or
@@ -238,7 +237,7 @@ def Mask(variables, grads, gradient_mask):
   out = []
   for v, g in zip(variables, grads):
     m = mask.get(var_grad_lib.VarName(v))
-    out.append(g if m is None or g is None else ScaleGradient(g, m))
+    out.append(g if m is None or g is None else kernels.ScaleGradient(g, m))
   return out
 
 
@@ -302,7 +301,7 @@ def DefersVarNorm(p):
   measured before the cond through it instead).
   """
   return bool(p.var_norm_metrics and not p.per_variable_norm_metrics and
-              not p.check_finite_weights and not base_optimizer.InXla())
+              not p.check_finite_weights and not kernels.InXla())
 
 
 def WeightsHalf(variables):
@@ -317,8 +316,9 @@ def MeasuredApply(variables, applied, applier, apply_fn):
 
   When `applier` updates all of `applied` in one fused op (its
   `FusedApplyReason` is None), the op measures the weights it updates as
-  it reads them (kernels.MeasureWeights); the variables without a
-  gradient, which no op writes, are read afterwards. Otherwise every
+  it reads them (a kernels.WeightMeasure passed down the apply, returned
+  through it; no side channel); the variables without a gradient, which
+  no op writes, are read afterwards. Otherwise every
   variable is read and measured first, and the update waits for that sum
   (so no read is alive when the update writes in place).
 
@@ -326,7 +326,8 @@ def MeasuredApply(variables, applied, applier, apply_fn):
     variables: every variable of the learner (var_norm/all's set).
     applied: list of VarGrad that `apply_fn` updates (grads not None).
     applier: the optimizer (or Window) `apply_fn` calls.
-    apply_fn: zero-argument callable that builds the update.
+    apply_fn: callable(measure=None) that builds the update, passing
+      `measure` (a kernels.WeightMeasure) to the applier's Apply.
 
   Returns:
     float32 scalar.
@@ -341,8 +342,8 @@ def MeasuredApply(variables, applied, applier, apply_fn):
     with tf.control_dependencies([half]):
       apply_fn()
     return half
-  with kernels.MeasureWeights() as measure:
-    apply_fn()
+  measure = kernels.WeightMeasure()
+  apply_fn(measure)
   expected = {id(vg.var) for vg in applied}
   if measure.variables != expected:
     raise AssertionError(
@@ -563,9 +564,9 @@ class Scaling(collections.namedtuple('Scaling',
         out.append(None)
         continue
       if self.per_variable is not None:
-        g = ScaleGradient(g, self.per_variable[i])
+        g = kernels.ScaleGradient(g, self.per_variable[i])
       elif scale is not None:
-        g = ScaleGradient(g, scale)
+        g = kernels.ScaleGradient(g, scale)
       if self.clip_value:
         v = self.clip_value
         g = _MapValues(g, lambda x: tf.clip_by_value(x, -v, v))  # pylint: disable=cell-var-from-loop
@@ -619,11 +620,6 @@ def _MapValues(g, fn):
   if isinstance(g, tf.IndexedSlices):
     return tf.IndexedSlices(fn(g.values), g.indices, g.dense_shape)
   return fn(g)
-
-
-def ScaleGradient(g, scale):
-  """`scale * g` for a Tensor or tf.IndexedSlices (scale cast to g's dtype)."""
-  return _MapValues(g, lambda x: x * tf.cast(scale, x.dtype))
 
 
 def HalfSquaredNorm(g):

@@ -255,6 +255,30 @@ class BaseLayer(tf.Module):
       out[k] = v
     return out
 
+  def OwnVariables(self):
+    """{name: tf.Variable} made by this layer's `CreateVariable` (not its
+    children's), in creation order: `tf.train.Checkpoint` keys them
+    '<layer key>/_private_vars/<name>'."""
+    return dict(self._private_vars)
+
+  def OwnChildren(self):
+    """{name: layer, or list of layers} from this layer's `CreateChild` /
+    `CreateChildren`, in creation order: keyed
+    '<layer key>/_private_children/<name>[/<index>]' in a checkpoint."""
+    return dict(self._private_children)
+
+  def Descendants(self):
+    """Yields this layer and every layer below it (children and lists of
+    children, at any depth), parents before their children."""
+    stack = [self]
+    while stack:
+      obj = stack.pop()
+      if isinstance(obj, BaseLayer):
+        yield obj
+        stack.extend(reversed(list(obj.OwnChildren().values())))
+      elif isinstance(obj, (list, tuple)):
+        stack.extend(reversed(obj))
+
   def __setattr__(self, name, value):
     """Records a Keras layer (or model) set as a public attribute.
 

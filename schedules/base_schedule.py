@@ -84,6 +84,23 @@ class BaseSchedule(BaseLayer):
     raise NotImplementedError('%s must implement FProp(theta, step).' %
                               type(self).__name__)
 
+  def UpdateWithMetric(self, step, value, mode=None):
+    """Records a dev metric after an evaluation; most schedules ignore it.
+
+    The trainer calls it on every schedule of every learner after each
+    evaluation with `task.eval.dev_metric` set; a schedule whose value
+    depends on the metric (DevBasedSchedule) overrides it.
+
+    Args:
+      step: the learner's num_updates when the model was evaluated.
+      value: float, the dev metric.
+      mode: None, 'min'/'minimize' or 'max'/'maximize'.
+
+    Returns:
+      None here (an override may return its new factor).
+    """
+    del step, value, mode
+
   def Boundaries(self):
     """Returns the sorted steps (Python ints) where the schedule changes phase.
 

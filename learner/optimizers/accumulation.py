@@ -128,6 +128,10 @@ class GradientAccumulation(wrapper.BaseWrapper):
     """int64 variable: updates applied (the inner optimizer's counter)."""
     return self.optimizer.num_updates
 
+  def MicroBatchesPerUpdate(self):
+    """`num_batches`: global steps per applied update."""
+    return self.params.num_batches
+
   @property
   def micro_step(self):
     """int64 variable: micro-batches in the current window (0..num_batches)."""
@@ -262,7 +266,7 @@ class GradientAccumulation(wrapper.BaseWrapper):
 
     One fused op (learner/optimizers/kernels: a finite-check pass, then
     acc += weight * g, the same numbers as `AccumulateScaled`) when it can
-    run; else `_AllFinite` and `AccumulateScaled`.
+    run; else `kernels.SumOfSquaresFinite` and `AccumulateScaled`.
 
     Args:
       variables: bound variables; grads: aligned dense Tensors.
@@ -275,7 +279,7 @@ class GradientAccumulation(wrapper.BaseWrapper):
     finite = kernels.Accumulate(accs, grads, weight)
     if finite is None:
       return self.AccumulateScaled(list(zip(variables, grads)), weight,
-                                   _AllFinite(grads))
+                                   kernels.SumOfSquaresFinite(grads))
 
     def _Added():
       self._weight_sum.assign_add(weight)
@@ -384,7 +388,7 @@ class GradientAccumulation(wrapper.BaseWrapper):
     variables = [vg.var for vg in vgs]
     dense = [tf.convert_to_tensor(vg.grad) for vg in vgs]
     if all_reduce is not None and not self.params.sync_on_apply:
-      finite = _AllFinite(dense)
+      finite = kernels.SumOfSquaresFinite(dense)
       self.WarnIfSyncEveryStep()
       # Per-shard dropping, as with sync_on_apply=True: a non-finite shard
       # contributes zeros and weight 0; the finite shards are kept. An
@@ -484,14 +488,20 @@ class Window:
     self.num_dropped = num_dropped
     self._inner = inner
 
-  def Apply(self, lr, var_grads):
-    """The inner optimizer applies `var_grads` (one update)."""
-    return self._inner.Apply(lr, var_grads)
+  def Apply(self, lr, var_grads, _measure=None):
+    """The inner optimizer applies `var_grads` (one update); `_measure` as
+    in BaseOptimizer.Apply."""
+    if _measure is None:
+      return self._inner.Apply(lr, var_grads)
+    return self._inner.Apply(lr, var_grads, _measure=_measure)
 
-  def ApplyScaled(self, lr, var_grads, grad_scale):
+  def ApplyScaled(self, lr, var_grads, grad_scale, _measure=None):
     """The inner optimizer applies `grad_scale * var_grads` (one update),
     folding the scale into its kernel where it can."""
-    return self._inner.ApplyScaled(lr, var_grads, grad_scale)
+    if _measure is None:
+      return self._inner.ApplyScaled(lr, var_grads, grad_scale)
+    return self._inner.ApplyScaled(lr, var_grads, grad_scale,
+                                   _measure=_measure)
 
   def FusedApplyReason(self, vgs):
     """The inner optimizer's (BaseOptimizer.FusedApplyReason), or why not."""
@@ -507,14 +517,6 @@ def _CountsAtOnce():
   `num_dropped_microbatches` holds the same value on every replica.
   """
   return tf.distribute.get_strategy().num_replicas_in_sync == 1
-
-
-def _AllFinite(grads):
-  """True (bool scalar) if every dense grad is finite: one L2Loss each."""
-  if not grads:
-    return tf.constant(True)
-  return tf.math.is_finite(tf.add_n(
-      [tf.nn.l2_loss(tf.cast(g, tf.float32)) for g in grads]))
 
 
 def _AssignZero(var, zero=None):

@@ -225,7 +225,7 @@ class BaseOptimizer(BaseLayer):
   # ---- applying ----------------------------------------------------------
 
   @tf.autograph.experimental.do_not_convert
-  def Apply(self, lr, var_grads, _grad_scale=None):
+  def Apply(self, lr, var_grads, _grad_scale=None, _measure=None):
     """Applies one update; returns the update op (None when eager).
 
     Not converted by AutoGraph (it has no Python control flow on tensors),
@@ -236,6 +236,9 @@ class BaseOptimizer(BaseLayer):
       var_grads: NestedMap of VarGrad(var, grad); grad None means "leave".
       _grad_scale: internal (use `ApplyScaled`): a float32 scalar that
         multiplies every gradient, or None.
+      _measure: internal (the learner's var_norm/all): None, or a
+        kernels.WeightMeasure that a fused apply op adds sum(w_old^2) / 2
+        of the weights it updates to (the pure-TF path adds nothing).
 
     Raises:
       ValueError: if a variable was not bound with `Bind`.
@@ -244,13 +247,13 @@ class BaseOptimizer(BaseLayer):
     present = [vg for vg in var_grads.Flatten() if vg.grad is not None]
     for vg in present:
       self._CheckBound(vg.var)
-    fused, op = self._MultiTensorApply(lr, present, _grad_scale)
+    fused, op = self._MultiTensorApply(lr, present, _grad_scale, _measure)
     if fused:
       return self._FinishApply([op])
     return self._FinishApply(
         [self._ApplyOne(lr, vg.var, vg.grad, _grad_scale) for vg in present])
 
-  def _MultiTensorApply(self, lr, vgs, grad_scale):
+  def _MultiTensorApply(self, lr, vgs, grad_scale, measure=None):
     """The whole update as one fused multi-tensor op, when it can run.
 
     For optimizers with `_ApplyDenseMulti` (SGD, Momentum, Adam, AdamW):
@@ -262,7 +265,8 @@ class BaseOptimizer(BaseLayer):
 
     Args:
       lr: float32 scalar; vgs: list of VarGrad with a gradient, all bound;
-      grad_scale: float32 scalar multiplying every gradient, or None.
+      grad_scale: float32 scalar multiplying every gradient, or None;
+      measure: None or the kernels.WeightMeasure the op measures into.
 
     Returns:
       (fused, op): fused False means nothing ran (take the pure-TF path).
@@ -282,7 +286,7 @@ class BaseOptimizer(BaseLayer):
     wd_rate = tf.cast(lr * wd, tf.float32) if wd else tf.constant(0.0)
     slots = [self.GetSlots(v) for v in variables]
     return True, self._ApplyDenseMulti(lr, variables, grads, slots, grad_scale,
-                                       wd_rate, decay)
+                                       wd_rate, decay, measure)
 
   def FusedApplyReason(self, vgs):
     """None if `Apply(lr, vgs)` runs as one fused op, else why not (str).
@@ -305,19 +309,25 @@ class BaseOptimizer(BaseLayer):
         for vg in vgs])
 
   def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
-                       wd_rate, decay):
+                       wd_rate, decay, measure):
     """The dense update of all `variables` in one fused op (optional).
 
     Args:
       lr: float32 scalar; variables, grads (dense float32), slots (dicts as
         GetSlots gives) aligned lists; grad_scale: None or a float32 scalar
         multiplying every gradient; wd_rate: float32 lr * wd; decay: list of
-        bool, which variables get decoupled weight decay.
+        bool, which variables get decoupled weight decay; measure: None, or
+        a kernels.WeightMeasure to pass to the kernel.
 
     Returns:
       The op (None eagerly). Not overridden: the rule has no fused kernel.
     """
     raise NotImplementedError
+
+  def MicroBatchesPerUpdate(self):
+    """Python int: global steps (micro-batches) per applied update: 1 here,
+    `num_batches` for gradient accumulation (the runtime asks this)."""
+    return 1
 
   def _FinishApply(self, ops):
     """Counts one update after `ops`; returns the update op (None eagerly).
@@ -338,7 +348,7 @@ class BaseOptimizer(BaseLayer):
     return None if tf.executing_eagerly() else tf.group(ops + [inc])
 
   @tf.autograph.experimental.do_not_convert
-  def ApplyScaled(self, lr, var_grads, grad_scale):
+  def ApplyScaled(self, lr, var_grads, grad_scale, _measure=None):
     """Applies one update with every gradient multiplied by `grad_scale`.
 
     The same update as `Apply(lr, {var: grad_scale * grad})`; the learner
@@ -353,6 +363,8 @@ class BaseOptimizer(BaseLayer):
       lr: float32 scalar tensor, the scheduled learning rate.
       var_grads: NestedMap of VarGrad(var, grad); grad None means "leave".
       grad_scale: float32 scalar tensor (finite; >= 0 in the learner's use).
+      _measure: internal, as in `Apply` (not passed to a wrapper's own
+        `Apply`, which has no fused op: `FusedApplyReason` says so).
 
     Returns:
       The update op (None when eager).
@@ -364,9 +376,10 @@ class BaseOptimizer(BaseLayer):
         not getattr(type(self), 'APPLY_TAKES_GRAD_SCALE', False)):
       scaled = var_grads.Transform(
           lambda vg: vg if vg.grad is None else var_grad_lib.VarGrad(
-              vg.var, ScaleGradient(vg.grad, grad_scale)))
+              vg.var, kernels.ScaleGradient(vg.grad, grad_scale)))
       return self.Apply(lr, scaled)
-    return self.Apply(lr, var_grads, _grad_scale=grad_scale)
+    return self.Apply(lr, var_grads, _grad_scale=grad_scale,
+                      _measure=_measure)
 
   def _CheckBound(self, var):
     """Raises ValueError naming `var` if it was not bound with `Bind`."""
@@ -401,11 +414,11 @@ class BaseOptimizer(BaseLayer):
     lazy = False
     if isinstance(grad, tf.IndexedSlices):
       lazy = (self.params.lazy_sparse_updates and self.SUPPORTS_LAZY_SPARSE
-              and not _InXla())
+              and not kernels.InXla())
       if lazy:
         grad = var_grad_lib.MergeDuplicateIndices(grad)
         if grad_scale is not None:
-          grad = ScaleGradient(grad, grad_scale)
+          grad = kernels.ScaleGradient(grad, grad_scale)
           grad_scale = None
       else:
         grad = tf.convert_to_tensor(grad)  # Sums duplicate rows.
@@ -469,22 +482,6 @@ def _NoMultiTensorRule(cls):
   return None
 
 
-def ScaleGradient(grad, scale):
-  """`scale * grad` for a Tensor or tf.IndexedSlices (values scaled).
-
-  Args:
-    grad: a float Tensor or tf.IndexedSlices.
-    scale: a scalar (cast to grad's dtype).
-
-  Returns:
-    The same kind as `grad`, same shape and dtype.
-  """
-  if isinstance(grad, tf.IndexedSlices):
-    return tf.IndexedSlices(grad.values * tf.cast(scale, grad.values.dtype),
-                            grad.indices, grad.dense_shape)
-  return grad * tf.cast(scale, grad.dtype)
-
-
 def CondAsCall(pred, true_fn, false_fn):
   """tf.cond whose If op runs as a function call (not lowered).
 
@@ -502,7 +499,7 @@ def CondAsCall(pred, true_fn, false_fn):
   branch. Eagerly and under XLA it is the plain tf.cond.
   """
   out = tf.cond(pred, true_fn, false_fn)
-  if tf.executing_eagerly() or _InXla():
+  if tf.executing_eagerly() or kernels.InXla():
     return out
   flat = tf.nest.flatten(out)
   if_ops = set()
@@ -529,28 +526,6 @@ def _CreateSlotVariable(opt, var, slot_name, init):
   else:
     initial = init
   return tf.Variable(initial, name=name, trainable=False)
-
-
-def _InXla():
-  """True while tracing a function compiled with `jit_compile=True`.
-
-  `tf.function(jit_compile=True)` enters an XLA control-flow context on the
-  graph it is called from; the traced FuncGraph (and any cond/while branch
-  or nested function inside it) reaches that context through its chain of
-  outer graphs. Eager execution and plain `tf.function` give False.
-  """
-  if tf.executing_eagerly():
-    return False
-  # pylint: disable=g-import-not-at-top
-  from tensorflow.python.framework import ops
-  from tensorflow.python.ops import control_flow_util
-  # pylint: enable=g-import-not-at-top
-  return control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph())
-
-
-def InXla():
-  """Public form of `_InXla` for other modules (e.g. wrappers): see there."""
-  return _InXla()
 
 
 def CheckInnerOptimizerParams(owner, key, inner_params,
@@ -662,15 +637,13 @@ class SGD(BaseOptimizer):
         delta=grad, use_locking=False)
 
   def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
-                       wd_rate, decay):
+                       wd_rate, decay, measure):
     """One TfLearnerMultiApplySGD: alpha = lr (* grad_scale), as above."""
     del slots
     alpha = lr if grad_scale is None else lr * grad_scale
-    return kernels.ApplySGD(variables, grads, alpha, wd_rate, decay)
+    return kernels.ApplySGD(variables, grads, alpha, wd_rate, decay, measure)
 
   def _ApplySparse(self, lr, var, grad, slots):
     del slots
-    return var.scatter_sub(
-        tf.IndexedSlices(grad.values * tf.cast(lr, var.dtype), grad.indices,
-                         grad.dense_shape))
+    return var.scatter_sub(kernels.ScaleGradient(grad, lr))
 

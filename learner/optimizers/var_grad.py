@@ -2,6 +2,8 @@
 
 import tensorflow as tf
 
+from params import NestedMap
+
 
 class VarGrad:
   """A variable and its gradient (a Tensor, a tf.IndexedSlices, or None).
@@ -85,3 +87,36 @@ def MergeDuplicateIndices(grad):
   values = tf.math.unsorted_segment_sum(grad.values, positions,
                                         tf.shape(unique)[0])
   return tf.IndexedSlices(values, unique, grad.dense_shape)
+
+
+def MergeTiedGradients(var_grads):
+  """One VarGrad per variable: a variable given under several keys.
+
+  Args:
+    var_grads: NestedMap of VarGrad with grads present.
+
+  Returns:
+    `var_grads` itself if every variable appears once; else a NestedMap
+    holding each variable at its first key with the sum of its grads (a
+    tied variable's gradient is the sum of its uses), the other keys
+    dropped.
+  """
+  items = var_grads.FlattenItems()
+  first = {}
+  for key, vg in items:
+    first.setdefault(id(vg.var), []).append((key, vg))
+  if len(first) == len(items):
+    return var_grads
+  out = NestedMap()
+  for group in first.values():
+    key, vg = group[0]
+    grads = [g.grad for _, g in group]
+    if all(isinstance(g, tf.IndexedSlices) for g in grads):
+      total = MergeDuplicateIndices(tf.IndexedSlices(
+          tf.concat([g.values for g in grads], 0),
+          tf.concat([tf.cast(g.indices, tf.int64) for g in grads], 0),
+          grads[0].dense_shape))
+    else:
+      total = tf.add_n([tf.convert_to_tensor(g) for g in grads])
+    out.Set(key, VarGrad(vg.var, total))
+  return out

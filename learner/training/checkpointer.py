@@ -534,11 +534,10 @@ def VariableCheckpointKeys(layer, root_key='task'):
 
   def _Walk(obj, prefix):
     if isinstance(obj, BaseLayer):
-      # pylint: disable=protected-access
-      for name, var in obj._private_vars.items():
+      for name, var in obj.OwnVariables().items():
         out[_VarName(var)] = '%s/_private_vars/%s%s' % (prefix, name,
                                                          _VAR_SUFFIX)
-      for name, child in obj._private_children.items():
+      for name, child in obj.OwnChildren().items():
         _Walk(child, '%s/_private_children/%s' % (prefix, name))
     elif isinstance(obj, (list, tuple)):
       for i, c in enumerate(obj):

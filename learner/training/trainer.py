@@ -52,7 +52,6 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from params import BaseLayer
 from params import checks
 from params import params_text
 from params import registry
@@ -70,6 +69,7 @@ from learner.training import skipped_steps
 from learner.training import stops
 from learner.training import summary as summary_lib
 from learner.training import validate
+from schedules.base_schedule import BaseSchedule
 
 
 def LoadExperimentParams(model, params_file=None, params_override=None,
@@ -135,21 +135,6 @@ def ParseRules(text):
     rules.append((regex.strip(), repl.strip()))
   checks.CheckRewriteRules('Trainer', '--init_from_checkpoint_rules', rules)
   return rules
-
-
-def _FindLayers(root, predicate):
-  """Yields root and its descendants (children trees) matching predicate."""
-  stack = [root]
-  while stack:
-    obj = stack.pop()
-    if isinstance(obj, BaseLayer):
-      if predicate(obj):
-        yield obj
-      stack.extend(obj.children.values())
-    elif isinstance(obj, (list, tuple)):
-      stack.extend(obj)
-    elif isinstance(obj, dict):
-      stack.extend(obj.values())
 
 
 # The EMA helpers live with the checkpoint restore that the jobs share.
@@ -678,10 +663,10 @@ class Trainer:
             (dev.dev_metric, sorted(results)))
       value = results[dev.dev_metric]
       for learner in task.learners:
-        for sched in _FindLayers(learner,
-                                 lambda l: hasattr(l, 'UpdateWithMetric')):
-          sched.UpdateWithMetric(learner.num_updates, value,
-                                 mode=dev.dev_metric_mode)
+        for sched in learner.Descendants():
+          if isinstance(sched, BaseSchedule):
+            sched.UpdateWithMetric(learner.num_updates, value,
+                                   mode=dev.dev_metric_mode)
       if self._best is not None and self._best.MaybeSave(step, value,
                                                          dev.dev_metric):
         self._Print('New best %s %.5g at global step %d.' %

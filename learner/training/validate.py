@@ -34,7 +34,6 @@ import tensorflow as tf
 
 from params import NestedMap
 from params import hyperparams
-from learner.optimizers import accumulation
 from learner.optimizers import var_grad
 from learner.training import distribution
 from schedules.base_schedule import ScheduleValueError
@@ -351,10 +350,7 @@ def _ScheduleSteps(learner, max_steps):
   """Schedule steps the learner takes in `max_steps` global steps."""
   if learner.params.lr_schedule_step == 'global_step':
     return max_steps
-  opt = learner.optimizer
-  if isinstance(opt, accumulation.GradientAccumulation):
-    return max_steps // opt.params.num_batches
-  return max_steps
+  return max_steps // learner.optimizer.MicroBatchesPerUpdate()
 
 
 def _ScheduleWarnings(task, max_steps):

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from learner.optimizers import base as base_optimizer
 from learner import optimizers
+from learner.optimizers import kernels
 from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
 
@@ -77,7 +78,7 @@ def test_in_xla_true_only_when_jit_compiled_including_cond_branches():
   seen = {}
 
   def Probe(tag):
-    seen[tag] = base_optimizer.InXla()
+    seen[tag] = kernels.InXla()
     return tf.constant(0)
 
   @tf.function(jit_compile=True)

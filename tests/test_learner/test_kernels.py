@@ -494,9 +494,10 @@ def test_apply_op_weight_measure_equals_the_sum_squares_op_bitwise():
   acc = [tf.Variable(tf.zeros_like(w)) for w in ws]
   gs = [tf.constant(v) for v in _Values(8).values()]
   _, total, _ = kernels.HalfSumSquares([w.read_value() for w in ws])
-  with kernels.MeasureWeights() as measure:
-    kernels.ApplyMomentum(ws, acc, gs, tf.constant(0.1), tf.constant(0.9),
-                          None, tf.constant(0.0), [False] * len(ws), False)
+  measure = kernels.WeightMeasure()
+  kernels.ApplyMomentum(ws, acc, gs, tf.constant(0.1), tf.constant(0.9),
+                        None, tf.constant(0.0), [False] * len(ws), False,
+                        measure)
   assert measure.variables == {id(w) for w in ws}
   assert float(measure.Total()) == float(total)
   assert float(total) != 0.0

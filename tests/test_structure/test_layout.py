@@ -4,6 +4,7 @@ docs/DESIGN.md, "The house": the step in learner/, update rules and wrappers
 in learner/optimizers/, the training runtime in learner/training/.
 """
 
+import ast
 import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -95,3 +96,46 @@ def test_rules_are_one_family_per_module_with_formula_and_source():
     doc = source.split('"""')[1]
     assert '<-' in doc and 'Source:' in doc, name  # formula, then source
     assert len(source.splitlines()) <= MAX_MODULE_LINES, name
+
+
+# Issue 22, item 1: a Learner of Lingvo's size (Lingvo 0.14.2's whole
+# learner.py is 551 lines); what grew in it lives beside it.
+MAX_LEARNER_CLASS_LINES = 600
+
+
+def _ClassLines(path, name):
+  tree = ast.parse(path.read_text())
+  for node in tree.body:
+    if isinstance(node, ast.ClassDef) and node.name == name:
+      return node.end_lineno - node.lineno + 1
+  raise AssertionError('no class %s in %s' % (name, path))
+
+
+def test_the_learner_class_is_lingvos_size():
+  lines = _ClassLines(ROOT / 'learner/learner.py', 'Learner')
+  assert lines <= MAX_LEARNER_CLASS_LINES, lines
+  guard = (ROOT / 'learner/guarded_update.py').read_text()
+  for name in ('class GuardedUpdate', 'def ApplyOrSkip', 'def AgreeAndApply',
+               'def _CheckedApply', 'SKIP_REASONS = '):
+    assert name in guard, name
+  resolve = (ROOT / 'learner/optimizers/resolve.py').read_text()
+  for name in ('def ResolveOptimizer', 'def ScheduleParams',
+               'def CheckLearnerParams'):
+    assert name in resolve, name
+
+
+def test_no_module_of_the_step_or_its_optimizers_over_800_lines():
+  too_long = {str(p.relative_to(ROOT)): n
+              for folder in ('learner', 'learner/optimizers',
+                             'learner/optimizers/rules',
+                             'learner/optimizers/kernels', 'schedules')
+              for p in sorted((ROOT / folder).glob('*.py'))
+              if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+  assert not too_long, too_long
+
+
+def test_the_class_size_check_counts_lines(tmp_path):
+  path = tmp_path / 'm.py'
+  path.write_text('x = 1\n\n\nclass A:\n  """Doc."""\n\n  def f(self):\n'
+                  '    return 1\n\n\ndef g():\n  pass\n')
+  assert _ClassLines(path, 'A') == 5

@@ -17,14 +17,13 @@ multi_tensor_ops.cc). The fused path runs when
 The path taken is logged once per (what, path) pair with absl logging.
 """
 
-import contextlib
 import functools
-import threading
 
 from absl import logging
 import tensorflow as tf
 
 from learner.optimizers.kernels import loader
+from learner.optimizers.kernels import shared_ops
 
 
 def Unsupported(variables=(), tensors=()):
@@ -41,7 +40,7 @@ def Unsupported(variables=(), tensors=()):
   reason = loader.Unavailable()
   if reason:
     return reason
-  if _InXla():
+  if shared_ops.InXla():
     return 'the step is compiled by XLA (jit_compile=True)'
   if tf.distribute.has_strategy():
     return 'a tf.distribute strategy is active'
@@ -111,7 +110,14 @@ def HalfSumSquares(tensors, what='gradient norms'):
 
 
 class WeightMeasure(object):
-  """What the apply ops traced inside `MeasureWeights()` measured.
+  """What the apply ops given it (`measure=`) measured of their old weights.
+
+  The sum of squares of each chunk of weights is taken just before the op
+  updates that chunk (still in cache), so the weights' norm before the
+  update costs no read pass of its own (the Learner's var_norm/all). The
+  caller makes one, passes it down the apply (`BaseOptimizer.Apply`'s
+  `_measure`) and reads it after; variables updated by the pure-TF path
+  are not in it (callers compare `variables` with what they expected).
 
   Attributes:
     halves: list of float32 scalars, each sum(w_old^2) / 2 over one apply
@@ -128,34 +134,8 @@ class WeightMeasure(object):
     return tf.add_n(self.halves + [tf.constant(0.0)])
 
 
-_MEASURES = threading.local()
-
-
-@contextlib.contextmanager
-def MeasureWeights():
-  """Within the block, each fused apply op also measures its old weights.
-
-  The sum of squares of each chunk of weights is taken just before the op
-  updates that chunk (still in cache), so the weights' norm before the
-  update costs no read pass of its own (the Learner's var_norm/all).
-  Yields a WeightMeasure; variables updated by the pure-TF path are not
-  in it (callers compare `variables` with what they expected).
-  """
-  stack = getattr(_MEASURES, 'stack', None)
-  if stack is None:
-    stack = _MEASURES.stack = []
-  measure = WeightMeasure()
-  stack.append(measure)
-  try:
-    yield measure
-  finally:
-    stack.pop()
-
-
-def _Run(op_fn, variables, *args, **attrs):
-  """Runs one apply op; records its weight measure if one is asked for."""
-  stack = getattr(_MEASURES, 'stack', None)
-  measure = stack[-1] if stack else None
+def _Run(op_fn, variables, *args, measure=None, **attrs):
+  """Runs one apply op; with a WeightMeasure, the op also measures into it."""
   out = op_fn(*args, measure_weights=measure is not None, **attrs)
   if measure is not None:
     measure.halves.append(out)
@@ -163,7 +143,7 @@ def _Run(op_fn, variables, *args, **attrs):
   return None if tf.executing_eagerly() else out.op
 
 
-def ApplySGD(variables, grads, alpha, wd_rate, decay):
+def ApplySGD(variables, grads, alpha, wd_rate, decay, measure=None):
   """w -= alpha * g for every pair (TfLearnerMultiApplySGD); decay below.
 
   Args:
@@ -172,17 +152,19 @@ def ApplySGD(variables, grads, alpha, wd_rate, decay):
     wd_rate: float32 scalar lr * wd; `decay` (list of bool, one per
       variable) says which variables subtract wd_rate * w_old after.
 
+    measure: None, or a WeightMeasure the op adds sum(w_old^2) / 2 of
+      `variables` to (as every apply below).
+
   Returns:
-    The op (None eagerly). Inside `MeasureWeights()` the op also measures
-    the weights (as every apply below).
+    The op (None eagerly).
   """
   return _Run(loader.Library().tf_learner_multi_apply_sgd, variables,
               [v.handle for v in variables], grads, alpha, wd_rate,
-              decay=decay)
+              measure=measure, decay=decay)
 
 
 def ApplyMomentum(variables, accums, grads, lr, momentum, grad_factor,
-                  wd_rate, decay, use_nesterov):
+                  wd_rate, decay, use_nesterov, measure=None):
   """TF's ResourceApplyMomentum over lists, g * grad_factor folded in.
 
   a <- a * momentum + f g;  w <- w - lr a  (Nesterov: w - (f g lr + a
@@ -193,12 +175,12 @@ def ApplyMomentum(variables, accums, grads, lr, momentum, grad_factor,
   factor = grad_factor if scale else tf.constant(1.0)
   return _Run(loader.Library().tf_learner_multi_apply_momentum, variables,
               [v.handle for v in variables], [a.handle for a in accums],
-              grads, lr, momentum, factor, wd_rate, decay=decay,
-              use_nesterov=use_nesterov, scale_grad=scale)
+              grads, lr, momentum, factor, wd_rate, measure=measure,
+              decay=decay, use_nesterov=use_nesterov, scale_grad=scale)
 
 
 def ApplyAdam(variables, ms, vs, grads, scalars, grad_factor, wd_rate,
-              decay):
+              decay, measure=None):
   """TF's ResourceApplyAdam over lists, g * grad_factor folded in.
 
   Args:
@@ -206,7 +188,7 @@ def ApplyAdam(variables, ms, vs, grads, scalars, grad_factor, wd_rate,
     scalars: (beta1_power, beta2_power, lr, beta1, beta2, epsilon), float32
       scalars as ResourceApplyAdam takes them.
     grad_factor: None (f = 1) or a float32 scalar multiplying each g.
-    wd_rate, decay: as `ApplySGD`.
+    wd_rate, decay, measure: as `ApplySGD`.
 
   Returns:
     As `ApplySGD`.
@@ -216,7 +198,7 @@ def ApplyAdam(variables, ms, vs, grads, scalars, grad_factor, wd_rate,
   return _Run(loader.Library().tf_learner_multi_apply_adam, variables,
               [v.handle for v in variables], [m.handle for m in ms],
               [v.handle for v in vs], grads, *scalars, factor, wd_rate,
-              decay=decay, scale_grad=scale)
+              measure=measure, decay=decay, scale_grad=scale)
 
 
 def Accumulate(accumulators, grads, weight):
@@ -261,18 +243,3 @@ def Zero(variables):
 @functools.lru_cache(maxsize=None)
 def _HasGpu():
   return bool(tf.config.list_logical_devices('GPU'))
-
-
-def _InXla():
-  """True while tracing a function compiled with `jit_compile=True`.
-
-  The same test as learner.optimizers.base.InXla (which imports this
-  package, so it cannot be imported here).
-  """
-  if tf.executing_eagerly():
-    return False
-  # pylint: disable=g-import-not-at-top
-  from tensorflow.python.framework import ops
-  from tensorflow.python.ops import control_flow_util
-  # pylint: enable=g-import-not-at-top
-  return control_flow_util.GraphOrParentsInXlaContext(ops.get_default_graph())

@@ -105,7 +105,7 @@ class Adam(BaseOptimizer):
         epsilon=Cast(p.epsilon, var), grad=grad, use_locking=False)
 
   def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
-                       wd_rate, decay):
+                       wd_rate, decay, measure):
     """One TfLearnerMultiApplyAdam; grad_scale * g computed in the op."""
     p = self.params
     var = variables[0]
@@ -115,7 +115,7 @@ class Adam(BaseOptimizer):
     factor = None if grad_scale is None else Cast(grad_scale, var)
     return kernels.ApplyAdam(variables, [s['m'] for s in slots],
                              [s['v'] for s in slots], grads, scalars, factor,
-                             wd_rate, decay)
+                             wd_rate, decay, measure)
 
   def _ApplySparse(self, lr, var, grad, slots):
     p = self.params

@@ -103,7 +103,7 @@ class Momentum(BaseOptimizer):
     return {'momentum': None}
 
   @tf.autograph.experimental.do_not_convert
-  def Apply(self, lr, var_grads, _grad_scale=None):
+  def Apply(self, lr, var_grads, _grad_scale=None, _measure=None):
     """BaseOptimizer.Apply with the gradient scale folded where possible."""
     p = self.params
     lr = tf.convert_to_tensor(lr, tf.float32)
@@ -126,7 +126,7 @@ class Momentum(BaseOptimizer):
       mom = tf.constant(p.alpha, tf.float32)
     self._fold = (mom, lr * s_new, factor)
     try:
-      op = super().Apply(lr, var_grads)
+      op = super().Apply(lr, var_grads, _measure=_measure)
     finally:
       self._fold = None
     with tf.control_dependencies([op] if op is not None else []):
@@ -136,7 +136,7 @@ class Momentum(BaseOptimizer):
   def _Scalars(self, var, grad):
     mom, lr_s, factor = self._fold
     if factor is not None:
-      grad = _ScaleValues(grad, Cast(factor, var))
+      grad = kernels.ScaleGradient(grad, Cast(factor, var))
     return Cast(mom, var), Cast(lr_s, var), grad
 
   def _ApplyDense(self, lr, var, grad, slots):
@@ -148,13 +148,13 @@ class Momentum(BaseOptimizer):
         use_nesterov=p.use_nesterov)
 
   def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
-                       wd_rate, decay):
+                       wd_rate, decay, measure):
     """One TfLearnerMultiApplyMomentum with `_Scalars`' factors folded in."""
     del lr, grad_scale  # Momentum.Apply passes them in self._fold.
     mom, lr_s, factor = self._fold
     return kernels.ApplyMomentum(
         variables, [s['momentum'] for s in slots], grads, lr_s, mom, factor,
-        wd_rate, decay, self.params.use_nesterov)
+        wd_rate, decay, self.params.use_nesterov, measure)
 
   def _ApplySparse(self, lr, var, grad, slots):
     p = self.params
@@ -163,10 +163,3 @@ class Momentum(BaseOptimizer):
         var=var.handle, accum=slots['momentum'].handle, lr=lr_s,
         grad=grad.values, indices=grad.indices, momentum=mom,
         use_locking=False, use_nesterov=p.use_nesterov)
-
-
-def _ScaleValues(grad, factor):
-  if isinstance(grad, tf.IndexedSlices):
-    return tf.IndexedSlices(grad.values * factor, grad.indices,
-                            grad.dense_shape)
-  return grad * factor

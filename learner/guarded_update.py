@@ -1,0 +1,431 @@
+"""The guarded update: apply inside one tf.cond, or skip and count why.
+
+A learner's update (docs/DESIGN.md, "One training step, as data") ends
+here: the pipeline's verdict (`gradient_pipeline.Track` / `SkipFlags`)
+chooses one branch of one `tf.cond`. The apply branch hands the scaled
+gradients to the optimizer (or the accumulation's window); the skip branch
+changes no model variable and no optimizer slot and counts the reason. Under
+several replicas the skip flags are ORed over them first, in one small
+collective (`cross_replica.AnyReplica`), so all replicas skip or all apply.
+With `check_finite_weights` an update that makes a weight non-finite is
+undone exactly (weights and optimizer variables put back).
+
+The counters are the learner's (`num_updates`, `num_skipped_steps`, both
+checkpointed); the per-process statistics (`SkipStatistics`) live here and
+are not checkpointed.
+"""
+
+import tensorflow as tf
+
+from learner import cross_replica
+from learner import gradient_pipeline as pipeline
+from learner.optimizers import kernels
+from learner.optimizers.kernels import AllFinite
+from learner.optimizers.var_grad import VarGrad
+from params import NestedMap
+
+# Why an update was skipped, as `Learner.SkipStatistics` counts it. A loss
+# that is not finite wins over its gradient; 'other' is
+# grad_norm_to_clip_to_zero, the grad_norm_tracker or an empty window.
+SKIP_NON_FINITE_LOSS = 'non-finite loss'
+SKIP_NON_FINITE_GRADIENT = 'non-finite gradient'
+SKIP_NON_FINITE_WEIGHTS = 'non-finite updated weights'
+SKIP_OTHER = 'other'
+SKIP_REASONS = (SKIP_NON_FINITE_LOSS, SKIP_NON_FINITE_GRADIENT,
+                SKIP_NON_FINITE_WEIGHTS, SKIP_OTHER)
+
+
+class GuardedUpdate:
+  """Applies a learner's update inside one tf.cond, or skips and counts.
+
+  Not a layer and not tracked by tf.Module: it holds references to the
+  learner's counters and optimizer, and two process-local statistics.
+
+  Args:
+    path: the learner's path, for the statistics' variable names.
+    optimizer: the learner's optimizer (a BaseOptimizer or accumulation).
+    num_updates, num_skipped: the learner's int64 scalar counters.
+    check_finite_weights: bool, the learner param of that name.
+  """
+
+  def __init__(self, path, optimizer, num_updates, num_skipped,
+               check_finite_weights):
+    accumulates = getattr(type(optimizer), 'IS_ACCUMULATION', False)
+    # What an undo puts back: not an accumulation's accumulators (the
+    # window empties either way), so its inner optimizer.
+    self._optimizer = optimizer
+    self._inner = optimizer.optimizer if accumulates else optimizer
+    self._num_updates = num_updates
+    self._num_skipped = num_skipped
+    self._check_finite_weights = bool(check_finite_weights)
+    with tf.init_scope():
+      self._stats = NestedMap(
+          consecutive=tf.Variable(0, dtype=tf.int64, trainable=False,
+                                  name=path + '/consecutive_skipped'),
+          by_reason=tf.Variable(
+              tf.zeros([len(SKIP_REASONS)], tf.int64), trainable=False,
+              name=path + '/skipped_by_reason'))
+
+  @property
+  def by_reason(self):
+    """int64 [len(SKIP_REASONS)] variable: this process's skips by reason."""
+    return self._stats.by_reason
+
+  def SkipStatistics(self):
+    """(consecutive, {reason: count}) as Python ints (Learner's doc)."""
+    counts = [int(c) for c in self._stats.by_reason.numpy()]
+    return (int(self._stats.consecutive.numpy()),
+            dict(zip(SKIP_REASONS, counts)))
+
+  def AccumulateOrUpdate(self, p, var_grads, weight, update):
+    """One micro-step of the accumulation; returns (stats, window weight).
+
+    The accumulation's one entry point adds the micro-batch and, on the
+    micro-step that completes the window, hands back the window: `update`
+    then runs the pipeline on its sums with 1 / sum(weight) folded into the
+    norms and the clip scale (no averaged copy), and applies through the
+    window. Other micro-steps report zeros with weight 0.
+    """
+    names = pipeline.MetricNames(p,
+                                 [vg.var for vg in var_grads.Flatten()])
+
+    def _ApplyWindow(window):
+      stats = update(window.var_grads, window,
+                     extra_skip=window.weight_sum <= 0.0,
+                     window_finite=tf.equal(window.num_dropped, 0.0),
+                     grad_prescale=window.grad_scale)
+      return [stats[k] for k in names]
+
+    all_reduce = (cross_replica.WeightedAllReduce
+                  if cross_replica.NumReplicas() > 1 else None)
+    values, is_apply = self._optimizer.AccumulateOrApply(
+        var_grads, weight, _ApplyWindow,
+        lambda: [tf.constant(0.0) for _ in names], all_reduce=all_reduce)
+    if not isinstance(values, (list, tuple)):
+      values = [values]
+    return dict(zip(names, values)), tf.cast(is_apply, tf.float32)
+
+  def Run(self, p, tracker, var_grads, lr, gradient_mask, gradient_adjuster,
+          applier, extra_skip=None, grad_prescale=None, losses_finite=None):
+    """The gradient pipeline (learner/gradient_pipeline.py), then the update.
+
+    Args:
+      p: the learner's Params (clipping, regularizers, norms).
+      tracker: the learner's GradNormTracker, or None.
+      var_grads: NestedMap of VarGrad (keys as in the vmap) whose grads are
+        already averaged over replicas / the window, or - with
+        `grad_prescale` - sums that `grad_prescale` turns into the gradient.
+      lr: float32 scalar, the scheduled rate.
+      gradient_mask, gradient_adjuster: as in Apply.
+      applier: what applies the update: this learner's optimizer, or the
+        accumulation's Window (its `Apply` / `ApplyScaled`).
+      extra_skip: optional bool scalar that also skips the update.
+      grad_prescale: optional float32 scalar: the gradient is
+        `grad_prescale * grads` (accumulation: 1 / sum(weight)).
+      losses_finite: optional bool scalar, False when a loss is not finite.
+
+    Returns:
+      ({stat name: float32 scalar} in the order of `pipeline.MetricNames`,
+      has_nan_or_inf: a bool scalar, agreed over replicas, for the loss
+      scale).
+    """
+    variables = [vg.var for vg in var_grads.Flatten()]
+    grads = [vg.grad for vg in var_grads.Flatten()]
+    metrics = {}
+    grads, grad_prescale = pipeline.Prescale(
+        grads, grad_prescale, bool(
+            p.l1_regularizer_weight or p.l2_regularizer_weight or
+            gradient_mask or gradient_adjuster is not None))
+    grads, m = pipeline.Regularize(variables, grads, p.l1_regularizer_weight,
+                                   p.l2_regularizer_weight,
+                                   p.skip_lp_1d_vectors)
+    metrics.update(m)
+    grads = pipeline.Mask(variables, grads, gradient_mask)
+    defer = pipeline.DefersVarNorm(p)
+    norms, m = pipeline.Norms(variables, grads, grad_prescale,
+                              p.var_norm_metrics and not defer,
+                              p.per_variable_norm_metrics)
+    metrics.update(m)
+    grads, adjusted_finite = pipeline.Adjust(var_grads, grads,
+                                             gradient_adjuster)
+    has_nan_or_inf, m = pipeline.CheckFinite(norms.norm, adjusted_finite,
+                                             losses_finite)
+    metrics.update(m)
+    # Lingvo's single-norm path (learner.py ScaleGradients) clips each
+    # variable and nothing else: no clip-to-zero, no tracker. A non-finite
+    # step is still skipped here (docs/lingvo.md, "Skipped step").
+    single = bool(p.clip_gradient_single_norm_to_value)
+    tracker = None if single else tracker
+    track = (norms.norm, has_nan_or_inf,
+             0.0 if single else p.grad_norm_to_clip_to_zero, tracker,
+             extra_skip)
+    # Several replicas decide together (_AgreeAndApply); one decides alone.
+    replicated = cross_replica.NumReplicas() > 1
+    skip = (pipeline.SkipFlags(*track) if replicated else
+            pipeline.Track(*track))
+    clip, m = pipeline.ClipByNorm(norms, has_nan_or_inf,
+                                  p.clip_gradient_norm_to_value,
+                                  p.clip_gradient_single_norm_to_value)
+    metrics.update(m)
+    scaling = pipeline.Scale(clip, grad_prescale, p.clip_gradient_value)
+    metrics.update(pipeline.ClipByValue(grads, scaling))
+    # Under XLA the metrics (var_norm/*, l1/l2_loss read the weights) go
+    # through the update's cond, so their reads end before it writes.
+    update = (lr, var_grads, grads, scaling, applier)
+    kw = dict(measured=variables if defer else None,
+              held=metrics if kernels.InXla() else None)
+    if replicated:
+      out, has_nan_or_inf = self.AgreeAndApply(skip, norms.norm, tracker,
+                                                losses_finite, update, **kw)
+    else:
+      out = self.ApplyOrSkip(
+          skip, lambda: SkipReason(has_nan_or_inf,
+                                                  losses_finite),
+          *update, **kw)
+    metrics.update(out)
+    return ({k: metrics[k] for k in pipeline.MetricNames(p, variables)},
+            has_nan_or_inf)
+
+  def ApplyOrSkip(self, skip, reason, lr, var_grads, grads, scaling,
+                   applier, measured=None, held=None):
+    """Inside one tf.cond: applies the scaled `grads`, or counts a skip.
+
+    A skipped step changes no model variable and no optimizer slot. When
+    the scale can be folded (`scaling.foldable`), the optimizer gets it as
+    a scalar (`ApplyScaled`, e.g. into Momentum's kernel). With
+    check_finite_weights the update is undone if it made a weight
+    non-finite (`_CheckedApply`).
+
+    Args:
+      skip: bool scalar, True skips.
+      reason: zero-argument callable giving the int32 index in SKIP_REASONS
+        counted on a skip (built inside the skip branch only).
+      lr, var_grads, grads, scaling, applier: as `_Update` has them.
+      measured: None, or the variables whose sum(w^2) / 2 before the update
+        gives var_norm/all (inside a fused apply op when it can be,
+        pipeline.MeasuredApply; read in the skip branch).
+      held: optional {name: float32 scalar}, passed through the cond
+        unchanged (one stacked vector). Under XLA the learner passes its
+        metrics: var_norm/* and l1/l2_loss read the weights, and a read
+        still pending when the cond writes a weight in place makes XLA
+        copy every weight first (a read and a write of all of them per
+        step); as inputs of the cond they are computed before it.
+
+    Returns:
+      {name: value}: `held` as the cond outputs them, and var_norm/all
+      with `measured` ({} without either).
+    """
+    names = sorted(held) if held else []
+    packed = (tf.stack([tf.cast(held[k], tf.float32) for k in names])
+              if names else None)
+
+    def _Outputs(applied, half=None):
+      out = {'applied': applied}
+      if packed is not None:
+        out['held'] = tf.identity(packed)
+      if measured is not None:
+        out['var_half'] = half
+      return out
+
+    def _DoUpdate():
+      _Apply, applied = UpdateFn(lr, var_grads, grads, scaling, applier)
+      if self._check_finite_weights:
+        return _Outputs(self._CheckedApply(
+            _Apply, [vg.var for vg in applied.Flatten()]))
+      if measured is None:
+        _Apply()
+        return _Outputs(self.CountApplied())
+      half = pipeline.MeasuredApply(measured, applied.Flatten(), applier,
+                                    _Apply)
+      return _Outputs(self.CountApplied(), half)
+
+    def _Skip():
+      half = None if measured is None else pipeline.WeightsHalf(measured)
+      return _Outputs(self.CountSkipped(reason()), half)
+
+    out = tf.cond(skip, _Skip, _DoUpdate)
+    result = {}
+    if packed is not None:
+      result = dict(zip(names, tf.unstack(out['held'], num=len(names))))
+    if measured is not None:
+      result[pipeline.VAR_NORM] = tf.sqrt(2.0 * out['var_half'])
+    return result
+
+  def CountApplied(self):
+    self._num_updates.assign_add(1)
+    self._stats.consecutive.assign(0)
+    return tf.constant(True)
+
+  def CountSkipped(self, reason):
+    self._num_skipped.assign_add(1)
+    stats = self._stats
+    stats.consecutive.assign_add(1)
+    stats.by_reason.assign_add(
+        tf.one_hot(reason, len(SKIP_REASONS), dtype=tf.int64))
+    return tf.constant(False)
+
+  def _CheckedApply(self, apply_fn, weights):
+    """Applies, then undoes the update if a weight is no longer finite.
+
+    Before the update, `weights` and every variable of the optimizer
+    (slots, averages; not an accumulation's accumulators, which the window
+    empties either way) are read; the update kernels then write copies
+    (copy-on-write of a variable whose value is still referenced), and a
+    non-finite weight afterwards puts the read values back and counts the
+    reason 'non-finite updated weights'. Exact for every optimizer, at the
+    price of those copies.
+
+    Args:
+      apply_fn: zero-argument callable that applies the update.
+      weights: the model variables the update writes.
+
+    Returns:
+      bool scalar: True if the update stayed.
+    """
+    guarded = self._Guarded(weights)
+    saved = [v.read_value() for v in guarded]
+    with tf.control_dependencies(saved):
+      apply_fn()
+    finite = AllFinite([w.read_value() for w in weights])
+
+    def _Undo():
+      for v, value in zip(guarded, saved):
+        v.assign(value)
+      return self.CountSkipped(
+          tf.constant(SKIP_REASONS.index(SKIP_NON_FINITE_WEIGHTS)))
+
+    return tf.cond(finite, self.CountApplied, _Undo)
+
+  def _Guarded(self, weights):
+    """`weights` and the optimizer's variables, each once: what an undo
+    puts back (not an accumulation's accumulators: the window empties)."""
+    inner = self._inner
+    guarded, seen = [], set()
+    for v in list(weights) + list(inner.variables):
+      if id(v) not in seen:
+        seen.add(id(v))
+        guarded.append(v)
+    return guarded
+
+  def AgreeAndApply(self, flags, grad_norm, tracker, losses_finite, update,
+                     measured=None, held=None):
+    """Under several replicas: one skip decision for all, then the update.
+
+    Each replica's `pipeline.SkipFlags` are combined over the replicas in
+    one collective (cross_replica.AnyReplica): if any replica would skip,
+    every replica skips, for the reason of the combined flags, and counts
+    the skip once on its own copy of the counters (all copies stay equal).
+    With check_finite_weights the collective comes after a tentative
+    update, so that the updated weights' verdict is in it too
+    (`_AgreedCheckedApply`).
+
+    Args:
+      flags: this replica's `pipeline.SkipFlags`.
+      grad_norm: float32 scalar, the all-reduced gradient's norm.
+      tracker: None or the GradNormTracker (it records the agreed flags).
+      losses_finite: None, or a bool scalar already agreed over replicas.
+      update: (lr, var_grads, grads, scaling, applier), as `_ApplyOrSkip`.
+      measured, held: as `_ApplyOrSkip`.
+
+    Returns:
+      ({name: value} of `_ApplyOrSkip` plus has_nan_or_inf, the agreed
+      one as float32 0/1; the agreed has_nan_or_inf, a bool scalar).
+    """
+    if self._check_finite_weights:
+      out, agreed = self._AgreedCheckedApply(flags, grad_norm, tracker,
+                                             losses_finite, update, held)
+    else:
+      agreed = cross_replica.AnyReplica(flags)
+      skip = pipeline.AgreedSkip(agreed, grad_norm, tracker)
+      out = self.ApplyOrSkip(
+          skip, lambda: SkipReason(agreed[0], losses_finite), *update,
+          measured=measured, held=held)
+    out[pipeline.HAS_NAN_OR_INF] = tf.cast(agreed[0], tf.float32)
+    return out, agreed[0]
+
+  def _AgreedCheckedApply(self, flags, grad_norm, tracker, losses_finite,
+                          update, held):
+    """check_finite_weights under replicas: try, agree once, keep or undo.
+
+    Each replica reads its weights and optimizer variables (as
+    `_CheckedApply`), applies the update unless its own flags skip it, and
+    checks its updated weights; the flags and that verdict then go through
+    one collective. If any replica skipped or got a non-finite weight,
+    every replica puts the read values back and counts one skip; else
+    every replica counts the update.
+
+    Returns:
+      (`held` as the first cond outputs it, the agreed flags: the 3 of
+      `SkipFlags` and 'updated weights not finite').
+    """
+    lr, var_grads, grads, scaling, applier = update
+    weights = [vg.var for vg, g in zip(var_grads.Flatten(), grads)
+               if g is not None]
+    guarded = self._Guarded(weights)
+    saved = [v.read_value() for v in guarded]
+    names = sorted(held) if held else []
+    held_in = (tf.stack([tf.cast(held[k], tf.float32) for k in names])
+               if names else tf.zeros([0]))
+
+    def _Try():
+      apply_fn, _ = UpdateFn(lr, var_grads, grads, scaling, applier)
+      apply_fn()
+      return (AllFinite([w.read_value() for w in weights]),
+              tf.identity(held_in))
+
+    with tf.control_dependencies(saved):
+      finite, packed = tf.cond(tf.reduce_any(tf.stack(flags)),
+                               lambda: (tf.constant(True),
+                                        tf.identity(held_in)), _Try)
+    agreed = cross_replica.AnyReplica(list(flags) +
+                                      [tf.logical_not(finite)])
+    skip = pipeline.AgreedSkip(agreed[:3], grad_norm, tracker)
+
+    def _Undo():
+      for v, value in zip(guarded, saved):
+        v.assign(value)
+      return self.CountSkipped(tf.where(
+          skip, SkipReason(agreed[0], losses_finite),
+          SKIP_REASONS.index(SKIP_NON_FINITE_WEIGHTS)))
+
+    tf.cond(tf.logical_or(skip, agreed[3]), _Undo, self.CountApplied)
+    return dict(zip(names, tf.unstack(packed, num=len(names)))), agreed
+
+
+def UpdateFn(lr, var_grads, grads, scaling, applier):
+  """(apply_fn, applied): builds the scaled gradients and the update.
+
+  Call it inside the branch that applies: the scaled gradients are built
+  there. `applied` is the NestedMap of VarGrad the update gets (grads not
+  None); `apply_fn(measure=None)` hands it to `applier` (with a
+  kernels.WeightMeasure for var_norm/all), with the scale folded in
+  (`ApplyScaled`) when `scaling.foldable`.
+  """
+  fold = scaling.foldable
+  applied = var_grads.Pack([
+      VarGrad(vg.var, g)
+      for vg, g in zip(var_grads.Flatten(),
+                       scaling.Gradients(grads, fold=fold))
+  ]).Filter(lambda vg: vg.grad is not None)
+
+  def _Apply(measure=None):
+    kw = {} if measure is None else {'_measure': measure}
+    if fold:
+      applier.ApplyScaled(lr, applied, scaling.scale, **kw)
+    else:
+      applier.Apply(lr, applied, **kw)
+
+  return _Apply, applied
+
+
+def SkipReason(has_nan_or_inf, losses_finite):
+  """int32 scalar: the index in SKIP_REASONS of a skip of this step."""
+  reason = tf.where(has_nan_or_inf,
+                    SKIP_REASONS.index(SKIP_NON_FINITE_GRADIENT),
+                    SKIP_REASONS.index(SKIP_OTHER))
+  if losses_finite is not None:
+    reason = tf.where(losses_finite, reason,
+                      SKIP_REASONS.index(SKIP_NON_FINITE_LOSS))
+  return reason
+
+
