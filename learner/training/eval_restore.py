@@ -79,7 +79,11 @@ def EvalCandidates(directory):
   return sorted(found, key=lambda p: (_StepOf(p), p))
 
 
-def ResolveEvalCheckpoint(logdir, checkpoint=None, flag='--checkpoint'):
+_VERBS = {'eval': 'evaluate', 'export': 'export'}
+
+
+def ResolveEvalCheckpoint(logdir, checkpoint=None, flag='--checkpoint',
+                          mode='eval'):
   """The checkpoints to try for `checkpoint`, newest first.
 
   Args:
@@ -88,6 +92,7 @@ def ResolveEvalCheckpoint(logdir, checkpoint=None, flag='--checkpoint'):
       prefix (only it), or a directory: its checkpoints (e.g.
       '<logdir>/best'), or, for a logdir, those of its `ckpt/`.
     flag: the flag's name, for the error message.
+    mode: 'eval' or 'export', for the error message.
 
   Returns:
     A non-empty list of checkpoint prefixes, newest first.
@@ -111,11 +116,25 @@ def ResolveEvalCheckpoint(logdir, checkpoint=None, flag='--checkpoint'):
     found = EvalCandidates(os.path.join(where, 'ckpt'))
   if not found:
     raise NoCheckpointError(
-        '%sno checkpoint in %s. Train first (mode train or train_and_eval) '
-        'with this logdir, or name one with --checkpoint=<prefix or '
-        'directory>.' % ('%s=%s: ' % (flag, checkpoint) if checkpoint
-                         else '', where))
+        'mode=%s: %sno checkpoint in %s to %s. Train first (mode train or '
+        'train_and_eval) with this logdir, or name one with --checkpoint='
+        '<prefix or directory>.' % (
+            mode, '%s=%s: ' % (flag, checkpoint) if checkpoint else '',
+            where, _VERBS.get(mode, mode)))
   return list(reversed(found))
+
+
+def ChosenCheckpoint(flag_values):
+  """(flag name, value) of the checkpoint a command line chose, or (None, None).
+
+  `--checkpoint`, else its alias `--export_checkpoint` (the trainer's
+  command line refuses both with different values).
+  """
+  for name in ('checkpoint', 'export_checkpoint'):
+    value = getattr(flag_values, name, None)
+    if value:
+      return '--' + name, value
+  return '--checkpoint', None
 
 
 def LearnerAveragingClasses(lp):
