@@ -125,7 +125,9 @@ def ResolveEvalCheckpoint(logdir, checkpoint=None, flag='--checkpoint',
 
 
 def ChosenCheckpoint(flag_values):
-  """(flag name, value) of the checkpoint a command line chose, or (None, None).
+  """(flag name, value) of the checkpoint a command line chose.
+
+  ('--checkpoint', None) when none was given.
 
   `--checkpoint`, else its alias `--export_checkpoint` (the trainer's
   command line refuses both with different values).

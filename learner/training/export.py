@@ -108,7 +108,8 @@ class _Serving(tf.Module):
                                input_signature=[specs], autograph=False)
 
 
-def Export(params, logdir, checkpoint=None, stream=None, flag='--checkpoint'):
+def Export(params, logdir, checkpoint=None, stream=None,
+           flag='--checkpoint'):
   """Writes the SavedModel of a checkpoint's predictions; returns its dir.
 
   Args:

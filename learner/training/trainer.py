@@ -815,6 +815,16 @@ def DefineFlags():
                     'or export (a SavedModel of the predictions).')
   evaler_lib.DefineFlags()
   export_lib.DefineFlags()
+  flags.DEFINE_string('checkpoint', None,
+                      '--mode=eval or export: the checkpoint to read, a '
+                      'prefix (<logdir>/ckpt/ckpt-200) or a directory of '
+                      'checkpoints (<logdir>/best/); default: the newest in '
+                      '<logdir>/ckpt. Alias: --export_checkpoint.')
+  flags.DEFINE_string('eval_dir', None,
+                      '--mode=eval: write its TensorBoard run and '
+                      'metrics.json here instead of <logdir>/eval_job (e.g. '
+                      'for a read-only logdir, where it writes nothing '
+                      'without this flag).')
   flags.DEFINE_integer('max_steps', None, 'Overrides task.train.max_steps.')
   flags.DEFINE_string('params_override', None,
                       'Params text rooted at the experiment\'s params, e.g. '
@@ -860,6 +870,15 @@ def ListExperiments():
   keys = registry.GetAllRegisteredKeys()
   width = max([len(k) for k in keys] + [1])
   return '\n'.join('%-*s  %s' % (width, k, registry.Describe(k)) for k in keys)
+
+
+def _EvalArgs(mode):
+  """The Trainer's keyword arguments of mode eval from the flags ({} else)."""
+  if mode != ModeKeys.EVAL:
+    return {}
+  flag, checkpoint = eval_restore.ChosenCheckpoint(FLAGS)
+  return dict(checkpoint=checkpoint, checkpoint_flag=flag,
+              eval_dir=FLAGS.eval_dir)
 
 
 def _ResumeHint():
@@ -939,6 +958,40 @@ def _BadSeedOrLogdir(seed, logdir):
   return None
 
 
+# The flags that apply to some modes only: {flag: the modes that read it}.
+# Given with another mode, one is refused (`_FlagNotForMode`).
+MODE_FLAGS = {
+    'checkpoint': (ModeKeys.EVAL, ModeKeys.EXPORT),
+    'export_checkpoint': (ModeKeys.EVAL, ModeKeys.EXPORT),
+    'eval_dir': (ModeKeys.EVAL,),
+    'evaler_timeout_secs': (ModeKeys.EVALER,),
+    'evaler_poll_secs': (ModeKeys.EVALER,),
+    'init_from_checkpoint': (ModeKeys.TRAIN, ModeKeys.TRAIN_AND_EVAL),
+    'init_from_checkpoint_rules': (ModeKeys.TRAIN, ModeKeys.TRAIN_AND_EVAL),
+    'strategy': ModeKeys.ALL,
+}
+
+
+def _FlagNotForMode(mode):
+  """The one-line refusal of a flag the mode does not read, or None.
+
+  A flag of `MODE_FLAGS` given on the command line (not left at its
+  default) with a mode that ignores it would be silently dropped; so would
+  --checkpoint and --export_checkpoint naming two checkpoints.
+  """
+  for name, modes in MODE_FLAGS.items():
+    if FLAGS[name].present and mode not in modes:
+      return ('--%s does not apply to --mode=%s: it is read by --mode=%s '
+              'only. Remove it, or run one of those modes.' % (
+                  name, mode, ' or --mode='.join(modes)))
+  if (FLAGS.checkpoint and FLAGS.export_checkpoint and
+      FLAGS.checkpoint != FLAGS.export_checkpoint):
+    return ('--checkpoint=%s and --export_checkpoint=%s name two checkpoints; '
+            '--export_checkpoint is an alias of --checkpoint: give one of '
+            'them.' % (FLAGS.checkpoint, FLAGS.export_checkpoint))
+  return None
+
+
 def main(argv):
   del argv
   if FLAGS.list:
@@ -954,7 +1007,8 @@ def main(argv):
           'summaries and metrics.json, e.g. --logdir=/tmp/%s.' %
           FLAGS.model.replace('.', '_'), file=sys.stderr)
     return 2
-  bad_flag = _BadSeedOrLogdir(FLAGS.seed, FLAGS.logdir)
+  bad_flag = (_FlagNotForMode(FLAGS.mode) or
+              _BadSeedOrLogdir(FLAGS.seed, FLAGS.logdir))
   if bad_flag:
     print('ERROR: %s' % bad_flag, file=sys.stderr)
     return 2
@@ -979,7 +1033,8 @@ def main(argv):
         strategy=FLAGS.strategy,
         init_from_checkpoint=FLAGS.init_from_checkpoint,
         init_from_checkpoint_rules=rules, resume_hint=_ResumeHint(),
-        worker_register_timeout_secs=FLAGS.worker_register_timeout_secs)
+        worker_register_timeout_secs=FLAGS.worker_register_timeout_secs,
+        **_EvalArgs(FLAGS.mode))
   except ValueError as e:  # E.g. init_from_checkpoint_rules that cannot work.
     return _Refuse(e)
   try:
