@@ -58,7 +58,7 @@ def test_digits_saved_model_gives_the_mlp_logits_by_hand(tmp_path, ema):
   p = _DigitsParams(ema)
   export_dir, out = _TrainAndExport(tmp_path, p)
   assert export_dir == os.path.join(str(tmp_path), 'export', '30')
-  assert ('(EMA averages)' in out) == ema
+  assert ('(EMA averages of 4 variables)' in out) == ema
   assert 'serving_default(features float32 [None, 64]) -> logits float32 ' \
          '[None, 10]' in out
   loaded = tf.saved_model.load(export_dir)

@@ -15,12 +15,10 @@ import hashlib
 import io
 import json
 import os
-import pwd
 import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 import pytest
@@ -158,8 +156,9 @@ def test_checkpoint_flag_evaluates_and_exports_the_best_checkpoint(
       ['--model=' + _ONE_EMA, '--logdir=%s' % logdir, '--mode=export',
        '--checkpoint=%s/best/' % logdir], capsys)
   assert code == 0, err
-  assert out.startswith('Exported %s/best/ckpt-%d to %s/export/%d' % (
-      logdir, step, logdir, step))
+  assert out.startswith('Exported %s/best/ckpt-%d (EMA averages of 1 '
+                        'variables) to %s/export/%d: ' % (logdir, step,
+                                                          logdir, step))
   y = tf.saved_model.load(str(logdir / 'export' / str(step))).signatures[
       'serving_default'](x=tf.constant([1.0]))['y'].numpy()
   np.testing.assert_allclose(y, [want['w'] + want['b']], rtol=1e-5)
@@ -220,59 +219,58 @@ def test_eval_of_a_read_only_logdir_writes_nothing_or_into_eval_dir(
     _Writable(logdir)
 
 
-def _ReadOnlyUser():
-  """(uid, gid) for which a chmod a-w tree is read-only, or None."""
+def _AsReadOnlyUser():
+  """The command prefix under which chmod a-w stops writes, or None.
+
+  This user's own, or for root (whom the mode bits do not stop) root
+  without the capabilities that override them (setpriv drops
+  CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the bounding set).
+  """
   if os.geteuid() != 0:
-    return os.geteuid(), os.getegid()
-  try:
-    entry = pwd.getpwnam('nobody')
-  except KeyError:
+    return []
+  if shutil.which('setpriv') is None:
     return None
-  return entry.pw_uid, entry.pw_gid
+  return ['setpriv', '--bounding-set', '-dac_override,-dac_read_search']
 
 
-def test_eval_command_line_on_a_really_read_only_logdir(trained):
-  user = _ReadOnlyUser()
-  if user is None:
-    pytest.skip('running as root and there is no user "nobody"')
-  base = tempfile.mkdtemp()
+def test_eval_command_line_on_a_really_read_only_logdir(trained, tmp_path):
+  prefix = _AsReadOnlyUser()
+  if prefix is None:
+    pytest.skip('running as root without setpriv: chmod would not bind')
+  logdir = tmp_path / 'run'
+  shutil.copytree(trained, logdir)
+  shutil.rmtree(logdir / 'eval_job', ignore_errors=True)
+  _ReadOnly(logdir)
+  before = _Md5s(logdir)
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', CUDA_VISIBLE_DEVICES='',
+             PYTHONPATH=os.pathsep.join([_HERE, _ROOT]))
+
+  def _Run(*extra):
+    return subprocess.run(
+        prefix + [sys.executable, '-m', 'learner.trainer',
+                  '--model=' + _ONE_EMA, '--logdir=%s' % logdir,
+                  '--mode=eval'] + list(extra),
+        env=env, cwd=_ROOT, capture_output=True, text=True,
+        timeout=_TIMEOUT)
+
   try:
-    os.chmod(base, 0o755)  # Readable by that user; the logdir not writable.
-    logdir = os.path.join(base, 'run')
-    shutil.copytree(trained, logdir)
-    shutil.rmtree(os.path.join(logdir, 'eval_job'), ignore_errors=True)
-    scratch = {n: os.path.join(base, n) for n in ('home', 'kcache', 'out')}
-    for path in scratch.values():
-      os.makedirs(path)
-      os.chmod(path, 0o777)
-    _ReadOnly(logdir)
-    before = _Md5s(logdir)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', CUDA_VISIBLE_DEVICES='',
-               HOME=scratch['home'], TF_LEARNER_KERNEL_CACHE=scratch['kcache'],
-               PYTHONPATH=os.pathsep.join([_HERE, _ROOT]))
-
-    def _Run(*extra):
-      return subprocess.run(
-          [sys.executable, '-m', 'learner.trainer', '--model=' + _ONE_EMA,
-           '--logdir=' + logdir, '--mode=eval'] + list(extra),
-          env=env, cwd=_ROOT, capture_output=True, text=True,
-          timeout=_TIMEOUT, user=user[0], group=user[1], extra_groups=[])
-
+    probe = subprocess.run(prefix + [sys.executable, '-c', (
+        'import os; open(os.path.join(%r, "probe"), "w")' % str(logdir))],
+                           capture_output=True, text=True, timeout=_TIMEOUT)
+    assert probe.returncode != 0 and 'Permission' in probe.stderr
     proc = _Run()
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert 'Traceback' not in proc.stderr and 'Permission' not in proc.stderr
     assert 'Eval at global step 30:' in proc.stdout
     assert 'is read-only: the eval results are printed' in proc.stdout
     assert _Md5s(logdir) == before
-    proc = _Run('--eval_dir=' + scratch['out'])
+    proc = _Run('--eval_dir=%s' % (tmp_path / 'out'))
     assert proc.returncode == 0, proc.stderr[-2000:]
-    got = json.loads(open(os.path.join(scratch['out'],
-                                       'metrics.json')).read())
-    _AssertValues(got, _Expected(os.path.join(logdir, 'ckpt', 'ckpt-30')))
+    got = json.loads((tmp_path / 'out' / 'metrics.json').read_text())
+    _AssertValues(got, _Expected(str(logdir / 'ckpt' / 'ckpt-30')))
     assert _Md5s(logdir) == before
   finally:
-    _Writable(base)
-    shutil.rmtree(base)
+    _Writable(logdir)
 
 
 @pytest.mark.parametrize('mode,extra,flag', [
