@@ -28,12 +28,16 @@ What a run writes to `--logdir` (each job its own files; see
     writes nothing and prints these stored metrics.
   * `eval_job/` (mode eval, which only reads checkpoints): its TensorBoard
     run and `eval_job/metrics.json`; it never writes params.txt or
-    metrics.json. Other checkpoint-reading jobs write their own directory
-    (`evaler/`, `export/`).
+    metrics.json. `--eval_dir=<dir>` writes them there instead; on a
+    read-only logdir without it the job writes nothing. Other
+    checkpoint-reading jobs write their own directory (`evaler/`,
+    `export/`). Eval and export read the newest checkpoint of `ckpt/` or
+    `--checkpoint=<prefix or directory, e.g. <logdir>/best/>`.
 
 Before the logdir is created the whole experiment is built and checked
-(`learner.training.validate`): a refused value is one `ERROR:` line (exit
-2; `--verbose` raises it with its traceback) and nothing is written.
+(`learner.training.validate`): a refused value, or a flag the mode does
+not read (`mode_keys.MODE_FLAGS`), is one `ERROR:` line (exit 2;
+`--verbose` raises it with its traceback) and nothing is written.
 
 The `Trainer` class does the work and is usable from Python and tests; the
 absl `main` only parses flags.
@@ -65,6 +69,7 @@ from learner.training import evaler as evaler_lib
 from learner.training import export as export_lib
 from learner.training import logdir as logdir_lib
 from learner.training import model_analysis
+from learner.training import mode_keys
 from learner.training.mode_keys import ModeKeys
 from learner.training import progress as progress_lib
 from learner.training import skipped_steps
@@ -958,40 +963,6 @@ def _BadSeedOrLogdir(seed, logdir):
   return None
 
 
-# The flags that apply to some modes only: {flag: the modes that read it}.
-# Given with another mode, one is refused (`_FlagNotForMode`).
-MODE_FLAGS = {
-    'checkpoint': (ModeKeys.EVAL, ModeKeys.EXPORT),
-    'export_checkpoint': (ModeKeys.EVAL, ModeKeys.EXPORT),
-    'eval_dir': (ModeKeys.EVAL,),
-    'evaler_timeout_secs': (ModeKeys.EVALER,),
-    'evaler_poll_secs': (ModeKeys.EVALER,),
-    'init_from_checkpoint': (ModeKeys.TRAIN, ModeKeys.TRAIN_AND_EVAL),
-    'init_from_checkpoint_rules': (ModeKeys.TRAIN, ModeKeys.TRAIN_AND_EVAL),
-    'strategy': ModeKeys.ALL,
-}
-
-
-def _FlagNotForMode(mode):
-  """The one-line refusal of a flag the mode does not read, or None.
-
-  A flag of `MODE_FLAGS` given on the command line (not left at its
-  default) with a mode that ignores it would be silently dropped; so would
-  --checkpoint and --export_checkpoint naming two checkpoints.
-  """
-  for name, modes in MODE_FLAGS.items():
-    if FLAGS[name].present and mode not in modes:
-      return ('--%s does not apply to --mode=%s: it is read by --mode=%s '
-              'only. Remove it, or run one of those modes.' % (
-                  name, mode, ' or --mode='.join(modes)))
-  if (FLAGS.checkpoint and FLAGS.export_checkpoint and
-      FLAGS.checkpoint != FLAGS.export_checkpoint):
-    return ('--checkpoint=%s and --export_checkpoint=%s name two checkpoints; '
-            '--export_checkpoint is an alias of --checkpoint: give one of '
-            'them.' % (FLAGS.checkpoint, FLAGS.export_checkpoint))
-  return None
-
-
 def main(argv):
   del argv
   if FLAGS.list:
@@ -1007,7 +978,7 @@ def main(argv):
           'summaries and metrics.json, e.g. --logdir=/tmp/%s.' %
           FLAGS.model.replace('.', '_'), file=sys.stderr)
     return 2
-  bad_flag = (_FlagNotForMode(FLAGS.mode) or
+  bad_flag = (mode_keys.FlagNotForMode(FLAGS.mode, FLAGS) or
               _BadSeedOrLogdir(FLAGS.seed, FLAGS.logdir))
   if bad_flag:
     print('ERROR: %s' % bad_flag, file=sys.stderr)

@@ -29,6 +29,7 @@ from learner.training import eval_restore
 from learner.training import evaler as evaler_lib
 from learner.training import export as export_lib
 from learner.training import logdir as logdir_lib
+from learner.training import mode_keys
 from learner.training import trainer as trainer_lib
 import readonly_experiments  # pylint: disable=unused-import
 import trainer_helpers
@@ -291,7 +292,7 @@ def test_a_flag_the_mode_does_not_read_is_refused_in_one_line(
       ['--model=regression.LinearRegression', '--logdir=%s' % logdir,
        '--mode=' + mode] + extra, capsys)
   assert code == 2 and out == ''
-  modes = trainer_lib.MODE_FLAGS[flag]
+  modes = mode_keys.MODE_FLAGS[flag]
   assert err == ('ERROR: --%s does not apply to --mode=%s: it is read by '
                  '--mode=%s only. Remove it, or run one of those modes.\n' %
                  (flag, mode, ' or --mode='.join(modes)))
