@@ -322,3 +322,12 @@ def test_eval_candidates_are_the_listed_and_the_complete_checkpoints(
   assert eval_restore.ResolveEvalCheckpoint(str(tmp_path)) == [
       str(ckpt / 'ckpt-20'), str(ckpt / 'ckpt-10')]
   assert eval_restore.EvalCandidates(str(tmp_path / 'none')) == []
+
+
+@pytest.mark.parametrize('mode', ['train', 'train_and_eval'])
+def test_the_trainer_class_takes_checkpoint_and_eval_dir_in_eval_only(mode):
+  for kw in ({'checkpoint': '/a/ckpt-1'}, {'eval_dir': '/tmp/out'}):
+    with pytest.raises(ValueError, match='applies to mode .eval. only, not '
+                       '.%s.' % mode):
+      trainer_lib.Trainer(registry.GetParams(_ONE_EMA), '/tmp/unused',
+                          mode=mode, **kw)
