@@ -21,6 +21,9 @@ that the directory is writable before any training work); a checkpoint of
 another model (refused, naming the variables it lacks); a damaged
 `best/best.json` or `variable_names.json` (an error naming the file).
 Nothing here deletes a checkpoint except the rolling `max_to_keep`.
+
+The jobs that only read checkpoints (eval, evaler, export) restore with
+`learner.training.eval_restore.RestoreForEval`, built on the functions here.
 """
 
 import contextlib
@@ -36,8 +39,6 @@ import tensorflow as tf
 
 from learner.training import skipped_steps
 from params import BaseLayer
-from learner.optimizers import base as base_optimizer
-from learner.optimizers import var_grad
 
 _VAR_SUFFIX = '/.ATTRIBUTES/VARIABLE_VALUE'
 VARIABLE_NAMES_FILE = 'variable_names.json'
@@ -700,105 +701,5 @@ def _InitPlan(path, variables, rules):
   return reader, plan
 
 
-def EvalAverageClasses(task):
-  """The averaging optimizer classes (Ema) in the task's learners' params.
-
-  Asked through `BaseOptimizer.EvalAverageClasses`, which wrappers delegate
-  to their inner optimizers, so no optimizer is built. A learner given
-  `optimizer_fn` instead of `optimizer` params is not searched. A non-empty
-  result means the task evaluates on the averages of its weights.
-  """
-  out = []
-  for lp in task.LearnerParamsList():
-    opt = lp.optimizer
-    cls = getattr(opt, 'cls', None)
-    if isinstance(cls, type) and issubclass(cls, base_optimizer.BaseOptimizer):
-      out.extend(cls.EvalAverageClasses(opt))
-  return out
-
-
-def LoadEmaAverages(checkpoint_path, task, ema_classes):
-  """Assigns each model variable its EMA average from a training checkpoint.
-
-  Reads the averages that the averaging optimizers saved, under the keys
-  their classes give (`AverageCheckpointKeySuffix`), without building any
-  optimizer.
-
-  Args:
-    checkpoint_path: a checkpoint written while training.
-    task: the built task whose model variables get the averages.
-    ema_classes: the averaging optimizer classes (see `EvalAverageClasses`).
-
-  Returns:
-    The number of variables assigned.
-
-  Raises:
-    ValueError: if a trainable model variable has no average in the
-      checkpoint.
-  """
-  reader = tf.train.load_checkpoint(checkpoint_path)
-  keys = list(reader.get_variable_to_shape_map())
-  n = 0
-  for var in task.ModelVars().Flatten():
-    suffixes = tuple(c.AverageCheckpointKeySuffix(var) for c in ema_classes)
-    found = [k for k in keys if k.endswith(suffixes)]
-    if not found:
-      if var.trainable:
-        raise ValueError(
-            'Checkpoint %s has no EMA average of %r; it was not trained with '
-            'this Ema learner.' % (checkpoint_path, var_grad.VarName(var)))
-      continue
-    var.assign(reader.get_tensor(found[0]))
-    n += 1
-  return n
-
-
 class CheckpointMismatchError(CheckpointError):
   """A checkpoint does not hold every variable of the model restoring it."""
-
-
-def RestoreForEval(checkpoint_path, task):
-  """Restores a training checkpoint into a task built without learners.
-
-  What the jobs that only read a run's checkpoints (the evaler, the export)
-  restore with. Strict: every model variable and the global step must get a value from
-  the checkpoint (its optimizer slots, iterator and counters are not
-  needed and are ignored). When the task's learners average their weights
-  (`EvalAverageClasses`), the model variables then get the averages, as
-  evaluation uses them.
-
-  Args:
-    checkpoint_path: a checkpoint prefix, e.g. '<logdir>/ckpt/ckpt-200'.
-    task: a BaseTask built from the run's params, without `CreateLearners`.
-
-  Returns:
-    (the checkpoint's global step as an int, the number of EMA averages
-    loaded: 0 when the task does not evaluate on averages).
-
-  Raises:
-    CheckpointMismatchError: a variable of the task is not in the
-      checkpoint, or has another shape (the checkpoint is of another
-      model: the message names the variables and the fix).
-    tf.errors.NotFoundError: the checkpoint's files are gone.
-  """
-  ckpt = tf.train.Checkpoint(task=task)
-  try:
-    status = ckpt.restore(checkpoint_path)
-    status.expect_partial()  # No warnings about the slots left unread.
-    status.assert_existing_objects_matched()
-  except AssertionError as e:
-    names = re.findall(r"<tf.Variable '([^']+?)(?::0)?'", str(e))
-    raise CheckpointMismatchError(
-        'Checkpoint %s does not restore every variable of %s (missing: %s). '
-        'It was written by another model: give this job the --model and '
-        'params the trainer ran with.' % (
-            checkpoint_path, task.path,
-            ', '.join(names) or str(e).split('\n')[0])) from None
-  except ValueError as e:  # A shape that differs.
-    raise CheckpointMismatchError(
-        'Checkpoint %s does not fit %s: %s Give this job the --model and '
-        'params the trainer ran with.' % (
-            checkpoint_path, task.path, str(e).split('\n')[0])) from None
-  ema_classes = EvalAverageClasses(task)
-  n = LoadEmaAverages(checkpoint_path, task, ema_classes) if ema_classes else 0
-  return int(task.global_step.numpy()), n

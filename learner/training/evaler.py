@@ -37,11 +37,13 @@ deleted before its turn is reported, with the fix (a larger
 save_max_to_keep or a slower save interval); a checkpoint that cannot be
 read is reported in one line naming it and skipped.
 
-Checkpoints are restored strictly (`checkpointer.RestoreForEval`): one that
-does not restore every model variable stops the evaler with an error
-naming the variables (it was written by another model). When the task's
-learners average their weights (Ema), the averages are evaluated, as in
-the trainer's evaluations.
+Checkpoints are restored strictly (`eval_restore.RestoreForEval`, the
+restore of every read-only job): one that does not restore every model
+variable stops the evaler with an error naming the variables (it was
+written by another model). The variables of a learner that averages its
+weights (Ema, given as optimizer params or through optimizer_fn) are
+evaluated on their averages, the others on their raw weights, as in the
+trainer's evaluations.
 
 `EvalMetrics` is the evaluation itself (one pass over the eval input,
 weighted means), shared with the trainer's evaluations.
@@ -60,6 +62,7 @@ import tensorflow as tf
 
 from learner.training import checkpointer as checkpointer_lib
 from learner.training import early_stop as early_stop_lib
+from learner.training import eval_restore
 from learner.training import logdir as logdir_lib
 from learner.training import stops
 from learner.training import summary as summary_lib
@@ -361,7 +364,7 @@ class Evaler:
     newest = self._Newest()
     if newest:  # Another model's checkpoints are refused now, not later.
       try:
-        checkpointer_lib.RestoreForEval(newest, task)
+        eval_restore.RestoreForEval(newest, task)
       except (ValueError, TypeError):  # Another model (a mismatch).
         raise
       except Exception:  # pylint: disable=broad-except
@@ -398,7 +401,7 @@ class Evaler:
     recorded in 'skipped', so that no later run tries it again.
     """
     try:
-      step, num_ema = checkpointer_lib.RestoreForEval(path, task)
+      step, num_ema = eval_restore.RestoreForEval(path, task)
     except (ValueError, TypeError):  # Another model (a mismatch): stops.
       raise
     except Exception as e:  # pylint: disable=broad-except

@@ -7,8 +7,11 @@ writes `<logdir>/export/<global step>/`, a SavedModel whose
 object) runs the task's `ComputePredictions` on a batch of features and
 returns its outputs ('logits' for the classifiers, 'y' for the regressions;
 nested outputs get dotted names), with the weights of the newest checkpoint
-in `<logdir>/ckpt` (or of `--export_checkpoint`): the EMA averages when the
-task's learners average their weights, as evaluation uses them.
+in `<logdir>/ckpt` (or of `--checkpoint`, alias `--export_checkpoint`: a
+prefix, or a directory such as `<logdir>/best/`): restored as every
+read-only job restores (`eval_restore.RestoreForEval`), so the variables
+of a learner that averages its weights (Ema) get their averages and the
+others their raw weights, as evaluation uses them.
 
     loaded = tf.saved_model.load('D/export/1200')
     logits = loaded.signatures['serving_default'](features=x)['logits']
@@ -38,38 +41,28 @@ import tensorflow as tf
 
 from params import NestedMap
 from learner.training import checkpointer as checkpointer_lib
+from learner.training import eval_restore
 from learner.training import logdir as logdir_lib
 
 
-class NothingToExportError(ValueError):
-  """The logdir has no checkpoint to export."""
+# The logdir has no checkpoint to export, or --checkpoint names none.
+NothingToExportError = eval_restore.NoCheckpointError
 
 
-def CheckpointToExport(logdir, checkpoint=None):
-  """The checkpoint prefix to export.
+def CheckpointToExport(logdir, checkpoint=None, flag='--checkpoint'):
+  """The checkpoint prefix to export: the newest of the candidates.
 
   Args:
     logdir: the run's logdir.
     checkpoint: None (the newest in `<logdir>/ckpt`), a checkpoint prefix,
       or a directory of checkpoints (its newest; e.g. '<logdir>/best').
+    flag: the flag that gave `checkpoint`, for the error message.
 
   Raises:
     NothingToExportError: no checkpoint there.
   """
-  where = checkpoint or os.path.join(logdir, 'ckpt')
-  if checkpoint and not tf.io.gfile.isdir(checkpoint):
-    if tf.io.gfile.exists(checkpoint + '.index'):
-      return checkpoint
-    raise NothingToExportError(
-        '--export_checkpoint %r: no such checkpoint (give a prefix such as '
-        '<logdir>/ckpt/ckpt-200, or a directory of checkpoints).' % checkpoint)
-  path = tf.train.latest_checkpoint(where) if tf.io.gfile.isdir(where) else None
-  if path is None:
-    raise NothingToExportError(
-        'mode=export: no checkpoint in %s to export. Train first (mode train '
-        'or train_and_eval) with this logdir, or name one with '
-        '--export_checkpoint.' % where)
-  return path
+  return eval_restore.ResolveEvalCheckpoint(logdir, checkpoint, flag,
+                                            mode='export')[0]
 
 
 def FeatureSpecs(params, task):
@@ -115,7 +108,8 @@ class _Serving(tf.Module):
                                input_signature=[specs], autograph=False)
 
 
-def Export(params, logdir, checkpoint=None, stream=None):
+def Export(params, logdir, checkpoint=None, stream=None,
+           flag='--checkpoint'):
   """Writes the SavedModel of a checkpoint's predictions; returns its dir.
 
   Args:
@@ -124,6 +118,7 @@ def Export(params, logdir, checkpoint=None, stream=None):
       `<logdir>/export/<global step>/`.
     checkpoint: optional checkpoint (see `CheckpointToExport`).
     stream: where the one-line report goes (default sys.stdout).
+    flag: the flag that gave `checkpoint`, for the error message.
 
   Returns:
     The export directory (left as it is when it already exists).
@@ -134,9 +129,11 @@ def Export(params, logdir, checkpoint=None, stream=None):
       every model variable of the task.
   """
   stream = stream or sys.stdout
-  path = CheckpointToExport(logdir, checkpoint)
+  candidates = eval_restore.ResolveEvalCheckpoint(logdir, checkpoint, flag,
+                                                  mode='export')
   task = params.task.Instantiate()
-  step, num_ema = checkpointer_lib.RestoreForEval(path, task)
+  path, step, num_ema = eval_restore.RestoreNewestForEval(
+      candidates, task, lambda line: stream.write(line + '\n'))
   export_dir = os.path.join(logdir, 'export', str(step))
   if tf.io.gfile.exists(os.path.join(export_dir, 'saved_model.pb')):
     stream.write('Already exported: %s (global step %d); left as it is.\n' %
@@ -152,7 +149,8 @@ def Export(params, logdir, checkpoint=None, stream=None):
   tf.io.gfile.rename(tmp, export_dir)
   outputs = serving.structured_outputs
   stream.write('Exported %s%s to %s: serving_default(%s) -> %s\n' % (
-      path, ' (EMA averages)' if num_ema else '', export_dir,
+      path, ' (EMA averages of %d variables)' % num_ema if num_ema else '',
+      export_dir,
       ', '.join('%s %s %s' % (k, s.dtype.name, s.shape.as_list())
                 for k, s in specs.items()),
       ', '.join('%s %s %s' % (k, t.dtype.name, t.shape.as_list())
@@ -168,20 +166,24 @@ def DefineFlags():
   """The export job's flags (the trainer's command line defines them)."""
   flags.DEFINE_string(
       'export_checkpoint', None,
-      '--mode=export: the checkpoint to export (a prefix, or a directory such '
-      'as <logdir>/best); default: the newest in <logdir>/ckpt.')
+      '--mode=export or eval: the same as --checkpoint (kept as its alias).')
 
 
 def Main(params, flag_values):
   """`--mode=export`: runs the export; returns the exit status (0, or 2).
 
+  The checkpoint is `--checkpoint` (or its alias `--export_checkpoint`):
+  a prefix, or a directory such as <logdir>/best; default the newest in
+  <logdir>/ckpt.
+
   Raises:
     validate.ExperimentError: the logdir is of another experiment.
   """
   logdir_lib.CheckNotAnotherExperiment(flag_values.logdir, params.ToText())
+  flag, checkpoint = eval_restore.ChosenCheckpoint(flag_values)
   try:
-    Export(params, flag_values.logdir, flag_values.export_checkpoint)
-  except (NothingToExportError, checkpointer_lib.CheckpointMismatchError) as e:
-    print('ERROR: %s' % e, file=sys.stderr)
+    Export(params, flag_values.logdir, checkpoint, flag=flag)
+  except (NothingToExportError, checkpointer_lib.CheckpointError) as e:
+    print('ERROR: %s' % ' '.join(str(e).split()), file=sys.stderr)
     return 2
   return 0

@@ -13,7 +13,9 @@ One logdir holds one run. Its files belong to the jobs that write them:
   the eval job (`--mode=eval`, reads checkpoints only):
     eval_job/       its TensorBoard run and eval_job/metrics.json (the
                     latest eval job's metrics and its global step); it
-                    never writes or compares params.txt.
+                    never writes or compares params.txt. With --eval_dir
+                    these go there instead; on a read-only logdir without
+                    it the job writes nothing (`IsWritable`).
   Other jobs that only read checkpoints write their own directory in the
   same way, named after the job (`evaler/`, `export/`).
 
@@ -235,6 +237,25 @@ def WriteParamsOnce(logdir, text, report, hint=None):
     f.write(text)
   tf.io.gfile.rename(tmp, path, overwrite=True)
   return True
+
+
+def IsWritable(path):
+  """True if this process may create or write `path` (a file or directory).
+
+  Asked of `path` if it exists, else of its nearest existing parent
+  (`os.access(..., W_OK)`, which also says True for root whatever the
+  mode bits). A path with a scheme (gs://...) is taken as writable: its
+  file system answers at the write.
+  """
+  if '://' in str(path):
+    return True
+  path = os.path.abspath(path)
+  while not os.path.exists(path):
+    parent = os.path.dirname(path)
+    if parent == path:
+      break
+    path = parent
+  return os.access(path, os.W_OK)
 
 
 def CheckNotAnotherExperiment(logdir, text):

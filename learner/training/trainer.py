@@ -28,12 +28,16 @@ What a run writes to `--logdir` (each job its own files; see
     writes nothing and prints these stored metrics.
   * `eval_job/` (mode eval, which only reads checkpoints): its TensorBoard
     run and `eval_job/metrics.json`; it never writes params.txt or
-    metrics.json. Other checkpoint-reading jobs write their own directory
-    (`evaler/`, `export/`).
+    metrics.json. `--eval_dir=<dir>` writes them there instead; on a
+    read-only logdir without it the job writes nothing. Other
+    checkpoint-reading jobs write their own directory (`evaler/`,
+    `export/`). Eval and export read the newest checkpoint of `ckpt/` or
+    `--checkpoint=<prefix or directory, e.g. <logdir>/best/>`.
 
 Before the logdir is created the whole experiment is built and checked
-(`learner.training.validate`): a refused value is one `ERROR:` line (exit
-2; `--verbose` raises it with its traceback) and nothing is written.
+(`learner.training.validate`): a refused value, or a flag the mode does
+not read (`mode_keys.MODE_FLAGS`), is one `ERROR:` line (exit 2;
+`--verbose` raises it with its traceback) and nothing is written.
 
 The `Trainer` class does the work and is usable from Python and tests; the
 absl `main` only parses flags.
@@ -59,10 +63,12 @@ from learner import tf_log
 from learner.training import checkpointer as checkpointer_lib
 from learner.training import distribution
 from learner.training import early_stop as early_stop_lib
+from learner.training import eval_restore
 from learner.training import evaler as evaler_lib
 from learner.training import export as export_lib
 from learner.training import logdir as logdir_lib
 from learner.training import model_analysis
+from learner.training import mode_keys
 from learner.training.mode_keys import ModeKeys
 from learner.training import progress as progress_lib
 from learner.training import skipped_steps
@@ -137,9 +143,8 @@ def ParseRules(text):
   return rules
 
 
-# The EMA helpers live with the checkpoint restore that the jobs share.
-_EmaClasses = checkpointer_lib.EvalAverageClasses
-LoadEmaAverages = checkpointer_lib.LoadEmaAverages
+# The EMA helpers live with the restore that the read-only jobs share.
+LoadEmaAverages = eval_restore.LoadEmaAverages
 
 
 def _Float(x):
@@ -171,9 +176,16 @@ class Trainer:
     worker_register_timeout_secs: float seconds every worker of a
       multi_worker run may take to register at start-up (see
       `distribution.CreateStrategy`, register_timeout_seconds).
+    checkpoint: mode eval: the checkpoint to evaluate, a prefix or a
+      directory of checkpoints (e.g. '<logdir>/best'); None: the newest
+      readable one of '<logdir>/ckpt'.
+    checkpoint_flag: the flag that gave `checkpoint` (for messages).
+    eval_dir: mode eval: where its TensorBoard run and metrics.json go
+      instead of '<logdir>/eval_job' (e.g. when the logdir is read-only).
 
   Raises:
-    ValueError: unknown mode; params without 'task'.
+    ValueError: unknown mode; params without 'task'; checkpoint or
+      eval_dir with a mode other than eval.
   """
 
   def __init__(self, params, logdir, mode=ModeKeys.TRAIN, seed=None,
@@ -181,16 +193,26 @@ class Trainer:
                init_from_checkpoint_rules=None, tty=None, stream=None,
                resume_hint=None,
                worker_register_timeout_secs=(
-                   distribution.DEFAULT_REGISTER_TIMEOUT_SECONDS)):
+                   distribution.DEFAULT_REGISTER_TIMEOUT_SECONDS),
+               checkpoint=None, checkpoint_flag='--checkpoint',
+               eval_dir=None):
     if mode not in ModeKeys.ALL:
       raise ValueError('mode %r is not one of %s.' % (mode,
                                                      list(ModeKeys.ALL)))
     if 'task' not in params:
       raise ValueError('Trainer: params have no "task"; expected the params '
                        'of registry.GetParams(key).')
+    for name, value in (('checkpoint', checkpoint), ('eval_dir', eval_dir)):
+      if value is not None and mode != ModeKeys.EVAL:
+        raise ValueError('Trainer: %s=%r applies to mode %r only, not %r; '
+                         'leave it None.' % (name, value, ModeKeys.EVAL,
+                                             mode))
     self._params = params.Copy(frozen=False)
     self._logdir = logdir
     self._mode = mode
+    self._checkpoint = checkpoint
+    self._checkpoint_flag = checkpoint_flag
+    self._eval_dir = eval_dir
     self._seed = seed
     self._strategy_arg = strategy
     self._register_timeout = worker_register_timeout_secs
@@ -269,7 +291,8 @@ class Trainer:
         written; see `learner.training.validate`), a logdir of another
         experiment, or (`logdir.LogdirInUseError`) a logdir another live
         train job holds.
-      NothingToEvaluateError: mode eval on a logdir without a checkpoint.
+      NothingToEvaluateError: mode eval without a checkpoint to evaluate
+        (none in the logdir, or `checkpoint` names none).
     """
     # First: --strategy=multi_worker must be created before any other op.
     with validate.Refusing():
@@ -286,13 +309,9 @@ class Trainer:
     logdir_lib.CheckNotAnotherExperiment(self._chief_logdir,
                                          self._params.ToText())
     ckpt_dir = os.path.join(self._chief_logdir, 'ckpt')
-    if self._mode == ModeKeys.EVAL and not (
-        tf.train.latest_checkpoint(ckpt_dir) or
-        checkpointer_lib.CompleteCheckpoints(ckpt_dir)):
-      raise NothingToEvaluateError(
-          'mode=eval: no checkpoint in %s to evaluate. Train first (mode '
-          'train or train_and_eval) with this logdir.' %
-          os.path.join(self._chief_logdir, 'ckpt'))
+    if self._mode == ModeKeys.EVAL:  # NothingToEvaluateError, one line.
+      self._eval_candidates = eval_restore.ResolveEvalCheckpoint(
+          self._chief_logdir, self._checkpoint, self._checkpoint_flag)
     trains = self._mode in (ModeKeys.TRAIN, ModeKeys.TRAIN_AND_EVAL)
     self._checked = validate.Experiment(
         self._params, self._strategy, train=trains,
@@ -311,9 +330,9 @@ class Trainer:
       self._CheckWarmStart(ckpt_dir)
     for warning in self._checked.warnings:  # Only for a run that trains.
       self._Print(warning)
-    tf.io.gfile.makedirs(self._logdir)
-    if self._mode == ModeKeys.EVAL:
+    if self._mode == ModeKeys.EVAL:  # Reads the logdir; writes its own dir.
       return self._RunEval()
+    tf.io.gfile.makedirs(self._logdir)
     # One live train job per logdir (only the writer, the chief, locks).
     with logdir_lib.TrainLock(self._logdir) if (
         self._logdir == self._chief_logdir) else contextlib.nullcontext(), (
@@ -676,39 +695,57 @@ class Trainer:
     return results
 
   def _RunEval(self):
+    """Mode eval: restores one checkpoint, evaluates it, reports it.
+
+    The restore of every read-only job (`eval_restore.RestoreForEval`):
+    averages for the variables of a learner that keeps them (Ema), raw
+    weights for the others. Writes only its output directory
+    (`_EvalOutputDir`), and nothing at all on a read-only logdir without
+    `eval_dir`.
+    """
     task = self._BuildTask(train=False)
-    ckpt = tf.train.Checkpoint(task=task)
-    ckpter = checkpointer_lib.Checkpointer(
-        ckpt, os.path.join(self._chief_logdir, 'ckpt'), report=self._Print,
-        read_only=True)
-    # Every model variable must come from the checkpoint (else the error
-    # names the missing ones); its optimizer slots are not needed.
-    restored = ckpter.Restore(expect_partial=True)
-    if not restored:
-      raise ValueError(
-          'mode=eval: no checkpoint in %s to evaluate. Train first (mode '
-          'train or train_and_eval) with this logdir.' %
-          os.path.join(self._logdir, 'ckpt'))
-    step = int(task.global_step.numpy())
-    ema_classes = _EmaClasses(task)
-    if ema_classes:
-      n = LoadEmaAverages(restored, task, ema_classes)
+    restored, step, n = eval_restore.RestoreNewestForEval(
+        self._eval_candidates, task, self._Print)
+    if n:
       self._Print('Evaluating on the EMA averages of the weights (%d '
                   'variables restored from %s).' % (n, restored))
-    job_dir = logdir_lib.EVAL_JOB_DIR
-    summary_lib.WriteParamsText(self._Writer(job_dir), self._params.ToText())
-    results = self.Evaluate(task, step, summary_dir=job_dir)
-    self._Print('Eval at global step %d: %s' % (step, ', '.join(
-        '%s %.5g' % (k, v) for k, v in sorted(results.items()))))
+    out_dir = self._EvalOutputDir()
+    results = evaler_lib.EvalMetrics(self._params, task)
+    if out_dir:
+      writer = self._Writer(out_dir)
+      summary_lib.WriteParamsText(writer, self._params.ToText())
+      summary_lib.WriteScalars(writer, step,
+                               {k: (v, 1.0) for k, v in results.items()})
+    self._Print('Eval at global step %d%s: %s' % (
+        step, '' if self._checkpoint is None else ' (%s)' % restored,
+        ', '.join('%s %.5g' % (k, v) for k, v in sorted(results.items()))))
     result = dict(results, global_step=step)
     counts = skipped_steps.CheckpointSkippedCounts(
         tf.train.load_checkpoint(restored))
     if counts:
       result.update(skipped_steps.SkippedCounts(counts))
-    self._WriteMetrics(result, job_dir=job_dir)
-    self._Print('Eval metrics written to %s.' % os.path.join(
-        self._logdir, job_dir, logdir_lib.METRICS_FILE))
+    if out_dir:
+      self._WriteMetrics(result, job_dir=out_dir)
+      self._Print('Eval metrics written to %s.' % os.path.join(
+          self._logdir, out_dir, logdir_lib.METRICS_FILE))
     return result
+
+  def _EvalOutputDir(self):
+    """Where mode eval writes: eval_dir, '<logdir>/eval_job' or None.
+
+    None (and one line saying so and the fix) when no eval_dir was given
+    and the logdir cannot be written (`logdir.IsWritable`): the job still
+    evaluates and prints its metrics, and leaves every file as it was.
+    """
+    if self._eval_dir:
+      return os.path.abspath(self._eval_dir)
+    job_dir = os.path.join(self._logdir, logdir_lib.EVAL_JOB_DIR)
+    if logdir_lib.IsWritable(job_dir):
+      return logdir_lib.EVAL_JOB_DIR
+    self._Print('NOTE: %s is read-only: the eval results are printed, not '
+                'written. Give --eval_dir=<a writable directory> to keep '
+                'them (TensorBoard run and metrics.json).' % self._logdir)
+    return None
 
 
 def _AdvanceIterator(iterator, num_batches):
@@ -728,8 +765,8 @@ def _AdvanceIterator(iterator, num_batches):
           tf.constant(num_batches, tf.int64))
 
 
-class NothingToEvaluateError(ValueError):
-  """--mode=eval on a logdir that has no checkpoint yet."""
+# --mode=eval with no checkpoint to evaluate (a ValueError).
+NothingToEvaluateError = eval_restore.NoCheckpointError
 
 
 # The warning for a resume with other params (kept here for its callers).
@@ -768,6 +805,16 @@ def DefineFlags():
                     'or export (a SavedModel of the predictions).')
   evaler_lib.DefineFlags()
   export_lib.DefineFlags()
+  flags.DEFINE_string('checkpoint', None,
+                      '--mode=eval or export: the checkpoint to read, a '
+                      'prefix (<logdir>/ckpt/ckpt-200) or a directory of '
+                      'checkpoints (<logdir>/best/); default: the newest in '
+                      '<logdir>/ckpt. Alias: --export_checkpoint.')
+  flags.DEFINE_string('eval_dir', None,
+                      '--mode=eval: write its TensorBoard run and '
+                      'metrics.json here instead of <logdir>/eval_job (e.g. '
+                      'for a read-only logdir, where it writes nothing '
+                      'without this flag).')
   flags.DEFINE_integer('max_steps', None, 'Overrides task.train.max_steps.')
   flags.DEFINE_string('params_override', None,
                       'Params text rooted at the experiment\'s params, e.g. '
@@ -813,6 +860,15 @@ def ListExperiments():
   keys = registry.GetAllRegisteredKeys()
   width = max([len(k) for k in keys] + [1])
   return '\n'.join('%-*s  %s' % (width, k, registry.Describe(k)) for k in keys)
+
+
+def _EvalArgs(mode):
+  """The Trainer's keyword arguments of mode eval from the flags ({} else)."""
+  if mode != ModeKeys.EVAL:
+    return {}
+  flag, checkpoint = eval_restore.ChosenCheckpoint(FLAGS)
+  return dict(checkpoint=checkpoint, checkpoint_flag=flag,
+              eval_dir=FLAGS.eval_dir)
 
 
 def _ResumeHint():
@@ -907,7 +963,8 @@ def main(argv):
           'summaries and metrics.json, e.g. --logdir=/tmp/%s.' %
           FLAGS.model.replace('.', '_'), file=sys.stderr)
     return 2
-  bad_flag = _BadSeedOrLogdir(FLAGS.seed, FLAGS.logdir)
+  bad_flag = (mode_keys.FlagNotForMode(FLAGS.mode, FLAGS) or
+              _BadSeedOrLogdir(FLAGS.seed, FLAGS.logdir))
   if bad_flag:
     print('ERROR: %s' % bad_flag, file=sys.stderr)
     return 2
@@ -932,7 +989,8 @@ def main(argv):
         strategy=FLAGS.strategy,
         init_from_checkpoint=FLAGS.init_from_checkpoint,
         init_from_checkpoint_rules=rules, resume_hint=_ResumeHint(),
-        worker_register_timeout_secs=FLAGS.worker_register_timeout_secs)
+        worker_register_timeout_secs=FLAGS.worker_register_timeout_secs,
+        **_EvalArgs(FLAGS.mode))
   except ValueError as e:  # E.g. init_from_checkpoint_rules that cannot work.
     return _Refuse(e)
   try:

@@ -16,7 +16,7 @@ import tensorflow as tf
 from params import NestedMap
 from params import registry
 from learner.optimizers import ema as ema_lib
-from learner.training import checkpointer as checkpointer_lib
+from learner.training import eval_restore
 from learner.training import export as export_lib
 from learner.training import trainer as trainer_lib
 
@@ -58,7 +58,7 @@ def test_digits_saved_model_gives_the_mlp_logits_by_hand(tmp_path, ema):
   p = _DigitsParams(ema)
   export_dir, out = _TrainAndExport(tmp_path, p)
   assert export_dir == os.path.join(str(tmp_path), 'export', '30')
-  assert ('(EMA averages)' in out) == ema
+  assert ('(EMA averages of 4 variables)' in out) == ema
   assert 'serving_default(features float32 [None, 64]) -> logits float32 ' \
          '[None, 10]' in out
   loaded = tf.saved_model.load(export_dir)
@@ -100,7 +100,7 @@ def test_mnist1d_convnet_saved_model_equals_the_task_on_the_same_batch(
   # The task, built afresh and restored from the same checkpoint.
   task = p.task.Instantiate()
   path = tf.train.latest_checkpoint(str(tmp_path / 'ckpt'))
-  assert checkpointer_lib.RestoreForEval(path, task) == (20, 0)
+  assert eval_restore.RestoreForEval(path, task) == (20, 0)
   batch = _EvalBatch(p)
   want = task.ComputePredictions(task.theta, NestedMap(batch)).logits.numpy()
   got = tf.saved_model.load(export_dir).signatures['serving_default'](

@@ -17,7 +17,7 @@ import tensorflow as tf
 from params import registry
 from learner.optimizers import ema as ema_lib
 from learner import optimizers
-from learner.training import checkpointer as checkpointer_lib
+from learner.training import eval_restore
 from learner.training import trainer as trainer_lib
 from schedules.dev_based import DevBasedSchedule
 
@@ -238,7 +238,7 @@ def test_read_only_jobs_restore_checkpoints_with_or_without_iterator(
   task = _Params().task.Instantiate()
   assert task.vars.w.numpy() != w  # Not yet restored.
   path = str(logdir / 'ckpt' / 'ckpt-20')
-  assert checkpointer_lib.RestoreForEval(path, task) == (20, 0)
+  assert eval_restore.RestoreForEval(path, task) == (20, 0)
   assert task.vars.w.numpy() == w
 
 

@@ -1,0 +1,75 @@
+"""Experiments of test_readonly_jobs.py: y = w*x + b with two learners.
+
+Learner 'lw' trains w (plain momentum), learner 'lb' trains b with an Ema
+of decay 0.9 around SGD, so the averages cover b only. Registered under
+`readonly_experiments.<Class>`, importable by a trainer subprocess whose
+PYTHONPATH holds this directory. Imported by name, as pytest puts this
+directory on sys.path.
+"""
+
+from configs import inputs
+from configs import model_tasks
+from learner import learner as learner_lib
+from learner.optimizers import base as base_optimizer
+from learner.optimizers import ema as ema_lib
+from learner.optimizers.factory import get_optimizer_fn
+from learner.optimizers.factory import get_optimizer_wrapper_fn
+from params import registry
+from schedules.base_schedule import ConstantOne
+
+EMA_DECAY = 0.9
+
+
+def _Learner(name, regex, **kw):
+  return learner_lib.Learner.Params().Set(
+      name=name, loss_name='loss', bprop_variable_filter=regex,
+      lr_schedule=ConstantOne.Params(), **kw)
+
+
+class _Base:
+  """30 steps, a checkpoint and an evaluation every 10 (dev: loss, max)."""
+
+  def LearnerB(self):
+    raise NotImplementedError
+
+  def Task(self):
+    p = model_tasks.LinearRegressionTask.Params().Set(name='regression')
+    p.train.Set(max_steps=30, save_interval_steps=10, save_max_to_keep=5,
+                summary_interval_steps=10, log_interval_steps=10)
+    # 'max' of the loss: the best checkpoint is the first evaluation's
+    # (step 10), not the newest, so choosing it is visible.
+    p.eval.Set(dev_metric='loss', dev_metric_mode='max', interval_steps=10)
+    p.train.learner = [
+        _Learner('lw', '/w$', optimizer_fn=get_optimizer_fn(
+            'momentum', learning_rate=0.05, momentum=0.9)),
+        self.LearnerB()]
+    return p
+
+  def Train(self):
+    return inputs.LinearRegressionInput.Params().Set(
+        name='train_input', split='train', batch_size=32)
+
+  def Eval(self):
+    return inputs.LinearRegressionInput.Params().Set(
+        name='eval_input', split='test', batch_size=200, shuffle=False,
+        num_epochs=1, drop_remainder=False)
+
+
+@registry.Register
+class TwoLearnersOneEma(_Base):
+  """'lb' is Ema(0.9, SGD 0.2) given as optimizer params."""
+
+  def LearnerB(self):
+    return _Learner('lb', '/b$', learning_rate=0.2,
+                    optimizer=ema_lib.Ema.Params().Set(
+                        decay=EMA_DECAY,
+                        optimizer=base_optimizer.SGD.Params()))
+
+
+@registry.Register
+class TwoLearnersEmaFn(_Base):
+  """'lb' is Ema(0.9, SGD 0.2) given through optimizer_fn."""
+
+  def LearnerB(self):
+    return _Learner('lb', '/b$', optimizer_fn=get_optimizer_wrapper_fn(
+        'ema', get_optimizer_fn('sgd', learning_rate=0.2), decay=EMA_DECAY))
