@@ -43,6 +43,7 @@ from learner.optimizers import resolve
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.var_grad import VarGrad
 from params import BaseLayer
+from params import IsTrainable
 from params import NestedMap
 from params import checks
 from schedules import exponential
@@ -279,7 +280,7 @@ class Learner(BaseLayer):
     seen = set()
 
     def _Keep(var):
-      if not getattr(var, 'trainable', False):
+      if not IsTrainable(var):
         return False
       if id(var) in seen:
         return False
@@ -332,7 +333,7 @@ class Learner(BaseLayer):
           'bprop_variable_exclusion=%r; trainable variables seen: %s.' %
           (self.path, p.bprop_variable_filter, p.bprop_variable_exclusion,
            [var_grad_lib.VarName(v) for v in _AsMap(vmap).Flatten()
-            if getattr(v, 'trainable', False)]))
+            if IsTrainable(v)]))
     self.optimizer.Bind(selected)
     self._bound = frozenset(self._bound or ()) | frozenset(
         var_grad_lib.VarName(v) for v in variables)

@@ -13,6 +13,7 @@ from params import params_text
 from params.nested_map import NestedMap
 from params.base_layer import AddToCollection
 from params.base_layer import BaseLayer
+from params.base_layer import IsTrainable
 from params.base_layer import SKIP_LP_REGULARIZATION
 from params.base_layer import VarCollections
 from params import registry

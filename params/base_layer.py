@@ -293,14 +293,27 @@ class BaseLayer(tf.Module):
     or one call on an example) so the learners see its variables when they
     bind. A Keras layer already built keeps the variable names Keras gave it.
 
+    A list, tuple or dict of Keras layers is taken the same way: its
+    variables are `vars[name][i]` (or `vars[name][key]`), trained like an
+    attribute's; an unbuilt layer in it is named '<name>_<i>' (or
+    '<name>_<key>').
+
+    A Keras layer set `trainable=False` (in its constructor, or later) is
+    frozen: no learner selects its variables (`IsTrainable`), and
+    model_analysis.txt counts them as not trainable. Learners select when
+    they bind (when the task is built) and when an Apply is traced; set the
+    flag before either.
+
     Raises:
-      ValueError: if `name` is already a child or variable of this layer.
+      ValueError: if `name` is already a child or variable of this layer;
+        a list, tuple or dict that mixes Keras layers with other values.
     """
-    if (not name.startswith('_') and _IsKerasLayer(value) and
-        '_private_keras' in self.__dict__):
+    keras = _KerasContainer(name, value) if not name.startswith('_') else None
+    if keras is not None and '_private_keras' in self.__dict__:
       if self._private_keras.get(name) is not value:
         self._CheckNewName(name)
-        _AdoptKerasLayer(value, name, self.path)
+        for child_name, layer in keras:
+          _AdoptKerasLayer(layer, child_name, self.path)
         self._private_keras[name] = value
     elif '_private_keras' in self.__dict__:
       self._private_keras.pop(name, None)
@@ -417,8 +430,8 @@ class BaseLayer(tf.Module):
       sub = _ChildVars(child)
       if sub is not None:
         out[k] = sub
-    for k, keras_layer in self._private_keras.items():
-      out[k] = _KerasVars(keras_layer, '%s.%s' % (self.path, k))
+    for k, keras_value in self._private_keras.items():
+      out[k] = _KerasContainerVars(keras_value, '%s.%s' % (self.path, k))
     return out
 
   @property
@@ -491,6 +504,65 @@ def _IsKerasLayer(value):
   return isinstance(value, tf.keras.layers.Layer)
 
 
+def _KerasContainer(name, value):
+  """[(name for an unbuilt layer, Keras layer)] of `value`, or None.
+
+  `value` is a Keras layer, or a non-empty list/tuple/dict of them; None
+  for anything else.
+
+  Raises:
+    ValueError: a list, tuple or dict holding Keras layers and other
+      values, which no learner could train as one attribute.
+  """
+  if _IsKerasLayer(value):
+    return [(name, value)]
+  if isinstance(value, dict):
+    items = [('%s_%s' % (name, k), v) for k, v in value.items()]
+  elif isinstance(value, (list, tuple)):
+    items = [('%s_%d' % (name, i), v) for i, v in enumerate(value)]
+  else:
+    return None
+  keras = [_IsKerasLayer(v) for _, v in items]
+  if not any(keras):
+    return None
+  if not all(keras):
+    raise ValueError(
+        '%r holds Keras layers and other values (%s); a learner trains a '
+        'list, tuple or dict of Keras layers only. Keep the Keras layers in '
+        'their own attribute.' % (name, sorted({
+            type(v).__name__ for _, v in items if not _IsKerasLayer(v)})))
+  return items
+
+
+def _KerasContainerVars(value, where):
+  """`_KerasVars` of a Keras layer, or a list / NestedMap of them."""
+  if _IsKerasLayer(value):
+    return _KerasVars(value, where)
+  if isinstance(value, dict):
+    return NestedMap({_KerasKey(str(k)): _KerasVars(v, '%s[%r]' % (where, k))
+                      for k, v in value.items()})
+  return [_KerasVars(v, '%s[%d]' % (where, i)) for i, v in enumerate(value)]
+
+
+def IsTrainable(var):
+  """True if learners may train `var`: a trainable variable, not frozen.
+
+  A variable of a Keras layer follows the Keras flag (`layer.trainable =
+  False` freezes it, as in Keras) read now; any other variable its own
+  `trainable`.
+
+  Args:
+    var: a tf.Variable (or anything with `trainable`).
+
+  Returns:
+    Python bool.
+  """
+  keras_variable = getattr(var, 'tf_learner_keras_variable', None)
+  if keras_variable is not None and not keras_variable.trainable:
+    return False
+  return bool(getattr(var, 'trainable', False))
+
+
 def _AdoptKerasLayer(keras_layer, name, parent_path):
   """Names an unbuilt Keras layer `name`; it builds in scope `parent_path`.
 
@@ -538,6 +610,7 @@ def _KerasVars(keras_layer, where):
     if not isinstance(var, tf.Variable):
       raise TypeError('%s: Keras variable %r does not hold a tf.Variable '
                       '(got %r).' % (where, kv.path, type(var).__name__))
+    var.tf_learner_keras_variable = kv  # IsTrainable reads its flag.
     path = kv.path[len(prefix):] if kv.path.startswith(prefix) else kv.path
     keys = [_KerasKey(k) for k in path.split('/')]
     node = out

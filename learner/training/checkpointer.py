@@ -36,6 +36,7 @@ import re
 
 from absl import logging
 import tensorflow as tf
+from tensorflow.python.checkpoint import graph_view  # pylint: disable=g-direct-tensorflow-import
 
 from learner.training import skipped_steps
 from params import BaseLayer
@@ -548,7 +549,26 @@ def VariableCheckpointKeys(layer, root_key='task'):
         _Walk(c, '%s/%s' % (prefix, k))
 
   _Walk(layer, root_key)
+  _KerasVariableKeys(layer, root_key, out)
   return out
+
+
+def _KerasVariableKeys(layer, root_key, out):
+  """Adds to `out` the keys of the Keras layers' variables in `layer`.
+
+  A Keras layer (an attribute of a layer, or in a list/dict attribute)
+  keys its variables by its own attribute names (e.g. Dense's kernel is
+  '.../head/_kernel/...'), so they are read from TF's own object graph of
+  the checkpoint: the path of each Keras variable from the root.
+  """
+  root = tf.train.Checkpoint(**{root_key: layer})  # The view holds a weakref.
+  objects, paths = graph_view.ObjectGraphView(root).breadth_first_traversal()
+  for obj in objects:
+    if not isinstance(obj, tf.keras.Variable):
+      continue
+    name = _VarName(obj.value)
+    if name not in out:
+      out[name] = '/'.join(ref.name for ref in paths[obj]) + _VAR_SUFFIX
 
 
 def VariableName(var):

@@ -34,6 +34,7 @@ from learner.optimizers import base as base_optimizer
 from learner.optimizers import factory as optimizer_factory
 from learner.optimizers import var_grad
 from learner.training import checkpointer as checkpointer_lib
+from params import IsTrainable
 
 CheckpointMismatchError = checkpointer_lib.CheckpointMismatchError
 
@@ -176,7 +177,7 @@ def AveragedVariableNames(task):
   bprop_variable_filter / bprop_variable_exclusion on the name).
   """
   names = [var_grad.VarName(v) for v in task.ModelVars().Flatten()
-           if getattr(v, 'trainable', False)]
+           if IsTrainable(v)]
   out = {}
   for lp in task.LearnerParamsList():
     if not LearnerAveragingClasses(lp):
@@ -222,7 +223,7 @@ def LoadEmaAverages(checkpoint_path, task, ema_classes, required=None):
     if found:
       var.assign(reader.get_tensor(found[0]))
       n += 1
-    elif (name in required) if required is not None else var.trainable:
+    elif (name in required) if required is not None else IsTrainable(var):
       missing.append(name)
   if missing:
     learners = sorted({required[m] for m in missing} if required else ())

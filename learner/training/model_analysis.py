@@ -9,6 +9,7 @@ once.
 """
 
 from learner.optimizers import var_grad as var_grad_lib
+from params import IsTrainable
 
 
 def _Size(var):
@@ -38,7 +39,9 @@ def ModelAnalysis(task, learners=()):
 
   Returns:
     str: a header, one line per variable
-    ('<name>  <shape>  <size>  <dtype>  <learners>'), the values trained by
+    ('<name>  <shape>  <size>  <dtype>  <learners>', learners '-' for
+    none, 'frozen' for a variable of a Keras layer set trainable=False),
+    the values trained by
     each learner, and 'Total' lines (all values; trainable ones).
   """
   model_vars = task.ModelVars()
@@ -59,12 +62,19 @@ def ModelAnalysis(task, learners=()):
     n = var_grad_lib.VarName(v)
     lines.append('%-*s  %-16s  %12d  %-8s  %s' % (
         width, n, str(v.shape.as_list()), sizes[n], v.dtype.name,
-        ','.join(trained_by.get(n)) or '-'))
+        ','.join(trained_by.get(n)) or _Untrained(v)))
   lines.append('')
   for name, names in per_learner:
     lines.append('Learner %s: %d variables, %d values' %
                  (name, len(names), sum(sizes.get(n, 0) for n in names)))
-  trainable = sum(_Size(v) for v in variables if v.trainable)
+  trainable = sum(_Size(v) for v in variables if IsTrainable(v))
   lines.append('Total: %d variables, %d values (%d trainable)' %
                (len(variables), sum(sizes.values()), trainable))
   return '\n'.join(lines) + '\n'
+
+
+def _Untrained(var):
+  """The learners column of a variable no learner trains."""
+  if getattr(var, 'trainable', False) and not IsTrainable(var):
+    return 'frozen'
+  return '-'

@@ -297,8 +297,10 @@ class Trainer:
     # First: --strategy=multi_worker must be created before any other op.
     with validate.Refusing():
       self._strategy = self._Strategy()
+    # Seeded before the task is built, so Keras layers' initializers (and
+    # anything else drawing from the global RNGs) repeat run after run.
+    tf.keras.utils.set_random_seed(_GlobalSeed(self._seed, self._params))
     if self._seed is not None:
-      tf.keras.utils.set_random_seed(int(self._seed))
       tf.config.experimental.enable_op_determinism()
     # Multi-worker: only the chief writes to logdir; the other workers write
     # to a temporary directory and resume from the chief's checkpoints.
@@ -930,6 +932,19 @@ def _RefuseModule(error):
     raise error
   print('ERROR: %s' % error, file=sys.stderr)
   return 2
+
+
+def _GlobalSeed(seed, params):
+  """The seed of numpy, Python and TF's global RNGs for a run (an int).
+
+  `--seed` if given; else the task's `random_seed` (what seeds the
+  variables `CreateVariable` makes); else 0. So two runs of the same
+  command start from the same weights, Keras layers' included.
+  """
+  if seed is not None:
+    return int(seed)
+  task_seed = params.task.random_seed if 'task' in params else None
+  return int(task_seed) % 2**32 if task_seed is not None else 0
 
 
 def _BadSeedOrLogdir(seed, logdir):

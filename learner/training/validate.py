@@ -36,6 +36,7 @@ from params import NestedMap
 from params import hyperparams
 from learner.optimizers import var_grad
 from learner.training import distribution
+from params import IsTrainable
 from schedules.base_schedule import ScheduleValueError
 
 # Optimizer params holding lists of regexes on variable names.
@@ -220,8 +221,7 @@ def _CheckRules(rules):
 def _TrainableNames(task):
   with Refusing():  # E.g. an unbuilt Keras layer: no variables to name.
     variables = task.ModelVars().Flatten()
-  return [var_grad.VarName(v) for v in variables
-          if getattr(v, 'trainable', False)]
+  return [var_grad.VarName(v) for v in variables if IsTrainable(v)]
 
 
 def _CheckFilters(task):
