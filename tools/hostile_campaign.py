@@ -252,6 +252,10 @@ BAD_FLAGS = [
      'bprop_variable_exclusion'),
     (['--params_override=task.train.learner.lr_schedule.schedule'
       '.warmup_steps : -5'], 'warmup_steps'),
+    (['--checkpoint=/tmp/x/ckpt-1'], '--checkpoint'),
+    (['--eval_dir=/tmp/x_eval'], '--eval_dir'),
+    (['--mode=eval', '--eval_dir=/tmp/x_eval', '--evaler_timeout_secs=5'],
+     '--evaler_timeout_secs'),
 ]
 
 
