@@ -149,14 +149,33 @@ class Params:
       raise AttributeError(name)
     params = self.__dict__['_params']
     if name not in params:
-      raise AttributeError(_UnknownNameMessage('Param', name, params))
+      raise AttributeError(self._Unknown(name))
     return params[name].value
 
   def __setattr__(self, name, value):
     self._CheckMutable(name)
     if name not in self._params:
-      raise AttributeError(_UnknownNameMessage('Param', name, self._params))
+      raise AttributeError(self._Unknown(name))
     self._params[name].value = value
+
+  def SetHints(self, hints):
+    """Says where a name that is not defined here belongs; returns self.
+
+    Args:
+      hints: {name: text}; getting or setting an undefined `name` raises
+        AttributeError "Param '<name>' is not defined here: <text>" instead
+        of the closest defined names (e.g. for a Lingvo key that lives on
+        another params object). Kept by Copy; not part of the params' text
+        or equality.
+    """
+    self.__dict__['_hints'] = dict(hints)
+    return self
+
+  def _Unknown(self, name):
+    hint = self.__dict__.get('_hints', {}).get(name)
+    if hint:
+      return 'Param %r is not defined here: %s' % (name, hint)
+    return _UnknownNameMessage('Param', name, self._params)
 
   def __dir__(self):
     return sorted(list(self._params.keys()) + list(super().__dir__()))
@@ -192,7 +211,7 @@ class Params:
   def GetDoc(self, name):
     """Returns the documentation string of param `name`."""
     if name not in self._params:
-      raise AttributeError(_UnknownNameMessage('Param', name, self._params))
+      raise AttributeError(self._Unknown(name))
     return self._params[name].doc
 
   def _CheckMutable(self, name):
@@ -233,7 +252,7 @@ class Params:
       if name not in obj._params:
         raise AttributeError(
             'Key %r: ' % key +
-            _UnknownNameMessage('Param', name, obj._params))
+            obj._Unknown(name))
       if seg_i == len(segments) - 1:
         return obj, name, indices
       obj = obj._params[name].value
@@ -290,7 +309,7 @@ class Params:
     for name in names:
       self._CheckMutable(name)
       if name not in self._params:
-        raise AttributeError(_UnknownNameMessage('Param', name, self._params))
+        raise AttributeError(self._Unknown(name))
       del self._params[name]
     return self
 

@@ -422,3 +422,19 @@ def test_frozen_containers_read_compare_and_print_as_before():
   assert type(r.xs) is list and type(r.table) is dict
   assert r.xs == [1, [2, 3, 5], 4] and q.xs == [1, [2, 3]]
   assert p.xs == [1, [2, 3]]  # Freezing a copy left the original alone.
+
+
+def test_hints_say_where_an_undefined_name_belongs_and_survive_copy():
+  p = hyperparams.Params()
+  p.Define('a', 1, '')
+  p.SetHints({'b': 'b lives on the parent: parent.b.'})
+  for q in (p, p.Copy()):
+    with pytest.raises(AttributeError) as e:
+      q.b = 2
+    assert str(e.value) == ("Param 'b' is not defined here: b lives on the "
+                            'parent: parent.b.')
+    with pytest.raises(AttributeError, match="Did you mean 'a'"):
+      q.aa = 2  # No hint: the closest names, as before.
+  other = hyperparams.Params()
+  other.Define('a', 1, '')
+  assert p == other and p.ToText() == other.ToText()  # Not part of either.
