@@ -28,6 +28,8 @@ class LinearAdamL2:
     p.train.max_steps = self.MAX_STEPS
     p.train.save_interval_steps = 200
     p.train.summary_interval_steps = 20
+    p.train.save_max_to_keep = 3  # Ours, not Lingvo's 100.
+    p.train.steps_per_loop = 100
     p.train.log_interval_steps = 100
     p.eval.dev_metric = 'mse'
     p.train.learner = learner_lib.Learner.Params().Set(

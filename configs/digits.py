@@ -43,6 +43,8 @@ def MlpTaskParams(hidden_dims=(128,)):
   p.eval.dev_metric_mode = 'max'
   p.train.save_interval_steps = 200
   p.train.summary_interval_steps = 20
+  p.train.save_max_to_keep = 3  # Ours, not Lingvo's 100.
+  p.train.steps_per_loop = 100
   p.train.log_interval_steps = 100
   return p
 

@@ -150,6 +150,8 @@ class CharTransformer:
     p.train.max_steps = self.MAX_STEPS
     p.train.save_interval_steps = 300
     p.train.summary_interval_steps = 50
+    p.train.save_max_to_keep = 3  # Ours, not Lingvo's 100.
+    p.train.steps_per_loop = 100
     p.train.log_interval_steps = 50
     # The train input shuffles 418,000 windows in one tf.data buffer, which
     # an iterator checkpoint saves element by element (83 MB, ~18 s per

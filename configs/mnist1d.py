@@ -104,6 +104,8 @@ def _Common(p, max_steps):
   p.train.max_steps = max_steps
   p.train.save_interval_steps = 1000
   p.train.summary_interval_steps = 100
+  p.train.save_max_to_keep = 3  # Ours, not Lingvo's 100.
+  p.train.steps_per_loop = 100
   p.train.log_interval_steps = 500
   p.eval.interval_steps = 1000
   p.eval.dev_metric = 'accuracy'

@@ -30,6 +30,8 @@ class LinearRegression:
     p.train.max_steps = self.MAX_STEPS
     p.train.save_interval_steps = 100
     p.train.summary_interval_steps = 10
+    p.train.save_max_to_keep = 3  # Ours, not Lingvo's 100.
+    p.train.steps_per_loop = 100
     p.train.log_interval_steps = 50
     p.eval.dev_metric = 'loss'
     p.train.learner = learner_lib.Learner.Params().Set(

@@ -49,6 +49,8 @@ class DistributedLinearRegressionBase:
     p.train.max_steps = self.MAX_STEPS
     p.train.save_interval_steps = 100
     p.train.summary_interval_steps = 10
+    p.train.save_max_to_keep = 3  # Ours, not Lingvo's 100.
+    p.train.steps_per_loop = 100
     p.train.log_interval_steps = 50
     # SyncReplicasOptimizer(replicas_to_aggregate=None -> all replicas).
     p.train.replicas_to_aggregate = None

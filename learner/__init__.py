@@ -35,6 +35,7 @@ _EXPORTS = {
     'RMSProp': 'learner.optimizers',
     'AdaDelta': 'learner.optimizers',
     'Adafactor': 'learner.optimizers',
+    'XLAShardingAdafactor': 'learner.optimizers',
     'LAMB': 'learner.optimizers',
     'Lion': 'learner.optimizers',
     'Lars': 'learner.optimizers.lars',

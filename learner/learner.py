@@ -39,6 +39,7 @@ from learner import guarded_update
 from learner import loss_scale as loss_scale_lib
 from learner.guarded_update import SKIP_REASONS  # pylint: disable=unused-import
 from learner.optimizers import kernels
+from learner.optimizers.base import BaseOptimizer
 from learner.optimizers import resolve
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.var_grad import VarGrad
@@ -177,7 +178,7 @@ class Learner(BaseLayer):
         'update (4 B/param, ~1/5 of a Momentum update\'s traffic). False '
         'leaves var_norm/all out (per_variable_norm_metrics still reports '
         'var_norm/<var>).')
-    return p
+    return p.SetHints(_LearnerHints())
 
   def __init__(self, params):
     super().__init__(params)
@@ -325,6 +326,10 @@ class Learner(BaseLayer):
             'use lr_schedule_step=\'updates\' for a standalone learner.' %
             self.path)
       self._global_step = _Ref(global_step)
+    if global_step is not None:
+      for layer in self.optimizer.Descendants():
+        if isinstance(layer, BaseOptimizer):
+          layer.UseGlobalStep(global_step)
     selected = self.GetTrainableVariables(vmap)
     variables = selected.Flatten()
     if not variables:
@@ -655,6 +660,29 @@ class Learner(BaseLayer):
 
 # ---- helpers ---------------------------------------------------------------
 
+# Lingvo's task train knobs (p.train, not the learner's).
+_TASK_TRAIN_KEYS = (
+    'max_steps', 'save_interval_steps', 'save_interval_seconds',
+    'save_max_to_keep', 'save_keep_checkpoint_every_n_hours',
+    'summary_interval_steps', 'tpu_steps_per_loop', 'ema_decay',
+    'ema_schedule', 'vn_std', 'vn_start_step', 'early_stop',
+    'init_from_checkpoint_rules', 'start_up_delay_steps')
+# Params of the update rules a Lingvo config may set on the wrong object.
+_OPTIMIZER_KEYS = ('beta1', 'beta2', 'epsilon', 'alpha', 'momentum',
+                   'use_nesterov', 'decay', 'initial_accumulator_value',
+                   'beta1_power', 'decay_rate', 'rho')
+
+
+def _LearnerHints():
+  """{name: where it belongs} for names a Lingvo config may put here."""
+  hints = {k: 'a task train param: task.train.%s (p.train.%s).' % (k, k)
+           for k in _TASK_TRAIN_KEYS}
+  hints.update({k: 'a param of the optimizer: task.train.learner.optimizer.'
+                   '%s (e.g. optimizer=Adam.Params().Set(%s=...)).' % (k, k)
+                for k in _OPTIMIZER_KEYS})
+  return hints
+
+
 
 class _Ref:
   """Holds a reference that tf.Module must not track (a plain object)."""
@@ -669,3 +697,70 @@ def _AsMap(vmap):
 
 # GlobalNorm is the pipeline's; kept here for `from learner.learner import GlobalNorm`.
 GlobalNorm = pipeline.GlobalNorm
+
+
+# ---- Lingvo's legacy learner params on a task's p.train --------------------
+
+# lingvo/core/learner.py _LEGACY_LEARNER_PARAMS (0.14.2), in its order: the
+# keys ExtractLearnerFromLegacyParams moves from p.train to the learner.
+LEGACY_LEARNER_PARAMS = (
+    'bprop_variable_filter', 'bprop_variable_exclusion',
+    'clip_gradient_norm_to_value', 'clip_gradient_single_norm_to_value',
+    'colocate_gradients_with_ops', 'gate_gradients', 'scale_gradients',
+    'grad_aggregation_method', 'grad_norm_to_clip_to_zero',
+    'grad_norm_tracker', 'l1_regularizer_weight', 'l2_regularizer_weight',
+    'learning_rate', 'lr_schedule', 'optimizer', 'learner_use_variable_scope')
+
+# Of those, the TF1 graph arguments our Learner has no param for, with
+# Lingvo's defaults (docs/lingvo.md, "Param differences", class Learner).
+TF1_GRADIENT_ARGS = {
+    'grad_aggregation_method': tf.AggregationMethod.EXPERIMENTAL_TREE,
+    'gate_gradients': False,
+    'colocate_gradients_with_ops': True,
+    'learner_use_variable_scope': True,
+}
+
+
+def ExtractLearnerFromLegacyParams(tp, cls=Learner, remove_legacy_params=True):
+  """Learner params from the legacy learner keys of a task's `p.train`.
+
+  Lingvo's `learner.ExtractLearnerFromLegacyParams`: the learner is named
+  'loss' (so it minimizes the metric 'loss'); each key of
+  `LEGACY_LEARNER_PARAMS` is copied to it and, with `remove_legacy_params`,
+  set to None on `tp`; every other key stays. The learner counts its
+  schedule in global steps (`lr_schedule_step='global_step'`), as Lingvo's
+  does. The TF1 gradient arguments (`TF1_GRADIENT_ARGS`) have no learner
+  param here: a value other than Lingvo's default is warned about by name.
+
+  Args:
+    tp: the task's train params (hyperparams.Params, mutable if
+      `remove_legacy_params`).
+    cls: the Learner class whose Params() are filled.
+    remove_legacy_params: clear the moved keys on `tp` (Lingvo's default).
+
+  Returns:
+    The learner's Params.
+
+  Raises:
+    ValueError: `scale_gradients` is False (clipping and the finite check
+      are always on here).
+  """
+  lp = cls.Params().Set(name='loss', lr_schedule_step='global_step')
+  for k in LEGACY_LEARNER_PARAMS:
+    v = tp.Get(k)
+    if k in TF1_GRADIENT_ARGS:
+      if v is not None and v != TF1_GRADIENT_ARGS[k]:
+        logging.warning(
+            'task.train.%s : %r is a TF1 graph argument of Lingvo with no '
+            'effect under TF2; it is ignored.', k, v)
+    elif k == 'scale_gradients':
+      if v is False:
+        raise ValueError(
+            'task.train.scale_gradients : False would skip clipping and the '
+            'finite check, which are always on here; remove it (clipping '
+            'is off when the clip values are 0).')
+    else:
+      lp.Set(**{k: v})
+    if remove_legacy_params:
+      tp.Set(**{k: None})
+  return lp

@@ -1,7 +1,9 @@
 """The experiment registry: named experiment params, loaded from `configs/`.
 
 An experiment is a class with methods `Task()`, `Train()` (the train input
-params) and `Eval()` (the eval input params), registered with `@Register`.
+params) and `Eval()` (the eval input params) or Lingvo's `Dev()` and
+`Test()` (`--evaler_dataset=dev|test` picks one), registered with
+`@Register`.
 Its key is its module path under `configs/` plus the class name, e.g. the
 class `MlpMomentum` in `configs/digits.py` is `digits.MlpMomentum`.
 
@@ -47,8 +49,9 @@ def Register(cls):
   outside configs keeps its full module path.
 
   Args:
-    cls: a class whose instances have Task(), Train() and Eval() methods
-      returning Params (task, train input, eval input).
+    cls: a class whose instances have Task() and Train() and, for
+      evaluation, Eval() and/or Lingvo's Dev() and Test(), each returning
+      Params (task, train input, an eval input).
 
   Returns:
     cls, unchanged.
@@ -56,12 +59,15 @@ def Register(cls):
   Raises:
     ValueError: if the key is already registered by another class (a
       re-executed module, e.g. importlib.reload, is not a duplicate), or the
-      class lacks Task/Train/Eval.
+      class lacks Task, Train or every one of Eval, Dev and Test.
   """
-  for method in ('Task', 'Train', 'Eval'):
+  for method in ('Task', 'Train'):
     if not callable(getattr(cls, method, None)):
       raise ValueError('Experiment %s must define %s().' %
                        (cls.__name__, method))
+  if not EvalDatasets(cls):
+    raise ValueError('Experiment %s must define Eval(), or Dev() and/or '
+                     'Test() (Lingvo\'s form).' % cls.__name__)
   key = _KeyOf(cls)
   existing = _REGISTRY.get(key)
   if existing is not None and existing is not cls and not _IsReload(
@@ -288,7 +294,17 @@ def GetClass(key):
   return _REGISTRY[key]
 
 
-def GetParams(key, overrides=None):
+# Evaluation datasets an experiment may define: {name: method}.
+EVAL_DATASETS = {'eval': 'Eval', 'dev': 'Dev', 'test': 'Test'}
+
+
+def EvalDatasets(cls):
+  """The names ('eval', 'dev', 'test') of the eval datasets `cls` defines."""
+  return [n for n, m in EVAL_DATASETS.items()
+          if callable(getattr(cls, m, None))]
+
+
+def GetParams(key, overrides=None, eval_dataset=None):
   """Returns the experiment's params: a Params with task/train_input/eval_input.
 
   Args:
@@ -297,19 +313,34 @@ def GetParams(key, overrides=None):
       `Params.FromText`, rooted at the returned params (so keys start with
       'task.', 'train_input.' or 'eval_input.').
 
+    eval_dataset: which eval input becomes `eval_input`: 'eval', 'dev' or
+      'test' (Eval(), Dev(), Test()); None takes the first the class
+      defines in that order.
+
   Returns:
     Params with `task`, `train_input` and `eval_input` (mutable).
 
   Raises:
     LookupError: unknown key (with close matches).
-    TypeError: if the experiment's Task/Train/Eval does not return Params.
-    ValueError: a bad override (naming the line, the key and close names).
+    TypeError: if the experiment's Task/Train/eval method does not return
+      Params.
+    ValueError: a bad override (naming the line, the key and close names),
+      or an eval_dataset the class does not define (naming those it does).
   """
   cls = GetClass(key)
   experiment = cls()
+  have = EvalDatasets(cls)
+  if eval_dataset is None:
+    eval_dataset = have[0]
+  if eval_dataset not in have:
+    raise ValueError(
+        '--evaler_dataset=%s: experiment %r defines no %s(); its eval '
+        'datasets: %s.' % (eval_dataset, key,
+                           EVAL_DATASETS.get(eval_dataset, eval_dataset),
+                           ', '.join(have)))
   parts = {}
   for name, method in (('task', 'Task'), ('train_input', 'Train'),
-                       ('eval_input', 'Eval')):
+                       ('eval_input', EVAL_DATASETS[eval_dataset])):
     value = getattr(experiment, method)()
     if not isinstance(value, hyperparams.Params):
       raise TypeError('Experiment %r: %s() must return Params, got %s.' %

@@ -122,6 +122,20 @@ class BaseOptimizer(BaseLayer):
     """int64 variable: updates this optimizer applied."""
     return self._num_updates
 
+  def UseGlobalStep(self, global_step):
+    """Gives the task's int64 global step to a rule that counts it.
+
+    The learner calls it at Bind on itself and every optimizer below it.
+    Rules that count their own updates ignore it; Lingvo-named rules whose
+    Lingvo original reads the global step (XLAShardingAdafactor) read it.
+    Not tracked: the task checkpoints its global step.
+    """
+    self.__dict__['_global_step_holder'] = [global_step]
+
+  def GlobalStep(self):
+    """The global step given by `UseGlobalStep`, or None."""
+    return self.__dict__.get('_global_step_holder', [None])[0]
+
   # ---- binding ---------------------------------------------------------------
 
   def Bind(self, vmap):

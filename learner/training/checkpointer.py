@@ -26,6 +26,7 @@ The jobs that only read checkpoints (eval, evaler, export) restore with
 `learner.training.eval_restore.RestoreForEval`, built on the functions here.
 """
 
+import collections
 import contextlib
 import errno
 import glob
@@ -168,11 +169,14 @@ class Checkpointer:
       warm-start from them by variable name (see `InitFromCheckpoint`).
     report: callable(str) that shows a warning to the user (default: print
       to stdout); warnings also go to the absl log.
+    keep_every_n_hours: also keep one checkpoint per this many hours beyond
+      max_to_keep (Lingvo's save_keep_checkpoint_every_n_hours); None or 0:
+      off.
   """
 
   def __init__(self, checkpoint, directory, max_to_keep=3,
                variable_names=None, report=None, model_variables=None,
-               read_only=False):
+               read_only=False, keep_every_n_hours=None):
     self._report = report or (lambda msg: print(msg, flush=True))
     self._checkpoint = checkpoint
     self._directory = directory
@@ -183,8 +187,9 @@ class Checkpointer:
     # CheckpointManager reads the state file; a read-only job with a bad
     # one restores from `self._found` alone (and cannot save).
     self._manager = None if read_only and not state_ok else (
-        tf.train.CheckpointManager(checkpoint, directory,
-                                   max_to_keep=max_to_keep))
+        tf.train.CheckpointManager(
+            checkpoint, directory, max_to_keep=max_to_keep,
+            keep_checkpoint_every_n_hours=keep_every_n_hours or None))
 
   def _FindWithoutStateFile(self, read_only):
     """The complete checkpoints, when the state file cannot list them.
@@ -682,6 +687,51 @@ def OneLineError(error):
   return ' '.join(str(getattr(error, 'message', error)).split())
 
 
+class LingvoInitRules(collections.namedtuple('LingvoInitRules',
+                                             ['load', 'ignore'])):
+  """One checkpoint's rules in Lingvo's `init_from_checkpoint_rules` form.
+
+  load: [(regex, format)]: our variable whose name re.match-es the first
+    such regex takes the checkpoint variable named `format % groups`.
+  ignore: [regex]: our variables whose name re.match-es one are not
+    loaded. Source: Lingvo's `py_utils.OverrideVarsFromCheckpoint`.
+  """
+
+
+def _LingvoPlan(source, variables, rules):
+  """[(our name, source name)] by Lingvo's rules (our name -> source)."""
+  pairs = []
+  for dst_name in sorted(variables):
+    if any(re.match(r, dst_name) for r in rules.ignore):
+      continue
+    for regex, fmt in rules.load:
+      m = re.match(regex, dst_name)
+      if m:
+        src_name = fmt % m.groups()
+        if src_name in source:
+          pairs.append((dst_name, src_name))
+        break
+  return pairs
+
+
+def _InitPairs(source, variables, rules):
+  """[(our name, source name)] of a warm start by `rules` (either form)."""
+  if isinstance(rules, LingvoInitRules):
+    return _LingvoPlan(source, variables, rules)
+  pairs = []
+  for src_name in sorted(source):
+    dst_name = src_name
+    if rules:
+      dst_name = None
+      for regex, repl in rules:
+        if re.search(regex, src_name):
+          dst_name = re.sub(regex, repl, src_name)
+          break
+    if dst_name is not None and dst_name in variables:
+      pairs.append((dst_name, src_name))
+  return pairs
+
+
 def _InitPlan(path, variables, rules):
   """(reader, [(our name, source name, checkpoint key)]) of a warm start."""
   prefix = _ResolveCheckpointPath(path)
@@ -695,16 +745,8 @@ def _InitPlan(path, variables, rules):
   shapes = reader.get_variable_to_shape_map()
   source = _InitSourceNames(prefix, reader)
   plan = []
-  for src_name, key in sorted(source.items()):
-    dst_name = src_name
-    if rules:
-      dst_name = None
-      for regex, repl in rules:
-        if re.search(regex, src_name):
-          dst_name = re.sub(regex, repl, src_name)
-          break
-    if dst_name is None or dst_name not in variables:
-      continue
+  for dst_name, src_name in _InitPairs(source, variables, rules):
+    key = source[src_name]
     var = variables[dst_name]
     if list(shapes[key]) != var.shape.as_list():
       raise ValueError(

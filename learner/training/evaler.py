@@ -150,11 +150,11 @@ class Evaler:
   """
 
   def __init__(self, params, logdir, timeout_secs=DEFAULT_TIMEOUT_SECS,
-               poll_secs=1.0, stream=None):
+               poll_secs=1.0, stream=None, job_dir=None):
     self._params = params
     self._logdir = logdir
     self._ckpt_dir = os.path.join(logdir, 'ckpt')
-    self._dir = os.path.join(logdir, 'evaler')
+    self._dir = os.path.join(logdir, job_dir or logdir_lib.EvalerDir())
     self._timeout = timeout_secs
     self._poll = poll_secs
     self._stream = stream or sys.stdout
@@ -227,7 +227,8 @@ class Evaler:
     steps = {CheckpointStep(p): p for p in paths}
     pending = [steps[s] for s in sorted(steps)
                if s is not None and last < s <= top]
-    interval = self._params.task.train.save_interval_steps
+    # Saves by time (save_interval_steps None): no step is known to be due.
+    interval = self._params.task.train.save_interval_steps or 0
     first = (max(last, 0) // interval + 1) * interval if interval > 0 else 1
     gone = [s for s in range(first, top + 1, max(interval, 1))
             if interval > 0 and s not in steps]
@@ -253,7 +254,7 @@ class Evaler:
         'Evaler: %d checkpoint(s) (global step %s) were deleted by the '
         'trainer\'s rolling task.train.save_max_to_keep (%d) before their '
         'turn; not evaluated. To evaluate every checkpoint, raise '
-        'save_max_to_keep or save_interval_steps (now %d).' % (
+        'save_max_to_keep or save_interval_steps (now %s).' % (
             len(steps), _Steps(steps), tp.save_max_to_keep,
             tp.save_interval_steps))
 
@@ -487,7 +488,8 @@ def Main(params, flag_values):
     return 2
   evaler = Evaler(params, flag_values.logdir,
                   timeout_secs=flag_values.evaler_timeout_secs,
-                  poll_secs=flag_values.evaler_poll_secs)
+                  poll_secs=flag_values.evaler_poll_secs,
+                  job_dir=logdir_lib.EvalerDir(flag_values.evaler_dataset))
   try:
     evaler.Run()
   except (validate.ExperimentError,

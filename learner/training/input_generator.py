@@ -26,7 +26,7 @@ from learner.training import distribution
 from params import BaseLayer
 from params import checks
 
-_SPLITS = ('train', 'test', 'all')
+_SPLITS = ('train', 'dev', 'test', 'all')
 
 
 class BaseInputGenerator(BaseLayer):
@@ -34,14 +34,17 @@ class BaseInputGenerator(BaseLayer):
 
   Subclasses implement `_LoadAllArrays()` -> {name: np.ndarray} (all
   examples, same first dimension); this class splits them deterministically
-  (a permutation drawn from `split_seed`, the last `test_fraction` is
-  'test'), shuffles the training order with `seed`, repeats and batches.
+  (a permutation drawn from `split_seed`: its last `test_fraction` is
+  'test', the `dev_fraction` before that 'dev' (Lingvo's Dev() set), the
+  rest 'train'), shuffles the training order with `seed`, repeats and
+  batches.
 
   Raises:
     ValueError: at construction, for a bad split, or a batch size, seed,
       test fraction, num_epochs or max_examples that is a bool, not an int
       (test_fraction: not a finite number) or out of range (the message
-      names the param; see `ValueChecks`).
+      names the param; see `ValueChecks`); split 'dev' with dev_fraction
+      0; dev_fraction + test_fraction >= 1.
   """
 
   @classmethod
@@ -50,7 +53,8 @@ class BaseInputGenerator(BaseLayer):
     p.name = 'input'
     p.Define('batch_size', 32,
              'Examples per batch (the global batch, over all replicas).')
-    p.Define('split', 'train', "Which examples: 'train', 'test' or 'all'.")
+    p.Define('split', 'train',
+             "Which examples: 'train', 'dev', 'test' or 'all'.")
     p.Define('seed', 1234,
              'Seed of the shuffling order (and of generated data); the same '
              'seed gives the same batches in every run.')
@@ -63,6 +67,9 @@ class BaseInputGenerator(BaseLayer):
              'same shape, which jit_compile and tf.distribute like).')
     p.Define('test_fraction', 0.2,
              "Fraction of the examples held out as the 'test' split.")
+    p.Define('dev_fraction', 0.0,
+             "Fraction of the examples held out as the 'dev' split (taken "
+             "from what 'train' would have; 0: no dev split).")
     p.Define('split_seed', 0,
              'Seed of the permutation that assigns examples to splits; keep '
              'it equal in the train and eval inputs.')
@@ -80,6 +87,7 @@ class BaseInputGenerator(BaseLayer):
                               why='None repeats forever'),
         test_fraction=checks.Real(0, 1, low_open=True, high_open=True,
                                   example=0.2),
+        dev_fraction=checks.Real(0, 1, high_open=True, example=0.1),
         split_seed=checks.Int(0, 2**32 - 1, example=0),
         max_examples=checks.Int(0, none_ok=True, example=1000,
                                 why='None or 0 uses every example'))
@@ -91,6 +99,15 @@ class BaseInputGenerator(BaseLayer):
     if p.split not in _SPLITS:
       raise ValueError('%s: split %r is not one of %s.' %
                        (self.path, p.split, list(_SPLITS)))
+    if p.split == 'dev' and not p.dev_fraction:
+      raise ValueError(
+          "%s: split 'dev' needs dev_fraction > 0 (the held-out share of "
+          "the examples), e.g. dev_fraction=0.1." % self.path)
+    if p.dev_fraction + p.test_fraction >= 1:
+      raise ValueError(
+          '%s: dev_fraction %r + test_fraction %r leave no training '
+          'example; keep their sum below 1.' %
+          (self.path, p.dev_fraction, p.test_fraction))
     self._arrays = None
 
   def _LoadAllArrays(self):
@@ -112,7 +129,11 @@ class BaseInputGenerator(BaseLayer):
     if p.split != 'all':
       order = np.random.RandomState(p.split_seed).permutation(n)
       n_test = max(1, int(round(n * p.test_fraction)))
-      idx = order[n - n_test:] if p.split == 'test' else order[:n - n_test]
+      n_dev = int(round(n * p.dev_fraction))
+      bounds = {'train': (0, n - n_test - n_dev),
+                'dev': (n - n_test - n_dev, n - n_test),
+                'test': (n - n_test, n)}[p.split]
+      idx = order[bounds[0]:bounds[1]]
       idx = np.sort(idx)
       arrays = {k: v[idx] for k, v in arrays.items()}
     if p.max_examples:

@@ -42,6 +42,17 @@ PARAMS_FILE = 'params.txt'
 METRICS_FILE = 'metrics.json'
 CKPT_DIR = 'ckpt'
 EVAL_JOB_DIR = 'eval_job'
+EVALER_DIR = 'evaler'
+
+
+def EvalJobDir(dataset=None):
+  """'eval_job', or 'eval_job_<dataset>' for --evaler_dataset=<dataset>."""
+  return EVAL_JOB_DIR + ('_' + dataset if dataset else '')
+
+
+def EvalerDir(dataset=None):
+  """'evaler', or 'evaler_<dataset>' for --evaler_dataset=<dataset>."""
+  return EVALER_DIR + ('_' + dataset if dataset else '')
 
 _CKPT_INDEX_RE = re.compile(r'^ckpt-(\d+)\.index$')
 

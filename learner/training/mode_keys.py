@@ -36,6 +36,7 @@ MODE_FLAGS = {
     'checkpoint': (ModeKeys.EVAL, ModeKeys.EXPORT),
     'export_checkpoint': (ModeKeys.EVAL, ModeKeys.EXPORT),
     'eval_dir': (ModeKeys.EVAL,),
+    'evaler_dataset': (ModeKeys.EVAL, ModeKeys.EVALER),
     'evaler_timeout_secs': (ModeKeys.EVALER,),
     'evaler_poll_secs': (ModeKeys.EVALER,),
     'init_from_checkpoint': (ModeKeys.TRAIN, ModeKeys.TRAIN_AND_EVAL),

@@ -36,110 +36,11 @@ from absl import logging
 import tensorflow as tf
 
 from learner import gradient_tape
+from learner import learner as learner_lib
+from learner.training import task_params
 from params import BaseLayer
 from params import NestedMap
 from params import checks
-from params import hyperparams
-
-_DEV_METRIC_MODES = ('min', 'max')
-
-
-def _TrainParams():
-  tp = hyperparams.Params()
-  tp.Define(
-      'learner', None,
-      'Learner params (learner.Learner.Params()), or a list of them for '
-      'several learners; each is built as a child of the task named by its '
-      '`name` (names must differ). Required to train; not used to evaluate.')
-  tp.Define('max_steps', 1000, 'Global steps (batches) to train for.')
-  tp.Define('save_interval_steps', 100,
-            'Save a checkpoint every this many global steps (and at the end).')
-  tp.Define('save_max_to_keep', 3, 'Rolling checkpoints kept on disk.')
-  tp.Define('summary_interval_steps', 10,
-            'Write training summaries every this many global steps.')
-  tp.Define('log_interval_steps', 50,
-            'Plain log line every this many global steps (when stdout is not '
-            'a terminal; a terminal gets a progress bar).')
-  tp.Define(
-      'max_consecutive_skipped_steps', 100,
-      'Stop training with an error when a learner has skipped this many '
-      'updates in a row (non-finite loss, gradient or weights, or rejected '
-      'by grad_norm_to_clip_to_zero / the grad_norm_tracker); nothing is '
-      'saved of that state, so the last checkpoint stays the last good '
-      'one. Counted within one run of the trainer. 0 = no limit.')
-  tp.Define(
-      'replicas_to_aggregate', None,
-      'Replicas whose gradients each update aggregates; None means all the '
-      'replicas of the distribution strategy.')
-  tp.Define(
-      'steps_per_loop', 100,
-      'Train steps run per tf.function call (Keras: steps_per_execution), '
-      'batches taken from the iterator inside the graph (also under a '
-      'distribution strategy). A loop also ends at every save, summary, log '
-      'and eval step and at max_steps, so checkpoints, summaries and '
-      'resumed runs are the same as with 1; larger values only save '
-      'per-call Python overhead (about 0.5 ms per call). A terminal '
-      'progress bar is redrawn once per loop.')
-  tp.Define(
-      'checkpoint_input_iterator', True,
-      'On one device, save the train input iterator in every checkpoint: a '
-      'resume continues at the next batch even if the input pipeline is '
-      'not deterministic. False: checkpoints hold no input state and a '
-      'resume rebuilds the dataset, skipping the global steps already taken '
-      '(as under every strategy; exact when the pipeline gives the same '
-      'order every time, as every input generator here does). tf.data '
-      'saves a shuffle buffer element by element: lm.CharTransformer\'s '
-      '(418,000 windows) made every checkpoint 83 MB and 18 s. A rerun may '
-      'change it: a checkpoint written with the other value resumes by '
-      'skip, with one warning line.')
-  tp.Define(
-      'autograph', False,
-      'Trace the train and eval steps with AutoGraph. Not needed unless '
-      'the task branches on tensors with Python `if`/`for`; such a task is '
-      'retraced with AutoGraph automatically (with a warning).')
-  tp.Define(
-      'jit_compile', False,
-      'Compile each replica\'s train step with XLA (tf.function('
-      'jit_compile=True)). Refused under a strategy with several replicas '
-      'on CPU devices: XLA cannot compile their all-reduce on CPU (TF '
-      '2.21); see BaseTask.CreateLearners.')
-  tp.Define(
-      'init_from_checkpoint', '',
-      'Checkpoint (a prefix, or a directory holding one) to warm-start the '
-      'model weights from when the run has no checkpoint of its own. '
-      'Optimizer state is not taken.')
-  tp.Define(
-      'init_from_checkpoint_rules', [],
-      'List of (regex, replacement) pairs mapping a variable name in '
-      '`init_from_checkpoint` (re.sub on the first rule whose regex '
-      're.search-es it) to a variable name of this task. Empty means names '
-      'are taken as they are.')
-  return tp
-
-
-def _EvalParams():
-  ep = hyperparams.Params()
-  ep.Define(
-      'interval_steps', 0,
-      'In train_and_eval mode, evaluate every this many global steps; 0 '
-      'means only at the end of training.')
-  ep.Define('samples', 0,
-            'Examples to evaluate on (rounded up to whole batches); 0 means '
-            'one pass over the evaluation input.')
-  ep.Define(
-      'dev_metric', None,
-      'Name of the eval metric that picks the best checkpoint and drives any '
-      'DevBasedSchedule; None disables both.')
-  ep.Define('dev_metric_mode', 'min',
-            "'min' if a lower dev_metric is better (a loss), 'max' if higher "
-            'is better (an accuracy).')
-  ep.Define(
-      'early_stop_patience', 0,
-      'In train_and_eval mode, stop training when dev_metric has not beaten '
-      'its best for this many evaluations in a row (every interval_steps; '
-      'learner/training/early_stop.py); 0 means never stop early.')
-  return ep
-
 
 def CheckLossOutput(task, out):
   """Returns `out` if it is ComputeLoss's (metrics, per_example) pair.
@@ -189,9 +90,9 @@ class BaseTask(BaseLayer):
   def Params(cls):
     p = super().Params()
     p.name = 'task'
-    p.Define('train', _TrainParams(), 'Training params.')
-    p.Define('eval', _EvalParams(), 'Evaluation params.')
-    return p
+    p.Define('train', task_params.TrainParams(), 'Training params.')
+    p.Define('eval', task_params.EvalParams(), 'Evaluation params.')
+    return p.SetHints(task_params.TaskHints(p.train, p.eval))
 
   def __init__(self, params):
     super().__init__(params)
@@ -211,12 +112,20 @@ class BaseTask(BaseLayer):
   @classmethod
   def ValueChecks(cls):
     specs = super().ValueChecks()
-    for key, example in (('max_steps', 1000), ('save_interval_steps', 100),
-                         ('summary_interval_steps', 10),
-                         ('log_interval_steps', 50), ('steps_per_loop', 100)):
+    for key, example in (('max_steps', 1000), ('summary_interval_steps', 10),
+                         ('log_interval_steps', 50),
+                         ('tpu_steps_per_loop', 100)):
       specs['train.' + key] = checks.Int(1, example=example)
+    specs['train.save_interval_steps'] = checks.Int(
+        1, none_ok=True, example=100, why='None saves by save_interval_seconds')
+    specs['train.steps_per_loop'] = checks.Int(
+        1, none_ok=True, example=100, why='None takes tpu_steps_per_loop')
+    specs['train.save_interval_seconds'] = checks.Real(
+        0, low_open=True, example=600, why='seconds between checkpoints')
+    specs['train.save_keep_checkpoint_every_n_hours'] = checks.Real(
+        0, none_ok=True, example=0.5, why='0 or None: off')
     specs['train.save_max_to_keep'] = checks.Int(
-        1, none_ok=True, example=3, why='None keeps every checkpoint')
+        1, none_ok=True, example=100, why='None keeps every checkpoint')
     specs['train.replicas_to_aggregate'] = checks.Int(
         1, none_ok=True, example=2, why='None means all the replicas')
     specs['train.max_consecutive_skipped_steps'] = checks.Int(
@@ -229,9 +138,14 @@ class BaseTask(BaseLayer):
 
   def _ValidateParams(self):
     p = self.params
-    checks.CheckRewriteRules(self, 'train.init_from_checkpoint_rules',
-                             p.train.init_from_checkpoint_rules)
-    if p.eval.dev_metric_mode not in _DEV_METRIC_MODES:
+    task_params.CheckLegacyKeysUnused(p.train)
+    task_params.CheckLingvoKnobs(p.train)
+    if isinstance(p.train.init_from_checkpoint_rules, dict):
+      task_params.InitFromCheckpoint(p.train)  # Lingvo's form: checked.
+    else:
+      checks.CheckRewriteRules(self, 'train.init_from_checkpoint_rules',
+                               p.train.init_from_checkpoint_rules)
+    if p.eval.dev_metric_mode not in task_params.DEV_METRIC_MODES:
       raise ValueError(
           "%s: eval.dev_metric_mode must be 'min' or 'max', got %r." %
           (self.path, p.eval.dev_metric_mode))
@@ -289,13 +203,28 @@ class BaseTask(BaseLayer):
   # ---- learners --------------------------------------------------------------
 
   def LearnerParamsList(self):
-    """Returns the list of learner params in p.train.learner (maybe empty)."""
-    lp = self.params.train.learner
+    """Returns the list of learner params this task trains with.
+
+    p.train.learner (one or a list), or, when it is None, the one learner
+    Lingvo builds from the legacy keys of p.train
+    (`learner.ExtractLearnerFromLegacyParams` on a copy; p.train keeps
+    them). With p.train.ema_decay > 0 each optimizer is wrapped in Ema
+    (task_params.WithEma).
+    """
+    tp = self.params.train
+    lp = tp.learner
     if lp is None:
-      return []
-    if isinstance(lp, (list, tuple)):
-      return list(lp)
-    return [lp]
+      lps = [learner_lib.ExtractLearnerFromLegacyParams(
+          tp.Copy(frozen=False))]
+    elif isinstance(lp, (list, tuple)):
+      lps = list(lp)
+    else:
+      lps = [lp]
+    return [task_params.WithEma(tp, p) for p in lps]
+
+  def UsesLegacyLearner(self):
+    """True if the learner comes from p.train's legacy keys (learner None)."""
+    return self.params.train.learner is None
 
   def CreateLearners(self):
     """Builds every learner as a child and binds it to the model variables.
@@ -316,10 +245,18 @@ class BaseTask(BaseLayer):
     lps = self.LearnerParamsList()
     if not lps:
       raise ValueError(
-          '%s: cannot train without an optimizer: train.learner is None. Set '
-          'task.train.learner = learner.Learner.Params().Set(name=..., '
-          'optimizer=...) (an optimizer is required to train, not to '
-          'evaluate).' % self.path)
+          '%s: cannot train without a learner: train.learner is an empty '
+          'list. Set task.train.learner = learner.Learner.Params().Set('
+          'name=..., optimizer=...), or None to use the legacy keys of '
+          'task.train (learning_rate, optimizer, ...).' % self.path)
+    if self.UsesLegacyLearner() and not self.params.train.learning_rate:
+      raise ValueError(
+          'task.train.learning_rate : %r trains nothing (Lingvo\'s '
+          'placeholder default; task.train.learner is None, so the learner '
+          'is built from task.train\'s legacy keys). Set '
+          'task.train.learning_rate, or task.train.learner = '
+          'learner.Learner.Params().Set(...).' %
+          (self.params.train.learning_rate,))
     names = [lp.name for lp in lps]
     for i, n in enumerate(names):
       if not n:

@@ -49,6 +49,7 @@ import logging as std_logging
 import os
 import re
 import sys
+import time
 
 from absl import app
 from absl import flags
@@ -74,12 +75,13 @@ from learner.training import progress as progress_lib
 from learner.training import skipped_steps
 from learner.training import stops
 from learner.training import summary as summary_lib
+from learner.training import task_params
 from learner.training import validate
 from schedules.base_schedule import BaseSchedule
 
 
 def LoadExperimentParams(model, params_file=None, params_override=None,
-                         max_steps=None, jit_compile=None):
+                         max_steps=None, jit_compile=None, eval_dataset=None):
   """Returns the experiment's params with the file and override applied.
 
   Everything is validated here, before any work: an unknown model, a typo
@@ -93,6 +95,8 @@ def LoadExperimentParams(model, params_file=None, params_override=None,
       applied after the file.
     max_steps: optional int, sets task.train.max_steps.
     jit_compile: optional bool, sets task.train.jit_compile.
+    eval_dataset: optional 'eval', 'dev' or 'test': the experiment's
+      Eval(), Dev() or Test() as 'eval_input' (default: the first defined).
 
   Returns:
     Params with 'task', 'train_input', 'eval_input'.
@@ -102,7 +106,7 @@ def LoadExperimentParams(model, params_file=None, params_override=None,
     ValueError: a bad params file or override line (naming the flag, the
       line and the key), or a file that cannot be read.
   """
-  p = registry.GetParams(model)
+  p = registry.GetParams(model, eval_dataset=eval_dataset)
   if params_file:
     text = params_text.ReadTextFile(params_file, '--params_file')
     try:
@@ -182,6 +186,8 @@ class Trainer:
     checkpoint_flag: the flag that gave `checkpoint` (for messages).
     eval_dir: mode eval: where its TensorBoard run and metrics.json go
       instead of '<logdir>/eval_job' (e.g. when the logdir is read-only).
+    eval_job_dir: mode eval: the directory under the logdir it writes
+      ('eval_job'; 'eval_job_dev' for --evaler_dataset=dev).
 
   Raises:
     ValueError: unknown mode; params without 'task'; checkpoint or
@@ -195,7 +201,7 @@ class Trainer:
                worker_register_timeout_secs=(
                    distribution.DEFAULT_REGISTER_TIMEOUT_SECONDS),
                checkpoint=None, checkpoint_flag='--checkpoint',
-               eval_dir=None):
+               eval_dir=None, eval_job_dir=logdir_lib.EVAL_JOB_DIR):
     if mode not in ModeKeys.ALL:
       raise ValueError('mode %r is not one of %s.' % (mode,
                                                      list(ModeKeys.ALL)))
@@ -213,17 +219,21 @@ class Trainer:
     self._checkpoint = checkpoint
     self._checkpoint_flag = checkpoint_flag
     self._eval_dir = eval_dir
+    self._eval_job_dir = eval_job_dir
     self._seed = seed
     self._strategy_arg = strategy
     self._register_timeout = worker_register_timeout_secs
     tp = self._params.task.train
+    with validate.Refusing():  # Lingvo's dict form: (its path, rules).
+      task_ckpt, task_rules = task_params.InitFromCheckpoint(tp)
     self._init_ckpt = (init_from_checkpoint if init_from_checkpoint
-                       is not None else tp.init_from_checkpoint)
+                       is not None else task_ckpt)
     self._init_rules = (init_from_checkpoint_rules
                         if init_from_checkpoint_rules is not None else
-                        tp.init_from_checkpoint_rules)
-    checks.CheckRewriteRules('Trainer', 'init_from_checkpoint_rules',
-                             self._init_rules)
+                        task_rules)
+    if not isinstance(self._init_rules, checkpointer_lib.LingvoInitRules):
+      checks.CheckRewriteRules('Trainer', 'init_from_checkpoint_rules',
+                               self._init_rules)
     self._tty = tty
     self._stream = stream or sys.stdout
     self._resume_hint = resume_hint
@@ -491,6 +501,8 @@ class Trainer:
     ckpter = checkpointer_lib.Checkpointer(
         ckpt, os.path.join(self._logdir, 'ckpt'),
         max_to_keep=self._params.task.train.save_max_to_keep,
+        keep_every_n_hours=(
+            self._params.task.train.save_keep_checkpoint_every_n_hours),
         variable_names=checkpointer_lib.VariableCheckpointKeys(task),
         report=self._Print, model_variables=task.ModelVars().Flatten())
     restorer = ckpter
@@ -558,7 +570,7 @@ class Trainer:
 
     Every loop ends at the next step where something happens outside the
     graph (summary, log line, eval, checkpoint) or at max_steps, and runs
-    at most p.task.train.steps_per_loop steps.
+    at most p.task.train.steps_per_loop (else tpu_steps_per_loop) steps.
 
     Returns:
       (the global step reached, the last step's output or None, the step
@@ -574,7 +586,10 @@ class Trainer:
     out = None
     last_saved = step if restored else None
     evaluating = self._mode == ModeKeys.TRAIN_AND_EVAL and dev.interval_steps
-    intervals = [tp.summary_interval_steps, tp.save_interval_steps]
+    intervals = [tp.summary_interval_steps]
+    if tp.save_interval_steps:
+      intervals.append(tp.save_interval_steps)
+    saver = _SaveClock(tp)
     if evaluating:
       intervals.append(dev.interval_steps)
     if not progress.is_tty:
@@ -585,7 +600,7 @@ class Trainer:
     while step < tp.max_steps:
       if self._early_stop.stopped:  # At the evaluation that stopped it.
         break
-      end = min([tp.max_steps, step + tp.steps_per_loop] +
+      end = min([tp.max_steps, step + task_params.StepsPerLoop(tp)] +
                 [(step // k + 1) * k for k in intervals])
       out = self._TrainLoop(task, iterator, end - step)
       step = end
@@ -600,10 +615,11 @@ class Trainer:
           step < tp.max_steps):
         progress.Close() if progress.is_tty else None
         self._EvaluateAndUpdate(task, step)
-      if step % tp.save_interval_steps == 0:
+      if saver.Due(step):
         train_writer.flush()
         ckpter.Save(step)
         last_saved = step
+        saver.Saved()
     train_writer.flush()
     progress.Close()
     return step, out, last_saved
@@ -741,13 +757,40 @@ class Trainer:
     """
     if self._eval_dir:
       return os.path.abspath(self._eval_dir)
-    job_dir = os.path.join(self._logdir, logdir_lib.EVAL_JOB_DIR)
+    job_dir = os.path.join(self._logdir, self._eval_job_dir)
     if logdir_lib.IsWritable(job_dir):
-      return logdir_lib.EVAL_JOB_DIR
+      return self._eval_job_dir
     self._Print('NOTE: %s is read-only: the eval results are printed, not '
                 'written. Give --eval_dir=<a writable directory> to keep '
                 'them (TensorBoard run and metrics.json).' % self._logdir)
     return None
+
+
+class _SaveClock:
+  """When the train loop saves: every save_interval_steps, else by time.
+
+  Lingvo's rule: `save_interval_steps` (when not None) supersedes
+  `save_interval_seconds`. By time, a checkpoint is due at the end of the
+  first train loop that ends `save_interval_seconds` or more after the
+  last save (or the start of this run). Several workers would each read
+  their own clock and could disagree on a save, so a multi-worker run
+  needs save_interval_steps (refused otherwise, `_CheckSaveClock`).
+  """
+
+  def __init__(self, tp):
+    self._steps = tp.save_interval_steps
+    self._seconds = tp.save_interval_seconds
+    self._last = time.monotonic()
+
+  def Due(self, step):
+    """True if a checkpoint is due at the end of a loop at global `step`."""
+    if self._steps:
+      return step % self._steps == 0
+    return time.monotonic() - self._last >= self._seconds
+
+  def Saved(self):
+    """Restarts the clock: a checkpoint was just written."""
+    self._last = time.monotonic()
 
 
 def _AdvanceIterator(iterator, num_batches):
@@ -812,6 +855,12 @@ def DefineFlags():
                       'prefix (<logdir>/ckpt/ckpt-200) or a directory of '
                       'checkpoints (<logdir>/best/); default: the newest in '
                       '<logdir>/ckpt. Alias: --export_checkpoint.')
+  flags.DEFINE_enum('evaler_dataset', None, ['eval', 'dev', 'test'],
+                    '--mode=eval or evaler: evaluate the experiment\'s '
+                    'Eval(), Dev() or Test() (Lingvo\'s datasets); written '
+                    'under <logdir>/eval_job_<dataset> or '
+                    '<logdir>/evaler_<dataset>. Default: the first the '
+                    'experiment defines, under eval_job/ or evaler/.')
   flags.DEFINE_string('eval_dir', None,
                       '--mode=eval: write its TensorBoard run and '
                       'metrics.json here instead of <logdir>/eval_job (e.g. '
@@ -870,7 +919,8 @@ def _EvalArgs(mode):
     return {}
   flag, checkpoint = eval_restore.ChosenCheckpoint(FLAGS)
   return dict(checkpoint=checkpoint, checkpoint_flag=flag,
-              eval_dir=FLAGS.eval_dir)
+              eval_dir=FLAGS.eval_dir,
+              eval_job_dir=logdir_lib.EvalJobDir(FLAGS.evaler_dataset))
 
 
 def _ResumeHint():
@@ -986,7 +1036,7 @@ def main(argv):
   try:
     params = LoadExperimentParams(FLAGS.model, FLAGS.params_file,
                                   FLAGS.params_override, FLAGS.max_steps,
-                                  FLAGS.jit_compile)
+                                  FLAGS.jit_compile, FLAGS.evaler_dataset)
     rules = (ParseRules(FLAGS.init_from_checkpoint_rules)
              if FLAGS.init_from_checkpoint_rules is not None else None)
     # The jobs that only read the run's checkpoints (evaler.py, export.py).
@@ -1073,3 +1123,4 @@ def Main():
 
 if __name__ == '__main__':
   Main()
+

@@ -35,6 +35,7 @@ import tensorflow as tf
 from params import NestedMap
 from params import hyperparams
 from learner.optimizers import var_grad
+from learner.training import checkpointer
 from learner.training import distribution
 from params import IsTrainable
 from schedules.base_schedule import ScheduleValueError
@@ -124,6 +125,13 @@ def Experiment(params, strategy, train, evaluate, init_rules=None):
     with Refusing():
       distribution.CheckReplicasToAggregate(
           tp.replicas_to_aggregate, strategy.num_replicas_in_sync)
+    if tp.save_interval_steps is None and distribution.IsMultiWorker(
+        strategy):
+      raise ExperimentError(
+          'task.train.save_interval_steps : None saves by each worker\'s '
+          'clock (save_interval_seconds), and the workers could disagree on '
+          'a save; set task.train.save_interval_steps (e.g. 1000) for a '
+          'multi-worker run.')
     _CheckRules(tp.init_from_checkpoint_rules if init_rules is None else
                 init_rules)
     _CheckFilters(task)
@@ -196,8 +204,13 @@ def _NestedParamsWithKeys(p, key):
 
 
 def _LearnerKeys(task):
-  """The params key of each learner: 'task.train.learner' or '...[i]'."""
+  """The params key of each learner: 'task.train.learner' or '...[i]'.
+
+  'task.train' for the learner built from p.train's legacy keys.
+  """
   lps = task.LearnerParamsList()
+  if task.UsesLegacyLearner():
+    return ['task.train']
   if isinstance(task.params.train.learner, (list, tuple)):
     return ['task.train.learner[%d]' % i for i in range(len(lps))]
   return ['task.train.learner'] * len(lps)
@@ -214,6 +227,8 @@ def _Compile(key, regex):
 
 
 def _CheckRules(rules):
+  if isinstance(rules, (dict, checkpointer.LingvoInitRules)):
+    return  # Lingvo's form: task_params.InitFromCheckpoint checked it.
   for i, rule in enumerate(rules or ()):
     _Compile('task.train.init_from_checkpoint_rules[%d]' % i, rule[0])
 

@@ -271,7 +271,8 @@ def test_lazy_table_names_every_registered_rule():
   # lazy table (a literal, for the import checks) must agree with it.
   names = {r.cls.__name__ for r in rules.RULES} - {'SGD'}
   assert names == {'Momentum', 'Adam', 'AdamW', 'Adagrad', 'RMSProp',
-                   'AdaDelta', 'Adafactor', 'LAMB', 'Lion'}
+                   'AdaDelta', 'Adafactor', 'XLAShardingAdafactor', 'LAMB',
+                   'Lion'}
   for name in names:
     assert learner._EXPORTS[name] == 'learner.optimizers', name  # pylint: disable=protected-access
     assert getattr(learner, name) is getattr(optimizers, name)

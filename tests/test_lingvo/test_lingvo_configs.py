@@ -9,16 +9,18 @@ training blocks of lingvo/tasks/... at the recorded commit):
   the same classes and values (the legacy keys moved by hand, as the issue
   did) and must give Lingvo's rate at the 20 recorded steps and Lingvo's
   weights after each of 5 steps on the recorded linear regression;
-* xfail(strict) until issue 23 lands: the verbatim block runs unchanged on
-  our BaseTask.Params(), leaves p.train as Lingvo's does, and the learner
-  built from it (by `learner.learner.ExtractLearnerFromLegacyParams`, where
-  Lingvo has it) gives the same numbers; that function moves Lingvo's 16
-  keys and keeps the rest; BaseTask.Params().train / .eval carry Lingvo's
-  keys and defaults except rows of docs/lingvo.md's "Param differences"
-  (class 'BaseTask.train' / 'BaseTask.eval'); XLAShardingAdafactor from a
-  warm start at global step 10,000 gives Lingvo's weights.
+* the verbatim block runs unchanged on our BaseTask.Params(), leaves p.train
+  as Lingvo's does, and the learner built from it (by
+  `learner.learner.ExtractLearnerFromLegacyParams`, as Lingvo has it) gives
+  the same numbers; that function moves Lingvo's 16 keys and keeps the
+  rest; BaseTask.Params().train / .eval carry Lingvo's keys and defaults
+  except rows of docs/lingvo.md's "Param differences" (class
+  'BaseTask.train' / 'BaseTask.eval'); XLAShardingAdafactor from a warm
+  start at global step 10,000 gives Lingvo's weights.
 The blocks of the three car configs call lingvo/tasks/car/lr_util.py, which
-has no counterpart here yet; their xfail reason says so.
+has no counterpart here yet (strict xfail, reason says so); Waymo
+CenterPoint also sets ema_decay_moving_vars=True, which is refused (there
+is no "moving_vars" collection here).
 """
 
 import json
@@ -46,7 +48,6 @@ with open(os.path.join(os.path.dirname(_DATA),
       'lingvo.core.base_layer.BaseLayer']['params'])
 
 CONFIGS = {c['id']: c for c in DATA['configs']}
-LEGACY = 'issue 23: p.train legacy keys'
 # Learner params of Lingvo that ours does not have (TF1 gradient arguments;
 # Learner's docstring, "absent").
 _ABSENT_LEARNER_KEYS = {'grad_aggregation_method', 'gate_gradients',
@@ -143,11 +144,6 @@ def _Marks(cid, why):
   return [pytest.param(cid, marks=pytest.mark.xfail(strict=True, reason=why))]
 
 
-_TODAY = [c for c in CONFIGS if CONFIGS[c]['learner']['optimizer'][
-    'cls'].rsplit('.', 1)[1] != 'XLAShardingAdafactor']
-_NEEDS_ADAFACTOR = [c for c in CONFIGS if c not in _TODAY]
-
-
 def test_recorded_file_has_14_configs_and_20_rates_each():
   assert len(CONFIGS) == 14
   assert DATA['lingvo_version'] == '0.14.2'
@@ -157,9 +153,7 @@ def test_recorded_file_has_14_configs_and_20_rates_each():
     assert all(len(w['w']) == 5 for w in cfg['windows']), cfg['id']
 
 
-@pytest.mark.parametrize('cid', _TODAY + sum(
-    (_Marks(c, 'issue 23: XLAShardingAdafactor') for c in _NEEDS_ADAFACTOR),
-    []))
+@pytest.mark.parametrize('cid', sorted(CONFIGS))
 def test_learner_moved_by_hand_matches_lingvo(cid):
   cfg = CONFIGS[cid]
   rates, windows = _Run(_LearnerParams(cfg), cfg)
@@ -183,15 +177,16 @@ def _OurNamespace(cfg, p):
               DeviceOrderMode=types.SimpleNamespace(MESH='MESH'))}
 
 
-def _BlockReason(cid):
-  cfg = CONFIGS[cid]
-  if 'lr_util' in cfg['stubs']:
-    return LEGACY + ' (and lingvo/tasks/car/lr_util.py)'
-  return LEGACY
+_NEEDS_LR_UTIL = sorted(c for c in CONFIGS if 'lr_util' in CONFIGS[c]['stubs'])
 
 
-@pytest.mark.parametrize('cid', sum(
-    (_Marks(c, _BlockReason(c)) for c in CONFIGS), []))
+def test_eleven_of_the_fourteen_blocks_need_nothing_more():
+  assert len(CONFIGS) - len(_NEEDS_LR_UTIL) == 11
+
+
+@pytest.mark.parametrize('cid', sorted(set(CONFIGS) - set(_NEEDS_LR_UTIL)) + sum(
+    (_Marks(c, 'lingvo/tasks/car/lr_util.py has no counterpart here')
+     for c in _NEEDS_LR_UTIL), []))
 def test_verbatim_block_builds_and_matches_lingvo(cid):
   cfg = CONFIGS[cid]
   p = BaseTask.Params()
@@ -203,18 +198,17 @@ def test_verbatim_block_builds_and_matches_lingvo(cid):
     if not isinstance(v, dict):
       assert getattr(p.train, k) == v, k
   assert p.train.max_steps == cfg['horizon']
-  lp = learner_lib.ExtractLearnerFromLegacyParams(p.train.Copy())  # pylint: disable=no-member
+  lp = learner_lib.ExtractLearnerFromLegacyParams(p.train.Copy())
   assert lp.name == DATA['legacy']['learner_name']
   rates, windows = _Run(lp.Set(lr_schedule_step='global_step'), cfg)
   _Check(rates, windows, cfg)
 
 
-@pytest.mark.xfail(strict=True, reason=LEGACY)
 def test_extract_learner_moves_lingvos_legacy_keys():
   leg = DATA['legacy']
   assert len(leg['moved']) == 16 and leg['learner_name'] == 'loss'
   tp = BaseTask.Params().train
-  lp = learner_lib.ExtractLearnerFromLegacyParams(tp)  # pylint: disable=no-member
+  lp = learner_lib.ExtractLearnerFromLegacyParams(tp)
   assert lp.name == leg['learner_name']
   for k in leg['moved']:
     assert getattr(tp, k) is None, k  # Moved: cleared on p.train.
@@ -266,7 +260,6 @@ def _TaskDifferences(part):
   return out
 
 
-@pytest.mark.xfail(strict=True, reason=LEGACY)
 @pytest.mark.parametrize('part', ['train', 'eval'])
 def test_base_task_train_and_eval_keys_are_lingvos(part):
   allowed = _AllowList()
@@ -277,16 +270,17 @@ def test_base_task_train_and_eval_keys_are_lingvos(part):
       '%s differs from Lingvo 0.14.2 in %s; fix it or add a row to the '
       '"Param differences" table of docs/lingvo.md.' %
       (name, sorted(undocumented.items())))
+  diffs = _TaskDifferences(part)
+  stale = [k for (n, k) in allowed if n == name and k not in diffs]
+  assert not stale, ('docs/lingvo.md lists %s.%s as a difference, but it '
+                     'matches Lingvo now: remove the row.' % (name, stale))
 
 
-@pytest.mark.parametrize('case', [
-    pytest.param(i, marks=pytest.mark.xfail(
-        strict=True, reason='issue 23: XLAShardingAdafactor'))
-    for i in range(len(DATA['adafactor']['cases']))])
+@pytest.mark.parametrize('case', range(len(DATA['adafactor']['cases'])))
 def test_xla_sharding_adafactor_warm_start(case):
   rec = DATA['adafactor']['cases'][case]
   pr = DATA['adafactor']['problem']
-  op = optimizers.XLAShardingAdafactor.Params().Set(  # pylint: disable=no-member
+  op = optimizers.XLAShardingAdafactor.Params().Set(
       **{k: v for k, v in rec['optimizer'].items()
          if k not in _LINGVO_BASE_LAYER_KEYS})
   lp = learner_lib.Learner.Params().Set(

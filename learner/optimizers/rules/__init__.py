@@ -2,7 +2,8 @@
 
   momentum.py   Momentum (and Nesterov)      adam.py       Adam, AdamW
   adagrad.py    Adagrad                      rmsprop.py    RMSProp
-  adadelta.py   AdaDelta                     adafactor.py  Adafactor
+  adadelta.py   AdaDelta                     adafactor.py  Adafactor,
+                                                           XLAShardingAdafactor
   lamb.py       LAMB                         lion.py       Lion
   common.py     helpers the families share
 
@@ -42,6 +43,7 @@ RULES = (
     Rule(rmsprop.RMSProp, ('rmsprop',), {'rho': 'decay'}),
     Rule(adadelta.AdaDelta, ('adadelta',), {'rho': 'decay'}),
     Rule(adafactor.Adafactor, ('adafactor',), {'beta_1': 'beta1'}),
+    Rule(adafactor.XLAShardingAdafactor, (), {}),
     Rule(lamb.LAMB, ('lamb',), dict(_BETAS)),
     Rule(lion.Lion, ('lion',),
          dict(_BETAS, weight_decay='decoupled_weight_decay')),

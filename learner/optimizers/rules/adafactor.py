@@ -14,6 +14,8 @@ Memory Cost", ICML 2018, Algorithms 4 and 5; written out (no fused kernel).
 import tensorflow as tf
 
 from learner.optimizers.base import BaseOptimizer
+from learner.optimizers.base import DefineLingvoBaseParams
+from learner.optimizers.kernels import shared_ops
 from learner.optimizers.rules.common import Cast
 from params import checks
 
@@ -131,4 +133,146 @@ class Adafactor(BaseOptimizer):
       delta = p.beta1 * slots['m'] + (1. - p.beta1) * delta
       ops.append(slots['m'].assign(delta))
     ops.append(var.assign_sub(delta))
+    return tf.group(ops) if not tf.executing_eagerly() else None
+
+
+class XLAShardingAdafactor(Adafactor):
+  """Lingvo 0.14.2's Adafactor (`optimizer.XLAShardingAdafactor`).
+
+  Adafactor as above, with Lingvo's params and numbers:
+    step = the task's global step (read at the update, before it is
+      incremented), not this optimizer's num_updates;
+    decay_exponent_pow set: beta2_t = 1 - (step - decay_exponent_offset
+      + 1)^(-decay_exponent_pow);
+    else (Adam-like):  beta2_t = beta2 (1 - beta2^(t-1)) / (1 - beta2^t),
+      t = step + 1;
+    factored over the two largest dimensions (the first of equal ones),
+      when both are >= min_dim_size_to_factor.
+  `clipping_threshold` must be set (Lingvo asserts it); `cond_is_finite`
+  True skips a variable's update when its statistics are not finite, as
+  Lingvo does (here the learner already skips non-finite steps).
+  Source: `lingvo/core/optimizer.py` XLAShardingAdafactor and
+  XLAShardingAdafactorOptimizer (after mesh_tensorflow's Adafactor);
+  Shazeer & Stern, ICML 2018. Our `Adafactor` is the documented form
+  (decay_rate over num_updates, last two dimensions).
+
+  Raises:
+    ValueError: at construction, for a beta2 outside [0, 1), a
+      decay_exponent_pow outside (0, 1], a clipping_threshold that is None
+      or < 1; at the first update, when the learner was bound without the
+      task's global step.
+  """
+
+  @classmethod
+  def Params(cls):
+    p = DefineLingvoBaseParams(super().Params())
+    p.Delete('decay_rate')
+    p.beta1 = 0
+    p.Define('beta2', 0.999, 'Adam-like second-moment decay (used when '
+             'decay_exponent_pow is None).')
+    p.clipping_threshold = None
+    p.Define('decay_exponent_pow', None,
+             'If set, beta2_t = 1 - (step - offset + 1)^(-pow).')
+    p.Define('decay_exponent_offset', 0,
+             'Global step at which the pow decay starts.')
+    p.Define('cond_is_finite', False,
+             'Skip a variable\'s update when its statistics are not finite.')
+    p.name = 'Adafactor'
+    return p
+
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs.pop('decay_rate', None)
+    specs.update(
+        beta2=checks.Real(0, 1, high_open=True, example=0.999),
+        decay_exponent_pow=checks.Real(0, 1, low_open=True, none_ok=True,
+                                       example=0.8),
+        decay_exponent_offset=checks.Int(example=0),
+        clipping_threshold=checks.Real(1, none_ok=True, example=1.0,
+                                       why='Lingvo asserts it is set'))
+    return specs
+
+  def __init__(self, params):
+    super().__init__(params)
+    if self.params.clipping_threshold is None:
+      raise ValueError(
+          '%s: clipping_threshold : None: Lingvo\'s XLAShardingAdafactor '
+          'requires it (it asserts); set clipping_threshold=1.0.' %
+          self.path)
+
+  def _FactoredDims(self, var):
+    p = self.params
+    shape = var.shape.as_list()
+    if not p.factored or len(shape) < 2:
+      return None
+    order = sorted(range(len(shape)), key=lambda i: -shape[i])
+    if shape[order[1]] < p.min_dim_size_to_factor:
+      return None
+    return order[0], order[1]
+
+  def _Factored(self, var):
+    return self._FactoredDims(var) is not None
+
+  def _CreateSlots(self, var):
+    dims = self._FactoredDims(var)
+    if dims is None:
+      return super()._CreateSlots(var)
+    shape = var.shape.as_list()
+    slots = {
+        'vr': tf.zeros([s for i, s in enumerate(shape) if i != dims[0]],
+                       var.dtype),
+        'vc': tf.zeros([s for i, s in enumerate(shape) if i != dims[1]],
+                       var.dtype)}
+    if self.params.beta1:
+      slots['m'] = None
+    return slots
+
+  def _Beta2(self, dtype):
+    p = self.params
+    gs = self.GlobalStep()
+    if gs is None:
+      raise ValueError(
+          '%s: XLAShardingAdafactor counts the global step, as Lingvo\'s '
+          'does: bind its learner with Bind(vmap, global_step=...) (a '
+          'task does).' % self.path)
+    step = tf.cast(gs.read_value(), dtype)
+    if p.decay_exponent_pow:
+      return 1. - tf.pow(step - p.decay_exponent_offset + 1.,
+                         -p.decay_exponent_pow)
+    t = step + 1.
+    return p.beta2 * (1. - tf.pow(p.beta2, t - 1.)) / (1. - tf.pow(p.beta2, t))
+
+  def _ApplyDense(self, lr, var, grad, slots):
+    p = self.params
+    beta2 = self._Beta2(var.dtype)
+    sq = tf.square(grad) + p.epsilon1
+    w_old = tf.identity(var.read_value())
+    dims = self._FactoredDims(var)
+    new = {}
+    if dims is not None:
+      d0, d1 = dims
+      new['vr'] = slots['vr'] * beta2 + tf.reduce_mean(sq, d0) * (1. - beta2)
+      new['vc'] = slots['vc'] * beta2 + tf.reduce_mean(sq, d1) * (1. - beta2)
+      row = tf.math.rsqrt(
+          new['vr'] / tf.reduce_mean(new['vr'], -1, keepdims=True))
+      col = tf.math.rsqrt(new['vc'])
+      u = grad * (tf.expand_dims(row, d0) * tf.expand_dims(col, d1))
+    else:
+      new['v'] = slots['v'] * beta2 + sq * (1. - beta2)
+      u = grad * tf.math.rsqrt(new['v'])
+    u /= tf.maximum(1., _Rms(u) / p.clipping_threshold)
+    step = Cast(lr, var)
+    if p.multiply_by_parameter_scale:
+      step = tf.maximum(_Rms(w_old), Cast(p.epsilon2, var)) * step
+    delta = u * step
+    if p.beta1:
+      new['m'] = slots['m'] * p.beta1 + delta * (1. - p.beta1)
+      delta = new['m']
+    finite = tf.constant(True)
+    if p.cond_is_finite:
+      finite = shared_ops.AllFinite(list(new.values()) + [sq, u, delta])
+    ops = [slots[k].assign(tf.where(finite, x, slots[k])) for k, x in
+           new.items()]
+    ops.append(var.assign_sub(tf.where(finite, delta, tf.zeros_like(delta))))
     return tf.group(ops) if not tf.executing_eagerly() else None
