@@ -62,6 +62,11 @@ class EarlyStop:
     path: optional JSON file keeping the history across restarts.
     resume_step: with `path`: the global step the run resumed at; history
       entries after it are dropped. None keeps them all.
+    window: Lingvo's rule instead of the patience (lingvo/core/
+      early_stop.py): stop when the best value is more than `window`
+      global steps old, at a step >= `min_steps`; a value is better only
+      by more than `tolerance`. 0: the patience decides.
+    tolerance, min_steps: see `window`.
 
   Attributes:
     stopped: True once the patience ran out.
@@ -70,12 +75,14 @@ class EarlyStop:
   """
 
   def __init__(self, metric, mode, patience, interval_steps=1, path=None,
-               resume_step=None):
+               resume_step=None, window=0, tolerance=0.0, min_steps=0):
     if mode not in ('min', 'max'):
       raise ValueError("EarlyStop: mode must be 'min' or 'max', got %r." %
                        (mode,))
     CheckPatience(patience)
     self._metric, self._mode, self._patience = metric, mode, patience
+    self._window, self._tolerance = int(window or 0), float(tolerance or 0)
+    self._min_steps = int(min_steps or 0)
     self._interval = max(1, int(interval_steps))
     self._path = path
     self.history = []
@@ -86,8 +93,14 @@ class EarlyStop:
     for step, value in self._LoadHistory(resume_step):
       self._Count(step, value)
 
+  @property
+  def metric(self):
+    """The eval metric it watches, or None when it is off."""
+    return self._metric if (self._patience or self._window) else None
+
   @classmethod
-  def FromParams(cls, eval_params, logdir, resume_step, evaluating):
+  def FromParams(cls, eval_params, logdir, resume_step, evaluating,
+                 lingvo=None):
     """The early stop of a run from `p.task.eval`, kept in `logdir`.
 
     Args:
@@ -97,6 +110,9 @@ class EarlyStop:
       resume_step: the global step the run starts or resumes at.
       evaluating: False when the run does not evaluate (mode 'train'):
         early stopping is off.
+      lingvo: optional p.task.train.early_stop (Lingvo's EarlyStop params):
+        a `window` > 0 watches `metric_history.metric` (lower is better if
+        `minimize`) by Lingvo's rule (see the class).
 
     Raises:
       ValueError: early_stop_patience not an int >= 0 (in every mode), or
@@ -105,6 +121,9 @@ class EarlyStop:
     """
     patience = CheckPatience(eval_params.early_stop_patience)
     patience = patience if evaluating else 0
+    window = (lingvo.window if lingvo is not None else 0) if evaluating else 0
+    if window:
+      return cls._Lingvo(eval_params, lingvo, patience, logdir, resume_step)
     if patience:
       if not eval_params.dev_metric:
         raise ValueError(
@@ -121,6 +140,26 @@ class EarlyStop:
                path=os.path.join(logdir, STATE_FILE) if patience else None,
                resume_step=resume_step)
 
+  @classmethod
+  def _Lingvo(cls, eval_params, lp, patience, logdir, resume_step):
+    """The early stop of p.task.train.early_stop (window > 0)."""
+    if patience:
+      raise ValueError(
+          'task.train.early_stop.window : %r and task.eval.'
+          'early_stop_patience : %r are both set; keep one (window counts '
+          'global steps, as Lingvo; patience counts evaluations).' %
+          (lp.window, patience))
+    if not eval_params.interval_steps:
+      raise ValueError(
+          'task.train.early_stop.window : %r needs evaluations during '
+          'training: set task.eval.interval_steps > 0.' % (lp.window,))
+    mh = lp.metric_history
+    return cls(mh.metric, 'min' if mh.minimize else 'max', 0,
+               interval_steps=eval_params.interval_steps,
+               path=os.path.join(logdir, STATE_FILE), resume_step=resume_step,
+               window=lp.window, tolerance=lp.tolerance,
+               min_steps=lp.min_steps)
+
   def _LoadHistory(self, resume_step):
     if not self._path or not tf.io.gfile.exists(self._path):
       return []
@@ -131,7 +170,9 @@ class EarlyStop:
 
   def _Better(self, value):
     best = self._best[1]
-    return value < best if self._mode == 'min' else value > best
+    if self._mode == 'min':
+      return value < best - self._tolerance
+    return value > best + self._tolerance
 
   def _Count(self, step, value):
     """Counts one evaluation; returns True if it stops training."""
@@ -140,6 +181,8 @@ class EarlyStop:
       self._best, self._wait = (int(step), float(value)), 0
       return False
     self._wait += 1
+    if self._window:
+      return self._WindowStop(step, value)
     if self._patience and self._wait >= self._patience:
       self.stopped = True
       self.reason = (
@@ -152,6 +195,19 @@ class EarlyStop:
       return True
     return False
 
+  def _WindowStop(self, step, value):
+    """Lingvo's rule: the best is more than `window` steps old."""
+    if step - self._best[0] <= self._window or step < self._min_steps:
+      return False
+    self.stopped = True
+    self.reason = (
+        'Early stop at global step %d: %s %.6g; its best %.6g (global step '
+        '%d) is more than %d global steps old (task.train.early_stop.window '
+        '%d, tolerance %g)' % (
+            step, self._metric, value, self._best[1], self._best[0],
+            self._window, self._window, self._tolerance))
+    return True
+
   def Update(self, step, value):
     """Counts the evaluation at `step`; returns True if training stops now.
 
@@ -159,7 +215,7 @@ class EarlyStop:
     after the stop is not counted (returns False); with patience 0 nothing
     is counted.
     """
-    if (not self._patience or self.stopped or step % self._interval or
+    if (self.metric is None or self.stopped or step % self._interval or
         (self.history and step <= self.history[-1][0])):
       return False
     stop = self._Count(step, value)

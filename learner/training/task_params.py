@@ -54,12 +54,13 @@ RUNTIME_ONLY_KEYS = {
 def EarlyStopParams():
   """Lingvo's `early_stop.EarlyStop.Params()` (lingvo/core/early_stop.py).
 
-  `window` > 0 turns it on in Lingvo (stop when `metric_history.metric` of
-  the job `metric_history.jobname` has not improved by `tolerance` for
-  `window` global steps, after `min_steps`). Here early stopping counts
-  evaluations: task.eval.early_stop_patience with task.eval.dev_metric
-  (learner/training/early_stop.py); a window > 0 is refused with that fix
-  (`CheckLingvoKnobs`).
+  `window` > 0 turns it on, as in Lingvo: in train_and_eval, training stops
+  when `metric_history.metric` (an eval metric; lower is better if
+  `minimize`) has not improved by more than `tolerance` for more than
+  `window` global steps, at a step >= `min_steps`
+  (learner/training/early_stop.py). `jobname`, `logdir`, `tfevent_file`,
+  `local_filesystem`, `verbose` and `logging_interval` steer Lingvo's
+  history file and logs: not used here (the history is early_stop.json).
   """
   p = hyperparams.InstantiableParams(early_stop_lib.EarlyStop)
   p.Define('name', 'EarlyStop', 'Name of the early stop.')
@@ -124,9 +125,10 @@ def _DefineLingvoStepKeys(tp):
             'Std of Lingvo\'s variational noise on the weights. Not '
             'offered yet: a value > 0 is refused.')
   tp.Define('early_stop', EarlyStopParams(),
-            'Lingvo\'s early stop (window in global steps). Off by default; '
-            'use task.eval.early_stop_patience (a window > 0 is refused '
-            'with that fix).')
+            'Lingvo\'s early stop: window > 0 stops train_and_eval when '
+            'metric_history.metric has not improved for window global '
+            'steps (task.eval.early_stop_patience counts evaluations '
+            'instead).')
   tp.Define('ema_decay', 0.0,
             'If > 0 (and < 1), keep an exponential moving average of the '
             'weights (TF\'s ExponentialMovingAverage with Lingvo\'s '
@@ -355,8 +357,7 @@ def CheckLingvoKnobs(tp):
   Raises:
     ValueError: one line naming the key, the value and the fix, for
       `vn_std` > 0 (variational noise is not offered yet),
-      `ema_decay_moving_vars` True, a `pruning_hparams_dict`, an
-      `early_stop.window` > 0 (use task.eval.early_stop_patience), or
+      `ema_decay_moving_vars` True, a `pruning_hparams_dict`, or
       `ema_decay` outside [0, 1).
   """
   if tp.vn_std:
@@ -373,14 +374,6 @@ def CheckLingvoKnobs(tp):
     raise ValueError(
         'task.train.pruning_hparams_dict : set: model pruning is not offered '
         'here; set it to None.')
-  window = tp.early_stop.window if tp.early_stop is not None else 0
-  if window:
-    raise ValueError(
-        'task.train.early_stop.window : %r: Lingvo\'s early stop counts '
-        'global steps; here it counts evaluations: set '
-        'task.eval.dev_metric, task.eval.interval_steps and '
-        'task.eval.early_stop_patience (= window / interval_steps), and '
-        'task.train.early_stop.window : 0.' % (window,))
   if (isinstance(tp.ema_decay, bool) or
       not isinstance(tp.ema_decay, (int, float)) or
       not 0.0 <= tp.ema_decay < 1.0):

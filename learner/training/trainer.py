@@ -421,7 +421,8 @@ class Trainer:
     dev = p.task.eval
     self._early_stop = early_stop_lib.EarlyStop.FromParams(
         dev, self._logdir, int(task.global_step.numpy()),
-        evaluating=self._mode == ModeKeys.TRAIN_AND_EVAL)
+        evaluating=self._mode == ModeKeys.TRAIN_AND_EVAL,
+        lingvo=p.task.train.early_stop)
     if not restored:  # Once per run, at its start.
       summary_lib.WriteHParams(self._Writer('train'), p)
     self._step_counter = summary_lib.StepCounter(
@@ -708,7 +709,9 @@ class Trainer:
                                                          dev.dev_metric):
         self._Print('New best %s %.5g at global step %d.' %
                     (dev.dev_metric, value, step))
-      if self._early_stop.Update(step, value):
+    watched = self._early_stop.metric
+    if watched is not None and watched in results:
+      if self._early_stop.Update(step, results[watched]):
         self._Print(self._early_stop.reason + '.')
     return results
 

@@ -143,9 +143,23 @@ def Experiment(params, strategy, train, evaluate, init_rules=None):
     checked.warnings.extend(_ScheduleWarnings(task, tp.max_steps))
   if evaluate:
     checked.eval_input = _BuildInput(params, 'eval_input')
-    _CheckDevMetric(params.task.eval.dev_metric,
-                    _MetricNames(task, checked.eval_input, 'eval_input'))
+    names = _MetricNames(task, checked.eval_input, 'eval_input')
+    _CheckDevMetric(params.task.eval.dev_metric, names)
+    if train:
+      _CheckEarlyStopMetric(tp.early_stop, names)
   return checked
+
+
+def _CheckEarlyStopMetric(lingvo, metric_names):
+  """Lingvo's early stop (window > 0) watches an eval metric of the task."""
+  if metric_names is None or lingvo is None or not lingvo.window:
+    return
+  metric = lingvo.metric_history.metric
+  if metric not in metric_names:
+    raise ExperimentError(
+        'task.train.early_stop.metric_history.metric : %r is not an eval '
+        'metric of the task; its eval metrics: %s. Set it to one of them '
+        '(and metric_history.minimize).' % (metric, metric_names))
 
 
 def _CreateLearners(task):

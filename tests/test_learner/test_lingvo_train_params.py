@@ -22,6 +22,7 @@ from learner import gradient_tape
 from learner import learner as learner_lib
 from learner import optimizers
 from learner.training import checkpointer as checkpointer_lib
+from learner.training import early_stop as early_stop_lib
 from learner.training import task_params
 from learner.training import trainer as trainer_lib
 from learner.training import validate
@@ -191,7 +192,6 @@ def test_ema_decay_averages_as_tfs_moving_average_with_num_updates():
     ('vn_std', 0.1, 'task.train.vn_std : 0.0'),
     ('ema_decay_moving_vars', True, 'set it to None'),
     ('pruning_hparams_dict', {'a': 1}, 'set it to None'),
-    ('early_stop.window', 100, 'task.eval.early_stop_patience'),
     ('ema_decay', 1.0, 'not in [0, 1)'),
 ])
 def test_knobs_not_offered_are_refused_by_name(key, value, fix):
@@ -201,6 +201,53 @@ def test_knobs_not_offered_are_refused_by_name(key, value, fix):
     BaseTask(p)
   assert str(e.value).startswith('task.train.%s : ' % key)
   assert fix in str(e.value) and '\n' not in str(e.value)
+
+
+def test_lingvos_early_stop_window_counts_global_steps_since_the_best():
+  # Lingvo's rule: stop when last - best > window and last >= min_steps; a
+  # value is better only by more than the tolerance (0.1 here).
+  def _Stops(min_steps):
+    es = early_stop_lib.EarlyStop('loss', 'min', 0, interval_steps=10,
+                                  window=20, tolerance=0.1,
+                                  min_steps=min_steps)
+    values = {10: 1.0, 20: 0.95, 30: 0.85, 40: 0.8, 50: 0.8, 60: 0.8,
+              70: 0.8}
+    return [s for s, v in values.items() if es.Update(s, v)], es
+  stops, es = _Stops(0)
+  assert stops == [60]  # Best 0.85 at 30 (0.95 is not 0.1 better than 1).
+  assert 'its best 0.85 (global step 30) is more than 20 global steps old' in (
+      es.reason)
+  assert _Stops(70)[0] == [70]
+
+
+def test_early_stop_window_stops_train_and_eval(tmp_path):
+  # Tolerance 100: no later loss beats the first evaluation's (step 5), so
+  # at step 15 the best is 10 > 5 steps old.
+  p = _Regression()
+  p.task.eval.interval_steps = 5
+  p.task.train.early_stop.Set(window=5, tolerance=100.0)
+  p.task.train.early_stop.metric_history.metric = 'loss'
+  t = trainer_lib.Trainer(p, str(tmp_path), mode='train_and_eval',
+                          stream=io.StringIO())
+  result = t.Run()
+  assert result['global_step'] == 15 and result['early_stopped'] is True
+
+
+@pytest.mark.parametrize('change, says', [
+    (dict(patience=2), 'are both set; keep one'),
+    (dict(interval=0), 'needs evaluations during training'),
+    (dict(metric='log_pplx'), "metric : 'log_pplx' is not an eval metric"),
+])
+def test_early_stop_window_mistakes_are_refused(tmp_path, change, says):
+  p = _Regression()
+  p.task.eval.interval_steps = change.get('interval', 5)
+  p.task.eval.early_stop_patience = change.get('patience', 0)
+  p.task.train.early_stop.window = 5
+  p.task.train.early_stop.metric_history.metric = change.get('metric', 'loss')
+  t = trainer_lib.Trainer(p, str(tmp_path), mode='train_and_eval',
+                          stream=io.StringIO())
+  with pytest.raises((ValueError, validate.ExperimentError), match=says):
+    t.Run()
 
 
 def test_runtime_only_knobs_are_accepted_with_a_warning(caplog):
