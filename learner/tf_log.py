@@ -32,8 +32,10 @@ chose it (TF_ENABLE_ONEDNN_OPTS is the user's to set).
 import contextlib
 import os
 import re
+import signal
 import sys
 import tempfile
+import threading
 
 # Hides TF's C++ INFO, WARNING and ERROR lines; FATAL ones still print. An
 # error that stops a run reaches Python as an exception, which our commands
@@ -130,7 +132,7 @@ def QuietImport(environ=None):
   Use around the first import of TensorFlow, after `QuietTensorFlow`:
 
     with tf_log.QuietImport():
-      from learner.training.trainer import Main
+      from learner.training.jobs.cli import Main
 
   Standard error (file descriptor 2, so C++ and Python writes alike) goes
   to a temporary file for the duration of the block; on leaving it, even
@@ -169,3 +171,34 @@ def QuietImport(environ=None):
               if Shown(line.rstrip(b'\n'), level)]
       if kept:
         os.write(2, b''.join(kept))
+
+
+@contextlib.contextmanager
+def InterruptAfterImport():
+  """Holds a Ctrl-C (SIGINT) that arrives inside the block until it ends.
+
+  An interrupt while Python imports C extensions (numpy, TensorFlow) can
+  surface as an unrelated ImportError from inside the extension (numpy's
+  "PyCapsule_Import could not import module 'datetime'"), not as a
+  KeyboardInterrupt. Inside this block SIGINT is only recorded; on leaving
+  it the previous handler is put back and, if one arrived, the block ends
+  with KeyboardInterrupt, which the caller reports in one line (exit 130).
+  Only in the main thread; elsewhere the block runs unchanged.
+
+  Yields:
+    None.
+
+  Raises:
+    KeyboardInterrupt: on leaving the block, if SIGINT arrived inside it.
+  """
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  got = []
+  previous = signal.signal(signal.SIGINT, lambda signum, frame: got.append(1))
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGINT, previous)
+  if got:
+    raise KeyboardInterrupt()

@@ -93,3 +93,20 @@ def test_importing_tensorflow_under_quiet_import_prints_nothing(onednn):
 def _Root():
   return os.path.dirname(os.path.dirname(os.path.dirname(
       os.path.abspath(__file__))))
+
+
+def test_an_interrupt_inside_the_import_block_is_held_to_its_end():
+  # numpy found by CI: SIGINT inside its C extension import became
+  # "ImportError: PyCapsule_Import could not import module 'datetime'".
+  import os as _os  # pylint: disable=g-import-not-at-top
+  import signal as _signal  # pylint: disable=g-import-not-at-top
+  from learner import tf_log  # pylint: disable=g-import-not-at-top
+  finished = []
+  with pytest.raises(KeyboardInterrupt):
+    with tf_log.InterruptAfterImport():
+      _os.kill(_os.getpid(), _signal.SIGINT)
+      finished.append('the block ran to its end')
+  assert finished == ['the block ran to its end']
+  assert _signal.getsignal(_signal.SIGINT) is _signal.default_int_handler
+  with tf_log.InterruptAfterImport():  # No interrupt: nothing raised.
+    pass
