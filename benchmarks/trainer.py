@@ -95,8 +95,8 @@ def _PeakRss():
 
 
 def _ExperimentParams(model, steps):
-  from learner.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
-  return trainer_lib.LoadExperimentParams(model, max_steps=steps)
+  from learner.training.jobs import cli as cli_lib  # pylint: disable=g-import-not-at-top
+  return cli_lib.LoadExperimentParams(model, max_steps=steps)
 
 
 class _StepClock:
@@ -137,7 +137,7 @@ def RunOurs(model, steps, warmup, jit_compile=False):
 
   jit_compile: sets the task's train.jit_compile (side `ours_jit`).
   """
-  from learner.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  from learner.training.jobs import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   params = _ExperimentParams(model, steps)
   params.task.train.jit_compile = jit_compile
   if warmup < steps and warmup != params.task.train.log_interval_steps:

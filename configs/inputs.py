@@ -1,6 +1,6 @@
 """The datasets the registered experiments read, as input generators.
 
-Each is a `BaseInputGenerator` (learner/training/input_generator.py) over
+Each is a `BaseInputGenerator` (learner/training/model/input_generator.py) over
 in-memory arrays: the data comes from packages (scikit-learn's bundled
 datasets) or is generated; nothing is downloaded.
 """
@@ -11,7 +11,7 @@ from sklearn import datasets as sklearn_datasets
 
 from configs import char_data
 from configs import mnist1d_data
-from learner.training.input_generator import BaseInputGenerator
+from learner.training.model.input_generator import BaseInputGenerator
 from params import checks
 
 

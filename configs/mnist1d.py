@@ -17,7 +17,7 @@ from params import checks
 from params import registry
 from learner import learner as learner_lib
 from learner import optimizers
-from learner.training import task as task_lib
+from learner.training.model import task as task_lib
 from configs import inputs
 from configs import model_tasks
 

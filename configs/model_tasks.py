@@ -17,7 +17,7 @@ import tensorflow as tf
 from params import NestedMap
 from params import checks
 from layers import DenseLayer
-from learner.training import task as task_lib
+from learner.training.model import task as task_lib
 
 class MlpClassifierTask(task_lib.BaseTask):
   """An MLP classifier with softmax cross-entropy.

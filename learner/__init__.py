@@ -47,16 +47,16 @@ _EXPORTS = {
     'get_optimizer_wrapper_fn': 'learner.optimizers.factory',
     'OptimizerParamsFromFn': 'learner.optimizers.factory',
     # The training runtime.
-    'BaseTask': 'learner.training.task',
-    'BaseInputGenerator': 'learner.training.input_generator',
-    'DatasetInput': 'learner.training.input_generator',
-    'ModeKeys': 'learner.training.mode_keys',
-    'ModelSpec': 'learner.training.run',
-    'run': 'learner.training.run',
-    'CreateStrategy': 'learner.training.distribution',
-    'CheckReplicasToAggregate': 'learner.training.distribution',
-    'DistributeDataset': 'learner.training.distribution',
-    'PeerFailureError': 'learner.training.distribution',
+    'BaseTask': 'learner.training.model.task',
+    'BaseInputGenerator': 'learner.training.model.input_generator',
+    'DatasetInput': 'learner.training.model.input_generator',
+    'ModeKeys': 'learner.training.jobs.mode_keys',
+    'ModelSpec': 'learner.training.jobs.run',
+    'run': 'learner.training.jobs.run',
+    'CreateStrategy': 'learner.training.cluster.distribution',
+    'CheckReplicasToAggregate': 'learner.training.cluster.distribution',
+    'DistributeDataset': 'learner.training.cluster.distribution',
+    'PeerFailureError': 'learner.training.cluster.distribution',
 }
 
 __all__ = sorted(_EXPORTS)

@@ -1,6 +1,6 @@
 """`python -m learner.launcher`: start N trainer workers on this machine.
 
-The launcher itself is `learner/training/launcher.py`; this module only keeps
+The launcher itself is `learner/training/cluster/launcher.py`; this module only keeps
 the documented command working, is the `tf-learner-launch` console script
 and quiets TensorFlow's C++ start-up lines (in the launcher and, through
 the environment, in its workers) before TensorFlow loads
@@ -15,7 +15,7 @@ tf_log.QuietTensorFlow(sys.argv)
 
 # pylint: disable=wrong-import-position
 with tf_log.QuietImport():
-  from learner.training.launcher import main  # noqa: E402
+  from learner.training.cluster.launcher import main  # noqa: E402
 
 
 def Main():

@@ -1,6 +1,6 @@
 """`python -m learner.trainer`: the trainer's command line.
 
-The trainer itself is `learner/training/trainer.py`; this module only keeps
+The trainer itself is `learner/training/jobs/trainer.py`; this module only keeps
 the documented command working, is the `tf-learner-train` console script
 and quiets TensorFlow's C++ start-up lines before TensorFlow loads
 (`--tf_log_level=0` shows them; see learner/tf_log.py).
@@ -23,8 +23,10 @@ try:
   # traceback of an interrupted import (training has not started, so
   # nothing was written).
   # pylint: disable=wrong-import-position
-  with tf_log.QuietImport():
-    from learner.training.trainer import Main  # noqa: E402
+  # An interrupt is held until the import ends: inside numpy's C
+  # extensions it would surface as an unrelated ImportError.
+  with tf_log.InterruptAfterImport(), tf_log.QuietImport():
+    from learner.training.jobs.cli import Main  # noqa: E402
 except KeyboardInterrupt:
   sys.stderr.write('Interrupted while starting, before training: nothing '
                    'was written.\n')

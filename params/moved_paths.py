@@ -1,8 +1,8 @@
 """Import paths that moved, so params text written before a move still loads.
 
 `learner/` was split into `learner/` (the step), `learner/optimizers/` and
-`learner/training/`, and the experiments' datasets moved to
-`configs/inputs.py`. A params file or a logdir's `params.txt` written before
+`learner/training/` (since then in model/, jobs/, services/, cluster/), and
+the experiments' datasets moved to `configs/inputs.py`. A params file or a logdir's `params.txt` written before
 that names classes by their old paths; `Resolve(path)` maps such a path to
 the new one (the reader then warns once per path, naming the new path).
 Only strings are held here: nothing is imported.
@@ -26,14 +26,14 @@ _MOVED_MODULES = {
     'learner.keras_optimizer': 'learner.optimizers.keras_optimizer',
     'learner.gradient_accumulation': 'learner.optimizers.accumulation',
     'learner.optimizer_factory': 'learner.optimizers.factory',
-    'learner.task': 'learner.training.task',
-    'learner.input_generator': 'learner.training.input_generator',
-    'learner.checkpointer': 'learner.training.checkpointer',
-    'learner.summary': 'learner.training.summary',
-    'learner.progress': 'learner.training.progress',
-    'learner.run': 'learner.training.run',
-    'learner.mode_keys': 'learner.training.mode_keys',
-    'learner.distribution': 'learner.training.distribution',
+    'learner.task': 'learner.training.model.task',
+    'learner.input_generator': 'learner.training.model.input_generator',
+    'learner.checkpointer': 'learner.training.services.checkpointer',
+    'learner.summary': 'learner.training.services.summary',
+    'learner.progress': 'learner.training.services.progress',
+    'learner.run': 'learner.training.jobs.run',
+    'learner.mode_keys': 'learner.training.jobs.mode_keys',
+    'learner.distribution': 'learner.training.cluster.distribution',
 }
 
 
@@ -62,6 +62,32 @@ _MOVED_NAMES.update({
     _OLD_RULES + 'Adafactor': 'learner.optimizers.rules.adafactor.Adafactor',
     _OLD_RULES + 'LAMB': 'learner.optimizers.rules.lamb.LAMB',
     _OLD_RULES + 'Lion': 'learner.optimizers.rules.lion.Lion',
+})
+
+
+# learner/training/ given a floor plan (issue 22, item 4): model/, jobs/,
+# services/, cluster/. A separate block, so other moves merge beside it.
+_MOVED_MODULES.update({
+    'learner.training.task': 'learner.training.model.task',
+    'learner.training.task_params': 'learner.training.model.task_params',
+    'learner.training.input_generator': 'learner.training.model.input_generator',
+    'learner.training.model_analysis': 'learner.training.model.model_analysis',
+    'learner.training.trainer': 'learner.training.jobs.trainer',
+    'learner.training.evaler': 'learner.training.jobs.evaler',
+    'learner.training.export': 'learner.training.jobs.export',
+    'learner.training.eval_restore': 'learner.training.jobs.eval_restore',
+    'learner.training.run': 'learner.training.jobs.run',
+    'learner.training.mode_keys': 'learner.training.jobs.mode_keys',
+    'learner.training.validate': 'learner.training.jobs.validate',
+    'learner.training.checkpointer': 'learner.training.services.checkpointer',
+    'learner.training.logdir': 'learner.training.services.logdir',
+    'learner.training.summary': 'learner.training.services.summary',
+    'learner.training.progress': 'learner.training.services.progress',
+    'learner.training.early_stop': 'learner.training.services.early_stop',
+    'learner.training.skipped_steps': 'learner.training.services.skipped_steps',
+    'learner.training.stops': 'learner.training.services.stops',
+    'learner.training.distribution': 'learner.training.cluster.distribution',
+    'learner.training.launcher': 'learner.training.cluster.launcher',
 })
 
 

@@ -93,7 +93,7 @@ def Payloads(marker):
   """(name, params line) pairs; each would create `marker` if it ran."""
   touch = "['touch', %r]" % marker
   return [
-      ('launcher via Object', "task.name : Object('learner.training.launcher."
+      ('launcher via Object', "task.name : Object('learner.training.cluster.launcher."
        "StartWorkers', command=%s, num_workers=1)" % touch),
       ('old launcher path', "task.name : Object('learner.launcher."
        "StartWorkers', command=%s, num_workers=1)" % touch),
@@ -126,7 +126,7 @@ def Payloads(marker):
        "args=%s),)}]" % touch),
       ('registry GetParams', "task.name : Object('params.registry.GetParams',"
        " key='digits.MlpMomentum')"),
-      ('summary writer', "task.name : Object('learner.training.summary."
+      ('summary writer', "task.name : Object('learner.training.services.summary."
        "WriteParamsText', writer=None, params_text='x')"),
       ('recipe allocation', "task.name : Object('schedules.recipes."
        "ResNet50Schedule', steps_per_epoch=10**9)"),
@@ -228,6 +228,16 @@ BAD_VALUES = [
      'init_from_checkpoint_rules'),
     ("task.eval.dev_metric : 'acc'", 'dev_metric'),
     ('task.fprop_dtype : tf.int32', 'fprop_dtype'),
+    # Issue 23: Lingvo's train knobs.
+    ('task.train.learning_rate : 0.5', 'learning_rate'),  # Beside a learner.
+    ('task.train.vn_std : 0.1', 'vn_std'),
+    ('task.train.ema_decay : 1.0', 'ema_decay'),
+    ('task.train.ema_decay_moving_vars : True', 'ema_decay_moving_vars'),
+    ('task.train.save_interval_seconds : 0', 'save_interval_seconds'),
+    ("task.train.early_stop.metric_history.metric : 'log_pplx'; "
+     'task.train.early_stop.window : 100', 'metric_history.metric'),
+    ("task.train.init_from_checkpoint_rules : {'a': ([], []), 'b': ([], "
+     '[])}', 'init_from_checkpoint_rules'),
 ]
 
 
@@ -613,7 +623,7 @@ def _Worker(index, ports, logdir):
 def WorkersSection(tally, workdir):
   """A missing leader, a missing follower, a duplicate index, 3 workers."""
   sys.path.insert(0, ROOT)
-  from learner.training import launcher  # pylint: disable=g-import-not-at-top
+  from learner.training.cluster import launcher  # pylint: disable=g-import-not-at-top
   cases = {
       'leader alone (worker 1 never starts)': [(0, 2)],
       'follower alone (worker 0 never starts)': [(1, 2)],

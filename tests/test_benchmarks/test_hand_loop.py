@@ -12,13 +12,14 @@ import pytest
 
 from benchmarks import hand_loop
 from benchmarks import trainer
-from learner.training import trainer as trainer_lib
+from learner.training.jobs import trainer as trainer_lib
+from learner.training.jobs import cli as cli_lib
 from params import NestedMap
 
 
 @pytest.mark.parametrize('model', [trainer.CHAR_LM, trainer.CONVNET])
 def test_three_loop_steps_give_the_weights_of_three_trainer_steps(model):
-  params = trainer_lib.LoadExperimentParams(model, max_steps=3)
+  params = cli_lib.LoadExperimentParams(model, max_steps=3)
   step_fn, dataset, variables = hand_loop.Build(params, jit_compile=False)
   batches = list(dataset.take(3))
   for b in batches:
@@ -36,7 +37,7 @@ def test_three_loop_steps_give_the_weights_of_three_trainer_steps(model):
 
 
 def test_an_optimizer_other_than_adam_is_refused_by_name():
-  params = trainer_lib.LoadExperimentParams(trainer.DIGITS, max_steps=3)
+  params = cli_lib.LoadExperimentParams(trainer.DIGITS, max_steps=3)
   with pytest.raises(ValueError, match=r"learner 'learner' uses Momentum; the "
                      'loop writes Adam only'):
     hand_loop.Build(params, jit_compile=False)

@@ -12,7 +12,8 @@ import pytest
 
 from benchmarks import char_lm_keras
 from benchmarks import trainer
-from learner.training import trainer as trainer_lib
+from learner.training.jobs import trainer as trainer_lib
+from learner.training.jobs import cli as cli_lib
 from params import NestedMap
 
 # vocab V = 103, model D = 128, hidden H = 512, 2 blocks: the table and the
@@ -25,7 +26,7 @@ _NUM_PARAMS = (_V * _D + _V + 2 * (4 * _D + 3 * _D * _D + 3 * _D + _D * _D +
 
 def test_keras_twin_has_our_parameters_and_computes_our_loss():
   assert _NUM_PARAMS == 410087
-  p = trainer_lib.LoadExperimentParams(trainer.CHAR_LM)
+  p = cli_lib.LoadExperimentParams(trainer.CHAR_LM)
   task = p.task.Instantiate()
   model = char_lm_keras.Build(p.task, 64, 200, 0.9, 0.98, 1e-9, 1.0)
   assert char_lm_keras.CopyWeights(task, model) == _NUM_PARAMS
@@ -41,7 +42,7 @@ def test_keras_twin_has_our_parameters_and_computes_our_loss():
 
 
 def test_twin_refuses_a_model_of_another_size():
-  p = trainer_lib.LoadExperimentParams(trainer.CHAR_LM)
+  p = cli_lib.LoadExperimentParams(trainer.CHAR_LM)
   task = p.task.Instantiate()
   other = p.task.Copy().Set(hidden_dim=256)
   model = char_lm_keras.Build(other, 64, 200, 0.9, 0.98, 1e-9, 1.0)

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 from params import registry
-from learner.training import trainer as trainer_lib
+from learner.training.jobs import trainer as trainer_lib
 from configs import diabetes
 
 _KEYS = ('digits.MlpMomentum', 'digits.MlpLarsAccumulate',

@@ -9,7 +9,8 @@ import io
 
 import pytest
 
-from learner.training import trainer as trainer_lib
+from learner.training.jobs import trainer as trainer_lib
+from learner.training.jobs import cli as cli_lib
 from params import registry
 
 
@@ -43,7 +44,7 @@ def test_convnet_far_above_mlp_after_300_steps(tmp_path):
 
 
 def test_new_experiments_are_listed_with_descriptions():
-  text = trainer_lib.ListExperiments()
+  text = cli_lib.ListExperiments()
   for key in ('lm.CharTransformer', 'mnist1d.ConvNet',
               'mnist1d.ConvNetTwoLearners', 'mnist1d.Mlp'):
     line = [l for l in text.splitlines() if l.startswith(key + ' ')]

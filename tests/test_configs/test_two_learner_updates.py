@@ -16,7 +16,7 @@ import layers
 from configs import mnist1d
 from learner import learner as learner_lib
 from learner import optimizers
-from learner.training import task as task_lib
+from learner.training.model import task as task_lib
 from params import NestedMap
 
 

@@ -22,7 +22,7 @@ SPLITS = [2, 6]  # Unequal per-replica example counts; the global batch is 8.
 def main(argv):
   kind, out_dir = argv[1], argv[2]
   # The strategy comes first: nothing else may run a TF op before it.
-  from learner.training import distribution  # pylint: disable=g-import-not-at-top
+  from learner.training.cluster import distribution  # pylint: disable=g-import-not-at-top
   if kind == 'mirrored':
     os.environ.pop('TF_CONFIG', None)  # One process, not a cluster.
     import tensorflow as tf  # pylint: disable=g-import-not-at-top

@@ -146,7 +146,7 @@ class Problem:
     (distribution.AssertReplicasIdentical; across workers the test compares
     the returned weights).
     """
-    from learner.training import distribution  # pylint: disable=g-import-not-at-top
+    from learner.training.cluster import distribution  # pylint: disable=g-import-not-at-top
     for per_replica in batches:
       self._fn(self._Distribute(per_replica))
       distribution.AssertReplicasIdentical(

@@ -18,7 +18,7 @@ from learner import gradient_tape
 from learner import learner as learner_lib
 from learner.optimizers.accumulation import GradientAccumulation
 from learner.optimizers.base import SGD
-from learner.training import distribution
+from learner.training.cluster import distribution
 from params import NestedMap
 
 _SHARDS = [[(1.0, 1.0), (np.nan, 3.0)], [(2.0, 2.0), (4.0, 4.0)]]

@@ -1,4 +1,4 @@
-"""In-process tests of learner/training/distribution.py (issue 7).
+"""In-process tests of learner/training/cluster/distribution.py (issue 7).
 
 Multi-process runs are in test_multi_worker.py; these need only the two
 logical CPU devices that tests/conftest.py configures.
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from learner.training import distribution
+from learner.training.cluster import distribution
 
 _LOOPBACK_CONFIG = json.dumps({
     'cluster': {'worker': ['127.0.0.1:1', '127.0.0.1:2']},
@@ -222,8 +222,9 @@ def test_trainer_refuses_backup_workers_under_mirrored(tmp_path):
   # SyncReplicasOptimizer(replicas_to_aggregate=1, total_num_replicas=2):
   # 2 replicas here (2 logical CPUs), so 1 backup worker: refused, before
   # any step is taken.
-  from learner.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
-  params = trainer_lib.LoadExperimentParams(
+  from learner.training.jobs import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  from learner.training.jobs import cli as cli_lib  # pylint: disable=g-import-not-at-top
+  params = cli_lib.LoadExperimentParams(
       'regression.DistributedLinearRegression',
       params_override='task.train.replicas_to_aggregate : 1')
   with pytest.raises(ValueError) as e:

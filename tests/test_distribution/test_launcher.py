@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from learner.training import launcher
+from learner.training.cluster import launcher
 
 
 def _Alive(pid):

@@ -26,7 +26,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from learner.training import launcher
+from learner.training.cluster import launcher
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import scenarios  # pylint: disable=g-import-not-at-top,wrong-import-position

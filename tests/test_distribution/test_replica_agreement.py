@@ -24,9 +24,9 @@ from learner import optimizers
 from learner.learner import Learner
 from learner.optimizers import base as base_optimizer
 from learner.optimizers.accumulation import GradientAccumulation
-from learner.training import distribution
-from learner.training import trainer as trainer_lib
-from learner.training.input_generator import DatasetInput
+from learner.training.cluster import distribution
+from learner.training.jobs import trainer as trainer_lib
+from learner.training.model.input_generator import DatasetInput
 from params import BaseLayer
 from params import NestedMap
 from params import hyperparams

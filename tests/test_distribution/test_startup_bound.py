@@ -17,8 +17,8 @@ import time
 import pytest
 import tensorflow as tf
 
-from learner.training import distribution
-from learner.training import launcher
+from learner.training.cluster import distribution
+from learner.training.cluster import launcher
 
 
 def _Config(index, ports=(2222, 2223)):

@@ -13,8 +13,8 @@ import os
 import pytest
 import tensorflow as tf
 
-from learner.training import checkpointer as checkpointer_lib
-from learner.training import logdir as logdir_lib
+from learner.training.services import checkpointer as checkpointer_lib
+from learner.training.services import logdir as logdir_lib
 import trainer_helpers
 
 _MODEL = '--model=digits.MlpMomentum'

@@ -13,7 +13,7 @@ from learner import cross_replica
 from learner.optimizers.accumulation import GradientAccumulation
 from learner.learner import Learner
 from params import BaseLayer
-from learner.training import distribution
+from learner.training.cluster import distribution
 
 
 @pytest.fixture(scope='module')

@@ -17,9 +17,9 @@ import learner
 from configs import model_tasks
 from learner import learner as learner_lib
 from learner import optimizers
-from learner.training import distribution
-from learner.training import trainer as trainer_lib
-from learner.training.input_generator import DatasetInput
+from learner.training.cluster import distribution
+from learner.training.jobs import trainer as trainer_lib
+from learner.training.model.input_generator import DatasetInput
 from params import hyperparams
 
 _X = np.linspace(-1.0, 1.0, 64).astype(np.float32)

@@ -15,9 +15,9 @@ import tensorflow as tf
 from params import NestedMap
 from params import registry
 from configs import model_tasks
-from learner.training import early_stop as early_stop_lib
-from learner.training import evaler as evaler_lib
-from learner.training import trainer as trainer_lib
+from learner.training.services import early_stop as early_stop_lib
+from learner.training.jobs import evaler as evaler_lib
+from learner.training.jobs import trainer as trainer_lib
 import trainer_helpers
 
 # Scripted dev metric ('min'), one value per evaluation at 10, 20, ... 100.

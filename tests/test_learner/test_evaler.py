@@ -19,9 +19,10 @@ from tensorboard.backend.event_processing import event_accumulator
 from params import registry
 from learner import optimizers
 from learner.optimizers import ema as ema_lib
-from learner.training import checkpointer as checkpointer_lib
-from learner.training import evaler as evaler_lib
-from learner.training import trainer as trainer_lib
+from learner.training.services import checkpointer as checkpointer_lib
+from learner.training.jobs import evaler as evaler_lib
+from learner.training.jobs import trainer as trainer_lib
+from learner.training.jobs import cli as cli_lib
 
 _KEY = 'regression.LinearRegression'
 _VAR = 'task/_private_vars/%s/.ATTRIBUTES/VARIABLE_VALUE'
@@ -173,13 +174,13 @@ def test_a_checkpoint_of_another_model_is_refused_naming_its_variables(
 
 def test_evaler_command_line_refusal_is_one_error_line(trained, capsys,
                                                        tmp_path):
-  trainer_lib.DefineFlags()
-  flags = trainer_lib.FLAGS
+  cli_lib.DefineFlags()
+  flags = cli_lib.FLAGS
   try:
     flags(['trainer', '--model=diabetes.LinearAdamL2', '--mode=evaler',
            '--logdir=%s' % _CheckpointsOnly(trained, tmp_path),
            '--evaler_timeout_secs=0.5'])
-    code = trainer_lib.main([])
+    code = cli_lib.main([])
   finally:
     flags.unparse_flags()
   err = capsys.readouterr().err.strip().splitlines()
@@ -217,13 +218,13 @@ def test_evaler_without_checkpoints_times_out_and_writes_nothing(tmp_path):
 def test_evaler_refuses_a_bad_dev_metric_before_writing(tmp_path, capsys):
   # Found by the fresh-user trial: evaler/ was created, then the refusal.
   _Train(tmp_path, _Params(max_steps=20))
-  trainer_lib.DefineFlags()
-  flags = trainer_lib.FLAGS
+  cli_lib.DefineFlags()
+  flags = cli_lib.FLAGS
   try:
     flags(['trainer', '--model=' + _KEY, '--mode=evaler',
            '--logdir=%s' % tmp_path, '--evaler_timeout_secs=0.5',
            "--params_override=task.eval.dev_metric : 'acc'"])
-    code = trainer_lib.main([])
+    code = cli_lib.main([])
   finally:
     flags.unparse_flags()
   err = capsys.readouterr().err.strip().splitlines()

@@ -18,8 +18,8 @@ import time
 import pytest
 
 from params import registry
-from learner.training import evaler as evaler_lib
-from learner.training import trainer as trainer_lib
+from learner.training.jobs import evaler as evaler_lib
+from learner.training.jobs import trainer as trainer_lib
 
 _KEY = 'regression.LinearRegression'
 _ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONUNBUFFERED='1',

@@ -16,9 +16,10 @@ import tensorflow as tf
 from params import NestedMap
 from params import registry
 from learner.optimizers import ema as ema_lib
-from learner.training import eval_restore
-from learner.training import export as export_lib
-from learner.training import trainer as trainer_lib
+from learner.training.jobs import eval_restore
+from learner.training.jobs import export as export_lib
+from learner.training.jobs import trainer as trainer_lib
+from learner.training.jobs import cli as cli_lib
 
 _LAYER = 'task/_private_children/layer_%d/_private_vars/%s/.ATTRIBUTES/VARIABLE_VALUE'
 _AVERAGE = ('task/_private_children/learner/_private_children/optimizer/'
@@ -122,12 +123,12 @@ def test_nothing_to_export_and_a_missing_checkpoint_are_one_line(tmp_path):
 
 
 def _Main(argv, capsys):
-  trainer_lib.DefineFlags()
+  cli_lib.DefineFlags()
   try:
-    trainer_lib.FLAGS(['trainer'] + argv)
-    code = trainer_lib.main([])
+    cli_lib.FLAGS(['trainer'] + argv)
+    code = cli_lib.main([])
   finally:
-    trainer_lib.FLAGS.unparse_flags()
+    cli_lib.FLAGS.unparse_flags()
   captured = capsys.readouterr()
   return code, captured.out, captured.err
 

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from learner.grad_norm_tracker import GradNormTracker
-from learner.training import distribution
+from learner.training.cluster import distribution
 
 
 def _Tracker(**kw):

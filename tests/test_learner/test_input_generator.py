@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from configs import inputs
-from learner.training import input_generator
+from learner.training.model import input_generator
 
 
 def _Digits(**kw):

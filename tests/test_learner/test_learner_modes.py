@@ -11,7 +11,7 @@ from learner import optimizers
 from learner.learner import Learner
 from params import BaseLayer
 from schedules import PiecewiseConstantSchedule
-from learner.training import distribution
+from learner.training.cluster import distribution
 
 _RNG = np.random.RandomState(1)
 _X = _RNG.randn(3, 8, 3).astype(np.float32)  # 3 steps of batches of 8.

@@ -21,12 +21,12 @@ import schedules
 from learner import gradient_tape
 from learner import learner as learner_lib
 from learner import optimizers
-from learner.training import checkpointer as checkpointer_lib
-from learner.training import early_stop as early_stop_lib
-from learner.training import task_params
-from learner.training import trainer as trainer_lib
-from learner.training import validate
-from learner.training.task import BaseTask
+from learner.training.services import checkpointer as checkpointer_lib
+from learner.training.services import early_stop as early_stop_lib
+from learner.training.model import task_params
+from learner.training.jobs import trainer as trainer_lib
+from learner.training.jobs import validate
+from learner.training.model.task import BaseTask
 from params import NestedMap
 from params import registry
 import trainer_helpers

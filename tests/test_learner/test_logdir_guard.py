@@ -25,7 +25,7 @@ import time
 
 import pytest
 
-from learner.training import logdir as logdir_lib
+from learner.training.services import logdir as logdir_lib
 import trainer_helpers
 
 _KEY = 'regression.LinearRegression'
@@ -105,7 +105,7 @@ def test_the_lock_refuses_a_second_holder_and_is_released_on_exit(tmp_path):
 def test_a_lock_of_a_process_killed_with_9_is_gone(tmp_path):
   holder = subprocess.Popen(
       [sys.executable, '-c',
-       'import sys, time; from learner.training import logdir\n'
+       'import sys, time; from learner.training.services import logdir\n'
        'with logdir.TrainLock(sys.argv[1]):\n'
        '  print("locked", flush=True); time.sleep(600)', str(tmp_path)],
       env=_ENV, stdout=subprocess.PIPE, text=True)

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from learner.loss_scale import LossScale
-from learner.training import distribution
+from learner.training.cluster import distribution
 
 
 def _LossScale(**kw):

@@ -22,7 +22,7 @@ import learner as learner_lib
 from learner.optimizers.base import SGD
 from learner.learner import Learner
 from params import BaseLayer
-from learner.training import distribution
+from learner.training.cluster import distribution
 
 # The loss is multiplied by 2**-20 and the rate by 2**20, so float32 training
 # is unchanged (powers of two are exact) but float16 gradients of the loss,

@@ -1,7 +1,7 @@
 """model_analysis.txt: variables, shapes, sizes, learners and totals."""
 
 
-from learner.training import model_analysis
+from learner.training.model import model_analysis
 from params import registry
 
 

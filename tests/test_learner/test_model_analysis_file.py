@@ -2,7 +2,7 @@
 
 import io
 
-from learner.training import trainer as trainer_lib
+from learner.training.jobs import trainer as trainer_lib
 from params import registry
 
 

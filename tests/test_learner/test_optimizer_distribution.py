@@ -15,7 +15,7 @@ from learner.optimizers import lars
 from learner import optimizers
 from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
-from learner.training import distribution
+from learner.training.cluster import distribution
 
 _CASES = {
     'adam': optimizers.Adam.Params(),

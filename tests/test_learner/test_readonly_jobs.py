@@ -25,12 +25,12 @@ import pytest
 import tensorflow as tf
 
 from params import registry
-from learner.training import eval_restore
-from learner.training import evaler as evaler_lib
-from learner.training import export as export_lib
-from learner.training import logdir as logdir_lib
-from learner.training import mode_keys
-from learner.training import trainer as trainer_lib
+from learner.training.jobs import eval_restore
+from learner.training.jobs import evaler as evaler_lib
+from learner.training.jobs import export as export_lib
+from learner.training.services import logdir as logdir_lib
+from learner.training.jobs import mode_keys
+from learner.training.jobs import trainer as trainer_lib
 import readonly_experiments  # pylint: disable=unused-import
 import trainer_helpers
 

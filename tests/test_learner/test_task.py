@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from learner import learner as learner_lib
 from learner import optimizers
-from learner.training import task as task_lib
+from learner.training.model import task as task_lib
 from configs import model_tasks
 
 # A batch where every gradient is easy by hand: w = b = 0, x = [1, 2],

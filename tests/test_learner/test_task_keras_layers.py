@@ -12,9 +12,9 @@ import pytest
 import tensorflow as tf
 
 import learner
-from learner.training import checkpointer
-from learner.training import model_analysis
-from learner.training import trainer as trainer_lib
+from learner.training.services import checkpointer
+from learner.training.model import model_analysis
+from learner.training.jobs import trainer as trainer_lib
 from params import BaseLayer
 from params import IsTrainable
 from params import Params

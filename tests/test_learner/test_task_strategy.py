@@ -25,9 +25,9 @@ import tensorflow as tf
 from configs import model_tasks
 from learner import learner as learner_lib
 from learner import optimizers
-from learner.training import distribution
-from learner.training import task as task_lib
-from learner.training import trainer as trainer_lib
+from learner.training.cluster import distribution
+from learner.training.model import task as task_lib
+from learner.training.jobs import trainer as trainer_lib
 from params import registry
 
 _STEPS = 6

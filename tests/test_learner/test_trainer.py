@@ -17,8 +17,9 @@ import tensorflow as tf
 from params import registry
 from learner.optimizers import ema as ema_lib
 from learner import optimizers
-from learner.training import eval_restore
-from learner.training import trainer as trainer_lib
+from learner.training.jobs import eval_restore
+from learner.training.jobs import trainer as trainer_lib
+from learner.training.jobs import cli as cli_lib
 from schedules.dev_based import DevBasedSchedule
 
 _KEY = 'regression.LinearRegression'
@@ -344,36 +345,36 @@ def test_init_from_checkpoint_warm_starts_weights_only(trained, tmp_path):
 def test_bad_override_fails_before_anything_runs(tmp_path):
   with pytest.raises(ValueError,
                      match="--params_override.*Did you mean 'max_steps'"):
-    trainer_lib.LoadExperimentParams(
+    cli_lib.LoadExperimentParams(
         _KEY, params_override='task.train.max_step : 5')
   bad = tmp_path / 'bad.txt'
   bad.write_text('task.train.learner.learning_rat : 0.1\n')
   with pytest.raises(ValueError, match="--params_file.*learning_rate"):
-    trainer_lib.LoadExperimentParams(_KEY, params_file=str(bad))
+    cli_lib.LoadExperimentParams(_KEY, params_file=str(bad))
   with pytest.raises(LookupError, match='regression.LinearRegression'):
-    trainer_lib.LoadExperimentParams('regression.LinearRegresion')
+    cli_lib.LoadExperimentParams('regression.LinearRegresion')
 
 
 def test_params_file_then_override_then_flags(tmp_path):
   f = tmp_path / 'p.txt'
   f.write_text('task.train.max_steps : 7\ntask.train.learner.learning_rate '
                ': 0.3\n')
-  p = trainer_lib.LoadExperimentParams(
+  p = cli_lib.LoadExperimentParams(
       _KEY, params_file=str(f),
       params_override='task.train.learner.learning_rate : 0.2',
       jit_compile=True)
   assert p.task.train.max_steps == 7
   assert p.task.train.learner.learning_rate == 0.2
   assert p.task.train.jit_compile is True
-  p = trainer_lib.LoadExperimentParams(_KEY, params_file=str(f), max_steps=9)
+  p = cli_lib.LoadExperimentParams(_KEY, params_file=str(f), max_steps=9)
   assert p.task.train.max_steps == 9
 
 
 def test_parse_rules():
-  assert trainer_lib.ParseRules('^a/(.*)=>b/\\1; x=>y') == [
+  assert cli_lib.ParseRules('^a/(.*)=>b/\\1; x=>y') == [
       ('^a/(.*)', 'b/\\1'), ('x', 'y')]
   with pytest.raises(ValueError, match='init_from_checkpoint_rules'):
-    trainer_lib.ParseRules('nope')
+    cli_lib.ParseRules('nope')
 
 
 def test_bad_mode_raises_naming_it():
@@ -428,7 +429,7 @@ def test_replicas_to_aggregate_above_the_replicas_is_refused(tmp_path):
 
 def test_steps_per_loop_ends_loops_at_every_boundary_and_changes_nothing(
     trained, tmp_path, monkeypatch):
-  from learner.training import task as task_lib  # pylint: disable=g-import-not-at-top
+  from learner.training.model import task as task_lib  # pylint: disable=g-import-not-at-top
   sizes = []
   loop = task_lib.BaseTask.TrainLoop
 

@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 
 from params import BaseLayer
-from learner.training import checkpointer
-from learner.training import skipped_steps
+from learner.training.services import checkpointer
+from learner.training.services import skipped_steps
 
 
 class _Enc(BaseLayer):

@@ -18,7 +18,7 @@ from learner.optimizers import accumulation
 from learner.optimizers import ema as ema_lib
 from learner.optimizers import lars
 from learner.optimizers.var_grad import VarGrad
-from learner.training import trainer as trainer_lib
+from learner.training.jobs import trainer as trainer_lib
 
 _KEY = 'regression.LinearRegression'
 

@@ -21,9 +21,9 @@ import pytest
 import tensorflow as tf
 
 from params import registry
-from learner.training import checkpointer as checkpointer_lib
-from learner.training import skipped_steps
-from learner.training import trainer as trainer_lib
+from learner.training.services import checkpointer as checkpointer_lib
+from learner.training.services import skipped_steps
+from learner.training.jobs import trainer as trainer_lib
 import trainer_helpers
 
 _KEY = 'regression.LinearRegression'

@@ -17,8 +17,8 @@ from tensorboard.plugins.hparams import metadata as hparams_metadata
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from params import registry
-from learner.training import summary as summary_lib
-from learner.training import trainer as trainer_lib
+from learner.training.services import summary as summary_lib
+from learner.training.jobs import trainer as trainer_lib
 
 
 def _Params(max_steps=60):

@@ -21,7 +21,8 @@ import trainer_helpers
 
 from params import registry
 from schedules import LinearSchedule
-from learner.training import trainer as trainer_lib
+from learner.training.jobs import trainer as trainer_lib
+from learner.training.jobs import cli as cli_lib
 
 
 @pytest.fixture
@@ -45,12 +46,12 @@ def _Package(root, name, source):
 
 
 def test_a_bad_mode_is_one_error_line_exit_2(capsys):
-  trainer_lib.DefineFlags()
+  cli_lib.DefineFlags()
   try:
     with pytest.raises(SystemExit) as e:
-      trainer_lib.ParseFlags(['trainer', '--model=m', '--mode=trian'])
+      cli_lib.ParseFlags(['trainer', '--model=m', '--mode=trian'])
   finally:
-    trainer_lib.FLAGS.unparse_flags()
+    cli_lib.FLAGS.unparse_flags()
   assert e.value.code == 2
   captured = capsys.readouterr()
   assert captured.out == ''
@@ -60,12 +61,12 @@ def test_a_bad_mode_is_one_error_line_exit_2(capsys):
 
 
 def test_an_unknown_flag_is_one_error_line_exit_2(capsys):
-  trainer_lib.DefineFlags()
+  cli_lib.DefineFlags()
   try:
     with pytest.raises(SystemExit) as e:
-      trainer_lib.ParseFlags(['trainer', '--modle=digits.MlpMomentum'])
+      cli_lib.ParseFlags(['trainer', '--modle=digits.MlpMomentum'])
   finally:
-    trainer_lib.FLAGS.unparse_flags()
+    cli_lib.FLAGS.unparse_flags()
   assert e.value.code == 2
   assert capsys.readouterr().err == (
       "ERROR: Unknown command line flag 'modle'. Did you mean: mode, model? "

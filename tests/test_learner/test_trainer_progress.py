@@ -5,8 +5,8 @@ import io
 import numpy as np
 import pytest
 
-from learner.training import progress
-from learner.training import summary
+from learner.training.services import progress
+from learner.training.services import summary
 
 
 def test_plain_log_lines_every_interval_when_not_a_terminal():

@@ -4,7 +4,7 @@ Each case is one `ERROR: <message>` line on stderr naming the key and the
 value, exit status 2, and no logdir. The fast tests run the trainer's main()
 in-process; the slow one runs `python -m learner.trainer`'s code as a user
 would, every case in one process.
-The checks themselves (learner/training/validate.py) are tested below too.
+The checks themselves (learner/training/jobs/validate.py) are tested below too.
 """
 
 import os
@@ -14,9 +14,9 @@ import tensorflow as tf
 
 from params import registry
 import schedules as sch
-from learner.training import trainer as trainer_lib
+from learner.training.jobs import trainer as trainer_lib
 import trainer_helpers
-from learner.training import validate
+from learner.training.jobs import validate
 
 _MODEL = '--model=digits.MlpMomentum'
 
@@ -197,7 +197,7 @@ def test_one_line_joins_the_lines_of_a_message():
 def test_loss_names_are_checked_under_a_mirrored_strategy_too():
   # conftest.py gives two logical CPUs: FProp is traced in cross-replica
   # context over the mirrored variables.
-  from learner.training import distribution  # pylint: disable=g-import-not-at-top
+  from learner.training.cluster import distribution  # pylint: disable=g-import-not-at-top
   strategy = distribution.CreateStrategy('mirrored')
   assert strategy.num_replicas_in_sync == 2
   p = registry.GetParams('regression.LinearRegression')

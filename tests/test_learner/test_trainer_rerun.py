@@ -13,9 +13,9 @@ import pytest
 import tensorflow as tf
 
 from params import registry
-from learner.training import logdir as logdir_lib
-from learner.training import trainer as trainer_lib
-from learner.training import validate
+from learner.training.services import logdir as logdir_lib
+from learner.training.jobs import trainer as trainer_lib
+from learner.training.jobs import validate
 import trainer_helpers
 
 _KEY = 'regression.LinearRegression'

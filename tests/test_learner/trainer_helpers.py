@@ -6,7 +6,8 @@ import os
 import subprocess
 import sys
 
-from learner.training import trainer as trainer_lib
+from learner.training.jobs import trainer as trainer_lib
+from learner.training.jobs import cli as cli_lib
 
 
 def Files(logdir):
@@ -22,11 +23,11 @@ def Files(logdir):
 
 def RunMain(argv, capsys):
   """Runs the trainer's main() on flags `argv`; returns (code, out, err)."""
-  trainer_lib.DefineFlags()
-  flags = trainer_lib.FLAGS
+  cli_lib.DefineFlags()
+  flags = cli_lib.FLAGS
   try:
     flags(['trainer'] + argv)
-    code = trainer_lib.main([])
+    code = cli_lib.main([])
   finally:
     flags.unparse_flags()
   out = capsys.readouterr()

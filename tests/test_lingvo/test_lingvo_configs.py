@@ -35,7 +35,7 @@ import schedules
 from learner import learner as learner_lib
 from learner import optimizers
 from learner.grad_norm_tracker import GradNormTracker
-from learner.training.task import BaseTask
+from learner.training.model.task import BaseTask
 from params import NestedMap
 
 _DATA = os.path.join(os.path.dirname(__file__), '..', 'data',

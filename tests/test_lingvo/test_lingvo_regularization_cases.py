@@ -259,7 +259,7 @@ def test_sparse_gradient_under_replicas_is_regularized_densely():
   1: rows 2 and 5 move by 3 and 2 plus 0.1 * emb, every other row by 0.1 *
   emb; l2_loss is over all of emb and w: 0.5 * 0.1 * (328350 + 10) =
   16418.0."""
-  from learner.training import distribution  # pylint: disable=g-import-not-at-top
+  from learner.training.cluster import distribution  # pylint: disable=g-import-not-at-top
   strategy = distribution.CreateStrategy('mirrored')
   if strategy.num_replicas_in_sync < 2:
     pytest.skip('needs two logical devices (tests/conftest.py)')

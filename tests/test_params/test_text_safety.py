@@ -97,11 +97,11 @@ def _Touch(m):
 
 _OBJECT_PAYLOADS = [
     # The issue's payload, by the new and the old (moved) path.
-    ("task.name : Object('learner.training.launcher.StartWorkers', "
+    ("task.name : Object('learner.training.cluster.launcher.StartWorkers', "
      "command={touch}, num_workers=1)", 'task.name'),
     ("task.name : Object('learner.launcher.StartWorkers', command={touch}, "
      "num_workers=1)", 'task.name'),
-    ("x : Object('learner.training.launcher.StartWorkers', command={touch}, "
+    ("x : Object('learner.training.cluster.launcher.StartWorkers', command={touch}, "
      "num_workers=1)", 'x'),
     ("x : Object('params.registry.GetParams', key='digits.MlpMomentum')", 'x'),
     ("x : Object('schedules.recipes.ResNet50Schedule', steps_per_epoch=10**9)",
@@ -112,7 +112,7 @@ _OBJECT_PAYLOADS = [
      "optimizer_fn=Function('os.getpid'))", 'x'),
     ("x : Object('learner.optimizers.factory._Factory', name='sgd', "
      "kwargs={{}})", 'x'),
-    ("x : Object('learner.training.summary.WriteParamsText', writer=None, "
+    ("x : Object('learner.training.services.summary.WriteParamsText', writer=None, "
      "params_text='x')", 'x'),
     ("x : Object('os.system', command='touch {m}')", 'x'),
     ("x : Object('subprocess.run', args={touch})", 'x'),
@@ -131,7 +131,7 @@ _OBJECT_PAYLOADS = [
 
 @pytest.mark.parametrize('line,key', _OBJECT_PAYLOADS)
 def test_object_of_an_unregistered_callable_is_refused(marker, line, key):
-  import learner.training.launcher  # pylint: disable=g-import-not-at-top,unused-import
+  import learner.training.cluster.launcher  # pylint: disable=g-import-not-at-top,unused-import
   # Imported or not, a callable is not a text constructor unless registered.
   msg, _ = _Refused(line.format(touch=_Touch(marker), m=marker), key)
   assert 'refusing to call it' in msg or 'refused' in msg or (
@@ -150,7 +150,7 @@ _NAME_PAYLOADS = [
     ("optimizer_fn : Function('builtins.eval')", 'optimizer_fn'),
     ("optimizer_fn : Function('builtins.breakpoint')", 'optimizer_fn'),
     ("optimizer_fn : Function('importlib.import_module')", 'optimizer_fn'),
-    ("optimizer_fn : Function('learner.training.launcher.StartWorkers')",
+    ("optimizer_fn : Function('learner.training.cluster.launcher.StartWorkers')",
      'optimizer_fn'),
     ("optimizer_fn : Function('params.registry.GetParams')", 'optimizer_fn'),
     ("optimizer_fn : Function('%s.f')" % EVIL, 'optimizer_fn'),
@@ -326,12 +326,12 @@ def test_reading_text_imports_no_module():
       import schedules
       before = set(sys.modules)
       lines = [
-          "x : Class('learner.training.launcher.PickFreePorts')",
-          "x : Object('learner.training.launcher.StartWorkers', command=[])",
+          "x : Class('learner.training.cluster.launcher.PickFreePorts')",
+          "x : Object('learner.training.cluster.launcher.StartWorkers', command=[])",
           "x : Class('configs.inputs.DigitsInput')",
           "x : Class('learner.input_generator.DigitsInput')",
-          "x : Function('learner.training.trainer.main')",
-          "x : Enum('learner.training.mode_keys.ModeKeys', 'TRAIN')",
+          "x : Function('learner.training.jobs.cli.main')",
+          "x : Enum('learner.training.jobs.mode_keys.ModeKeys', 'TRAIN')",
           "x : Object('learner.optimizer_factory.get_optimizer_fn', name='sgd')",
           "x : Params(cls=Class('learner.learner.Learner'))",
           "x.cls : Class('learner.learner.Learner')",
@@ -455,7 +455,7 @@ def _HostilePlotTexts(m):
   return [
       ("cls : Class('%s.X')" % EVIL, 'cls'),
       ("task.train.learner.lr_schedule.cls : Object("
-       "'learner.training.launcher.StartWorkers', command=%s, num_workers=1)"
+       "'learner.training.cluster.launcher.StartWorkers', command=%s, num_workers=1)"
        % touch, 'task.train.learner.lr_schedule.cls'),
       ("task.train.learner.lr_schedule.cls : Class('subprocess.Popen')",
        'task.train.learner.lr_schedule.cls'),
@@ -491,21 +491,21 @@ def test_schedules_plot_on_a_hostile_params_txt(marker, tmp_path):
 
 
 def test_trainer_params_file_and_override_refuse_payloads(marker, tmp_path):
-  from learner.training import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  from learner.training.jobs import cli as cli_lib  # pylint: disable=g-import-not-at-top
   payload = ("task.train.learner.optimizer_fn : Object("
-             "'learner.training.launcher.StartWorkers', command=%s, "
+             "'learner.training.cluster.launcher.StartWorkers', command=%s, "
              "num_workers=1)" % _Touch(marker))
   bad = tmp_path / 'bad.txt'
   bad.write_text('task.train.max_steps : 5\n' + payload + '\n')
   with pytest.raises(ValueError, match="--params_file.*'task.train.learner."
                      "optimizer_fn'.*refusing to call it"):
-    trainer_lib.LoadExperimentParams('regression.LinearRegression',
+    cli_lib.LoadExperimentParams('regression.LinearRegression',
                                      params_file=str(bad))
   for line, key in [(payload, 'task.train.learner.optimizer_fn'),
                     ("task.nope.cls : Class('%s.X')" % EVIL, 'task.nope.cls'),
                     ("task.cls : Class('subprocess.Popen')", 'task.cls')]:
     with pytest.raises(ValueError) as e:
-      trainer_lib.LoadExperimentParams('regression.LinearRegression',
+      cli_lib.LoadExperimentParams('regression.LinearRegression',
                                        params_override=line)
     assert str(e.value).startswith('--params_override: ')
     assert repr(key) in str(e.value) and '\n' not in str(e.value)

@@ -19,8 +19,9 @@ import tensorflow as tf
 import schedules as sch
 from learner import learner as learner_lib
 from learner import optimizers as opt
-from learner.training import task as task_lib
-from learner.training import trainer as trainer_lib
+from learner.training.model import task as task_lib
+from learner.training.jobs import trainer as trainer_lib
+from learner.training.jobs import cli as cli_lib
 from params import BaseLayer
 from params import checks
 from params import registry
@@ -85,7 +86,9 @@ def _AllLayerClasses():
   found = {}
   for pkg_name in ('params', 'schedules', 'layers', 'learner',
                    'learner.optimizers', 'learner.optimizers.rules',
-                   'learner.training', 'configs'):
+                   'learner.training.model', 'learner.training.jobs',
+                   'learner.training.services', 'learner.training.cluster',
+                   'configs'):
     pkg = importlib.import_module(pkg_name)
     for info in pkgutil.iter_modules(pkg.__path__):
       mod = importlib.import_module('%s.%s' % (pkg_name, info.name))
@@ -424,11 +427,11 @@ def test_rules_that_are_not_pairs_are_refused():
 
 def test_bad_init_from_checkpoint_rules_flag_names_the_flag_and_regex():
   with pytest.raises(ValueError) as e:
-    trainer_lib.ParseRules('^a/=>b/;enc/(x=>y')
+    cli_lib.ParseRules('^a/=>b/;enc/(x=>y')
   msg = str(e.value)
   assert '--init_from_checkpoint_rules[1]' in msg and "'enc/(x'" in msg
   # A good text still parses.
-  assert trainer_lib.ParseRules(r'^old/(.*)=>new/\1') == [
+  assert cli_lib.ParseRules(r'^old/(.*)=>new/\1') == [
       ('^old/(.*)', r'new/\1')]
 
 

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import schedules as sch
-from learner.training import distribution
+from learner.training.cluster import distribution
 
 
 def Values(schedule, steps):

@@ -343,14 +343,14 @@ def test_the_checks_catch_what_they_should():
       ['params.a', 'params.b']]
   up = [Import('schedules.x', 'learner.learner', 1, False),
         Import('learner.learner', 'learner.optimizers.base', 1, False),
-        Import('learner.trainer', 'learner.training.trainer', 1, False)]
+        Import('learner.trainer', 'learner.training.jobs.cli', 1, False)]
   modules.update({i.source: ROOT / 'x.py' for i in up})
   bad = UpwardImports(modules, up)
   assert len(bad) == 1 and 'schedules.x (layer schedules)' in bad[0]
   assert Layer('learner.optimizers.base') == LAYERS.index('learner.optimizers')
   assert Layer('learner') == LAYERS.index('learner')
   # Rule 4: the rank alone lets learner/ and schedules/ import layers/.
-  apart = [Import('learner.training.task', 'layers.dense', 4, True),
+  apart = [Import('learner.training.model.task', 'layers.dense', 4, True),
            Import('schedules.cosine', 'layers', 5, False),
            Import('configs.lm', 'layers.transformer', 6, False),
            Import('layers.dense', 'params.base_layer', 7, False)]
@@ -358,7 +358,7 @@ def test_the_checks_catch_what_they_should():
   assert not UpwardImports(modules, apart)
   bad = ImportsKeptApart(modules, apart)
   assert len(bad) == 2, bad
-  assert 'learner.training.task imports layers.dense' in bad[0]
+  assert 'learner.training.model.task imports layers.dense' in bad[0]
   assert 'schedules.cosine imports layers,' in bad[1]
 
 

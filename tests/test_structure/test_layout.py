@@ -22,17 +22,91 @@ def test_each_layer_of_learner_is_a_package_with_its_modules():
                               'lars.py', 'ema.py', 'composite.py',
                               'keras_optimizer.py', 'accumulation.py',
                               'factory.py'}),
-      ('learner/training', {'task.py', 'input_generator.py', 'trainer.py',
-                            'checkpointer.py', 'summary.py', 'progress.py',
-                            'run.py', 'mode_keys.py', 'distribution.py',
-                            'launcher.py'})):
+      # Issue 22, item 4: learner/training/ in four rooms.
+      ('learner/training/model', {'task.py', 'task_params.py',
+                                  'input_generator.py', 'model_analysis.py'}),
+      ('learner/training/jobs', {'trainer.py', 'cli.py', 'evaler.py',
+                                 'export.py', 'eval_restore.py', 'validate.py',
+                                 'mode_keys.py', 'run.py'}),
+      ('learner/training/services', {'checkpointer.py', 'logdir.py',
+                                     'summary.py', 'progress.py',
+                                     'early_stop.py', 'skipped_steps.py',
+                                     'stops.py', 'errors.py'}),
+      ('learner/training/cluster', {'distribution.py', 'launcher.py'})):
     present = {p.name for p in (ROOT / package).glob('*.py')}
     assert (ROOT / package / '__init__.py').exists()
     assert expected <= present, sorted(expected - present)
 
 
+# The rooms of learner/training/, bottom first: a room imports only the
+# rooms below it (docs/DESIGN.md, "The house").
+TRAINING_ROOMS = ('cluster', 'services', 'model', 'jobs')
+# Folders of product code that may hold more than MAX_FOLDER_MODULES
+# modules at their top: catalogs of families.
+CATALOGS = ('schedules', 'layers', 'configs', 'learner/optimizers/rules')
+# Not product code: measurements and developer tools.
+NOT_PRODUCT = ('benchmarks', 'tools', 'docs')
+MAX_FOLDER_MODULES = 12
+
+
+def test_learner_training_holds_only_its_rooms():
+  top = sorted(p.name for p in (ROOT / 'learner/training').glob('*.py'))
+  assert top == ['__init__.py'], top
+  rooms = sorted(p.name for p in (ROOT / 'learner/training').iterdir()
+                 if p.is_dir() and (p / '__init__.py').exists())
+  assert rooms == sorted(TRAINING_ROOMS), rooms
+
+
+def _ImportedRooms(path):
+  """The rooms of learner/training/ that module `path` imports."""
+  rooms = set()
+  for node in ast.walk(ast.parse(path.read_text())):
+    names = []
+    if isinstance(node, ast.ImportFrom) and node.module:
+      names = [node.module] + ['%s.%s' % (node.module, a.name)
+                               for a in node.names]
+    elif isinstance(node, ast.Import):
+      names = [a.name for a in node.names]
+    for name in names:
+      parts = name.split('.')
+      if parts[:2] == ['learner', 'training'] and len(parts) > 2:
+        rooms.add(parts[2])
+  return rooms & set(TRAINING_ROOMS)
+
+
+def test_rooms_of_learner_training_import_only_downwards():
+  upward = []
+  for i, room in enumerate(TRAINING_ROOMS):
+    for path in sorted((ROOT / 'learner/training' / room).glob('*.py')):
+      for other in _ImportedRooms(path):
+        if TRAINING_ROOMS.index(other) > i:
+          upward.append('%s imports %s' % (path.relative_to(ROOT), other))
+  assert not upward, upward
+
+
+def test_the_room_check_sees_an_upward_import(tmp_path):
+  path = tmp_path / 'm.py'
+  path.write_text('from learner.training.jobs import validate\n'
+                  'import learner.training.cluster.distribution\n')
+  assert _ImportedRooms(path) == {'jobs', 'cluster'}
+
+
+def test_no_folder_of_product_code_over_twelve_modules_but_catalogs():
+  crowded = {}
+  for folder in ROOT.rglob('*'):
+    rel = str(folder.relative_to(ROOT))
+    if (not folder.is_dir() or
+        rel.startswith(('.', 'tests', 'tf_learner') + NOT_PRODUCT)
+        or '/.' in rel or '__pycache__' in rel or rel in CATALOGS):
+      continue
+    n = len([p for p in folder.glob('*.py') if p.name != '__init__.py'])
+    if n > MAX_FOLDER_MODULES:
+      crowded[rel] = n
+  assert not crowded, crowded
+
+
 def test_the_experiments_datasets_live_with_the_experiments():
-  source = (ROOT / 'learner/training/input_generator.py').read_text()
+  source = (ROOT / 'learner/training/model/input_generator.py').read_text()
   for name in ('DigitsInput', 'DiabetesInput', 'LinearRegressionInput'):
     assert 'class %s(' % name not in source
     assert 'class %s(' % name in (ROOT / 'configs/inputs.py').read_text()
@@ -128,7 +202,8 @@ def test_no_module_of_the_step_or_its_optimizers_over_800_lines():
   too_long = {str(p.relative_to(ROOT)): n
               for folder in ('learner', 'learner/optimizers',
                              'learner/optimizers/rules',
-                             'learner/optimizers/kernels', 'schedules')
+                             'learner/optimizers/kernels', 'schedules') +
+              tuple('learner/training/' + r for r in TRAINING_ROOMS)
               for p in sorted((ROOT / folder).glob('*.py'))
               if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
   assert not too_long, too_long

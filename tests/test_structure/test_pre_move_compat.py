@@ -9,7 +9,7 @@ whose classes are named by their old import paths
 ('learner.input_generator.DigitsInput', 'learner.optimizer_factory....').
 
 The checkpoint is restored into a task built the way the trainer builds one
-to train (learner/training/trainer.py `_BuildTask(train=True)` and
+to train (learner/training/jobs/trainer.py `_BuildTask(train=True)` and
 `_RunTrain`: the task with its learners, so every slot exists before the
 restore, in one tf.train.Checkpoint with the iterator), and each restored
 variable is compared with the value stored under its key, read on its own
@@ -24,8 +24,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from learner.training import checkpointer as checkpointer_lib
-from learner.training import trainer as trainer_lib
+from learner.training.services import checkpointer as checkpointer_lib
+from learner.training.jobs import trainer as trainer_lib
+from learner.training.jobs import cli as cli_lib
 from params import registry
 
 DATA = pathlib.Path(__file__).resolve().parents[1] / 'data' / 'pre_move'
@@ -169,7 +170,7 @@ def test_pre_move_params_text_loads_as_todays_params_with_a_warning(model):
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter('always')
     # The trainer's reader of a params file (--params_file).
-    p = trainer_lib.LoadExperimentParams(model, params_file=str(path))
+    p = cli_lib.LoadExperimentParams(model, params_file=str(path))
   assert p.ToText() == _ExpectedParams(model).ToText()
   messages = [str(w.message) for w in caught
               if issubclass(w.category, FutureWarning)]

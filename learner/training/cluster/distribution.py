@@ -214,7 +214,7 @@ def _CreateMultiWorker(timeout_seconds, communication,
         '--strategy=multi_worker: the strategy must be created before any '
         'other TensorFlow op in the process (collective ops are configured '
         'at start-up), but the TF runtime is already initialised. Call '
-        'learner.training.distribution.CreateStrategy() first, e.g. at the top of '
+        'learner.training.cluster.distribution.CreateStrategy() first, e.g. at the top of '
         'main(), before building params, layers or datasets.')
   impl = getattr(tf.distribute.experimental.CommunicationImplementation,
                  _COMMUNICATION[communication])

@@ -206,7 +206,7 @@ def WaitForWorkers(procs, deadline_secs, grace_secs=5.0, poll_secs=0.2):
     StopProcesses(procs, grace_secs)
 
 
-# What a trainer worker prints at the end (learner/training/trainer.py).
+# What a trainer worker prints at the end (learner/training/jobs/trainer.py).
 _FINAL_METRICS = re.compile(r'^Final metrics \(global step (\d+)\): (\{.*\})$')
 _FINAL_WEIGHTS = re.compile(r'^Final weights: sha256 ([0-9a-f]+)')
 
@@ -327,7 +327,7 @@ def Summary(reports):
   return 'launcher: ' + '; '.join(parts) + '.'
 
 
-_TRAINER_MODULES = ('learner.trainer', 'learner.training.trainer')
+_TRAINER_MODULES = ('learner.trainer', 'learner.training.jobs.cli')
 
 
 def StrategyRefusal(num_workers, module, script, worker_args):

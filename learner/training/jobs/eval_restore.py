@@ -33,7 +33,7 @@ import tensorflow as tf
 from learner.optimizers import base as base_optimizer
 from learner.optimizers import factory as optimizer_factory
 from learner.optimizers import var_grad
-from learner.training import checkpointer as checkpointer_lib
+from learner.training.services import checkpointer as checkpointer_lib
 from params import IsTrainable
 
 CheckpointMismatchError = checkpointer_lib.CheckpointMismatchError

@@ -60,13 +60,13 @@ import time
 from absl import flags
 import tensorflow as tf
 
-from learner.training import checkpointer as checkpointer_lib
-from learner.training import early_stop as early_stop_lib
-from learner.training import eval_restore
-from learner.training import logdir as logdir_lib
-from learner.training import stops
-from learner.training import summary as summary_lib
-from learner.training import validate
+from learner.training.services import checkpointer as checkpointer_lib
+from learner.training.services import early_stop as early_stop_lib
+from learner.training.jobs import eval_restore
+from learner.training.services import logdir as logdir_lib
+from learner.training.services import stops
+from learner.training.services import summary as summary_lib
+from learner.training.jobs import validate
 
 METRICS_FILE = 'metrics.json'
 DEFAULT_TIMEOUT_SECS = 3600.0

@@ -40,9 +40,9 @@ from absl import flags
 import tensorflow as tf
 
 from params import NestedMap
-from learner.training import checkpointer as checkpointer_lib
-from learner.training import eval_restore
-from learner.training import logdir as logdir_lib
+from learner.training.services import checkpointer as checkpointer_lib
+from learner.training.jobs import eval_restore
+from learner.training.services import logdir as logdir_lib
 
 
 # The logdir has no checkpoint to export, or --checkpoint names none.

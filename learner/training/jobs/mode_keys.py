@@ -16,9 +16,9 @@ class ModeKeys:
   The jobs (`JOBS`) only read a run's checkpoints, in processes of their
   own next to the trainer, as Lingvo's evaler and Model Garden's
   continuous_eval and export binaries do: EVALER waits for each new
-  checkpoint and evaluates it once (`learner.training.evaler.Evaler`);
+  checkpoint and evaluates it once (`learner.training.jobs.evaler.Evaler`);
   EXPORT writes a SavedModel of the task's predictions
-  (`learner.training.export.Export`). The trainer's `--mode` takes
+  (`learner.training.jobs.export.Export`). The trainer's `--mode` takes
   `ALL + JOBS`.
   """
   TRAIN = 'train'

@@ -42,10 +42,10 @@ from params import checks
 from params import hyperparams
 from learner import learner as learner_lib
 from learner.optimizers import factory as optimizer_factory
-from learner.training import task as task_lib
-from learner.training import trainer as trainer_lib
+from learner.training.model import task as task_lib
+from learner.training.jobs import trainer as trainer_lib
 from learner.optimizers import var_grad
-from learner.training.mode_keys import ModeKeys
+from learner.training.jobs.mode_keys import ModeKeys
 from schedules.base_schedule import ConstantOne
 
 class ModelSpec(collections.namedtuple('ModelSpec', ['loss', 'log_info'])):

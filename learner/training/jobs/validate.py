@@ -35,8 +35,9 @@ import tensorflow as tf
 from params import NestedMap
 from params import hyperparams
 from learner.optimizers import var_grad
-from learner.training import checkpointer
-from learner.training import distribution
+from learner.training.services import checkpointer
+from learner.training.cluster import distribution
+from learner.training.services import errors
 from params import IsTrainable
 from schedules.base_schedule import ScheduleValueError
 
@@ -46,17 +47,10 @@ _REGEX_LIST_KEYS = ('weight_decay_exclude', 'exclude',
                     'exclude_from_layer_adaptation')
 
 
-class ExperimentError(ValueError):
-  """A value of the experiment that the job refuses before writing anything."""
-
-
-class ExperimentTypeError(ExperimentError, TypeError):
-  """An ExperimentError for a value of the wrong type."""
-
-
-def OneLine(text):
-  """`text` with its lines joined by single spaces (an error on one line)."""
-  return ' '.join(l.strip() for l in str(text).splitlines() if l.strip())
+# The refusal type lives in services/ (logdir and checkpoints raise it too).
+ExperimentError = errors.ExperimentError
+ExperimentTypeError = errors.ExperimentTypeError
+OneLine = errors.OneLine
 
 
 @contextlib.contextmanager

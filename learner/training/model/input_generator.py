@@ -22,7 +22,7 @@ import inspect
 import numpy as np
 import tensorflow as tf
 
-from learner.training import distribution
+from learner.training.cluster import distribution
 from params import BaseLayer
 from params import checks
 

@@ -37,7 +37,7 @@ import tensorflow as tf
 
 from learner import gradient_tape
 from learner import learner as learner_lib
-from learner.training import task_params
+from learner.training.model import task_params
 from params import BaseLayer
 from params import NestedMap
 from params import checks

@@ -23,8 +23,8 @@ import schedules
 from learner import learner as learner_lib
 from learner.optimizers import ema as ema_lib
 from learner.optimizers.rules import adam as adam_rule
-from learner.training import checkpointer as checkpointer_lib
-from learner.training import early_stop as early_stop_lib
+from learner.training.services import checkpointer as checkpointer_lib
+from learner.training.services import early_stop as early_stop_lib
 from params import hyperparams
 
 DEV_METRIC_MODES = ('min', 'max')
@@ -58,7 +58,7 @@ def EarlyStopParams():
   when `metric_history.metric` (an eval metric; lower is better if
   `minimize`) has not improved by more than `tolerance` for more than
   `window` global steps, at a step >= `min_steps`
-  (learner/training/early_stop.py). `jobname`, `logdir`, `tfevent_file`,
+  (learner/training/services/early_stop.py). `jobname`, `logdir`, `tfevent_file`,
   `local_filesystem`, `verbose` and `logging_interval` steer Lingvo's
   history file and logs: not used here (the history is early_stop.json).
   """
@@ -310,7 +310,7 @@ def EvalParams():
       'early_stop_patience', 0,
       'In train_and_eval mode, stop training when dev_metric has not beaten '
       'its best for this many evaluations in a row (every interval_steps; '
-      'learner/training/early_stop.py); 0 means never stop early.')
+      'learner/training/services/early_stop.py); 0 means never stop early.')
   return ep
 
 

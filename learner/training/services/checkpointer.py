@@ -23,7 +23,7 @@ another model (refused, naming the variables it lacks); a damaged
 Nothing here deletes a checkpoint except the rolling `max_to_keep`.
 
 The jobs that only read checkpoints (eval, evaler, export) restore with
-`learner.training.eval_restore.RestoreForEval`, built on the functions here.
+`learner.training.jobs.eval_restore.RestoreForEval`, built on the functions here.
 """
 
 import collections
@@ -39,7 +39,7 @@ from absl import logging
 import tensorflow as tf
 from tensorflow.python.checkpoint import graph_view  # pylint: disable=g-direct-tensorflow-import
 
-from learner.training import skipped_steps
+from learner.training.services import skipped_steps
 from params import BaseLayer
 
 _VAR_SUFFIX = '/.ATTRIBUTES/VARIABLE_VALUE'

@@ -36,7 +36,7 @@ import re
 
 import tensorflow as tf
 
-from learner.training import validate
+from learner.training.services import errors
 
 PARAMS_FILE = 'params.txt'
 METRICS_FILE = 'metrics.json'
@@ -180,11 +180,11 @@ def CheckSameTask(path, old_text, new_text):
   finished (its checkpoint would be refused on restore as well).
 
   Raises:
-    validate.ExperimentError: naming both task classes and the fix.
+    errors.ExperimentError: naming both task classes and the fix.
   """
   old, new = _KeyValues(old_text), _KeyValues(new_text)
   if 'task.cls' in old and old.get('task.cls') != new.get('task.cls'):
-    raise validate.ExperimentError(
+    raise errors.ExperimentError(
         '%s is a run of another experiment (task.cls : %s; this one is %s). '
         'Choose another --logdir for this experiment.' %
         (path, old['task.cls'], new.get('task.cls')))
@@ -281,7 +281,7 @@ def CheckNotAnotherExperiment(logdir, text):
     text: this job's `Params.ToText()`.
 
   Raises:
-    validate.ExperimentError: one line naming both task classes and the fix
+    errors.ExperimentError: one line naming both task classes and the fix
       (see `CheckSameTask`).
   """
   path = os.path.join(logdir, PARAMS_FILE)
@@ -295,7 +295,7 @@ def CheckNotAnotherExperiment(logdir, text):
   CheckSameTask(path, old, text)
 
 
-class LogdirInUseError(validate.ExperimentError):
+class LogdirInUseError(errors.ExperimentError):
   """Another live train job holds the logdir (see `TrainLock`)."""
 
 
