@@ -11,7 +11,6 @@ from configs import inputs
 from learner import learner as learner_lib
 from learner.optimizers.factory import get_optimizer_fn
 from schedules.base_schedule import ConstantOne
-from configs import model_tasks
 from configs import regression_distributed
 
 
@@ -26,14 +25,7 @@ class LinearRegression:
   MAX_STEPS = 300
 
   def Task(self):
-    p = model_tasks.LinearRegressionTask.Params().Set(name='regression')
-    p.train.max_steps = self.MAX_STEPS
-    p.train.save_interval_steps = 100
-    p.train.summary_interval_steps = 10
-    p.train.save_max_to_keep = 3  # Ours, not Lingvo's 100.
-    p.train.steps_per_loop = 100
-    p.train.log_interval_steps = 50
-    p.eval.dev_metric = 'loss'
+    p = regression_distributed.RegressionTaskParams(self.MAX_STEPS)
     p.train.learner = learner_lib.Learner.Params().Set(
         name='learner', loss_name='loss',
         # Constant rate, explicitly: the Learner's default is now Lingvo's

@@ -32,6 +32,23 @@ from schedules.base_schedule import ConstantOne
 from configs import model_tasks
 
 
+def RegressionTaskParams(max_steps):
+  """The regression task with the train knobs both experiments use.
+
+  Saves every 100 steps (3 kept), summaries every 10, a log line every 50,
+  loops of at most 100 steps; the dev metric is the loss.
+  """
+  p = model_tasks.LinearRegressionTask.Params().Set(name='regression')
+  p.train.max_steps = max_steps
+  p.train.save_interval_steps = 100
+  p.train.summary_interval_steps = 10
+  p.train.save_max_to_keep = 3  # Ours, not Lingvo's 100.
+  p.train.steps_per_loop = 100
+  p.train.log_interval_steps = 50
+  p.eval.dev_metric = 'loss'
+  return p
+
+
 class DistributedLinearRegressionBase:
   """y = w*x + b, y = 5x + 2 + N(0, 0.1^2); plain SGD (lr 0.3), 300 steps.
 
@@ -45,16 +62,9 @@ class DistributedLinearRegressionBase:
   LEARNING_RATE = 0.3
 
   def Task(self):
-    p = model_tasks.LinearRegressionTask.Params().Set(name='regression')
-    p.train.max_steps = self.MAX_STEPS
-    p.train.save_interval_steps = 100
-    p.train.summary_interval_steps = 10
-    p.train.save_max_to_keep = 3  # Ours, not Lingvo's 100.
-    p.train.steps_per_loop = 100
-    p.train.log_interval_steps = 50
+    p = RegressionTaskParams(self.MAX_STEPS)
     # SyncReplicasOptimizer(replicas_to_aggregate=None -> all replicas).
     p.train.replicas_to_aggregate = None
-    p.eval.dev_metric = 'loss'
     p.train.learner = learner_lib.Learner.Params().Set(
         name='learner', loss_name='loss',
         # Constant rate, explicitly: the Learner's default is now Lingvo's
