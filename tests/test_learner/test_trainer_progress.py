@@ -163,7 +163,11 @@ def test_a_fast_run_does_not_show_eta_0s_and_the_last_line_says_done(
     now[0] = t
     p.Update(step, loss=0.5, lr=0.1)
   lines = out.getvalue().splitlines()
-  # 10 steps in 1 s: 10 steps/s, 5 steps left -> 0.5 s.
+  # The first line starts the clock: no rate yet (not '0.0 steps/s', found
+  # by a fresh-user trial). Then 10 steps in 1 s: 10 steps/s, 5 steps left
+  # -> 0.5 s.
+  assert lines[0].endswith('step 10/25  - steps/s  loss 0.5  lr 0.1  ETA -'), (
+      lines)
   assert lines[1].endswith('10.0 steps/s  loss 0.5  lr 0.1  ETA 0.5s'), lines
   assert lines[2].endswith('ETA done'), lines
 

@@ -128,8 +128,10 @@ class Progress:
       eta = FormatEta((self._max_steps - step) / rate) if rate > 0 else '-'
     replicas = ('  replicas %d' % self._num_replicas
                 if self._num_replicas > 1 else '')
-    return ('step %d/%d  %.1f steps/s%s  loss %s  %s  ETA %s' %
-            (step, self._max_steps, rate, replicas, _Fmt(loss),
+    # The first reported step starts the clock: no rate to show yet.
+    rate_text = '%.1f' % rate if done > 0 else '-'
+    return ('step %d/%d  %s steps/s%s  loss %s  %s  ETA %s' %
+            (step, self._max_steps, rate_text, replicas, _Fmt(loss),
              _FmtRates(lr), eta))
 
   def WantsValues(self, step):
