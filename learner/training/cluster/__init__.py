@@ -1,6 +1,9 @@
 """The cluster: tf.distribute strategies and the multi-worker launcher.
 
-  distribution.py     strategies, TF_CONFIG, input sharding, replica checks
+  distribution.py     the facade callers use (`distribution.<Name>`) of:
+    strategy.py       strategies, TF_CONFIG, start-up, which worker this is
+    datasets.py       input sharding and per-replica batching
+    replicas.py       replica agreement, worker logdirs, peer failures
   launcher.py         `python -m learner.launcher`: N local workers
 
 The bottom floor: imports nothing else of learner/training/.
