@@ -341,7 +341,10 @@ def GetParams(key, overrides=None, eval_dataset=None):
   parts = {}
   for name, method in (('task', 'Task'), ('train_input', 'Train'),
                        ('eval_input', EVAL_DATASETS[eval_dataset])):
-    value = getattr(experiment, method)()
+    try:
+      value = getattr(experiment, method)()
+    except AttributeError as e:  # E.g. a param set on the wrong object.
+      raise ValueError('Experiment %r: %s(): %s' % (key, method, e)) from None
     if not isinstance(value, hyperparams.Params):
       raise TypeError('Experiment %r: %s() must return Params, got %s.' %
                       (key, method, type(value).__name__))

@@ -93,6 +93,44 @@ def test_a_legacy_key_beside_a_learner_is_refused_naming_both():
   assert 'task.train.learner.learning_rate' in msg and '\n' not in msg
 
 
+def test_every_legacy_key_beside_a_learner_is_named_at_once():
+  # Found by the fresh-user trial: one key per run.
+  p = registry.GetParams(_KEY)
+  p.task.train.Set(learning_rate=0.1, clip_gradient_norm_to_value=2.0)
+  with pytest.raises(ValueError) as e:
+    p.task.Instantiate()
+  assert str(e.value).startswith(
+      'task.train.clip_gradient_norm_to_value : 2.0; task.train.'
+      'learning_rate : 0.1 are set together with task.train.learner')
+  assert ('(task.train.learner.clip_gradient_norm_to_value, '
+          'task.train.learner.learning_rate)') in str(e.value)
+
+
+def test_a_param_on_the_wrong_object_in_task_is_a_value_error_naming_it():
+  # The CLI prints a ValueError in one line, exit 2 (a trial found a
+  # traceback for an AttributeError raised inside Task()).
+  class _Bad:  # pylint: disable=unused-variable
+    def Task(self):
+      p = BaseTask.Params()
+      p.clip_gradient_norm_to_value = 1.0
+      return p
+
+    def Train(self):
+      pass
+
+    def Eval(self):
+      pass
+
+  registry.Register(_Bad)
+  key = registry._KeyOf(_Bad)  # pylint: disable=protected-access
+  try:
+    with pytest.raises(ValueError, match=r"_Bad'?: Task\(\): Param "
+                       "'clip_gradient_norm_to_value' is not defined here"):
+      registry.GetParams(key)
+  finally:  # Other tests list every registered experiment.
+    registry._REGISTRY.pop(key)  # pylint: disable=protected-access
+
+
 def test_a_legacy_learner_at_lingvos_rate_0_is_refused_at_create_learners():
   p = registry.GetParams(_KEY)
   p.task.train.learner = None

@@ -322,23 +322,30 @@ def CheckLegacyKeysUnused(tp):
   None (what Lingvo's extraction leaves) is refused, naming both.
 
   Raises:
-    ValueError: naming the key, its value and the two fixes.
+    ValueError: naming every such key, its value and the two fixes.
   """
   if tp.learner is None:
     return
   defaults = TrainParams()
+  set_keys = []
   for k in learner_lib.LEGACY_LEARNER_PARAMS:
     v = tp.Get(k)
     if v is None or v == defaults.Get(k):
       continue
-    where = ('task.train.learner[i]' if isinstance(tp.learner, (list, tuple))
-             else 'task.train.learner')
-    raise ValueError(
-        'task.train.%s : %s is set together with task.train.learner, and '
-        'the legacy learner keys of task.train are read only when '
-        'task.train.learner is None (Lingvo ignores them). Set it on the '
-        'learner (%s.%s), or leave task.train.learner None.' %
-        (k, _Short(v), where, k))
+    set_keys.append((k, 'task.train.%s : %s' % (k, _Short(v))))
+  if not set_keys:
+    return
+  where = ('task.train.learner[i]' if isinstance(tp.learner, (list, tuple))
+           else 'task.train.learner')
+  raise ValueError(
+      '%s %s set together with task.train.learner, and the legacy learner '
+      'keys of task.train are read only when task.train.learner is None '
+      '(Lingvo ignores them). Set %s on the learner (%s), or leave '
+      'task.train.learner None.' % (
+          '; '.join(t for _, t in set_keys),
+          'is' if len(set_keys) == 1 else 'are',
+          'it' if len(set_keys) == 1 else 'them',
+          ', '.join('%s.%s' % (where, k) for k, _ in set_keys)))
 
 
 def _Short(v):
