@@ -1,13 +1,7 @@
-r"""The trainer: `python -m learner.trainer --model=digits.MlpMomentum ...`.
+"""The Trainer: trains and/or evaluates one registered experiment in a logdir.
 
-Trains and/or evaluates a registered experiment (see `params.registry`):
-
-    python -m learner.trainer --model=digits.MlpMomentum --logdir=/tmp/mlp
-    python -m learner.trainer --list
-    python -m learner.trainer --model=digits.MlpMomentum --logdir=/tmp/mlp \
-        --mode=eval
-    python -m learner.trainer --model=regression.LinearRegression \
-        --logdir=/tmp/lr --params_override='task.train.max_steps : 50'
+Its command line (`python -m learner.trainer`, usage and flags) is
+`learner/training/jobs/cli.py`.
 
 What a run writes to `--logdir` (each job its own files; see
 `learner.training.services.logdir`):
