@@ -40,9 +40,11 @@ _AVERAGES_ATTR = '_averages'
 class BaseAveraging(wrapper.BaseWrapper):
   """Base of the wrappers whose weights to evaluate are a kept copy.
 
-  Class attribute AVERAGE_NAME: the last part of the copies' TF variable
-  names ('<path>/<variable name>/<AVERAGE_NAME>'); names only, the
-  checkpoint keys do not depend on it.
+  Class attributes: AVERAGE_NAME, the last part of the copies' TF variable
+  names ('<path>/<variable name>/<AVERAGE_NAME>'; names only, the
+  checkpoint keys do not depend on it); EVAL_WEIGHTS_LABEL, how the jobs'
+  messages name the copies (e.g. 'Evaluating on the EMA averages of the
+  weights.').
 
   Raises:
     ValueError: at construction, as `BaseWrapper` (inner params, an
@@ -51,6 +53,7 @@ class BaseAveraging(wrapper.BaseWrapper):
   """
 
   AVERAGE_NAME = 'average'
+  EVAL_WEIGHTS_LABEL = 'averages'
 
   def __init__(self, params):
     super().__init__(params)

@@ -54,6 +54,8 @@ class Ema(averaging.BaseAveraging):
     specs['decay'] = checks.Real(0, 1, example=0.999)
     return specs
 
+  EVAL_WEIGHTS_LABEL = 'EMA averages'
+
   def __init__(self, params):
     super().__init__(params)
     p = self.params

@@ -43,6 +43,7 @@ class Lookahead(averaging.BaseAveraging):
   """
 
   AVERAGE_NAME = 'slow'
+  EVAL_WEIGHTS_LABEL = 'Lookahead slow weights'
   INNER_OPTIMIZER_DOC = ('Params of the inner (fast) optimizer: it updates '
                          'the variables at every update.')
 

@@ -52,6 +52,7 @@ class SWA(averaging.BaseAveraging):
   """
 
   AVERAGE_NAME = 'swa_average'
+  EVAL_WEIGHTS_LABEL = 'SWA averages'
 
   @classmethod
   def Params(cls):

@@ -604,7 +604,8 @@ class Trainer:
   def _EvaluateAndUpdate(self, task, step, final=False):
     emas = self._EmaContexts(task)
     if emas:
-      self._Print('Evaluating on the EMA averages of the weights.')
+      self._Print('Evaluating on the %s of the weights.' %
+                  eval_restore.EvalWeightsLabel([type(e) for e in emas]))
     results = self.Evaluate(task, step, emas)
     self._Print('Eval at global step %d%s: %s' % (
         step, ' (final)' if final else '',
@@ -645,8 +646,9 @@ class Trainer:
     restored, step, n = eval_restore.RestoreNewestForEval(
         self._eval_candidates, task, self._Print)
     if n:
-      self._Print('Evaluating on the EMA averages of the weights (%d '
-                  'variables restored from %s).' % (n, restored))
+      self._Print('Evaluating on the %s of the weights (%d variables '
+                  'restored from %s).' % (eval_restore.EvalWeightsLabel(
+                      eval_restore.EvalAverageClasses(task)), n, restored))
     out_dir = self._EvalOutputDir()
     results = evaler_lib.EvalMetrics(self._params, task)
     if out_dir:
