@@ -3,9 +3,8 @@
 Learner 'lw' trains w (plain momentum), learner 'lb' trains b with an Ema
 of decay 0.9 around SGD, so the averages cover b only (the last two
 experiments, of test_trainer_averaging.py, give 'lb' a Lookahead or an SWA
-instead). Registered under
-`readonly_experiments.<Class>`, importable by a trainer subprocess whose
-PYTHONPATH holds this directory. Imported by name, as pytest puts this
+instead). Registered under `readonly_experiments.<Class>`, importable by a
+trainer subprocess whose PYTHONPATH holds this directory. Imported by name, as pytest puts this
 directory on sys.path.
 """
 

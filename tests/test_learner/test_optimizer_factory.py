@@ -253,6 +253,18 @@ def test_c_not_callable_our_instance_message_suggests_params_or_a_factory_not_a_
   assert "get_optimizer_wrapper_fn('batch_gradients'" in msg
 
 
+def test_wrapper_names_and_the_classes_they_build():
+  sgd = get_optimizer_fn('sgd')
+  assert set(factory._WRAPPER_NAMES) == {  # pylint: disable=protected-access
+      'batch_gradients', 'lars', 'ema', 'lookahead', 'swa'}
+  built = {name: get_optimizer_wrapper_fn(name, sgd)().__class__.__name__
+           for name in ('lars', 'ema', 'lookahead', 'swa')}
+  assert built == {'lars': 'Lars', 'ema': 'Ema', 'lookahead': 'Lookahead',
+                   'swa': 'SWA'}
+  la = get_optimizer_wrapper_fn('lookahead', sgd, k=5, alpha=0.5).Params()
+  assert (la.k, la.alpha, la.optimizer) == (5, 0.5, optimizers.SGD.Params())
+
+
 def test_instance_given_message_names_the_parameter():
   msg = factory.InstanceGivenMessage(optimizers.SGD.Params().Instantiate(),
                                      where="Learner 'l': optimizer_fn")
