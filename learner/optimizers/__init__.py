@@ -6,8 +6,8 @@
                      rules.RULES registers each (export, factory name)
   lars.py, ema.py, lookahead.py, swa.py, composite.py, keras_optimizer.py,
   accumulation.py    the wrappers (each holds an inner optimizer's params);
-                     averaging.py the base of those that keep weights to
-                     evaluate (Ema, Lookahead, SWA)
+  wrapper.py         their base, BaseWrapper, and BaseAveraging, the base of
+                     those that keep weights to evaluate (Ema, Lookahead, SWA)
   factory.py         get_optimizer_fn, get_optimizer_wrapper_fn
   var_grad.py        VarGrad, the (variable, gradient) pair they consume
 """

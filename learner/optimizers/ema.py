@@ -2,12 +2,12 @@
 
 import tensorflow as tf
 
-from learner.optimizers import averaging
+from learner.optimizers import wrapper
 from params import checks
 from schedules import base_schedule
 
 
-class Ema(averaging.BaseAveraging):
+class Ema(wrapper.BaseAveraging):
   """Keeps an exponential moving average of every bound variable.
 
   After each update of the inner optimizer (`p.optimizer`):
@@ -23,7 +23,7 @@ class Ema(averaging.BaseAveraging):
   variables (for evaluation) and the trained values back on exit. An Ema is
   found through `EvalAverages()` (built) or `EvalAverageClasses(p)`
   (params) of any optimizer around it, and `AverageCheckpointKeySuffix`
-  names its averages in a checkpoint (all from `averaging.BaseAveraging`,
+  names its averages in a checkpoint (all from `wrapper.BaseAveraging`,
   shared with Lookahead and SWA).
   Source: Polyak & Juditsky, "Acceleration of Stochastic Approximation by
   Averaging", 1992; TF's ExponentialMovingAverage.

@@ -15,11 +15,11 @@ reset_state=False (tests/data/optax_lookahead.json).
 
 import tensorflow as tf
 
-from learner.optimizers import averaging
+from learner.optimizers import wrapper
 from params import checks
 
 
-class Lookahead(averaging.BaseAveraging):
+class Lookahead(wrapper.BaseAveraging):
   """Lookahead around an inner optimizer (`p.optimizer`), slow weights kept.
 
   Each `Apply` hands the update to the inner optimizer (which updates the
@@ -33,7 +33,7 @@ class Lookahead(averaging.BaseAveraging):
 
   The slow weights are evaluated: found through `EvalAverages()` /
   `EvalAverageClasses(p)`, swapped in by `SwapAverages()` and read from a
-  checkpoint by `AverageCheckpointKeySuffix` (see `averaging.py`);
+  checkpoint by `AverageCheckpointKeySuffix` (see `wrapper.BaseAveraging`);
   `GetAverage(var)` is the slow copy of `var` (same shape and dtype).
 
   Raises:

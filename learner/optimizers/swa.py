@@ -20,11 +20,11 @@ averaging function); the sampling steps of TF Addons' tfa.optimizers.SWA
 
 import tensorflow as tf
 
-from learner.optimizers import averaging
+from learner.optimizers import wrapper
 from params import checks
 
 
-class SWA(averaging.BaseAveraging):
+class SWA(wrapper.BaseAveraging):
   """Stochastic Weight Averaging around an inner optimizer (`p.optimizer`).
 
   Each `Apply` hands the update to the inner optimizer, then samples the
@@ -34,7 +34,7 @@ class SWA(averaging.BaseAveraging):
   they count windows). `num_averaged` (int64, checkpointed) counts the
   samples. The average is evaluated: found through `EvalAverages()` /
   `EvalAverageClasses(p)`, swapped in by `SwapAverages()` and read from a
-  checkpoint by `AverageCheckpointKeySuffix` (see `averaging.py`);
+  checkpoint by `AverageCheckpointKeySuffix` (see `wrapper.BaseAveraging`);
   `GetAverage(var)` is the average of `var` (same shape and dtype).
 
   The paper pairs SWA with a constant or cyclic learning rate from

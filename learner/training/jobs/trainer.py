@@ -592,8 +592,8 @@ class Trainer:
     """Evaluates on the eval input; returns {metric: weighted mean}.
 
     Metrics are averaged over all evaluated batches with their weights.
-    Inside, the weights of every Ema in `use_ema_layers` are swapped for
-    their averages (and back after). The scalars go to the TensorBoard run
+    Inside, the weights of every averaging optimizer in `use_ema_layers`
+    (Ema, Lookahead, SWA) are swapped for their copies (and back after). The scalars go to the TensorBoard run
     `summary_dir` of the logdir.
     """
     results = evaler_lib.EvalMetrics(self._params, task, use_ema_layers)
