@@ -38,8 +38,10 @@ class SWA(wrapper.BaseAveraging):
   `GetAverage(var)` is the average of `var` (same shape and dtype).
 
   The paper pairs SWA with a constant or cyclic learning rate from
-  swa_start on: that is the learner's `lr_schedule` (e.g. a
-  `PiecewiseConstantSchedule`, or a cyclic one), not a param here.
+  swa_start on: that is the learner's `lr_schedule` (e.g.
+  `schedules.PiecewiseConstantSchedule` to drop to a constant at
+  swa_start, or a `CycleSchedule` whose period is swa_freq), not a param
+  here.
   BatchNorm statistics are not recomputed for the averaged weights (the
   paper's extra pass over the training data, PyTorch's
   swa_utils.update_bn): a model with batch normalization is evaluated with
