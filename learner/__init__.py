@@ -40,6 +40,8 @@ _EXPORTS = {
     'Lion': 'learner.optimizers',
     'Lars': 'learner.optimizers.lars',
     'Ema': 'learner.optimizers.ema',
+    'Lookahead': 'learner.optimizers.lookahead',
+    'SWA': 'learner.optimizers.swa',
     'Composite': 'learner.optimizers.composite',
     'KerasOptimizer': 'learner.optimizers.keras_optimizer',
     'GradientAccumulation': 'learner.optimizers.accumulation',

@@ -27,7 +27,8 @@ around one inner optimizer (Lars, Ema, GradientAccumulation) derive from
 `wrapper.BaseWrapper`; Composite and KerasOptimizer override `Bind` and
 `Apply` themselves.
 
-Averages of the weights to evaluate on (Ema) are found by asking the
+Averages of the weights to evaluate on (Ema, Lookahead's slow weights,
+SWA: the `wrapper.BaseAveraging` wrappers) are found by asking the
 optimizer tree: `EvalAverages()` on a built optimizer, `EvalAverageClasses(p)`
 on params; both are empty here and delegated by wrappers to their inner
 optimizers.

@@ -24,7 +24,9 @@ from learner.optimizers import base as base_optimizer
 from learner.optimizers import ema as ema_lib
 from learner.optimizers import keras_optimizer
 from learner.optimizers import lars as lars_lib
+from learner.optimizers import lookahead as lookahead_lib
 from learner.optimizers import rules
+from learner.optimizers import swa as swa_lib
 from params import hyperparams
 from params import text_registry
 from params import value_codec
@@ -33,7 +35,7 @@ from params import value_codec
 # A class's own param names are accepted too.
 _OPTIMIZERS = rules.FactoryTable()  # one registration point: rules.RULES
 
-_WRAPPER_NAMES = ('batch_gradients', 'lars', 'ema')
+_WRAPPER_NAMES = ('batch_gradients', 'lars', 'ema', 'lookahead', 'swa')
 
 # Params no factory keyword may set (structure, not knobs).
 _RESERVED = ('cls', 'name', 'optimizer', 'dtype', 'fprop_dtype', 'params_init',
@@ -214,6 +216,13 @@ class OptimizerWrapperFn(_Factory):
     elif self._name == 'lars':
       p = lars_lib.Lars.Params()
       aliases = {'ratio': 'eta'}
+    elif self._name == 'lookahead':
+      p = lookahead_lib.Lookahead.Params()
+      aliases = {'sync_period': 'k', 'slow_step_size': 'alpha'}
+    elif self._name == 'swa':
+      p = swa_lib.SWA.Params()
+      aliases = {'start_averaging': 'swa_start',
+                 'average_period': 'swa_freq'}
     else:
       p = ema_lib.Ema.Params()
       aliases = {'ema_decay': 'decay'}
@@ -233,8 +242,10 @@ def get_optimizer_wrapper_fn(name, inner, **kwargs):  # pylint: disable=invalid-
   Args:
     name: 'batch_gradients' (GradientAccumulation: num_batches,
       sync_on_apply), 'lars' (Lars: `ratio` for eta, weight_decay, epsilon,
-      exclude, exclude_1d) or 'ema' (Ema: decay / `ema_decay`,
-      decay_schedule).
+      exclude, exclude_1d), 'ema' (Ema: decay / `ema_decay`,
+      decay_schedule), 'lookahead' (Lookahead: k / optax's `sync_period`,
+      alpha / `slow_step_size`) or 'swa' (SWA: swa_start / TF Addons'
+      `start_averaging`, swa_freq / `average_period`).
     inner: an optimizer instance (as in MoXing's example; its params are
       used), a factory from get_optimizer_fn / get_optimizer_wrapper_fn, or
       optimizer params.

@@ -12,6 +12,8 @@ from learner.optimizers import composite
 from learner.optimizers import ema
 from learner.optimizers import keras_optimizer
 from learner.optimizers import lars
+from learner.optimizers import lookahead
+from learner.optimizers import swa
 from learner import optimizers
 from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
@@ -25,6 +27,10 @@ _CASES = {
     'lars_momentum': lars.Lars.Params().Set(
         optimizer=optimizers.Momentum.Params(), exclude_1d=False),
     'ema': ema.Ema.Params().Set(optimizer=optimizers.SGD.Params(), decay=0.5),
+    # k = 2 and swa_start 0: both change their copies at the 2 steps.
+    'lookahead': lookahead.Lookahead.Params().Set(
+        optimizer=optimizers.Momentum.Params(), k=2, alpha=0.5),
+    'swa': swa.SWA.Params().Set(optimizer=optimizers.Momentum.Params()),
     'composite': composite.Composite.Params().Set(optimizer_map={
         'default_optimizer': (optimizers.Adam.Params(), 2.0)}),
     'keras': keras_optimizer.KerasOptimizerParams(
@@ -69,3 +75,7 @@ def test_replicas_apply_identically_to_a_single_device_run(strategy, name):
     np.testing.assert_allclose(value.numpy(), w_ref.numpy(), rtol=2e-6)
   for count in strategy.experimental_local_results(opt.num_updates):
     assert int(count.numpy()) == 2
+  if opt.EvalAverages():  # Ema, Lookahead, SWA: every copy of the copies.
+    for value in strategy.experimental_local_results(opt.GetAverage(w)):
+      np.testing.assert_allclose(value.numpy(), ref.GetAverage(w_ref).numpy(),
+                                 rtol=2e-6)

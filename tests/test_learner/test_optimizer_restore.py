@@ -12,6 +12,8 @@ from learner.optimizers import composite
 from learner.optimizers import ema
 from learner.optimizers import keras_optimizer
 from learner.optimizers import lars
+from learner.optimizers import lookahead
+from learner.optimizers import swa
 from learner import optimizers
 from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
@@ -60,6 +62,12 @@ _PARAMS = {
                                    eta=0.01, weight_decay=0.01),
     'ema': ema.Ema.Params().Set(optimizer=optimizers.Momentum.Params(),
                                 decay=0.5),
+    # k = 3: the synchronization at update 3 comes after the restore.
+    'lookahead': lookahead.Lookahead.Params().Set(
+        optimizer=optimizers.Adam.Params(), k=3, alpha=0.5),
+    # Samples at updates 1 and 3: one before the save, one after.
+    'swa': swa.SWA.Params().Set(optimizer=optimizers.Momentum.Params(),
+                                swa_start=1, swa_freq=2),
     'composite': composite.Composite.Params().Set(optimizer_map={
         'w0': (optimizers.Adam.Params(), 2.0),
         'default_optimizer': (optimizers.Momentum.Params(), 0.5)}),

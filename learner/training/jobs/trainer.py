@@ -601,8 +601,8 @@ class Trainer:
     """Evaluates on the eval input; returns {metric: weighted mean}.
 
     Metrics are averaged over all evaluated batches with their weights.
-    Inside, the weights of every Ema in `use_ema_layers` are swapped for
-    their averages (and back after). The scalars go to the TensorBoard run
+    Inside, the weights of every averaging optimizer in `use_ema_layers`
+    (Ema, Lookahead, SWA) are swapped for their copies (and back after). The scalars go to the TensorBoard run
     `summary_dir` of the logdir.
     """
     results = evaler_lib.EvalMetrics(self._params, task, use_ema_layers)
@@ -613,7 +613,8 @@ class Trainer:
   def _EvaluateAndUpdate(self, task, step, final=False):
     emas = self._EmaContexts(task)
     if emas:
-      self._Print('Evaluating on the EMA averages of the weights.')
+      self._Print('Evaluating on the %s of the weights.' %
+                  eval_restore.EvalWeightsLabel([type(e) for e in emas]))
     results = self.Evaluate(task, step, emas)
     self._Print('Eval at global step %d%s: %s' % (
         step, ' (final)' if final else '',
@@ -654,8 +655,9 @@ class Trainer:
     restored, step, n = eval_restore.RestoreNewestForEval(
         self._eval_candidates, task, self._Print)
     if n:
-      self._Print('Evaluating on the EMA averages of the weights (%d '
-                  'variables restored from %s).' % (n, restored))
+      self._Print('Evaluating on the %s of the weights (%d variables '
+                  'restored from %s).' % (eval_restore.EvalWeightsLabel(
+                      eval_restore.EvalAverageClasses(task)), n, restored))
     out_dir = self._EvalOutputDir()
     results = evaler_lib.EvalMetrics(self._params, task)
     if out_dir:
