@@ -404,16 +404,19 @@ class ADOPT(_AdamFamily):
     p = self.params
     k = tf.cast(self.num_updates, tf.float64)
     first = tf.equal(self.num_updates, 0)
-    f64 = lambda x: tf.constant(x, tf.float64)
-    b1 = Cast(tf.where(first, f64(1.), f64(p.beta1)), var)
-    b2 = Cast(tf.where(first, f64(0.), f64(p.beta2)), var)
+    # (decay, 1 - decay) chosen in float64: 1 - 0.9999 in float32 is 1.7e-5
+    # (relative) off, which ADOPT's g / sqrt(v) can magnify.
+    pick = lambda a, b: Cast(tf.where(first, tf.constant(a, tf.float64),
+                                      tf.constant(b, tf.float64)), var)
+    b1, c1 = pick(1., p.beta1), pick(0., 1. - p.beta1)
+    b2, c2 = pick(0., p.beta2), pick(1., 1. - p.beta2)
     n = grad / tf.maximum(tf.sqrt(slots['v']), Cast(p.epsilon, var))
     if p.use_clipping:
       c = Cast(tf.pow(k, p.clip_exponent), var)
       n = tf.clip_by_value(n, -c, c)
-    m = slots['m'].assign((1. - b1) * n + b1 * slots['m'])
+    m = slots['m'].assign(c1 * n + b1 * slots['m'])
     with tf.control_dependencies([n]):
-      v_op = slots['v'].assign((1. - b2) * tf.square(grad) + b2 * slots['v'])
-    update = ((1. - b1) * n + b1 * m) if p.use_nesterov else m
+      v_op = slots['v'].assign(c2 * tf.square(grad) + b2 * slots['v'])
+    update = (c1 * n + b1 * m) if p.use_nesterov else m
     with tf.control_dependencies([v_op]):
       return self._Descend(lr, var, update)
