@@ -15,7 +15,7 @@
            v <- b2 v + (1 - b2) g^2;  w <- w - lr m
 
 Epsilon is added after the bias correction (optax's form; our Adam/AdamW
-add it before, TF's form). Sources: Dozat, "Incorporating Nesterov Momentum
+add it before, TF's form). Source: Dozat, "Incorporating Nesterov Momentum
 into Adam", ICLR 2016 workshop; Liu et al., "On the Variance of the Adaptive
 Learning Rate and Beyond", ICLR 2020; Kingma & Ba, ICLR 2015, section 7.1
 (AdaMax); Reddi et al., "On the Convergence of Adam and Beyond", ICLR 2018;
