@@ -6,7 +6,8 @@ Run from the repository root, in the optax venv (never a dependency here):
 
 Writes tests/data/optax_adam_family.json: for each rule, optax's defaults
 (rule name as in the factory: nadam, radam, adamax, amsgrad, adopt) and one
-non-default setting (rule name + '_alt'), each on the three problems of
+non-default setting (rule name + '_alt'); and optax's adam and adamw (for
+our Adam/AdamW with epsilon_form='optax'), each on the three problems of
 tools/optax_reference.py, float32 and float64, clip_by_global_norm(1.0) off
 and on. The rate 0.0625 is exact in float32, so float64 cases are not
 blurred by our float32 rate.
@@ -43,6 +44,9 @@ RULES = (
     ('adopt_alt', _Adopt,
      dict(b1=0.8, b2=0.99, eps=1e-4, nesterov=True, clip_exponent=0.5)),
     ('adopt_noclip', _Adopt, dict(use_clipping=False)),
+    # Our Adam / AdamW with epsilon_form='optax'.
+    ('adam', optax.adam, {}),
+    ('adamw', optax.adamw, dict(b2=0.99, eps=1e-3, weight_decay=0.1)),
 )
 
 

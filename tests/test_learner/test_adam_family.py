@@ -1,6 +1,6 @@
 """Issue 24 item 3: Nadam, RAdam, Adamax, AMSGrad, ADOPT (rules/adam_family.py).
 
-Numbers: optax's (tests/data/optax_adam_family.json, recorded by
+Also Adam/AdamW with epsilon_form='optax' (rules/adam.py). Numbers: optax's (tests/data/optax_adam_family.json, recorded by
 tools/record_optax_adam_family.py) on every case, Keras 3's Nadam and
 Adamax run here in-process, and hand computations.
 """
@@ -22,14 +22,22 @@ _CLASSES = {'nadam': optimizers.Nadam, 'radam': optimizers.RAdam,
             'adopt': optimizers.ADOPT}
 # optax's keyword -> our param.
 _KEYS = {'b1': 'beta1', 'b2': 'beta2', 'eps': 'epsilon',
-         'nesterov': 'use_nesterov'}
+         'nesterov': 'use_nesterov', 'weight_decay': 'decoupled_weight_decay'}
+# optax's adam / adamw: our Adam / AdamW with epsilon_form='optax' and
+# optax's defaults (eps 1e-8; adamw's weight_decay 1e-4).
+_TF_FORM = {
+    'adam': lambda: optimizers.Adam.Params().Set(epsilon_form='optax',
+                                                 epsilon=1e-8),
+    'adamw': lambda: optimizers.AdamW.Params().Set(
+        epsilon_form='optax', epsilon=1e-8, decoupled_weight_decay=1e-4),
+}
 
 
 def _Ours(case):
   """Our params for a recorded case (rule 'adopt_alt' -> ADOPT, ...)."""
-  cls = _CLASSES[case['rule'].split('_')[0]]
-  return cls.Params().Set(**{_KEYS.get(k, k): v
-                             for k, v in case['kwargs'].items()})
+  name = case['rule'].split('_')[0]
+  p = _TF_FORM[name]() if name in _TF_FORM else _CLASSES[name].Params()
+  return p.Set(**{_KEYS.get(k, k): v for k, v in case['kwargs'].items()})
 
 
 def _Cases(**where):
@@ -41,6 +49,7 @@ def test_the_file_has_defaults_and_a_non_default_setting_of_each_rule():
   rules = {c['rule'] for c in _DATA['cases']}
   for name in _CLASSES:
     assert {name, name + '_alt'} <= rules
+  assert {'adam', 'adamw'} <= rules
   # 3 shapes x 2 dtypes x clip off/on per rule setting.
   assert len(_DATA['cases']) == 12 * len(rules)
 
@@ -48,9 +57,11 @@ def test_the_file_has_defaults_and_a_non_default_setting_of_each_rule():
 @pytest.mark.parametrize('case', _Cases())
 def test_ten_steps_match_optax(case):
   # float64 without clipping is exact up to rounding; with clipping the
-  # learner's clip scale is float32 (its global norm), ~1e-8 relative.
+  # learner's clip scale is float32 (its global norm), ~1e-8 relative. Adam
+  # and AdamW round beta1, beta2, epsilon to float32 (common.Cast): ~6e-9.
   ours = refs.RunOurs(_Ours(case), case)
-  exact = case['dtype'] == 'float64' and not case['clip']
+  exact = (case['dtype'] == 'float64' and not case['clip'] and
+           case['rule'] not in _TF_FORM)
   refs.AssertMatches(ours, case, rtol=1e-12 if exact else 1e-6)
 
 
@@ -171,6 +182,8 @@ def test_amsgrad_keeps_the_largest_corrected_v():
     (optimizers.AMSGrad, 'beta2', 1.0, 'beta2=1.0'),
     (optimizers.ADOPT, 'clip_exponent', 0.0, 'clip_exponent=0.0'),
     (optimizers.ADOPT, 'use_clipping', 0, 'True or False'),
+    (optimizers.Adam, 'epsilon_form', 'keras', "'tf', 'optax'"),
+    (optimizers.AdamW, 'epsilon_form', None, "'tf', 'optax'"),
 ])
 def test_bad_values_are_refused_in_one_line_naming_the_key(cls, key, value,
                                                            match):
@@ -204,6 +217,7 @@ def test_factory_names_and_keras_keywords(name, kwargs, expected):
     optimizers.Adamax.Params().Set(epsilon_form='keras'),
     optimizers.AMSGrad.Params().Set(bias_correction_mu=False),
     optimizers.ADOPT.Params().Set(clip_exponent=0.5, use_clipping=False),
+    optimizers.AdamW.Params().Set(epsilon_form='optax'),
 ], ids=lambda p: p.cls.__name__)
 def test_params_text_round_trip(p):
   q = p.cls.Params()
@@ -234,3 +248,28 @@ def test_resume_mid_run_is_identical(rule, tmp_path):
   _, path = Run(2, save=str(tmp_path / 'ckpt'))
   resumed, _ = Run(2, start=2, restore=path)
   np.testing.assert_array_equal(resumed, whole)
+
+
+def test_adam_optax_form_lazy_sparse_rows_equal_dense():
+  # Every row present: the lazy path (its own epsilon hat) equals dense.
+  # beta1 = beta2 = 0.5 and epsilon = 0.125 are exact in float32 (Adam's
+  # constants pass through float32). A constant g gives m_hat = g and
+  # v_hat = g^2 at every step, so 2 steps: w = 1 - 2 * 0.5 g / (|g| + eps).
+  g = np.array([[0.5, -1.0], [2.0, 0.25]])
+  out = []
+  for lazy in (False, True):
+    w = tf.Variable(np.ones((2, 2)), name='w')
+    opt = optimizers.Adam.Params().Set(
+        name='opt', epsilon_form='optax', beta1=0.5, beta2=0.5,
+        epsilon=0.125, lazy_sparse_updates=lazy).Instantiate().Bind([w])
+    for _ in range(2):
+      grad = tf.IndexedSlices(tf.constant(g), tf.constant([0, 1]),
+                              tf.constant([2, 2]))
+      opt.Apply(0.5, NestedMap(w=VarGrad(w, grad)))
+    out.append(w.numpy())
+  np.testing.assert_allclose(out[1], out[0], rtol=1e-12)
+  np.testing.assert_allclose(out[0], 1 - g / (np.abs(g) + 0.125),
+                             rtol=1e-12)
+  # The TF form adds epsilon before the correction: another number.
+  assert not np.allclose(out[0], 1 - g / (np.abs(g) + 0.125 / np.sqrt(0.75)),
+                         rtol=1e-3)
