@@ -133,8 +133,9 @@ class Nadam(_AdamFamily):
   the schedule of Dozat's paper as Keras 3's `Nadam` has it (m still
   decays with b1); with epsilon=1e-7 (Keras's default) it gives Keras's
   numbers. PyTorch's NAdam is 'dozat' with 0.96^(0.004 t), not offered.
-  Epsilon after the bias correction (optax's and Keras's form). Optax and
-  Dozat's Algorithm 2 differ by a factor b2 in v_hat; both drop it here.
+  Epsilon after the bias correction (optax's and Keras's form). Dozat's
+  Algorithm 2 has an extra factor b2 in v_hat that optax and Keras omit;
+  so do we.
   Source: Dozat, "Incorporating Nesterov Momentum into Adam", ICLR 2016
   workshop; optax 0.2.8 `scale_by_adam(nesterov=True)`; Keras 3 `Nadam`.
   Slots: 'm', 'v'.
@@ -359,12 +360,12 @@ class ADOPT(_AdamFamily):
         no clip if not use_clipping)
     m <- b1 m + (1 - b1) n;  v <- b2 v + (1 - b2) g^2
     w <- w - lr m   (use_nesterov: w <- w - lr (b1 m + (1 - b1) n)).
-  v_old excludes the current gradient, which is what makes any b2 converge
-  (Taniguchi et al., Theorem 4.1); the clip (c = 1/4) is the paper's
-  stabiliser for the first steps. Epsilon as optax: max(sqrt(v), eps).
+  v_old excludes the current gradient (the paper's change to Adam, which
+  lets any b2 converge); the clip (c = 1/4) is the paper's stabiliser for
+  the first steps. Epsilon as optax: max(sqrt(v), eps).
   Defaults b2 = 0.9999, eps = 1e-6 (the paper's and optax's). Source:
   Taniguchi et al., "ADOPT: Modified Adam Can Converge with Any beta2 with
-  the Optimal Rate", NeurIPS 2024, Algorithm 2; optax 0.2.8
+  the Optimal Rate", NeurIPS 2024; optax 0.2.8
   `contrib.adopt`. Keras has no ADOPT. Slots: 'm', 'v'.
 
   Raises:
