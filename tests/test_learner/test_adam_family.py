@@ -273,3 +273,16 @@ def test_adam_optax_form_lazy_sparse_rows_equal_dense():
   # The TF form adds epsilon before the correction: another number.
   assert not np.allclose(out[0], 1 - g / (np.abs(g) + 0.125 / np.sqrt(0.75)),
                          rtol=1e-3)
+
+
+@pytest.mark.parametrize('t', [1, 7, 999, 1000, 1001, 5000])
+def test_nadam_dozat_product_equals_the_running_product(t):
+  # P_t = prod_{i <= t} b1 (1 - 0.5 * 0.96^i), as Keras's u_product; ours
+  # keeps no state (the factors are 1 in float64 beyond i = 1000).
+  opt = optimizers.Nadam.Params().Set(
+      name='opt', momentum_schedule='dozat').Instantiate()
+  u = lambda i: 0.9 * (1 - 0.5 * 0.96**i)
+  prod = np.prod([u(i) for i in range(1, t + 2)])
+  got = [float(x) for x in opt._Schedule(tf.constant(float(t), tf.float64))]  # pylint: disable=protected-access
+  np.testing.assert_allclose(got, [u(t), u(t + 1), prod / u(t + 1), prod],
+                             rtol=1e-12)
