@@ -140,7 +140,7 @@ def get_optimizer_fn(name, **kwargs):  # pylint: disable=invalid-name
 
   Args:
     name: one of sgd, momentum, nesterov, adam, adamw, adagrad, rmsprop,
-      adadelta, adafactor, lamb, lion.
+      adadelta, adafactor, lamb, lion, nadam, radam, adamax, amsgrad, adopt.
     **kwargs: `learning_rate` (the base rate, float; the learner uses it when
       its own learning_rate is unset), the optimizer's param names, and the
       MoXing/TF1/Keras names: `momentum` for Momentum's alpha, `beta_1` /

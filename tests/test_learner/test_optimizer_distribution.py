@@ -24,6 +24,13 @@ _CASES = {
     'adamw_lazy_sparse': optimizers.AdamW.Params().Set(
         lazy_sparse_updates=True),
     'adafactor': optimizers.Adafactor.Params(),
+    'adam_optax_form': optimizers.Adam.Params().Set(epsilon_form='optax'),
+    'nadam_dozat': optimizers.Nadam.Params().Set(momentum_schedule='dozat'),
+    'radam': optimizers.RAdam.Params(),
+    'adamax_keras_sparse': optimizers.Adamax.Params().Set(
+        epsilon_form='keras'),
+    'amsgrad': optimizers.AMSGrad.Params(),
+    'adopt': optimizers.ADOPT.Params().Set(use_nesterov=True),
     'lars_momentum': lars.Lars.Params().Set(
         optimizer=optimizers.Momentum.Params(), exclude_1d=False),
     'ema': ema.Ema.Params().Set(optimizer=optimizers.SGD.Params(), decay=0.5),

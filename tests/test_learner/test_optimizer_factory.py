@@ -284,7 +284,7 @@ def test_lazy_table_names_every_registered_rule():
   names = {r.cls.__name__ for r in rules.RULES} - {'SGD'}
   assert names == {'Momentum', 'Adam', 'AdamW', 'Adagrad', 'RMSProp',
                    'AdaDelta', 'Adafactor', 'XLAShardingAdafactor', 'LAMB',
-                   'Lion'}
+                   'Lion', 'Nadam', 'RAdam', 'Adamax', 'AMSGrad', 'ADOPT'}
   for name in names:
     assert learner._EXPORTS[name] == 'learner.optimizers', name  # pylint: disable=protected-access
     assert getattr(learner, name) is getattr(optimizers, name)

@@ -99,6 +99,23 @@ _CASES = [
     ('lamb', optimizers.LAMB.Params().Set(weight_decay=0.01), refs.RefLAMB),
     ('lion', optimizers.Lion.Params().Set(decoupled_weight_decay=0.1),
      refs.RefLion),
+    ('nadam', optimizers.Nadam.Params().Set(decoupled_weight_decay=0.1),
+     refs.RefNadam),
+    ('nadam_dozat', optimizers.Nadam.Params().Set(
+        momentum_schedule='dozat', epsilon=1e-3), refs.RefNadam),
+    # rho_t <= t: 3 steps stay below the threshold (momentum SGD); the
+    # rectified steps are checked against optax (test_adam_family).
+    ('radam', optimizers.RAdam.Params().Set(beta2=0.9, threshold=4.0,
+                                            use_nesterov=True),
+     refs.RefRAdam),
+    ('adamax', optimizers.Adamax.Params().Set(epsilon=1e-3), refs.RefAdamax),
+    ('adamax_keras', optimizers.Adamax.Params().Set(
+        epsilon_form='keras', epsilon=1e-3, decoupled_weight_decay=0.1),
+     refs.RefAdamax),
+    ('amsgrad', optimizers.AMSGrad.Params().Set(bias_correction_nu=False),
+     refs.RefAMSGrad),
+    ('adopt', optimizers.ADOPT.Params().Set(clip_exponent=0.5, beta2=0.9),
+     refs.RefADOPT),
 ]
 
 _IDS = [c[0] for c in _CASES]
