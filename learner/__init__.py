@@ -40,6 +40,7 @@ _EXPORTS = {
     'Lion': 'learner.optimizers',
     'Lars': 'learner.optimizers.lars',
     'Ema': 'learner.optimizers.ema',
+    'Sam': 'learner.optimizers.sam',
     'Composite': 'learner.optimizers.composite',
     'KerasOptimizer': 'learner.optimizers.keras_optimizer',
     'GradientAccumulation': 'learner.optimizers.accumulation',

@@ -47,6 +47,21 @@ def GradientTape():
     yield tape
 
 
+@contextlib.contextmanager
+def KeepCurrentTape():
+  """Puts this thread's current tape back on exit.
+
+  A learner that runs a second forward pass (learner/second_pass.py) opens
+  its own `GradientTape()` inside this block, so that the learners after it
+  still take their gradients from the tape of the task's forward pass.
+  """
+  previous = CurrentTape()
+  try:
+    yield
+  finally:
+    _STATE.tape = previous
+
+
 def CurrentTape():
   """The tape of the most recent `GradientTape()` in this thread, or None."""
   return getattr(_STATE, 'tape', None)

@@ -4,7 +4,7 @@
   rules/             the update rules, one family per module (momentum, adam,
                      adagrad, rmsprop, adadelta, adafactor, lamb, lion);
                      rules.RULES registers each (export, factory name)
-  lars.py, ema.py, composite.py, keras_optimizer.py, accumulation.py
+  lars.py, ema.py, sam.py, composite.py, keras_optimizer.py, accumulation.py
                      the wrappers (each holds an inner optimizer's params)
   factory.py         get_optimizer_fn, get_optimizer_wrapper_fn
   var_grad.py        VarGrad, the (variable, gradient) pair they consume
@@ -16,6 +16,7 @@ from learner.optimizers.base import SGD
 from learner.optimizers import rules
 from learner.optimizers.lars import Lars
 from learner.optimizers.ema import Ema
+from learner.optimizers.sam import Sam
 from learner.optimizers.composite import Composite
 from learner.optimizers.keras_optimizer import KerasOptimizer
 from learner.optimizers.accumulation import GradientAccumulation

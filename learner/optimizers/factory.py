@@ -25,6 +25,7 @@ from learner.optimizers import ema as ema_lib
 from learner.optimizers import keras_optimizer
 from learner.optimizers import lars as lars_lib
 from learner.optimizers import rules
+from learner.optimizers import sam as sam_lib
 from params import hyperparams
 from params import text_registry
 from params import value_codec
@@ -33,7 +34,7 @@ from params import value_codec
 # A class's own param names are accepted too.
 _OPTIMIZERS = rules.FactoryTable()  # one registration point: rules.RULES
 
-_WRAPPER_NAMES = ('batch_gradients', 'lars', 'ema')
+_WRAPPER_NAMES = ('batch_gradients', 'lars', 'ema', 'sam')
 
 # Params no factory keyword may set (structure, not knobs).
 _RESERVED = ('cls', 'name', 'optimizer', 'dtype', 'fprop_dtype', 'params_init',
@@ -214,6 +215,9 @@ class OptimizerWrapperFn(_Factory):
     elif self._name == 'lars':
       p = lars_lib.Lars.Params()
       aliases = {'ratio': 'eta'}
+    elif self._name == 'sam':
+      p = sam_lib.Sam.Params()
+      aliases = {}
     else:
       p = ema_lib.Ema.Params()
       aliases = {'ema_decay': 'decay'}
@@ -233,8 +237,8 @@ def get_optimizer_wrapper_fn(name, inner, **kwargs):  # pylint: disable=invalid-
   Args:
     name: 'batch_gradients' (GradientAccumulation: num_batches,
       sync_on_apply), 'lars' (Lars: `ratio` for eta, weight_decay, epsilon,
-      exclude, exclude_1d) or 'ema' (Ema: decay / `ema_decay`,
-      decay_schedule).
+      exclude, exclude_1d), 'ema' (Ema: decay / `ema_decay`,
+      decay_schedule) or 'sam' (Sam: rho, adaptive, adaptive_eta).
     inner: an optimizer instance (as in MoXing's example; its params are
       used), a factory from get_optimizer_fn / get_optimizer_wrapper_fn, or
       optimizer params.
