@@ -110,13 +110,13 @@ class Sam(wrapper.BaseWrapper):
     for var, g in pairs:
       t = None
       if p.adaptive:
-        t = tf.abs(var.read_value()) + tf.cast(p.adaptive_eta, var.dtype)
+        t = tf.abs(var.read_value()) + tf.constant(p.adaptive_eta, var.dtype)
         g = t * g
       scales.append(t)
       squares.append(tf.reduce_sum(tf.square(tf.cast(g, wide))))
     norm = tf.sqrt(tf.add_n(squares))
     ok = tf.logical_and(norm > 0, tf.math.is_finite(norm))
-    factor = tf.where(ok, tf.cast(p.rho, wide) / tf.where(ok, norm, 1.), 0.)
+    factor = tf.where(ok, tf.constant(p.rho, wide) / tf.where(ok, norm, 1.), 0.)
     out = []
     for (var, g), t in zip(pairs, scales):
       e = g * tf.cast(factor, g.dtype)   # rho * g / ||g||
