@@ -12,6 +12,7 @@ from learner.optimizers import composite
 from learner.optimizers import ema
 from learner.optimizers import keras_optimizer
 from learner.optimizers import lars
+from learner.optimizers import sam
 from learner import optimizers
 from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
@@ -60,6 +61,9 @@ _PARAMS = {
                                    eta=0.01, weight_decay=0.01),
     'ema': ema.Ema.Params().Set(optimizer=optimizers.Momentum.Params(),
                                 decay=0.5),
+    # Sam keeps no state of its own: the inner Momentum's slots are saved.
+    'sam': sam.Sam.Params().Set(optimizer=optimizers.Momentum.Params(),
+                                rho=0.1),
     'composite': composite.Composite.Params().Set(optimizer_map={
         'w0': (optimizers.Adam.Params(), 2.0),
         'default_optimizer': (optimizers.Momentum.Params(), 0.5)}),

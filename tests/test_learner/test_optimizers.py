@@ -218,11 +218,15 @@ def test_every_optimizer_in_tf_function_and_under_xla_matches_eager():
   init = np.arange(8, dtype=np.float32).reshape(4, 2) / 4. - 1.
   sparse = lambda: _Sparse([[0.25, -0.5], [1.0, 2.0], [0.5, 0.5]], [0, 2, 0],
                            4)
+  # Sam's Apply hands the gradient to its inner optimizer (its second pass
+  # is the learner's: tests/test_learner/test_sam.py runs it under XLA).
+  cases = _CASES + [('sam', optimizers.Sam.Params().Set(
+      optimizer=optimizers.Momentum.Params()), None)]
   built = {}
   for mode in ('eager_lazy', 'eager_dense', 'function_lazy', 'xla_lazy'):
     built[mode] = [
         _Build(p.Copy().Set(lazy_sparse_updates=(mode != 'eager_dense')),
-               [init]) for _, p, _ in _CASES]
+               [init]) for _, p, _ in cases]
 
   def Steps(mode):
     for opt, (var,) in built[mode]:
@@ -238,7 +242,7 @@ def test_every_optimizer_in_tf_function_and_under_xla_matches_eager():
     Steps('eager_dense')
     function()
     xla()
-  for i, name in enumerate(_IDS):
+  for i, (name, _, _) in enumerate(cases):
     for mode, reference in (('function_lazy', 'eager_lazy'),
                             ('xla_lazy', 'eager_dense')):
       got = built[mode][i][1][0].numpy()
