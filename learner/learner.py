@@ -37,7 +37,6 @@ from learner import gradient_pipeline as pipeline
 from learner import gradient_tape
 from learner import guarded_update
 from learner import loss_scale as loss_scale_lib
-from learner import second_pass
 from learner.guarded_update import SKIP_REASONS  # pylint: disable=unused-import
 from learner.optimizers import kernels
 from learner.optimizers.base import BaseOptimizer
@@ -213,7 +212,7 @@ class Learner(BaseLayer):
     self._global_step = _Ref(None)  # Not tracked: the task checkpoints it.
     self._warned_no_grad = set()
     self._is_accum = getattr(type(self.optimizer), 'IS_ACCUMULATION', False)
-    self._perturber = second_pass.FindPerturber(self.path, self.optimizer)
+    self._perturber = gradient_tape.FindPerturber(self.path, self.optimizer)
 
   # ---- construction checks --------------------------------------------------
 
@@ -534,7 +533,7 @@ class Learner(BaseLayer):
         Lingvo's learner passes it, and returns the same structure with
         the grads it wants applied (see gradient_pipeline.Adjust).
       fprop_fn: callable () -> metrics, the forward pass again on the same
-        batch; used only by an optimizer needing it (learner/second_pass.py).
+        batch; used only by an optimizer needing it (SecondPassGradients).
 
     Returns:
       (losses, update_op, eval_metrics): the list of loss tensors; the
@@ -555,8 +554,8 @@ class Learner(BaseLayer):
     """
     losses, var_grads = self.ComputeGradients(metrics, vmap)
     weight = metrics[self._loss_names[0]][1]
-    var_grads = second_pass.Gradients(self, self._perturber, var_grads,
-                                      weight, fprop_fn, vmap)
+    var_grads = gradient_tape.SecondPassGradients(
+        self, self._perturber, var_grads, weight, fprop_fn, vmap)
     update_op, eval_metrics = self.ApplyGradients(
         var_grads, weight, gradient_mask=gradient_mask,
         gradient_adjuster=gradient_adjuster, losses=losses)

@@ -11,11 +11,11 @@ here is a quadratic loss whose gradient depends on the weights:
           d ~ U[0.5, 2], u ~ N(0, 0.5^2), b ~ N(0, 1), all seeded)
 
 with d, u, b stored in the case ('quad_d', 'quad_u', 'quad_b', each n
-floats) and the gradient taken by jax.grad of that expression. The rule is optax's drop-in
-SAM: sam(outer, chain(normalize(), sgd(rho)), sync_period=2) in its
-transparent form, where the calls alternate an adversarial step (w + rho *
-g / ||g||) and an outer step (the outer optimizer's update of w with the
-gradient at w + e); 'params' holds the weights after each outer step
+floats) and the gradient taken by jax.grad of that expression. The rule is
+optax's drop-in SAM, sam(outer, chain(normalize(), sgd(rho)), sync_period=2),
+in its transparent form, where the calls alternate an adversarial step
+(w + rho * g / ||g||) and an outer step (the outer optimizer's update of w
+with the gradient at w + e); 'params' holds the weights after each outer step
 (STEPS of them, 2 * STEPS calls). The opaque form (grad_fn) is checked to
 give the same weights. With clipping, the outer optimizer is
 chain(clip_by_global_norm(CLIP), inner), as our learner clips the second

@@ -30,7 +30,7 @@ class Sam(wrapper.BaseWrapper):
   """Sharpness-aware minimization around an inner optimizer.
 
   The wrapper holds the ascent step; the learner runs the two passes
-  (learner/second_pass.py, docs/DESIGN.md "One training step, as data"):
+  (learner/gradient_tape.py, docs/DESIGN.md "One training step, as data"):
   an optimizer whose class sets `NEEDS_SECOND_PASS = True` is given, by
   `Learner.Apply`, the gradient of a second forward pass at
   w + `Perturbation(g)`, taken after the first gradient g was all-reduced

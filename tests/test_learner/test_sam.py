@@ -195,7 +195,7 @@ def test_apply_without_fprop_fn_is_refused_naming_the_fix():
   assert '\n' not in str(e.value) and "Learner 'loss'" in str(e.value)
 
 
-# ---- params, factory, checkpoint ----------------------------------------------
+# ---- params, factory, checkpoint -------------------------------------------
 
 
 def test_params_and_factory_round_trip_through_text():
