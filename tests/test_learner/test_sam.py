@@ -377,3 +377,25 @@ def test_sam_learner_beside_a_plain_learner(eager):
   want = _NumpySamRegression(3, sam_vars=('w',), plain_vars=('b',))
   np.testing.assert_allclose(task.vars.w.numpy(), want['w'], rtol=1e-5)
   np.testing.assert_allclose(task.vars.b.numpy(), want['b'], rtol=1e-5)
+
+
+def test_a_non_finite_loss_skips_the_step_and_leaves_the_weights_intact():
+  # The first gradient is NaN: the perturbation is 0 (nothing NaN is
+  # written), the second gradient is NaN too, the guarded update skips.
+  w = tf.Variable([1.0, -2.0], name='w')
+  vmap = NestedMap(w=w)
+  scale = tf.Variable(1.0, trainable=False)
+  lrn = _SamLearner('loss').Instantiate().Bind(vmap)
+  fprop = lambda: {'loss': (scale * tf.reduce_sum(tf.square(w)), 1.0)}
+  step = tf.function(
+      lambda: lrn.Apply(fprop(), vmap, fprop_fn=fprop)[2])
+  scale.assign(np.nan)
+  metrics = step()
+  np.testing.assert_array_equal(w.numpy(), [1.0, -2.0])
+  assert int(lrn.num_skipped_steps.numpy()) == 1
+  assert float(metrics['has_nan_or_inf'][0]) == 1.0
+  scale.assign(1.0)
+  step()  # g = 2w = [2, -4]; e = 0.1 * g / ||g||; w -= 0.1 * 2 (w + e)
+  e = 0.1 * np.array([2.0, -4.0]) / np.sqrt(20.0)
+  np.testing.assert_allclose(w.numpy(), np.array([1.0, -2.0]) -
+                             0.2 * (np.array([1.0, -2.0]) + e), rtol=1e-6)
