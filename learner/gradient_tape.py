@@ -209,8 +209,10 @@ def SecondPassGradients(learner, perturber, var_grads, weight, fprop_fn, vmap):
   Returns:
     `var_grads` itself when `perturber` is None (a single-pass learner: no
     op is added). Else a NestedMap of VarGrad like `ComputeGradients`
-    returns, taken at w + e; the variables hold w again before any of them
-    is read.
+    returns: for the perturbed variables (those bound to `perturber`) the
+    gradient at w + e, for the others (a Composite's other groups) their
+    `var_grads` entry, the gradient at w; the variables hold w again before
+    any of them is read.
 
   Raises:
     ValueError: `fprop_fn` is None (naming the learner and the fix).
@@ -237,6 +239,13 @@ def SecondPassGradients(learner, perturber, var_grads, weight, fprop_fn, vmap):
   with tf.control_dependencies(_Flat([vg.grad for vg in second.Flatten()])):
     restored = _Flat([var.assign(w, read_value=False)
                       for (var, _), w in zip(pairs, saved)])
+  perturbed = {id(var) for var, _ in pairs}
+  first = {id(vg.var): vg.grad for vg in var_grads.Flatten()}
+
+  def _Pick(vg):
+    grad = vg.grad if id(vg.var) in perturbed else first.get(id(vg.var))
+    return VarGrad(vg.var, tf.nest.map_structure(
+        tf.identity, grad, expand_composites=True))
+
   with tf.control_dependencies(restored):
-    return second.Transform(lambda vg: VarGrad(vg.var, tf.nest.map_structure(
-        tf.identity, vg.grad, expand_composites=True)))
+    return second.Transform(_Pick)

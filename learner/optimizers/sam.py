@@ -95,15 +95,20 @@ class Sam(wrapper.BaseWrapper):
         of the variable's shape and dtype.
 
     Returns:
-      A list of (variable, e): e a dense Tensor of the variable's shape and
-      dtype. The norm is taken over all of them, in float64 when any
+      A list of (variable, e) for the variables bound to this Sam (in a
+      Composite, its group only): e a dense Tensor of the variable's shape
+      and dtype. The norm is taken over all of them, in float64 when any
       variable is float64 (float32 otherwise). e is 0 everywhere when that
       norm is 0 or not finite (a step the learner will skip), so the
       perturbation never writes NaN into the weights.
     """
     p = self.params
+    bound = self.bound_variables
     pairs = [(vg.var, var_grad_lib.DensifyGradient(vg.grad))
-             for vg in var_grads.Flatten() if vg.grad is not None]
+             for vg in var_grads.Flatten() if vg.grad is not None and
+             var_grad_lib.VarName(vg.var) in bound]
+    if not pairs:
+      return []
     wide = (tf.float64 if any(v.dtype.base_dtype == tf.float64
                               for v, _ in pairs) else tf.float32)
     scales, squares = [], []

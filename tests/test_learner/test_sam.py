@@ -399,3 +399,40 @@ def test_a_non_finite_loss_skips_the_step_and_leaves_the_weights_intact():
   e = 0.1 * np.array([2.0, -4.0]) / np.sqrt(20.0)
   np.testing.assert_allclose(w.numpy(), np.array([1.0, -2.0]) -
                              0.2 * (np.array([1.0, -2.0]) + e), rtol=1e-6)
+
+
+def test_sam_as_one_group_of_a_composite_perturbs_only_its_group():
+  # Composite: w in Sam(SGD), b in SGD. Only w moves to w + e (the norm
+  # over w alone) and b keeps the first pass's gradient: the numbers of
+  # the two-learner test above.
+  lp = Learner.Params().Set(
+      name='learner', loss_name='loss', learning_rate=_LR,
+      lr_schedule=ConstantOne.Params(),
+      optimizer=optimizers.Composite.Params().Set(optimizer_map={
+          '/w$': (Sam.Params().Set(rho=_RHO,
+                                   optimizer=optimizers.SGD.Params()), 1.0),
+          'default_optimizer': (optimizers.SGD.Params(), 1.0)}))
+  task = _RegressionTask(tf.distribute.get_strategy(), lp)
+  for batch in _Batches().batch(4):
+    task.TrainStep(batch)
+  want = _NumpySamRegression(3, sam_vars=('w',), plain_vars=('b',))
+  np.testing.assert_allclose(task.vars.w.numpy(), want['w'], rtol=1e-5)
+  np.testing.assert_allclose(task.vars.b.numpy(), want['b'], rtol=1e-5)
+
+
+def test_loss_scale_and_an_ema_around_sam_give_sams_weights():
+  # A fixed loss scale of 128 (a power of 2) changes no gradient bit, and
+  # Ema(Sam(SGD)) trains as Sam(SGD) while its average follows the weights.
+  plain = _RegressionTask(tf.distribute.get_strategy(), _SamLearner())
+  lp = _SamLearner(loss_scale=128.0)
+  lp.optimizer = optimizers.Ema.Params().Set(decay=0.5,
+                                             optimizer=lp.optimizer)
+  both = _RegressionTask(tf.distribute.get_strategy(), lp)
+  for batch in _Batches().batch(4):
+    plain.TrainStep(batch)
+    both.TrainStep(batch)
+  for k in ('w', 'b'):
+    assert both.vars[k].numpy() == plain.vars[k].numpy()
+  ema = both.learners[0].optimizer
+  avg = ema.GetAverage(both.vars.w).numpy()
+  assert 0.0 < avg < both.vars.w.numpy()  # w grows from 0; the average lags
