@@ -37,9 +37,11 @@ class Sam(wrapper.BaseWrapper):
   over the replicas; the weights are put back (bit for bit, from a copy)
   before the inner optimizer applies that gradient. `Apply` itself only
   delegates to the inner optimizer, so the learner's clipping, checks and
-  skip logic act on the second gradient. Costs one more forward and
-  backward pass, one more all-reduce under several replicas and one copy
-  of the bound weights per update.
+  skip logic act on the second gradient (`Learner.ApplyGradients` applies
+  the gradients it is given: no second pass). In a Composite, only the
+  Sam's group is perturbed. Costs one more forward and backward pass, one
+  more all-reduce under several replicas and one copy of the bound weights
+  per update.
   Formula and source: the module docstring.
 
   Raises:
