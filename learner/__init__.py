@@ -47,6 +47,7 @@ _EXPORTS = {
     'Ema': 'learner.optimizers.ema',
     'Lookahead': 'learner.optimizers.lookahead',
     'SWA': 'learner.optimizers.swa',
+    'Sam': 'learner.optimizers.sam',
     'Composite': 'learner.optimizers.composite',
     'KerasOptimizer': 'learner.optimizers.keras_optimizer',
     'GradientAccumulation': 'learner.optimizers.accumulation',

@@ -5,8 +5,9 @@
                      adagrad, rmsprop, adadelta, adafactor, lamb, lion,
                      adam_family: Nadam, RAdam, Adamax, AMSGrad, ADOPT);
                      rules.RULES registers each (export, factory name)
-  lars.py, ema.py, lookahead.py, swa.py, composite.py, keras_optimizer.py,
-  accumulation.py    the wrappers (each holds an inner optimizer's params);
+  lars.py, ema.py, lookahead.py, swa.py, sam.py, composite.py,
+  keras_optimizer.py, accumulation.py
+                     the wrappers (each holds an inner optimizer's params);
   wrapper.py         their base, BaseWrapper, and BaseAveraging, the base of
                      those that keep weights to evaluate (Ema, Lookahead, SWA)
   factory.py         get_optimizer_fn, get_optimizer_wrapper_fn
@@ -21,6 +22,7 @@ from learner.optimizers.lars import Lars
 from learner.optimizers.ema import Ema
 from learner.optimizers.lookahead import Lookahead
 from learner.optimizers.swa import SWA
+from learner.optimizers.sam import Sam
 from learner.optimizers.composite import Composite
 from learner.optimizers.keras_optimizer import KerasOptimizer
 from learner.optimizers.accumulation import GradientAccumulation

@@ -26,6 +26,7 @@ from learner.optimizers import keras_optimizer
 from learner.optimizers import lars as lars_lib
 from learner.optimizers import lookahead as lookahead_lib
 from learner.optimizers import rules
+from learner.optimizers import sam as sam_lib
 from learner.optimizers import swa as swa_lib
 from params import hyperparams
 from params import text_registry
@@ -35,7 +36,8 @@ from params import value_codec
 # A class's own param names are accepted too.
 _OPTIMIZERS = rules.FactoryTable()  # one registration point: rules.RULES
 
-_WRAPPER_NAMES = ('batch_gradients', 'lars', 'ema', 'lookahead', 'swa')
+_WRAPPER_NAMES = ('batch_gradients', 'lars', 'ema', 'lookahead', 'swa',
+                  'sam')
 
 # Params no factory keyword may set (structure, not knobs).
 _RESERVED = ('cls', 'name', 'optimizer', 'dtype', 'fprop_dtype', 'params_init',
@@ -223,6 +225,9 @@ class OptimizerWrapperFn(_Factory):
       p = swa_lib.SWA.Params()
       aliases = {'start_averaging': 'swa_start',
                  'average_period': 'swa_freq'}
+    elif self._name == 'sam':
+      p = sam_lib.Sam.Params()
+      aliases = {}
     else:
       p = ema_lib.Ema.Params()
       aliases = {'ema_decay': 'decay'}
@@ -244,8 +249,9 @@ def get_optimizer_wrapper_fn(name, inner, **kwargs):  # pylint: disable=invalid-
       sync_on_apply), 'lars' (Lars: `ratio` for eta, weight_decay, epsilon,
       exclude, exclude_1d), 'ema' (Ema: decay / `ema_decay`,
       decay_schedule), 'lookahead' (Lookahead: k / optax's `sync_period`,
-      alpha / `slow_step_size`) or 'swa' (SWA: swa_start / TF Addons'
-      `start_averaging`, swa_freq / `average_period`).
+      alpha / `slow_step_size`), 'swa' (SWA: swa_start / TF Addons'
+      `start_averaging`, swa_freq / `average_period`) or 'sam' (Sam: rho,
+      adaptive, adaptive_eta).
     inner: an optimizer instance (as in MoXing's example; its params are
       used), a factory from get_optimizer_fn / get_optimizer_wrapper_fn, or
       optimizer params.

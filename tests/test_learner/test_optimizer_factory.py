@@ -161,7 +161,7 @@ def test_seed_three_level_example_factory_equals_params(from_instance):
 
 @pytest.mark.skipif(not _HAS_ACCUMULATION,
                     reason='learner/optimizers/accumulation.py not committed yet')
-@pytest.mark.parametrize('outer', ['lars', 'ema', 'lookahead', 'swa'])
+@pytest.mark.parametrize('outer', ['lars', 'ema', 'lookahead', 'swa', 'sam'])
 def test_accumulation_must_be_outermost_in_factories(outer):
   acc = get_optimizer_wrapper_fn('batch_gradients', get_optimizer_fn('sgd'),
                                  num_batches=2)

@@ -14,6 +14,7 @@ from learner.optimizers import keras_optimizer
 from learner.optimizers import lars
 from learner.optimizers import lookahead
 from learner.optimizers import swa
+from learner.optimizers import sam
 from learner import optimizers
 from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
@@ -73,6 +74,9 @@ _PARAMS = {
     # Samples at updates 1 and 3: one before the save, one after.
     'swa': swa.SWA.Params().Set(optimizer=optimizers.Momentum.Params(),
                                 swa_start=1, swa_freq=2),
+    # Sam keeps no state of its own: the inner Momentum's slots are saved.
+    'sam': sam.Sam.Params().Set(optimizer=optimizers.Momentum.Params(),
+                                rho=0.1),
     'composite': composite.Composite.Params().Set(optimizer_map={
         'w0': (optimizers.Adam.Params(), 2.0),
         'default_optimizer': (optimizers.Momentum.Params(), 0.5)}),

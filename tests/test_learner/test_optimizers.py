@@ -235,6 +235,10 @@ _TRACE_CASES = [(name, p) for name, p, _ in _CASES] + [
         k=2, alpha=0.5, optimizer=optimizers.Momentum.Params())),
     ('swa', optimizers.SWA.Params().Set(
         swa_start=0, swa_freq=1, optimizer=optimizers.Adam.Params())),
+    # Sam's Apply hands the gradient to its inner optimizer (its second pass
+    # is the learner's: tests/test_learner/test_sam.py runs it under XLA).
+    ('sam', optimizers.Sam.Params().Set(
+        optimizer=optimizers.Momentum.Params())),
 ]
 
 
