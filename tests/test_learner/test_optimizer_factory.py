@@ -256,11 +256,11 @@ def test_c_not_callable_our_instance_message_suggests_params_or_a_factory_not_a_
 def test_wrapper_names_and_the_classes_they_build():
   sgd = get_optimizer_fn('sgd')
   assert set(factory._WRAPPER_NAMES) == {  # pylint: disable=protected-access
-      'batch_gradients', 'lars', 'ema', 'lookahead', 'swa'}
+      'batch_gradients', 'lars', 'ema', 'lookahead', 'swa', 'sam'}
   built = {name: get_optimizer_wrapper_fn(name, sgd)().__class__.__name__
-           for name in ('lars', 'ema', 'lookahead', 'swa')}
+           for name in ('lars', 'ema', 'lookahead', 'swa', 'sam')}
   assert built == {'lars': 'Lars', 'ema': 'Ema', 'lookahead': 'Lookahead',
-                   'swa': 'SWA'}
+                   'swa': 'SWA', 'sam': 'Sam'}
   la = get_optimizer_wrapper_fn('lookahead', sgd, k=5, alpha=0.5).Params()
   assert (la.k, la.alpha, la.optimizer) == (5, 0.5, optimizers.SGD.Params())
 
