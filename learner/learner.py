@@ -326,9 +326,10 @@ class Learner(BaseLayer):
             'use lr_schedule_step=\'updates\' for a standalone learner.' %
             self.path)
       self._global_step = _Ref(global_step)
-    if global_step is not None:
-      for layer in self.optimizer.Descendants():
-        if isinstance(layer, BaseOptimizer):
+    for layer in self.optimizer.Descendants():
+      if isinstance(layer, BaseOptimizer):
+        layer.UseScheduleStep(self._ScheduleStep)  # For hyper_schedules.
+        if global_step is not None:
           layer.UseGlobalStep(global_step)
     selected = self.GetTrainableVariables(vmap)
     variables = selected.Flatten()

@@ -42,6 +42,9 @@ class BaseWrapper(base_optimizer.BaseOptimizer):
   # The description of `p.optimizer`; a subclass says what the inner
   # optimizer does for it.
   INNER_OPTIMIZER_DOC = 'Params of the inner optimizer.'
+  # A wrapper has no decoupled weight decay of its own; a subclass lists
+  # the params it reads through `Hyper` (Ema: 'decay').
+  SCHEDULABLE_PARAMS = ()
 
   @classmethod
   def Params(cls):
@@ -96,7 +99,8 @@ class BaseWrapper(base_optimizer.BaseOptimizer):
       ValueError: if a variable with a gradient was not bound.
     """
     self._CheckAllBound(var_grads)
-    return self._FinishApply(self._ApplyWrapped(lr, var_grads))
+    with self.HyperScope():
+      return self._FinishApply(self._ApplyWrapped(lr, var_grads))
 
   def _ApplyWrapped(self, lr, var_grads):
     """The wrapper's update; returns a list of ops (None entries allowed).
