@@ -17,6 +17,8 @@ After Lingvo's `lingvo/core/learner.py`, in TF2 form. The data flow of one
                  -> norms -> adjust -> check finite -> track -> clip by
                  norm -> scale -> clip by value
   lr          <- learning_rate * lr_schedule.Value(num_updates | global_step)
+                 (the same step every optimizer below evaluates its
+                 hyper_schedules at: Bind gives it through UseScheduleStep)
   update      <- optimizer.Apply(lr, var_grads), inside tf.cond: a skipped
                  step changes no model variable and no optimizer slot;
                  under several replicas the skip flags are ORed over them
