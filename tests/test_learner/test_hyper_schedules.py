@@ -12,7 +12,9 @@ import pytest
 import tensorflow as tf
 
 import learner as learner_lib
+from learner import get_optimizer_fn
 from learner.learner import Learner
+from learner.optimizers import accumulation
 from learner.optimizers import base
 from learner.optimizers import composite
 from learner.optimizers import ema
@@ -213,6 +215,17 @@ def test_schedule_reads_the_global_step_with_lr_schedule_step_global_step():
   np.testing.assert_allclose(_Steps(task, lrn, [1.0], 1), [0.89], rtol=1e-6)
 
 
+def test_under_accumulation_the_step_counts_applied_updates():
+  # As above through GradientAccumulation(num_batches=2): 4 micro-steps are
+  # 2 updates, seeing wd 0 and 0.1 (not the micro-step count): w = 0.791.
+  p = accumulation.GradientAccumulation.Params().Set(
+      num_batches=2, optimizer=base.SGD.Params().Set(hyper_schedules={
+          'decoupled_weight_decay': _Linear(0.0, 0.2, 2)}))
+  task, lrn = _Build(p, [1.0])
+  np.testing.assert_allclose(_Steps(task, lrn, [1.0], 4), [0.791], rtol=1e-6)
+  assert int(lrn.num_updates.numpy()) == 2
+
+
 def test_ema_decay_schedule_through_hyper_schedules():
   # Ema(SGD lr 0.1), decay 0 then 0.5 (linear over 1 update); w0 = 1, g = 1.
   # Update 1: w = 0.9, avg = 0*1 + 1*0.9 = 0.9. Update 2: w = 0.8,
@@ -295,6 +308,18 @@ def test_text_round_trip_of_hyper_schedules():
 def test_refusals_name_the_key_the_value_and_the_fix(p, words):
   with pytest.raises(ValueError, match=words):
     p.Instantiate()
+
+
+def test_factory_keyword_and_its_text_round_trip():
+  fn = get_optimizer_fn('momentum', learning_rate=0.1, momentum=0.9,
+                        hyper_schedules={'alpha': _Linear(0.5, 0.9, 4)})
+  p = Learner.Params().Set(name='loss', optimizer_fn=fn)
+  text = p.ToText()
+  q = Learner.Params().FromText(text)
+  assert q.ToText() == text
+  opt = q.Instantiate().optimizer
+  assert opt.scheduled_hyperparams == ['alpha']
+  assert float(opt.Hyper('alpha')) == pytest.approx(0.5)
 
 
 def test_unscheduled_default_is_an_empty_dict_on_every_optimizer():
