@@ -330,9 +330,7 @@ class Learner(BaseLayer):
       self._global_step = _Ref(global_step)
     for layer in self.optimizer.Descendants():
       if isinstance(layer, BaseOptimizer):
-        layer.UseScheduleStep(self._ScheduleStep)  # For hyper_schedules.
-        if global_step is not None:
-          layer.UseGlobalStep(global_step)
+        _GiveSteps(layer, self._ScheduleStep, global_step)
     selected = self.GetTrainableVariables(vmap)
     variables = selected.Flatten()
     if not variables:
@@ -674,6 +672,14 @@ _TASK_TRAIN_KEYS = (
 _OPTIMIZER_KEYS = ('beta1', 'beta2', 'epsilon', 'alpha', 'momentum',
                    'use_nesterov', 'decay', 'initial_accumulator_value',
                    'beta1_power', 'decay_rate', 'rho')
+
+
+def _GiveSteps(optimizer, schedule_step_fn, global_step):
+  """Gives an optimizer the learner's schedule step (for its
+  hyper_schedules) and, when there is one, the task's global step."""
+  optimizer.UseScheduleStep(schedule_step_fn)
+  if global_step is not None:
+    optimizer.UseGlobalStep(global_step)
 
 
 def _LearnerHints():

@@ -75,9 +75,12 @@ class BaseOptimizer(BaseLayer):
 
   Raises:
     ValueError: at construction, a value refused by `ValueChecks()` (a bool,
-      NaN, inf or out of range; decoupled_weight_decay must be >= 0) or a
-      `weight_decay_exclude` regex that does not compile; `Apply` on a
-      variable that was not bound.
+      NaN, inf or out of range; decoupled_weight_decay must be >= 0), a
+      `weight_decay_exclude` regex that does not compile, or a
+      `hyper_schedules` that is not a dict, names a param outside
+      `SCHEDULABLE_PARAMS`, holds anything but schedule params or leaves the
+      param's range at step 0 or a boundary (learner/optimizers/hyper.py);
+      `Apply` on a variable that was not bound.
   """
 
   @classmethod

@@ -18,7 +18,11 @@ What a wrapper (Lars, Ema, GradientAccumulation, or a new one) gets here:
 
 A subclass adds its own params and state and implements
 `_ApplyWrapped(lr, var_grads)` (the default passes the gradients through
-unchanged).
+unchanged). A wrapper schedules no hyperparameter (`SCHEDULABLE_PARAMS`
+is `()`, so its `hyper_schedules` must stay {}); one with a coefficient of
+its own lists it (Ema: 'decay'; Lookahead's 'alpha' the same way) and
+reads `self.Hyper(name)` in `_ApplyWrapped`, which `Apply` runs inside
+`HyperScope()` (each schedule evaluated once per update).
 
 Composite (several groups, each bound to a subset of the variables, params
 in `optimizer_map`) and KerasOptimizer (a Keras optimizer, no inner
