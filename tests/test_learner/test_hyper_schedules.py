@@ -170,6 +170,33 @@ def test_scheduled_values_reach_the_fused_kernel(p, fused_op):
   assert types[fused_op] == 1
 
 
+@pytest.mark.parametrize('p', [
+    adam.Adam.Params().Set(hyper_schedules={
+        'beta1': _Linear(0.5, 0.9, 2), 'beta2': _Linear(0.9, 0.99, 2)}),
+    momentum.Momentum.Params().Set(hyper_schedules={
+        'alpha': _Linear(0.2, 0.9, 2)}),
+    rmsprop.RMSProp.Params().Set(hyper_schedules={
+        'decay': _Linear(0.5, 0.9, 2), 'momentum': _Linear(0.1, 0.5, 2)}),
+], ids=['adam', 'momentum', 'rmsprop'])
+def test_lazy_sparse_update_of_every_row_equals_the_dense_update(p):
+  # The sparse kernels take the scheduled values too: a lazy update whose
+  # rows cover the variable is the dense update (3 steps, own num_updates).
+  p = p.Copy().Set(lazy_sparse_updates=True)
+  g = np.array([[0.5, -1.0], [2.0, 0.25], [-0.75, 1.5]], np.float32)
+  out = []
+  for sparse in (True, False):
+    w = tf.Variable(np.ones([3, 2], np.float32), name='w')
+    opt = p.Instantiate().Bind([w])
+    grad = (tf.IndexedSlices(tf.constant(g), tf.constant([0, 1, 2]),
+                             tf.constant([3, 2])) if sparse else
+            tf.constant(g))
+    for _ in range(3):
+      opt.Apply(0.1, NestedMap(w=var_grad_lib.VarGrad(w, grad)))
+    out.append(w.numpy())
+  np.testing.assert_allclose(out[0], out[1], rtol=1e-6)
+  assert not np.allclose(out[0], 1.0)
+
+
 # ---- the step: the learner's -----------------------------------------------
 
 
