@@ -26,10 +26,6 @@ from schedules import base_schedule
 CHILD_PREFIX = 'hyper_'
 
 
-def _Where(layer):
-  return checks.Where(layer)
-
-
 def CheckConfig(layer, schedules_map, allowed):
   """Raises unless `schedules_map` is {allowed name: BaseSchedule params}.
 
@@ -47,13 +43,13 @@ def CheckConfig(layer, schedules_map, allowed):
     raise ValueError(
         '%s: hyper_schedules=%r is not a dict. Set it to {param name: '
         'schedule params}, e.g. {%r: schedules.LinearSchedule.Params()}, '
-        'or {} for none.' % (_Where(layer), schedules_map,
+        'or {} for none.' % (checks.Where(layer), schedules_map,
                              allowed[0] if allowed else 'beta1'))
   for name, sched in sorted(schedules_map.items(), key=lambda kv: str(kv[0])):
     if name not in allowed:
       raise ValueError(
           '%s: hyper_schedules[%r] names no schedulable param of %s. %s' %
-          (_Where(layer), name, type(layer).__name__,
+          (checks.Where(layer), name, type(layer).__name__,
            ('Use one of %s.' % ', '.join(repr(a) for a in allowed))
            if allowed else 'It schedules none; leave hyper_schedules {}.'))
     cls = getattr(sched, 'cls', None)
@@ -63,7 +59,7 @@ def CheckConfig(layer, schedules_map, allowed):
           '%s: hyper_schedules[%r]=%r is not schedule params. Set it to '
           'BaseSchedule params, e.g. schedules.LinearSchedule.Params().Set('
           'start=(0, 0.85), limit=(1000, 0.95)).' %
-          (_Where(layer), name, cls if cls else sched))
+          (checks.Where(layer), name, cls if cls else sched))
 
 
 def CheckValues(layer, name, schedule, spec):
@@ -95,5 +91,6 @@ def CheckValues(layer, name, schedule, spec):
       raise ValueError(
           '%s: hyper_schedules[%r] (%s) gives %s=%.7g at step %d, which %s%s. '
           'Make the schedule stay %s.' %
-          (_Where(layer), name, type(schedule).__name__, name, value, step,
-           problem, why, spec.Describe().replace('a finite number ', '')))
+          (checks.Where(layer), name, type(schedule).__name__, name, value,
+           step, problem, why,
+           spec.Describe().replace('a finite number ', '')))
