@@ -26,6 +26,7 @@ from learner.optimizers.rules import lion
 from learner.optimizers.rules import momentum
 from learner.optimizers.rules import rmsprop
 from params import NestedMap
+import schedules
 from schedules import ConstantOne
 from schedules import PiecewiseConstantSchedule
 from schedules.polynomial import LinearSchedule
@@ -200,12 +201,13 @@ def test_lazy_sparse_update_of_every_row_equals_the_dense_update(p):
 # ---- the step: the learner's -----------------------------------------------
 
 
-def _Build(opt_params, w0, global_step=None):
-  """(task with one variable w = w0, bound Learner: lr 0.1, constant)."""
+def _Build(opt_params, w0, global_step=None, lr_schedule=None):
+  """(task with one variable w = w0, bound Learner: lr 0.1 x lr_schedule,
+  constant by default)."""
   task = refs._Weights.Params().Set(  # pylint: disable=protected-access
       init=np.asarray(w0, np.float32)).Instantiate()
   lp = Learner.Params().Set(name='loss', learning_rate=0.1,
-                            lr_schedule=ConstantOne.Params(),
+                            lr_schedule=lr_schedule or ConstantOne.Params(),
                             optimizer=opt_params.Copy())
   if global_step is not None:
     lp.lr_schedule_step = 'global_step'
@@ -240,6 +242,31 @@ def test_schedule_reads_the_global_step_with_lr_schedule_step_global_step():
           boundaries=[3], values=[0.0, 0.1])})
   task, lrn = _Build(p, [1.0], global_step=tf.Variable(4, dtype=tf.int64))
   np.testing.assert_allclose(_Steps(task, lrn, [1.0], 1), [0.89], rtol=1e-6)
+
+
+def test_one_cycle_rate_and_momentum_as_pytorch_one_cycle_lr():
+  # PyTorch's OneCycleLR with cycle_momentum over SGD(momentum): lr_t from
+  # OneCycle, momentum_t from OneCycleMomentum, both at update t; PyTorch's
+  # SGD (v = mu v + g; w -= lr v) is our Momentum. numpy runs the recursion
+  # with the schedules' values.
+  cycle = dict(total_steps=10, pct_start=0.3)
+  lr_s = schedules.OneCycle.Params().Set(**cycle).Instantiate()
+  mom_p = schedules.OneCycleMomentum.Params().Set(**cycle)
+  mom_s = mom_p.Instantiate()
+  g = np.array([0.5, -1.0, 2.0], np.float32)
+  task, lrn = _Build(
+      momentum.Momentum.Params().Set(hyper_schedules={'alpha': mom_p}),
+      [1.0, 2.0, 3.0], lr_schedule=schedules.OneCycle.Params().Set(**cycle))
+  w, v = np.array([1.0, 2.0, 3.0]), np.zeros(3)
+  for t in range(10):
+    v = float(mom_s.Value(t)) * v + g
+    w = w - 0.1 * float(lr_s.Value(t)) * v
+  assert float(mom_s.Value(0)) == pytest.approx(0.95)
+  assert min(float(mom_s.Value(t)) for t in range(10)) == pytest.approx(
+      0.85)  # At the rate's peak.
+  # float32 weights: within 1e-6 of the largest weight (one entry is small).
+  np.testing.assert_allclose(_Steps(task, lrn, g, 10), w, rtol=0,
+                             atol=1e-6 * np.abs(w).max())
 
 
 def test_under_accumulation_the_step_counts_applied_updates():
