@@ -17,6 +17,8 @@ After Lingvo's `lingvo/core/learner.py`, in TF2 form. The data flow of one
                  -> norms -> adjust -> check finite -> track -> clip by
                  norm -> scale -> clip by value
   lr          <- learning_rate * lr_schedule.Value(num_updates | global_step)
+                 (the same step every optimizer below evaluates its
+                 hyper_schedules at: Bind gives it through UseScheduleStep)
   update      <- optimizer.Apply(lr, var_grads), inside tf.cond: a skipped
                  step changes no model variable and no optimizer slot;
                  under several replicas the skip flags are ORed over them
@@ -323,10 +325,9 @@ class Learner(BaseLayer):
             'use lr_schedule_step=\'updates\' for a standalone learner.' %
             self.path)
       self._global_step = _Ref(global_step)
-    if global_step is not None:
-      for layer in self.optimizer.Descendants():
-        if isinstance(layer, BaseOptimizer):
-          layer.UseGlobalStep(global_step)
+    for layer in self.optimizer.Descendants():
+      if isinstance(layer, BaseOptimizer):
+        _GiveSteps(layer, self._ScheduleStep, global_step)
     selected = self.GetTrainableVariables(vmap)
     variables = selected.Flatten()
     if not variables:
@@ -671,6 +672,14 @@ _TASK_TRAIN_KEYS = (
 _OPTIMIZER_KEYS = ('beta1', 'beta2', 'epsilon', 'alpha', 'momentum',
                    'use_nesterov', 'decay', 'initial_accumulator_value',
                    'beta1_power', 'decay_rate', 'rho')
+
+
+def _GiveSteps(optimizer, schedule_step_fn, global_step):
+  """Gives an optimizer the learner's schedule step (for its
+  hyper_schedules) and, when there is one, the task's global step."""
+  optimizer.UseScheduleStep(schedule_step_fn)
+  if global_step is not None:
+    optimizer.UseGlobalStep(global_step)
 
 
 def _LearnerHints():

@@ -32,8 +32,16 @@ SWA: the `wrapper.BaseAveraging` wrappers) are found by asking the
 optimizer tree: `EvalAverages()` on a built optimizer, `EvalAverageClasses(p)`
 on params; both are empty here and delegated by wrappers to their inner
 optimizers.
+
+Scheduled hyperparameters (learner/optimizers/hyper.py): `hyper_schedules`
+= {param name: BaseSchedule params} for the names in the class's
+`SCHEDULABLE_PARAMS`; a rule reads such a param with `self.Hyper(name)`
+(never `p.<name>`), which is the Python constant when unscheduled (the
+same graph as before) and the schedule's value at the learner's step when
+scheduled. Here: 'decoupled_weight_decay'.
 """
 
+import contextlib
 import re
 
 from absl import logging
@@ -42,6 +50,7 @@ import tensorflow as tf
 from params import BaseLayer
 from params import NestedMap
 from params import checks
+from learner.optimizers import hyper as hyper_lib
 from learner.optimizers import kernels
 from learner.optimizers import var_grad as var_grad_lib
 
@@ -67,9 +76,12 @@ class BaseOptimizer(BaseLayer):
 
   Raises:
     ValueError: at construction, a value refused by `ValueChecks()` (a bool,
-      NaN, inf or out of range; decoupled_weight_decay must be >= 0) or a
-      `weight_decay_exclude` regex that does not compile; `Apply` on a
-      variable that was not bound.
+      NaN, inf or out of range; decoupled_weight_decay must be >= 0), a
+      `weight_decay_exclude` regex that does not compile, or a
+      `hyper_schedules` that is not a dict, names a param outside
+      `SCHEDULABLE_PARAMS`, holds anything but schedule params or leaves the
+      param's range at step 0 or a boundary (learner/optimizers/hyper.py);
+      `Apply` on a variable that was not bound.
   """
 
   @classmethod
@@ -85,6 +97,14 @@ class BaseOptimizer(BaseLayer):
         'Regexes (re.search on variable names) of variables that get no '
         'decoupled weight decay, e.g. [\'LayerNorm\', \'bias\'].')
     p.Define(
+        'hyper_schedules', {},
+        'Schedules of hyperparameters: {param name: BaseSchedule params}, '
+        'e.g. {\'beta1\': schedules.LinearSchedule.Params().Set(start=(0, '
+        '0.95), limit=(1000, 0.85))}. A scheduled param takes the '
+        'schedule\'s value at the learner\'s step (the step its lr_schedule '
+        'sees; without a learner, this optimizer\'s num_updates) instead of '
+        'its constant. Names: the class\'s SCHEDULABLE_PARAMS. {}: none.')
+    p.Define(
         'lazy_sparse_updates', False,
         'For tf.IndexedSlices gradients: if True only rows present in the '
         'batch are updated (their slots too), as in TF1; if False the '
@@ -99,6 +119,9 @@ class BaseOptimizer(BaseLayer):
     return specs
 
   SUPPORTS_LAZY_SPARSE = False
+  # The params `hyper_schedules` may name: those this class reads through
+  # `Hyper(name)` in its update (a subclass extends or empties the tuple).
+  SCHEDULABLE_PARAMS = ('decoupled_weight_decay',)
   # True when a subclass's own Apply accepts `_grad_scale` (ApplyScaled then
   # calls it instead of materialising the scaled gradients).
   APPLY_TAKES_GRAD_SCALE = False
@@ -117,6 +140,103 @@ class BaseOptimizer(BaseLayer):
     self._slots = {}
     self._bound = {}
     self._decay_mask = {}
+    self._BuildHyperSchedules(p.hyper_schedules)
+
+  # ---- scheduled hyperparameters -------------------------------------------
+
+  def _BuildHyperSchedules(self, schedules_map):
+    """Checks `hyper_schedules` and builds each as the child 'hyper_<name>'.
+
+    Args:
+      schedules_map: the `hyper_schedules` param.
+
+    Raises:
+      ValueError: see hyper.CheckConfig and hyper.CheckValues.
+    """
+    allowed = tuple(type(self).SCHEDULABLE_PARAMS)
+    hyper_lib.CheckConfig(self, schedules_map, allowed)
+    built = {}
+    for name in sorted(schedules_map):
+      sp = schedules_map[name].Copy(frozen=False)
+      sp.name = hyper_lib.CHILD_PREFIX + name
+      built[name] = self.CreateChild(hyper_lib.CHILD_PREFIX + name, sp)
+    specs = type(self).ValueChecks()
+    with tf.init_scope():
+      for name in sorted(built):
+        hyper_lib.CheckValues(self, name, built[name], specs.get(name))
+    # Not tracked again (the children are): a plain dict in __dict__.
+    self.__dict__['_hyper_schedules'] = built
+    self.__dict__['_hyper_cache'] = None
+
+  @property
+  def scheduled_hyperparams(self):
+    """Sorted list of the names whose value comes from a schedule."""
+    return sorted(self.__dict__.get('_hyper_schedules', {}))
+
+  def UseScheduleStep(self, step_fn):
+    """Makes `Hyper` evaluate schedules at `step_fn()` (an int64 scalar).
+
+    The learner calls it at Bind on every optimizer below it with the step
+    its own lr_schedule reads. Not tracked.
+    """
+    self.__dict__['_schedule_step_fn'] = step_fn
+
+  def HyperStep(self, name=None):
+    """int64 scalar: the step scheduled hyperparameters are evaluated at.
+
+    The learner's (`UseScheduleStep`), else this optimizer's num_updates
+    (before this update). `name` lets a subclass give one param another
+    step (Ema's legacy decay_schedule).
+    """
+    del name
+    fn = self.__dict__.get('_schedule_step_fn')
+    return fn() if fn is not None else self._num_updates.read_value()
+
+  def Hyper(self, name, dtype=None):
+    """The value of the param `name` for the current update.
+
+    Args:
+      name: a param of `SCHEDULABLE_PARAMS`.
+      dtype: optional tf dtype a scheduled value is cast to (an unscheduled
+        one stays a Python number, so the graph is unchanged).
+
+    Returns:
+      `params.<name>` (a Python number) if not scheduled; else the float32
+      (or `dtype`) scalar tensor schedule.Value(HyperStep()), evaluated
+      once per `Apply`.
+    """
+    sched = self.__dict__['_hyper_schedules'].get(name)
+    if sched is None:
+      return self.params.Get(name)
+    cache = self.__dict__.get('_hyper_cache')
+    if cache is not None and name in cache:
+      value = cache[name]
+    else:
+      value = sched.Value(self.HyperStep(name))
+      if cache is not None:
+        cache[name] = value
+    return value if dtype is None else tf.cast(value, dtype)
+
+  @contextlib.contextmanager
+  def HyperScope(self):
+    """Context: `Hyper` evaluates each schedule once inside (re-entrant).
+
+    Every `Apply` runs inside one; a subclass that reads `Hyper` before
+    calling `super().Apply` opens it around both.
+    """
+    if self.__dict__.get('_hyper_cache') is not None:
+      yield
+      return
+    self.__dict__['_hyper_cache'] = {}
+    try:
+      yield
+    finally:
+      self.__dict__['_hyper_cache'] = None
+
+  def WeightDecayOn(self):
+    """True if decoupled weight decay is nonzero or scheduled."""
+    return bool('decoupled_weight_decay' in self.scheduled_hyperparams or
+                self.params.decoupled_weight_decay)
 
   @property
   def num_updates(self):
@@ -162,7 +282,7 @@ class BaseOptimizer(BaseLayer):
 
   def _BindWeightDecay(self, variables):
     p = self.params
-    if not p.decoupled_weight_decay:
+    if not self.WeightDecayOn():
       return
     names = [var_grad_lib.VarName(v) for v in variables]
     for regex in p.weight_decay_exclude:
@@ -262,11 +382,13 @@ class BaseOptimizer(BaseLayer):
     present = [vg for vg in var_grads.Flatten() if vg.grad is not None]
     for vg in present:
       self._CheckBound(vg.var)
-    fused, op = self._MultiTensorApply(lr, present, _grad_scale, _measure)
-    if fused:
-      return self._FinishApply([op])
-    return self._FinishApply(
-        [self._ApplyOne(lr, vg.var, vg.grad, _grad_scale) for vg in present])
+    with self.HyperScope():
+      fused, op = self._MultiTensorApply(lr, present, _grad_scale, _measure)
+      if fused:
+        return self._FinishApply([op])
+      return self._FinishApply(
+          [self._ApplyOne(lr, vg.var, vg.grad, _grad_scale)
+           for vg in present])
 
   def _MultiTensorApply(self, lr, vgs, grad_scale, measure=None):
     """The whole update as one fused multi-tensor op, when it can run.
@@ -292,13 +414,13 @@ class BaseOptimizer(BaseLayer):
     kernels.LogPath('%s update' % type(self).__name__, reason)
     if reason:
       return False, None
-    p = self.params
     variables = [vg.var for vg in vgs]
     grads = [tf.convert_to_tensor(vg.grad) for vg in vgs]  # Sums duplicates.
-    wd = p.decoupled_weight_decay
-    decay = [bool(wd) and self._decay_mask.get(var_grad_lib.VarName(v), True)
+    on = self.WeightDecayOn()
+    wd = self.Hyper('decoupled_weight_decay') if on else 0.0
+    decay = [on and self._decay_mask.get(var_grad_lib.VarName(v), True)
              for v in variables]
-    wd_rate = tf.cast(lr * wd, tf.float32) if wd else tf.constant(0.0)
+    wd_rate = tf.cast(lr * wd, tf.float32) if on else tf.constant(0.0)
     slots = [self.GetSlots(v) for v in variables]
     return True, self._ApplyDenseMulti(lr, variables, grads, slots, grad_scale,
                                        wd_rate, decay, measure)
@@ -437,10 +559,10 @@ class BaseOptimizer(BaseLayer):
           grad_scale = None
       else:
         grad = tf.convert_to_tensor(grad)  # Sums duplicate rows.
-    wd = self.params.decoupled_weight_decay
     decay = None
-    if wd and self._decay_mask.get(var_grad_lib.VarName(var), True):
-      rate = tf.cast(lr * wd, var.dtype)
+    if (self.WeightDecayOn() and
+        self._decay_mask.get(var_grad_lib.VarName(var), True)):
+      rate = tf.cast(lr * self.Hyper('decoupled_weight_decay'), var.dtype)
       if lazy:
         decay = tf.IndexedSlices(rate * tf.gather(var, grad.indices),
                                  grad.indices, grad.dense_shape)

@@ -34,6 +34,9 @@ class Composite(base_optimizer.BaseOptimizer):
       by none when there is no 'default_optimizer' (naming it).
   """
 
+  # Nothing of its own to schedule: each group's params schedule theirs.
+  SCHEDULABLE_PARAMS = ()
+
   @classmethod
   def Params(cls):
     p = super().Params()

@@ -16,9 +16,15 @@ class Ema(wrapper.BaseAveraging):
   step still moves its average toward its value). The averages are created
   at `Bind`, start at the variables' values then, and are tracked by this
   layer, so `tf.train.Checkpoint` saves and restores them.
-  `decay` is fixed, or `decay_schedule` (any BaseSchedule params, e.g.
-  `schedules.EmaDecaySchedule`) gives it as a function of this wrapper's
-  `num_updates` before the update (0 on the first update).
+  `decay` is fixed, or scheduled as any optimizer's hyperparameter:
+  `hyper_schedules={'decay': schedule params}` (BaseOptimizer) gives it at
+  the learner's step (the step its lr_schedule sees). `decay_schedule` (any
+  BaseSchedule params, e.g. `schedules.EmaDecaySchedule`), the older
+  spelling that task.train.ema_decay builds, is the same mechanism with
+  one difference kept for existing configs: its step is this wrapper's
+  own `num_updates` before the update (0 on the first update; equal to the
+  learner's step unless lr_schedule_step='global_step'). Setting both is
+  refused.
   `SwapAverages()` is a context manager that puts the averages into the
   variables (for evaluation) and the trained values back on exit. An Ema is
   found through `EvalAverages()` (built) or `EvalAverageClasses(p)`
@@ -30,11 +36,15 @@ class Ema(wrapper.BaseAveraging):
 
   Raises:
     ValueError: at construction, if decay is outside [0, 1] or
-      decay_schedule is not BaseSchedule params, if
+      decay_schedule is not BaseSchedule params, if both decay_schedule
+      and hyper_schedules['decay'] are set, if hyper_schedules['decay']
+      leaves [0, 1] at step 0 or a boundary, if
       `p.optimizer` is not optimizer params or is a gradient accumulation
       (accumulation must be the outermost wrapper), or if this wrapper's own
       decoupled_weight_decay is set.
   """
+
+  SCHEDULABLE_PARAMS = ('decay',)
 
   @classmethod
   def Params(cls):
@@ -44,8 +54,10 @@ class Ema(wrapper.BaseAveraging):
              'Fixed decay of the average, in [0, 1]; unused when '
              'decay_schedule is set.')
     p.Define('decay_schedule', None,
-             'Optional BaseSchedule params giving the decay at num_updates '
-             '(e.g. EmaDecaySchedule); overrides decay.')
+             'Optional BaseSchedule params giving the decay at this '
+             'wrapper\'s num_updates (e.g. EmaDecaySchedule); overrides decay. '
+             'hyper_schedules={\'decay\': ...} is the same at the learner\'s '
+             'step; set one of them.')
     return p
 
   @classmethod
@@ -68,13 +80,24 @@ class Ema(wrapper.BaseAveraging):
             'schedules.EmaDecaySchedule.Params()), got %r.' %
             (self.path, cls if cls else p.decay_schedule))
     if p.decay_schedule is not None:
+      if 'decay' in self.scheduled_hyperparams:
+        raise ValueError(
+            '%s: decay_schedule and hyper_schedules[\'decay\'] are both set; '
+            'set one (hyper_schedules counts the learner\'s step, '
+            'decay_schedule this wrapper\'s num_updates).' % self.path)
       self.CreateChild('decay_schedule', p.decay_schedule)
+      self.__dict__['_hyper_schedules']['decay'] = self.decay_schedule
+
+  def HyperStep(self, name=None):
+    """The learner's step; for a decay given by decay_schedule, this
+    wrapper's num_updates (as before hyper_schedules existed)."""
+    if name == 'decay' and self.params.decay_schedule is not None:
+      return self.num_updates.read_value()
+    return super().HyperStep(name)
 
   def Decay(self):
     """float32 scalar: the decay the next update will use."""
-    if self.params.decay_schedule is not None:
-      return self.decay_schedule.Value(self.num_updates)
-    return tf.constant(self.params.decay, tf.float32)
+    return tf.convert_to_tensor(self.Hyper('decay'), tf.float32)
 
   def _ApplyWrapped(self, lr, var_grads):
     """Applies the inner update, then moves every bound variable's average."""

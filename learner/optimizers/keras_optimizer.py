@@ -68,6 +68,10 @@ class KerasOptimizer(base_optimizer.BaseOptimizer):
       LearningRateSchedule (use the learner's lr_schedule instead).
   """
 
+  # The Keras optimizer's hyperparameters are its own; nothing here reads
+  # `Hyper` (a schedule for decoupled_weight_decay is refused).
+  SCHEDULABLE_PARAMS = ()
+
   @classmethod
   def Params(cls):
     p = super().Params()

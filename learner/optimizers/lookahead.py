@@ -29,7 +29,9 @@ class Lookahead(wrapper.BaseAveraging):
   inner optimizer's slots are kept across a synchronization (optax's
   reset_state=False; the paper's default). `k` counts this wrapper's
   `num_updates` (applied updates), so under gradient accumulation it counts
-  windows, and a resumed run synchronizes at the same updates.
+  windows, and a resumed run synchronizes at the same updates. `alpha` may
+  follow a schedule (`hyper_schedules={'alpha': <schedule params>}`,
+  evaluated at the learner's step before the update that synchronizes).
 
   The slow weights are evaluated: found through `EvalAverages()` /
   `EvalAverageClasses(p)`, swapped in by `SwapAverages()` and read from a
@@ -44,6 +46,7 @@ class Lookahead(wrapper.BaseAveraging):
 
   AVERAGE_NAME = 'slow'
   EVAL_WEIGHTS_LABEL = 'Lookahead slow weights'
+  SCHEDULABLE_PARAMS = ('alpha',)  # hyper_schedules={'alpha': ...}
   INNER_OPTIMIZER_DOC = ('Params of the inner (fast) optimizer: it updates '
                          'the variables at every update.')
 
@@ -73,11 +76,11 @@ class Lookahead(wrapper.BaseAveraging):
     k = tf.constant(self.params.k, tf.int64)
     return tf.equal(tf.math.floormod(self.num_updates + 1, k), 0)
 
-  def _Synchronize(self):
+  def _Synchronize(self, alpha):
     """slow <- slow + alpha * (fast - slow); fast <- slow, for every var."""
     ops = []
     for var, slow in self._VarsAndAverages():
-      alpha = tf.constant(self.params.alpha, slow.dtype)
+      alpha = tf.cast(alpha, slow.dtype)
       s = slow.read_value()
       new_slow = s + alpha * (var.read_value() - s)
       ops.append(slow.assign(new_slow))
@@ -87,6 +90,7 @@ class Lookahead(wrapper.BaseAveraging):
   def _ApplyWrapped(self, lr, var_grads):
     """The inner update, then the synchronization after every k-th."""
     sync = self.SyncNext()
+    alpha = self.Hyper('alpha')  # At the learner's step before the update.
     op = self.optimizer.Apply(lr, var_grads)
     with tf.control_dependencies([op] if op is not None else []):
-      return [op, tf.cond(sync, self._Synchronize, tf.no_op)]
+      return [op, tf.cond(sync, lambda: self._Synchronize(alpha), tf.no_op)]

@@ -21,7 +21,11 @@ What a wrapper (Lars, Ema, GradientAccumulation, or a new one) gets here:
 
 A subclass adds its own params and state and implements
 `_ApplyWrapped(lr, var_grads)` (the default passes the gradients through
-unchanged).
+unchanged). A wrapper schedules no hyperparameter (`SCHEDULABLE_PARAMS`
+is `()`, so its `hyper_schedules` must stay {}); one with a coefficient of
+its own lists it (Ema: 'decay'; Lookahead's 'alpha' the same way) and
+reads `self.Hyper(name)` in `_ApplyWrapped`, which `Apply` runs inside
+`HyperScope()` (each schedule evaluated once per update).
 
 BaseAveraging keeps a second copy of the weights to evaluate: Ema (an
 exponential moving average), Lookahead (the slow weights) and SWA (an
@@ -74,6 +78,9 @@ class BaseWrapper(base_optimizer.BaseOptimizer):
   # The description of `p.optimizer`; a subclass says what the inner
   # optimizer does for it.
   INNER_OPTIMIZER_DOC = 'Params of the inner optimizer.'
+  # A wrapper has no decoupled weight decay of its own; a subclass lists
+  # the params it reads through `Hyper` (Ema: 'decay').
+  SCHEDULABLE_PARAMS = ()
 
   @classmethod
   def Params(cls):
@@ -128,7 +135,8 @@ class BaseWrapper(base_optimizer.BaseOptimizer):
       ValueError: if a variable with a gradient was not bound.
     """
     self._CheckAllBound(var_grads)
-    return self._FinishApply(self._ApplyWrapped(lr, var_grads))
+    with self.HyperScope():
+      return self._FinishApply(self._ApplyWrapped(lr, var_grads))
 
   def _ApplyWrapped(self, lr, var_grads):
     """The wrapper's update; returns a list of ops (None entries allowed).

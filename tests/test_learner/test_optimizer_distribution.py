@@ -18,6 +18,7 @@ from learner import optimizers
 from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
 from learner.training.cluster import distribution
+import schedules
 
 _CASES = {
     'adam': optimizers.Adam.Params(),
@@ -42,6 +43,19 @@ _CASES = {
         'default_optimizer': (optimizers.Adam.Params(), 2.0)}),
     'keras': keras_optimizer.KerasOptimizerParams(
         lambda: tf.keras.optimizers.Adam(0.1)),
+    # hyper_schedules (issue 24.6): schedules read the replicated counter.
+    'adamw_scheduled_beta1_wd': optimizers.AdamW.Params().Set(
+        hyper_schedules={
+            'beta1': schedules.LinearSchedule.Params().Set(
+                start=(0, 0.5), limit=(2, 0.9)),
+            'decoupled_weight_decay': schedules.LinearSchedule.Params().Set(
+                start=(0, 0.0), limit=(1, 0.1))}),
+    'ema_scheduled_decay': ema.Ema.Params().Set(
+        optimizer=optimizers.Momentum.Params().Set(hyper_schedules={
+            'alpha': schedules.LinearSchedule.Params().Set(
+                start=(0, 0.5), limit=(1, 0.9))}),
+        hyper_schedules={'decay': schedules.LinearSchedule.Params().Set(
+            start=(0, 0.0), limit=(1, 0.5))}),
 }
 
 

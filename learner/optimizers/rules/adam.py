@@ -50,6 +50,11 @@ class Adam(BaseOptimizer):
   from num_updates (Lingvo: TF1 beta-power variables; equal to float32
   rounding, ~1e-6 after 5 steps); beta1 = 1, beta2 = 1 and epsilon = 0
   are refused (below); and as every update rule (BaseOptimizer).
+  Schedulable (`hyper_schedules`, BaseOptimizer): beta1, beta2 and
+  decoupled_weight_decay. With a scheduled beta the bias correction uses
+  the current value raised to t, 1 - beta1_t^t (not the product of the
+  past betas), as optax's inject_hyperparams(adam)(b1=schedule) does; the
+  fused kernel takes the scheduled betas as scalar tensors.
 
   Raises:
     ValueError: at construction, if beta1 or beta2 is not a finite number in
@@ -59,6 +64,7 @@ class Adam(BaseOptimizer):
   """
 
   SUPPORTS_LAZY_SPARSE = True
+  SCHEDULABLE_PARAMS = BaseOptimizer.SCHEDULABLE_PARAMS + ('beta1', 'beta2')
 
   @classmethod
   def Params(cls):
@@ -111,10 +117,15 @@ class Adam(BaseOptimizer):
   def _CreateSlots(self, var):
     return {'m': None, 'v': None}
 
+  def _Betas(self, var):
+    """(beta1, beta2) for this update: Python numbers, or var-dtype tensors
+    when scheduled (`Hyper`)."""
+    return (self.Hyper('beta1', var.dtype), self.Hyper('beta2', var.dtype))
+
   def _Powers(self, var):
-    p = self.params
+    b1, b2 = self._Betas(var)
     t = tf.cast(self.num_updates + 1, var.dtype)
-    return tf.pow(Cast(p.beta1, var), t), tf.pow(Cast(p.beta2, var), t)
+    return tf.pow(Cast(b1, var), t), tf.pow(Cast(b2, var), t)
 
   def _EpsilonHat(self, var, b2p):
     """The epsilon of the TF form: epsilon, or epsilon sqrt(1 - beta2^t)."""
@@ -125,11 +136,12 @@ class Adam(BaseOptimizer):
 
   def _ApplyDense(self, lr, var, grad, slots):
     p = self.params
+    b1, b2 = self._Betas(var)
     b1p, b2p = self._Powers(var)
     return tf.raw_ops.ResourceApplyAdam(
         var=var.handle, m=slots['m'].handle, v=slots['v'].handle,
         beta1_power=b1p, beta2_power=b2p, lr=Cast(lr, var),
-        beta1=Cast(p.beta1, var), beta2=Cast(p.beta2, var),
+        beta1=Cast(b1, var), beta2=Cast(b2, var),
         epsilon=self._EpsilonHat(var, b2p), grad=grad, use_locking=False)
 
   def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
@@ -137,8 +149,9 @@ class Adam(BaseOptimizer):
     """One TfLearnerMultiApplyAdam; grad_scale * g computed in the op."""
     p = self.params
     var = variables[0]
+    b1, b2 = self._Betas(var)
     b1p, b2p = self._Powers(var)
-    scalars = (b1p, b2p, Cast(lr, var), Cast(p.beta1, var), Cast(p.beta2, var),
+    scalars = (b1p, b2p, Cast(lr, var), Cast(b1, var), Cast(b2, var),
                self._EpsilonHat(var, b2p))
     factor = None if grad_scale is None else Cast(grad_scale, var)
     return kernels.ApplyAdam(variables, [s['m'] for s in slots],
@@ -147,11 +160,12 @@ class Adam(BaseOptimizer):
 
   def _ApplySparse(self, lr, var, grad, slots):
     p = self.params
+    b1, b2 = self._Betas(var)
     b1p, b2p = self._Powers(var)
     lr_t = Cast(lr, var) * tf.sqrt(1. - b2p) / (1. - b1p)
     idx, g = grad.indices, grad.values
-    m_rows = p.beta1 * tf.gather(slots['m'], idx) + (1. - p.beta1) * g
-    v_rows = p.beta2 * tf.gather(slots['v'], idx) + (1. - p.beta2) * g * g
+    m_rows = b1 * tf.gather(slots['m'], idx) + (1. - b1) * g
+    v_rows = b2 * tf.gather(slots['v'], idx) + (1. - b2) * g * g
     ops = [
         slots['m'].scatter_update(tf.IndexedSlices(m_rows, idx)),
         slots['v'].scatter_update(tf.IndexedSlices(v_rows, idx)),

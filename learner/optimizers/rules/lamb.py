@@ -36,6 +36,10 @@ class LAMB(BaseOptimizer):
   those matching `exclude_from_layer_adaptation` use ratio 1 (BERT's LAMB
   excludes 'LayerNorm' and 'bias' from both).
   Sparse gradients are densified. Slots: 'm', 'v' (zeros).
+  Schedulable (`hyper_schedules`, BaseOptimizer): beta1, beta2,
+  weight_decay and decoupled_weight_decay; a scheduled beta's bias
+  correction is 1 - beta_t^t (the current value, as optax's
+  inject_hyperparams).
   Source: You et al., "Large Batch Optimization for Deep Learning: Training
   BERT in 76 minutes", ICLR 2020, Algorithm 2 (phi = identity).
 
@@ -45,6 +49,9 @@ class LAMB(BaseOptimizer):
       refused too; docs/lingvo.md, as Adam), or a regex of the exclude lists
       does not compile; the message names the param.
   """
+
+  SCHEDULABLE_PARAMS = BaseOptimizer.SCHEDULABLE_PARAMS + (
+      'beta1', 'beta2', 'weight_decay')
 
   @classmethod
   def Params(cls):
@@ -87,15 +94,17 @@ class LAMB(BaseOptimizer):
 
   def _ApplyDense(self, lr, var, grad, slots):
     p = self.params
+    b1 = self.Hyper('beta1', var.dtype)
+    b2 = self.Hyper('beta2', var.dtype)
     t = tf.cast(self.num_updates + 1, var.dtype)
-    m = p.beta1 * slots['m'] + (1. - p.beta1) * grad
-    v = p.beta2 * slots['v'] + (1. - p.beta2) * tf.square(grad)
+    m = b1 * slots['m'] + (1. - b1) * grad
+    v = b2 * slots['v'] + (1. - b2) * tf.square(grad)
     w_old = tf.identity(var.read_value())
-    m_hat = m / (1. - tf.pow(Cast(p.beta1, var), t))
-    v_hat = v / (1. - tf.pow(Cast(p.beta2, var), t))
+    m_hat = m / (1. - tf.pow(Cast(b1, var), t))
+    v_hat = v / (1. - tf.pow(Cast(b2, var), t))
     r = m_hat / (tf.sqrt(v_hat) + p.epsilon)
     if not self._Matches(var, p.exclude_from_weight_decay):
-      r += p.weight_decay * w_old
+      r += self.Hyper('weight_decay', var.dtype) * w_old
     ratio = 1.
     if not self._Matches(var, p.exclude_from_layer_adaptation):
       ratio = _TrustRatio(tf.norm(w_old), tf.norm(r))

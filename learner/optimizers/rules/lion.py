@@ -21,6 +21,8 @@ class Lion(BaseOptimizer):
   m <- beta2 m + (1-beta2) g
   Weight decay is the base class's `decoupled_weight_decay` (the paper's
   lambda, scaled by lr). Sparse gradients are densified. Slot: 'm' (zeros).
+  Schedulable (`hyper_schedules`, BaseOptimizer): beta1, beta2 and
+  decoupled_weight_decay.
   Source: Chen et al., "Symbolic Discovery of Optimization Algorithms",
   NeurIPS 2023, Program 1.
 
@@ -29,6 +31,8 @@ class Lion(BaseOptimizer):
       Lion: beta1 = 0 would be sign SGD) or beta2 is not in [0, 1); a bool,
       NaN or inf is refused too (the message names the param).
   """
+
+  SCHEDULABLE_PARAMS = BaseOptimizer.SCHEDULABLE_PARAMS + ('beta1', 'beta2')
 
   @classmethod
   def Params(cls):
@@ -52,9 +56,10 @@ class Lion(BaseOptimizer):
     return {'m': None}
 
   def _ApplyDense(self, lr, var, grad, slots):
-    p = self.params
+    b1 = self.Hyper('beta1', var.dtype)
+    b2 = self.Hyper('beta2', var.dtype)
     m = slots['m']
-    c = p.beta1 * m + (1. - p.beta1) * grad
+    c = b1 * m + (1. - b1) * grad
     ops = [var.assign_sub(Cast(lr, var) * tf.sign(c)),
-           m.assign(p.beta2 * m + (1. - p.beta2) * grad)]
+           m.assign(b2 * m + (1. - b2) * grad)]
     return tf.group(ops) if not tf.executing_eagerly() else None

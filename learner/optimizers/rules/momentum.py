@@ -50,6 +50,11 @@ class Momentum(BaseOptimizer):
   `fold_grad_scale` is an extension that does not change the numbers).
   Differs from Lingvo: alpha >= 1 is refused (below), and as every update
   rule (BaseOptimizer, docs/lingvo.md).
+  Schedulable (`hyper_schedules`, BaseOptimizer): alpha (the value at the
+  learner's step multiplies the velocity of that update, as optax's
+  inject_hyperparams(sgd)(momentum=schedule); the fold above still holds,
+  with alpha_t in place of alpha, and the fused kernel takes it as a
+  scalar tensor) and decoupled_weight_decay.
 
   Raises:
     ValueError: at construction, if alpha is not a finite number in [0, 1)
@@ -59,6 +64,7 @@ class Momentum(BaseOptimizer):
 
   SUPPORTS_LAZY_SPARSE = True
   APPLY_TAKES_GRAD_SCALE = True
+  SCHEDULABLE_PARAMS = BaseOptimizer.SCHEDULABLE_PARAMS + ('alpha',)
 
   @classmethod
   def Params(cls):
@@ -105,6 +111,10 @@ class Momentum(BaseOptimizer):
   @tf.autograph.experimental.do_not_convert
   def Apply(self, lr, var_grads, _grad_scale=None, _measure=None):
     """BaseOptimizer.Apply with the gradient scale folded where possible."""
+    with self.HyperScope():
+      return self._ApplyFolded(lr, var_grads, _grad_scale, _measure)
+
+  def _ApplyFolded(self, lr, var_grads, _grad_scale, _measure):
     p = self.params
     lr = tf.convert_to_tensor(lr, tf.float32)
     present = [vg for vg in var_grads.Flatten() if vg.grad is not None]
@@ -116,14 +126,15 @@ class Momentum(BaseOptimizer):
     c = (tf.constant(1.0) if _grad_scale is None else
          tf.cast(_grad_scale, tf.float32))
     s_prev = self._scale_state.read_value()
+    alpha = self.Hyper('alpha')
     if fold:
       s_new = tf.clip_by_value(c, 1e-30, 1e30)
       factor = None
-      mom = p.alpha * s_prev / s_new
+      mom = alpha * s_prev / s_new
     else:
       s_new = s_prev
       factor = c / s_prev
-      mom = tf.constant(p.alpha, tf.float32)
+      mom = tf.convert_to_tensor(alpha, tf.float32)
     self._fold = (mom, lr * s_new, factor)
     try:
       op = super().Apply(lr, var_grads, _measure=_measure)

@@ -41,6 +41,8 @@ class RMSProp(BaseOptimizer):
   Differs from Lingvo: the slots are 'ms' and 'mom' (TF1: 'rms',
   'momentum'); decay > 1 and momentum >= 1 are refused (below); and as
   every update rule (BaseOptimizer, docs/lingvo.md).
+  Schedulable (`hyper_schedules`, BaseOptimizer): decay, momentum and
+  decoupled_weight_decay (the TF kernels take them as scalar tensors).
 
   Raises:
     ValueError: at construction, if decay is not in [0, 1], momentum is not
@@ -49,6 +51,8 @@ class RMSProp(BaseOptimizer):
   """
 
   SUPPORTS_LAZY_SPARSE = True
+  SCHEDULABLE_PARAMS = BaseOptimizer.SCHEDULABLE_PARAMS + ('decay',
+                                                          'momentum')
 
   @classmethod
   def Params(cls):
@@ -84,7 +88,8 @@ class RMSProp(BaseOptimizer):
     p = self.params
     args = dict(var=var.handle, ms=slots['ms'].handle,
                 mom=slots['mom'].handle, lr=Cast(lr, var),
-                rho=Cast(p.decay, var), momentum=Cast(p.momentum, var),
+                rho=Cast(self.Hyper('decay'), var),
+                momentum=Cast(self.Hyper('momentum'), var),
                 epsilon=Cast(p.epsilon, var), use_locking=False)
     if p.centered:
       args['mg'] = slots['mg'].handle
