@@ -38,6 +38,8 @@ _EXPORTS = {
     'XLAShardingAdafactor': 'learner.optimizers',
     'LAMB': 'learner.optimizers',
     'Lion': 'learner.optimizers',
+    'ScheduleFreeSGD': 'learner.optimizers',
+    'ScheduleFreeAdamW': 'learner.optimizers',
     'Lars': 'learner.optimizers.lars',
     'Ema': 'learner.optimizers.ema',
     'Composite': 'learner.optimizers.composite',

@@ -5,6 +5,7 @@
   adadelta.py   AdaDelta                     adafactor.py  Adafactor,
                                                            XLAShardingAdafactor
   lamb.py       LAMB                         lion.py       Lion
+  schedule_free.py  ScheduleFreeSGD, ScheduleFreeAdamW (eval weights x)
   common.py     helpers the families share
 
 Plain SGD is `SGD` in learner/optimizers/base.py (the base's own rule).
@@ -25,6 +26,7 @@ from learner.optimizers.rules import lamb
 from learner.optimizers.rules import lion
 from learner.optimizers.rules import momentum
 from learner.optimizers.rules import rmsprop
+from learner.optimizers.rules import schedule_free
 
 # One registered rule. `factory_names` are get_optimizer_fn's names for it
 # (empty: reachable only by class); `aliases` maps an accepted factory
@@ -47,6 +49,11 @@ RULES = (
     Rule(lamb.LAMB, ('lamb',), dict(_BETAS)),
     Rule(lion.Lion, ('lion',),
          dict(_BETAS, weight_decay='decoupled_weight_decay')),
+    Rule(schedule_free.ScheduleFreeSGD, ('schedule_free_sgd',),
+         {'b1': 'momentum', 'weight_decay': 'decoupled_weight_decay'}),
+    Rule(schedule_free.ScheduleFreeAdamW, ('schedule_free_adamw',),
+         dict(_BETAS, b1='beta1', b2='beta2', eps='epsilon',
+              weight_decay='decoupled_weight_decay')),
 )
 
 
