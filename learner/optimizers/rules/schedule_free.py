@@ -15,7 +15,9 @@
   y <- b1 x + (1 - b1) z       (b1: `momentum` of SGD, `beta1` of AdamW)
 
 The model variable holds y, where the gradient is taken; x is the sequence
-to evaluate on. Both z and x are slots, initialised to the variable at Bind.
+to evaluate on. Both z and x are slots, made at Bind and set to the
+weights at the first update (so a warm start, which assigns the weights
+after the optimizer is built, is what z and x start from).
 Keeping x (rather than deriving it as (y - (1 - b1) z) / b1, as optax does)
 costs one more weight-sized buffer and is what lets the read-only jobs
 (eval, evaler, export) restore the eval weights straight from a checkpoint
@@ -181,12 +183,18 @@ class _ScheduleFree(BaseOptimizer):
     z, x = slots['z'], slots[EVAL_SLOT]
     b1 = self._Interpolation()
     u, ops = self._Direction(var, grad, slots, t)
+    y = var.read_value()
     wd = self.params.decoupled_weight_decay
     if wd and self._decay_mask.get(var_grad_lib.VarName(var), True):
-      u = u + _Cast(wd, var) * var.read_value()
-    z_new = z.read_value() - _Cast(lr_z, var) * u
+      u = u + _Cast(wd, var) * y
+    # Before the first update z and x are the weights then (not at Bind: a
+    # warm start assigns the weights after the learners are built).
+    first = tf.equal(self.num_updates, 0)
+    z_old = tf.where(first, y, z.read_value())
+    x_old = tf.where(first, y, x.read_value())
+    z_new = z_old - _Cast(lr_z, var) * u
     c = _Cast(c, var)
-    x_new = (1. - c) * x.read_value() + c * z_new
+    x_new = (1. - c) * x_old + c * z_new
     y_new = b1 * x_new + (1. - b1) * z_new
     return ops + [z.assign(z_new), x.assign(x_new), var.assign(y_new)]
 
@@ -226,6 +234,7 @@ class _ScheduleFree(BaseOptimizer):
     """Context manager: the variables hold x inside, y again after.
 
     Eager only (around evaluation). Swapping twice restores both exactly.
+    Before the first update x is the weights: nothing is swapped.
 
     Raises:
       RuntimeError: if called inside a tf.function.
@@ -241,6 +250,8 @@ class _ScheduleFree(BaseOptimizer):
       self._Swap()
 
   def _Swap(self):
+    if int(self.num_updates.numpy()) == 0:
+      return
     for var in self.bound_variables.values():
       x = self.GetAverage(var)
       value = tf.identity(var.read_value())
