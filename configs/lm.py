@@ -2,6 +2,9 @@
 
   lm.CharTransformer   2 pre-norm blocks, model_dim 128, tied embedding;
                        two learners (the embedding; the rest).
+  lm.CharTransformerScheduleFree
+                       the same model, data and seed; schedule-free AdamW,
+                       a constant rate (no decay schedule).
 
 The data is configs/char_data.py's (CPython's pydoc topics, ~465,000
 characters, the last 10 % held out); the baselines a model must beat are
@@ -19,6 +22,7 @@ from params import registry
 from learner import learner as learner_lib
 from learner import optimizers
 from learner.training.model import task as task_lib
+from schedules.base_schedule import ConstantOne
 from schedules.transformer import TransformerSchedule
 from configs import inputs
 
@@ -168,3 +172,29 @@ class CharTransformer:
 
   def Eval(self):
     return CharLmInput('test', 256, self.SEQ_LEN)
+
+
+@registry.Register
+class CharTransformerScheduleFree(CharTransformer):
+  """lm.CharTransformer trained by schedule-free AdamW, with no decay schedule.
+
+  The same model, data order, seed, two learners and clipping (global norm
+  1.0 per learner) as lm.CharTransformer; each learner's optimizer is
+  `ScheduleFreeAdamW` (beta1 0.9, beta2 0.98, epsilon 1e-9) at a constant
+  rate LEARNING_RATE after its own linear warmup of SF_WARMUP updates, and
+  the evaluations (train_and_eval, eval, evaler, export) read its eval
+  weights x. Source: Defazio et al., "The Road Less Scheduled", 2024.
+
+  Measured (400 steps, held-out bits_per_char): see the README's table.
+  """
+
+  LEARNING_RATE = 6.25e-3
+  SF_WARMUP = 100
+
+  def _Learner(self, name, **kwargs):
+    p = super()._Learner(name, **kwargs)
+    return p.Set(
+        learning_rate=self.LEARNING_RATE, lr_schedule=ConstantOne.Params(),
+        optimizer=optimizers.ScheduleFreeAdamW.Params().Set(
+            beta1=0.9, beta2=0.98, epsilon=1e-9,
+            warmup_steps=self.SF_WARMUP))
