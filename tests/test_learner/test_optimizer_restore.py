@@ -56,6 +56,10 @@ _PARAMS = {
                                                    min_dim_size_to_factor=2),
     'lamb': optimizers.LAMB.Params(),
     'lion': optimizers.Lion.Params(),
+    'schedule_free_sgd': optimizers.ScheduleFreeSGD.Params().Set(
+        warmup_steps=3),
+    'schedule_free_adamw': optimizers.ScheduleFreeAdamW.Params().Set(
+        warmup_steps=3, decoupled_weight_decay=0.1),
     'lars': lars.Lars.Params().Set(optimizer=optimizers.Adam.Params(),
                                    eta=0.01, weight_decay=0.01),
     'ema': ema.Ema.Params().Set(optimizer=optimizers.Momentum.Params(),

@@ -99,6 +99,12 @@ _CASES = [
     ('lamb', optimizers.LAMB.Params().Set(weight_decay=0.01), refs.RefLAMB),
     ('lion', optimizers.Lion.Params().Set(decoupled_weight_decay=0.1),
      refs.RefLion),
+    ('schedule_free_sgd', optimizers.ScheduleFreeSGD.Params().Set(
+        momentum=0.8, warmup_steps=2, decoupled_weight_decay=0.1),
+     refs.RefScheduleFree),
+    ('schedule_free_adamw', optimizers.ScheduleFreeAdamW.Params().Set(
+        warmup_steps=2, warmup_form='reference', r=1.0,
+        decoupled_weight_decay=0.1), refs.RefScheduleFree),
 ]
 
 _IDS = [c[0] for c in _CASES]
