@@ -22,6 +22,8 @@ _CASES = {
     'adamw_lazy_sparse': optimizers.AdamW.Params().Set(
         lazy_sparse_updates=True),
     'adafactor': optimizers.Adafactor.Params(),
+    'schedule_free_adamw': optimizers.ScheduleFreeAdamW.Params().Set(
+        warmup_steps=1, decoupled_weight_decay=0.1),
     'lars_momentum': lars.Lars.Params().Set(
         optimizer=optimizers.Momentum.Params(), exclude_1d=False),
     'ema': ema.Ema.Params().Set(optimizer=optimizers.SGD.Params(), decay=0.5),
