@@ -262,6 +262,18 @@ def test_a_skipped_update_leaves_y_z_x_and_the_average_weight():
   np.testing.assert_array_equal(xs[[0, 2]], ref[1])
 
 
+def test_weight_decay_exclude_leaves_the_excluded_variable_undecayed():
+  # One step from w = b = 1, g = 0, lr 1, wd 0.5 (c = 1, so y = x = z):
+  # w: z = 1 - 1 * 0.5 * 1 = 0.5; b (excluded): z = 1.
+  w, b = tf.Variable(1.0, name='w'), tf.Variable(1.0, name='b')
+  opt = optimizers.ScheduleFreeSGD.Params().Set(
+      name='sf', decoupled_weight_decay=0.5,
+      weight_decay_exclude=['^b$']).Instantiate().Bind([w, b])
+  opt.Apply(1.0, NestedMap(w=VarGrad(w, tf.constant(0.0)),
+                           b=VarGrad(b, tf.constant(0.0))))
+  assert (float(w.numpy()), float(b.numpy())) == (0.5, 1.0)
+
+
 # ---- params: refusals, factory, text -----------------------------------------
 
 

@@ -14,6 +14,9 @@
   x <- (1 - c) x + c z
   y <- b1 x + (1 - b1) z       (b1: `momentum` of SGD, `beta1` of AdamW)
 
+A warmup given by the learner's lr_schedule instead (warmup_steps 0)
+reaches the z step and the average at the same t, as the reference does.
+
 The model variable holds y, where the gradient is taken; x is the sequence
 to evaluate on. Both z and x are slots, made at Bind and set to the
 weights at the first update (so a warm start, which assigns the weights
