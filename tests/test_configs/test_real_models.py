@@ -37,10 +37,10 @@ def test_char_transformer_beats_unigram_after_100_steps(tmp_path):
 @pytest.mark.slow
 def test_char_transformer_schedule_free_after_100_steps_on_its_x(tmp_path):
   m = _Run('lm.CharTransformerScheduleFree', tmp_path, 100)
-  # Measured 2.98 bits/char at step 100, evaluated on x (lm.CharTransformer:
+  # Measured 2.61 bits/char at step 100, evaluated on x (lm.CharTransformer:
   # 3.16 there). The bound is below the bigram model's 3.55: a model that
   # does not learn stays >= 4.69 (unigram).
-  assert m['bits_per_char'] < 3.3, m
+  assert m['bits_per_char'] < 3.0, m
   log = (tmp_path / 'lm.CharTransformerScheduleFree' / 'params.txt')
   assert 'ScheduleFreeAdamW' in log.read_text()
 
