@@ -43,6 +43,8 @@ _EXPORTS = {
     'Adamax': 'learner.optimizers',
     'AMSGrad': 'learner.optimizers',
     'ADOPT': 'learner.optimizers',
+    'ScheduleFreeSGD': 'learner.optimizers',
+    'ScheduleFreeAdamW': 'learner.optimizers',
     'Lars': 'learner.optimizers.lars',
     'Ema': 'learner.optimizers.ema',
     'Lookahead': 'learner.optimizers.lookahead',

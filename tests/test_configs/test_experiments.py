@@ -19,7 +19,8 @@ from configs import diabetes
 
 _KEYS = ('digits.MlpMomentum', 'digits.MlpLarsAccumulate', 'digits.MlpSam',
          'regression.LinearRegression', 'diabetes.LinearAdamL2',
-         'multi.TwoLearners', 'lingvo_ported.DigitsMlpLingvoTrain', 'lm.CharTransformerWsd')
+         'multi.TwoLearners', 'lingvo_ported.DigitsMlpLingvoTrain',
+         'lm.CharTransformerWsd', 'lm.CharTransformerScheduleFree')
 
 
 def _Train(key, logdir, max_steps=None):

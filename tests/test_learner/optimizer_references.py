@@ -288,3 +288,46 @@ class RefADOPT(RefSGD):
     s['v'] = _f(p.beta2 * s['v'] + (1 - p.beta2) * g * g)
     step = p.beta1 * s['m'] + (1 - p.beta1) * n if p.use_nesterov else s['m']
     return _Decayed(p, lr, w, w - lr * step)
+class RefScheduleFree(RefSGD):
+  """ScheduleFreeSGD / ScheduleFreeAdamW (AdamW when p has beta2).
+
+  The paper's form (Defazio et al. 2024, Algorithm 1), z and x explicit; the
+  average's scalars are shared by all variables, so they are kept per t.
+  """
+
+  def __init__(self, p):
+    super().__init__(p)
+    self._scalars = {0: (0.0, 0.0)}  # t -> (lr_max, weight_sum) after t.
+
+  def slots(self, w):
+    out = {'z': w.copy(), 'x': w.copy()}
+    if 'beta2' in self.p:
+      out['v'] = np.zeros_like(w)
+    return out
+
+  def _C(self, t, lr):
+    p = self.p
+    warm = lambda s: min(s, p.warmup_steps) / p.warmup_steps if (
+        p.warmup_steps) else 1.0
+    lr_avg = lr * warm(t)
+    lr_z = lr * warm(t - 1) if p.warmup_form == 'optax' else lr_avg
+    lr_max, total = self._scalars[t - 1]
+    lr_max = max(lr_max, lr_avg)
+    weight = t ** p.r * lr_max ** p.weight_lr_power
+    self._scalars[t] = (lr_max, total + weight)
+    return lr_z, weight / (total + weight) if total + weight else 0.
+
+  def step(self, t, lr, w, g, s):
+    p = self.p
+    lr_z, c = self._C(t, float(F(lr)))
+    g = g.astype(np.float64)
+    if 'beta2' in p:
+      b1 = p.beta1
+      s['v'] = _f(p.beta2 * s['v'] + (1 - p.beta2) * g * g)
+      g = g / (np.sqrt(s['v'] / (1 - p.beta2 ** t)) + p.epsilon)
+    else:
+      b1 = p.momentum
+    u = g + p.decoupled_weight_decay * w
+    s['z'] = _f(s['z'] - lr_z * u)
+    s['x'] = _f((1 - c) * s['x'] + c * s['z'])
+    return _f(b1 * s['x'] + (1 - b1) * s['z'])

@@ -32,6 +32,8 @@ _CASES = {
         epsilon_form='keras'),
     'amsgrad': optimizers.AMSGrad.Params(),
     'adopt': optimizers.ADOPT.Params().Set(use_nesterov=True),
+    'schedule_free_adamw': optimizers.ScheduleFreeAdamW.Params().Set(
+        warmup_steps=1, decoupled_weight_decay=0.1),
     'lars_momentum': lars.Lars.Params().Set(
         optimizer=optimizers.Momentum.Params(), exclude_1d=False),
     'ema': ema.Ema.Params().Set(optimizer=optimizers.SGD.Params(), decay=0.5),

@@ -46,6 +46,12 @@ _HAS_ACCUMULATION = importlib.util.find_spec(
         weight_decay=0.01)),
     ('lion', {'beta_1': 0.95, 'weight_decay': 0.1},
      optimizers.Lion.Params().Set(beta1=0.95, decoupled_weight_decay=0.1)),
+    ('schedule_free_sgd', {'b1': 0.8, 'weight_decay': 0.1},
+     optimizers.ScheduleFreeSGD.Params().Set(momentum=0.8,
+                                             decoupled_weight_decay=0.1)),
+    ('schedule_free_adamw', {'beta_1': 0.95, 'b2': 0.99, 'eps': 1e-6},
+     optimizers.ScheduleFreeAdamW.Params().Set(beta1=0.95, beta2=0.99,
+                                               epsilon=1e-6)),
 ])
 def test_each_name_and_moxing_keywords_give_the_params(name, kwargs, expected):
   fn = get_optimizer_fn(name, learning_rate=0.01, **kwargs)
@@ -284,7 +290,8 @@ def test_lazy_table_names_every_registered_rule():
   names = {r.cls.__name__ for r in rules.RULES} - {'SGD'}
   assert names == {'Momentum', 'Adam', 'AdamW', 'Adagrad', 'RMSProp',
                    'AdaDelta', 'Adafactor', 'XLAShardingAdafactor', 'LAMB',
-                   'Lion', 'Nadam', 'RAdam', 'Adamax', 'AMSGrad', 'ADOPT'}
+                   'Lion', 'Nadam', 'RAdam', 'Adamax', 'AMSGrad', 'ADOPT',
+                   'ScheduleFreeSGD', 'ScheduleFreeAdamW'}
   for name in names:
     assert learner._EXPORTS[name] == 'learner.optimizers', name  # pylint: disable=protected-access
     assert getattr(learner, name) is getattr(optimizers, name)

@@ -64,6 +64,10 @@ _PARAMS = {
     'adamax': optimizers.Adamax.Params(),
     'amsgrad': optimizers.AMSGrad.Params(),
     'adopt': optimizers.ADOPT.Params().Set(use_nesterov=True),
+    'schedule_free_sgd': optimizers.ScheduleFreeSGD.Params().Set(
+        warmup_steps=3),
+    'schedule_free_adamw': optimizers.ScheduleFreeAdamW.Params().Set(
+        warmup_steps=3, decoupled_weight_decay=0.1),
     'lars': lars.Lars.Params().Set(optimizer=optimizers.Adam.Params(),
                                    eta=0.01, weight_decay=0.01),
     'ema': ema.Ema.Params().Set(optimizer=optimizers.Momentum.Params(),

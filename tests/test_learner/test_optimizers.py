@@ -116,6 +116,12 @@ _CASES = [
      refs.RefAMSGrad),
     ('adopt', optimizers.ADOPT.Params().Set(clip_exponent=0.5, beta2=0.9),
      refs.RefADOPT),
+    ('schedule_free_sgd', optimizers.ScheduleFreeSGD.Params().Set(
+        momentum=0.8, warmup_steps=2, decoupled_weight_decay=0.1),
+     refs.RefScheduleFree),
+    ('schedule_free_adamw', optimizers.ScheduleFreeAdamW.Params().Set(
+        warmup_steps=2, warmup_form='reference', r=1.0,
+        decoupled_weight_decay=0.1), refs.RefScheduleFree),
 ]
 
 _IDS = [c[0] for c in _CASES]

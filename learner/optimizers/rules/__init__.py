@@ -6,6 +6,7 @@
                                                            XLAShardingAdafactor
   lamb.py       LAMB                         lion.py       Lion
   adam_family.py  Nadam, RAdam, Adamax, AMSGrad, ADOPT (optax's form)
+  schedule_free.py  ScheduleFreeSGD, ScheduleFreeAdamW (eval weights x)
   common.py     helpers the families share
 
 Plain SGD is `SGD` in learner/optimizers/base.py (the base's own rule).
@@ -27,6 +28,7 @@ from learner.optimizers.rules import lamb
 from learner.optimizers.rules import lion
 from learner.optimizers.rules import momentum
 from learner.optimizers.rules import rmsprop
+from learner.optimizers.rules import schedule_free
 
 # One registered rule. `factory_names` are get_optimizer_fn's names for it
 # (empty: reachable only by class); `aliases` maps an accepted factory
@@ -54,6 +56,11 @@ RULES = (
     Rule(adam_family.Adamax, ('adamax',), dict(_BETAS)),
     Rule(adam_family.AMSGrad, ('amsgrad',), dict(_BETAS)),
     Rule(adam_family.ADOPT, ('adopt',), dict(_BETAS)),
+    Rule(schedule_free.ScheduleFreeSGD, ('schedule_free_sgd',),
+         {'b1': 'momentum', 'weight_decay': 'decoupled_weight_decay'}),
+    Rule(schedule_free.ScheduleFreeAdamW, ('schedule_free_adamw',),
+         dict(_BETAS, b1='beta1', b2='beta2', eps='epsilon',
+              weight_decay='decoupled_weight_decay')),
 )
 
 
