@@ -93,7 +93,7 @@ def trained(tmp_path_factory):
 
 def test_train_and_eval_evaluates_on_x(trained):
   logdir, t, r, out = trained
-  assert 'Evaluating on the EMA averages' in out
+  assert 'Evaluating on the schedule-free average x of the weights.' in out
   opt = t.task.learner.optimizer
   assert t._EmaContexts(t.task) == [opt]  # pylint: disable=protected-access
   _AssertValues(r, _Expected(str(logdir / 'ckpt' / 'ckpt-30')))
@@ -108,7 +108,7 @@ def test_mode_eval_restores_x_from_the_checkpoint(trained, tmp_path):
   shutil.copytree(trained[0], logdir)
   t, r, out = _Run(logdir, mode='eval')
   assert t.task._learners is None  # pylint: disable=protected-access
-  assert 'EMA averages of the weights (2 variables restored' in out
+  assert 'schedule-free average x of the weights (2 variables restored' in out
   assert r['global_step'] == 30
   _AssertValues(r, _Expected(str(logdir / 'ckpt' / 'ckpt-30')))
   for k in ('w', 'b', 'loss'):
@@ -130,7 +130,7 @@ def test_mode_export_serves_x(trained, tmp_path):
   shutil.copytree(trained[0], logdir)
   out = io.StringIO()
   export_dir = export_lib.Export(_Params(), str(logdir), stream=out)
-  assert '(EMA averages of 2 variables)' in out.getvalue()
+  assert '(schedule-free average x of 2 variables)' in out.getvalue()
   want = _Expected(str(logdir / 'ckpt' / 'ckpt-30'))
   inputs = np.array([0.0, 1.0, -2.5], np.float32)
   got = tf.saved_model.load(export_dir).signatures['serving_default'](

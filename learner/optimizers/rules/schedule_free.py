@@ -78,6 +78,7 @@ class _ScheduleFree(BaseOptimizer):
   """
 
   APPLY_TAKES_GRAD_SCALE = True
+  EVAL_WEIGHTS_LABEL = 'schedule-free average x'
 
   @classmethod
   def Params(cls):
