@@ -168,6 +168,11 @@ class GuardedUpdate:
                                   p.clip_gradient_single_norm_to_value)
     metrics.update(m)
     scaling = pipeline.Scale(clip, grad_prescale, p.clip_gradient_value)
+    if p.adaptive_clip_ratio:
+      grads, scaling, m = pipeline.ClipAdaptive(
+          variables, grads, scaling, p.adaptive_clip_ratio,
+          p.adaptive_clip_eps)
+      metrics.update(m)
     metrics.update(pipeline.ClipByValue(grads, scaling))
     # Under XLA the metrics (var_norm/*, l1/l2_loss read the weights) go
     # through the update's cond, so their reads end before it writes.
