@@ -16,6 +16,7 @@ from learner import gradient_pipeline as pipeline
 from learner.learner import Learner
 from learner.optimizers import Adam
 from learner.optimizers import SGD
+from learner.training.cluster import distribution
 from params import BaseLayer
 from schedules import ConstantOne
 from tests.test_learner import optax_references as refs
@@ -186,3 +187,35 @@ def test_off_by_default_and_no_metric():
   m = _Step(task, _Learner(task), {'w': np.full([2, 2], 9., np.float32)})
   assert pipeline.ADAPTIVE_CLIPPED_UNITS not in m
   np.testing.assert_allclose(task.vars.w.numpy(), np.full([2, 2], -8.))
+
+
+def test_mirrored_strategy_clips_the_all_reduced_gradient():
+  # Two replicas (tests/conftest.py), w = [[3, 1], [4, 0]]: limits 0.5 and
+  # 0.1 at c = 0.1. The mean gradient [[0, 0], [0, 0.2]] has its column 1
+  # halved: w moves by [[0, 0], [0, 0.1]]. Clipping each replica's gradient
+  # before the mean would give 0.05 there (and the same column 0).
+  strategy = distribution.CreateStrategy('mirrored')
+  assert strategy.num_replicas_in_sync == 2
+  per_replica = [np.array([[1., 0.], [0., 0.4]], np.float32),
+                 np.array([[-1., 0.], [0., 0.]], np.float32)]
+  with strategy.scope():
+    task = _Task.Params().Set(
+        inits={'w': np.array([[3., 1.], [4., 0.]], np.float32)}).Instantiate()
+    lrn = _Learner(task, adaptive_clip_ratio=0.1)
+
+  def _Fn(g):
+    loss = tf.reduce_sum(g * task.theta.w)
+    return lrn.Apply({'loss': (loss, 1.0)}, task.vars)[2]
+
+  @tf.function
+  def _Step():
+    g = strategy.experimental_distribute_values_from_function(
+        lambda ctx: tf.constant(per_replica[ctx.replica_id_in_sync_group]))
+    return strategy.run(_Fn, args=(g,))
+
+  m = _Step()
+  for w in strategy.experimental_local_results(task.vars.w):
+    np.testing.assert_allclose(w.numpy(), [[3., 1.], [4., -0.1]], rtol=1e-6)
+  clipped = strategy.experimental_local_results(
+      m[pipeline.ADAPTIVE_CLIPPED_UNITS][0])
+  assert [float(x) for x in clipped] == [0.5, 0.5]
