@@ -27,6 +27,18 @@ around one inner optimizer (Lars, Ema, GradientAccumulation) derive from
 `wrapper.BaseWrapper`; Composite and KerasOptimizer override `Bind` and
 `Apply` themselves.
 
+Low-precision optimizer state (`slot_dtype`, e.g. tf.bfloat16): the slots
+are stored in that dtype while the update runs in the variable's dtype:
+each step reads a slot, upcasts it, computes the rule's step (`_DenseStep`,
+the same formula as the rule's kernel) and stores the new slot rounded to
+nearest (no stochastic rounding). Such an update takes the pure-TF path
+(no fused kernel: the kernels hold float32 slots) and densifies sparse
+gradients (no lazy update). Rules that implement `_DenseStep`: SGD (no
+slots), Momentum, Adam, AdamW, Adagrad; other rules and wrappers refuse it.
+Idea: Gupta et al., "Deep Learning with Limited Numerical Precision", ICML
+2015 and Kalamkar et al., "A Study of BFLOAT16 for Deep Learning Training",
+2019 (bfloat16 optimizer state with float32 math).
+
 Averages of the weights to evaluate on (Ema) are found by asking the
 optimizer tree: `EvalAverages()` on a built optimizer, `EvalAverageClasses(p)`
 on params; both are empty here and delegated by wrappers to their inner
@@ -66,9 +78,10 @@ class BaseOptimizer(BaseLayer):
 
   Raises:
     ValueError: at construction, a value refused by `ValueChecks()` (a bool,
-      NaN, inf or out of range; decoupled_weight_decay must be >= 0) or a
-      `weight_decay_exclude` regex that does not compile; `Apply` on a
-      variable that was not bound.
+      NaN, inf or out of range; decoupled_weight_decay must be >= 0), a
+      `weight_decay_exclude` regex that does not compile, or a `slot_dtype`
+      that is not None / a float dtype, or set on a rule or wrapper without
+      `_DenseStep`; `Apply` on a variable that was not bound.
   """
 
   @classmethod
@@ -83,6 +96,14 @@ class BaseOptimizer(BaseLayer):
         'weight_decay_exclude', [],
         'Regexes (re.search on variable names) of variables that get no '
         'decoupled weight decay, e.g. [\'LayerNorm\', \'bias\'].')
+    p.Define(
+        'slot_dtype', None,
+        'None: slots in the variable\'s dtype. tf.bfloat16 (or tf.float16, '
+        'tf.float32): slots are stored in this dtype, upcast to the '
+        'variable\'s dtype for the update and rounded back to nearest '
+        '(bfloat16 halves the slot bytes of float32 variables). Pure-TF '
+        'path, sparse gradients densified. Only rules with `_DenseStep` '
+        '(SGD, Momentum, Adam, AdamW, Adagrad).')
     p.Define(
         'lazy_sparse_updates', False,
         'For tf.IndexedSlices gradients: if True only rows present in the '
@@ -106,6 +127,7 @@ class BaseOptimizer(BaseLayer):
     super().__init__(params)
     p = self.params
     checks.CheckRegexList(self, 'weight_decay_exclude', p.weight_decay_exclude)
+    _CheckSlotDtype(self)
     if 'use_bf16_gradients_ar' in p and p.use_bf16_gradients_ar:
       raise ValueError(
           '%s: use_bf16_gradients_ar=True (Lingvo: all-reduce gradients in '
@@ -315,6 +337,9 @@ class BaseOptimizer(BaseLayer):
     if reason:
       return reason
     p = self.params
+    if p.slot_dtype is not None:
+      return ('slot_dtype=%s (the fused kernels hold slots in the variable '
+              'dtype)' % tf.as_dtype(p.slot_dtype).name)
     if (p.lazy_sparse_updates and self.SUPPORTS_LAZY_SPARSE and
         any(isinstance(vg.grad, tf.IndexedSlices) for vg in vgs)):
       return 'lazy sparse update (lazy_sparse_updates=True)'
@@ -425,10 +450,11 @@ class BaseOptimizer(BaseLayer):
     the merged values of a lazy sparse gradient.
     """
     slots = self.GetSlots(var)
+    upcast = self.params.slot_dtype is not None
     lazy = False
     if isinstance(grad, tf.IndexedSlices):
       lazy = (self.params.lazy_sparse_updates and self.SUPPORTS_LAZY_SPARSE
-              and not kernels.InXla())
+              and not kernels.InXla() and not upcast)
       if lazy:
         grad = var_grad_lib.MergeDuplicateIndices(grad)
         if grad_scale is not None:
@@ -447,6 +473,10 @@ class BaseOptimizer(BaseLayer):
         decay = rate * tf.identity(var.read_value())
     if lazy:
       op = self._ApplySparse(lr, var, grad, slots)
+    elif upcast:
+      if grad_scale is not None:
+        grad = grad * tf.cast(grad_scale, grad.dtype)
+      op = self._ApplyUpcast(lr, var, grad, slots)
     elif grad_scale is not None:
       op = self._ApplyDenseScaled(lr, var, grad, slots, grad_scale)
     else:
@@ -461,6 +491,31 @@ class BaseOptimizer(BaseLayer):
   def _ApplyDense(self, lr, var, grad, slots):
     raise NotImplementedError('%s must implement _ApplyDense.' %
                               type(self).__name__)
+
+  def _DenseStep(self, lr, var, grad, slots):
+    """The rule's dense step on values, for low-precision slots (optional).
+
+    Args:
+      lr: float32 scalar; var: the variable (read it for w); grad: dense
+        gradient in var.dtype; slots: {slot name: current value upcast to
+        var.dtype}.
+
+    Returns:
+      (delta, new_slots): w <- w - delta (var.dtype), and {slot name: new
+      value in var.dtype} for the slots that change. The same numbers as
+      `_ApplyDense` up to rounding.
+    """
+    raise NotImplementedError('%s has no _DenseStep.' % type(self).__name__)
+
+  def _ApplyUpcast(self, lr, var, grad, slots):
+    """Reads the slots, upcasts, runs `_DenseStep`, stores them rounded."""
+    values = {k: tf.cast(s.read_value(), var.dtype) for k, s in slots.items()}
+    delta, new = self._DenseStep(lr, var, grad, values)
+    ops = [slots[k].assign(tf.cast(v, slots[k].dtype), read_value=False)
+           for k, v in sorted(new.items())]
+    with tf.control_dependencies(ops):
+      op = var.assign_sub(delta, read_value=False)
+    return None if tf.executing_eagerly() else op
 
   def _ApplyDenseScaled(self, lr, var, grad, slots, grad_scale):
     """`_ApplyDense` with `grad_scale * grad` (float32 scalar grad_scale).
@@ -531,15 +586,52 @@ def CondAsCall(pred, true_fn, false_fn):
 
 
 def _CreateSlotVariable(opt, var, slot_name, init):
-  """Creates one slot variable like `var` (same shape, dtype, placement)."""
+  """Creates one slot variable like `var` (same shape and placement; the
+  optimizer's slot_dtype, or var's dtype)."""
   name = '%s/%s/%s' % (opt.path, var_grad_lib.VarName(var), slot_name)
+  slot_dtype = opt.params.slot_dtype
+  dtype = var.dtype if slot_dtype is None else tf.as_dtype(slot_dtype)
   if init is None:
-    initial = tf.zeros(var.shape, var.dtype)
+    initial = tf.zeros(var.shape, dtype)
   elif isinstance(init, (int, float)):
-    initial = tf.fill(var.shape, tf.constant(init, var.dtype))
+    initial = tf.fill(var.shape, tf.constant(init, dtype))
   else:
-    initial = init
+    initial = tf.cast(init, dtype)
   return tf.Variable(initial, name=name, trainable=False)
+
+
+_SLOT_DTYPES = (tf.bfloat16, tf.float16, tf.float32, tf.float64)
+
+
+def _CheckSlotDtype(opt):
+  """Refuses a slot_dtype that is not a float dtype or has no rule."""
+  value = opt.params.slot_dtype
+  if value is None:
+    return
+  try:
+    dtype = tf.as_dtype(value)
+  except TypeError:
+    dtype = None
+  if dtype not in _SLOT_DTYPES:
+    raise ValueError(
+        '%s: slot_dtype=%r is not a float dtype; use None (the variable\'s '
+        'dtype) or tf.bfloat16 / tf.float16 / tf.float32 / tf.float64.' %
+        (checks.Where(opt), value))
+  if not HasDenseStep(type(opt)):
+    raise ValueError(
+        '%s: slot_dtype=%s is not supported by %s (no _DenseStep); use it on '
+        'SGD, Momentum, Adam, AdamW or Adagrad (for a wrapper: on its inner '
+        'optimizer), or set slot_dtype=None.' %
+        (checks.Where(opt), dtype.name, type(opt).__name__))
+
+
+def HasDenseStep(cls):
+  """True if `cls`'s `_DenseStep` belongs to the class of its
+  `_ApplyDense` (a subclass changing only `_ApplyDense` does not inherit
+  its parent's `_DenseStep`), so low-precision slots give its numbers."""
+  owner = next((k for k in cls.__mro__ if '_ApplyDense' in vars(k)), None)
+  return (owner is not None and owner is not BaseOptimizer and
+          '_DenseStep' in vars(owner))
 
 
 def CheckInnerOptimizerParams(owner, key, inner_params,
@@ -656,6 +748,10 @@ class SGD(BaseOptimizer):
     del slots
     alpha = lr if grad_scale is None else lr * grad_scale
     return kernels.ApplySGD(variables, grads, alpha, wd_rate, decay, measure)
+
+  def _DenseStep(self, lr, var, grad, slots):
+    del slots
+    return tf.cast(lr, var.dtype) * grad, {}
 
   def _ApplySparse(self, lr, var, grad, slots):
     del slots

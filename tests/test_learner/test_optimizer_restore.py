@@ -48,6 +48,9 @@ def _Sgd():
 _PARAMS = {
     'momentum': optimizers.Momentum.Params(),
     'adam': optimizers.Adam.Params(),
+    'adam_bf16_slots': optimizers.Adam.Params().Set(slot_dtype=tf.bfloat16),
+    'momentum_bf16_slots': optimizers.Momentum.Params().Set(
+        slot_dtype=tf.bfloat16),
     'adamw': optimizers.AdamW.Params(),
     'adagrad': optimizers.Adagrad.Params(),
     'rmsprop': optimizers.RMSProp.Params().Set(centered=True, momentum=0.5),

@@ -100,6 +100,12 @@ _CASES = [
     ('lion', optimizers.Lion.Params().Set(decoupled_weight_decay=0.1),
      refs.RefLion),
 ]
+# The same rules through the low-precision-slot path (`_DenseStep`, read /
+# upcast / store) with float32 slots: it must give the kernels' numbers.
+_CASES += [
+    (name + '_upcast', p.Copy().Set(slot_dtype=tf.float32), ref)
+    for name, p, ref in _CASES
+    if name in ('sgd', 'momentum', 'nesterov', 'adam', 'adamw', 'adagrad')]
 
 _IDS = [c[0] for c in _CASES]
 

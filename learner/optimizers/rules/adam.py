@@ -104,6 +104,17 @@ class Adam(BaseOptimizer):
         beta1=Cast(p.beta1, var), beta2=Cast(p.beta2, var),
         epsilon=Cast(p.epsilon, var), grad=grad, use_locking=False)
 
+  def _DenseStep(self, lr, var, grad, slots):
+    """ResourceApplyAdam's formula on values (low-precision slots)."""
+    p = self.params
+    b1p, b2p = self._Powers(var)
+    b1, b2 = Cast(p.beta1, var), Cast(p.beta2, var)
+    m = b1 * slots['m'] + (1. - b1) * grad
+    v = b2 * slots['v'] + (1. - b2) * tf.square(grad)
+    lr_t = Cast(lr, var) * tf.sqrt(1. - b2p) / (1. - b1p)
+    return (lr_t * m / (tf.sqrt(v) + Cast(p.epsilon, var)),
+            {'m': m, 'v': v})
+
   def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
                        wd_rate, decay, measure):
     """One TfLearnerMultiApplyAdam; grad_scale * g computed in the op."""
