@@ -31,7 +31,8 @@ Low-precision optimizer state (`slot_dtype`, e.g. tf.bfloat16): the slots
 are stored in that dtype while the update runs in the variable's dtype:
 each step reads a slot, upcasts it, computes the rule's step (`_DenseStep`,
 the same formula as the rule's kernel) and stores the new slot rounded to
-nearest (no stochastic rounding). Such an update takes the pure-TF path
+nearest, or stochastically (`slot_stochastic_rounding`;
+learner/optimizers/low_precision.py). Such an update takes the pure-TF path
 (no fused kernel: the kernels hold float32 slots) and densifies sparse
 gradients (no lazy update). Rules that implement `_DenseStep`: SGD (no
 slots), Momentum, Adam, AdamW, Adagrad; other rules and wrappers refuse it.
@@ -54,6 +55,7 @@ from params import BaseLayer
 from params import NestedMap
 from params import checks
 from learner.optimizers import kernels
+from learner.optimizers import low_precision
 from learner.optimizers import var_grad as var_grad_lib
 
 
@@ -105,6 +107,12 @@ class BaseOptimizer(BaseLayer):
         'path, sparse gradients densified. Only rules with `_DenseStep` '
         '(SGD, Momentum, Adam, AdamW, Adagrad).')
     p.Define(
+        'slot_stochastic_rounding', False,
+        'With slot_dtype=tf.bfloat16: round the stored slots stochastically '
+        '(unbiased; seeded by num_updates and the slot\'s name) instead of '
+        'to nearest, so updates smaller than bfloat16\'s spacing (Adam\'s '
+        'v decay) are kept on average (learner/optimizers/low_precision.py).')
+    p.Define(
         'lazy_sparse_updates', False,
         'For tf.IndexedSlices gradients: if True only rows present in the '
         'batch are updated (their slots too), as in TF1; if False the '
@@ -127,7 +135,7 @@ class BaseOptimizer(BaseLayer):
     super().__init__(params)
     p = self.params
     checks.CheckRegexList(self, 'weight_decay_exclude', p.weight_decay_exclude)
-    _CheckSlotDtype(self)
+    low_precision.CheckSlotDtype(self, BaseOptimizer)
     if 'use_bf16_gradients_ar' in p and p.use_bf16_gradients_ar:
       raise ValueError(
           '%s: use_bf16_gradients_ar=True (Lingvo: all-reduce gradients in '
@@ -511,8 +519,10 @@ class BaseOptimizer(BaseLayer):
     """Reads the slots, upcasts, runs `_DenseStep`, stores them rounded."""
     values = {k: tf.cast(s.read_value(), var.dtype) for k, s in slots.items()}
     delta, new = self._DenseStep(lr, var, grad, values)
-    ops = [slots[k].assign(tf.cast(v, slots[k].dtype), read_value=False)
+    stochastic = self.params.slot_stochastic_rounding
+    ops = [low_precision.StoreSlot(slots[k], v, stochastic, self.num_updates)
            for k, v in sorted(new.items())]
+    ops = [o for o in ops if o is not None]
     with tf.control_dependencies(ops):
       op = var.assign_sub(delta, read_value=False)
     return None if tf.executing_eagerly() else op
@@ -598,40 +608,6 @@ def _CreateSlotVariable(opt, var, slot_name, init):
   else:
     initial = tf.cast(init, dtype)
   return tf.Variable(initial, name=name, trainable=False)
-
-
-_SLOT_DTYPES = (tf.bfloat16, tf.float16, tf.float32, tf.float64)
-
-
-def _CheckSlotDtype(opt):
-  """Refuses a slot_dtype that is not a float dtype or has no rule."""
-  value = opt.params.slot_dtype
-  if value is None:
-    return
-  try:
-    dtype = tf.as_dtype(value)
-  except TypeError:
-    dtype = None
-  if dtype not in _SLOT_DTYPES:
-    raise ValueError(
-        '%s: slot_dtype=%r is not a float dtype; use None (the variable\'s '
-        'dtype) or tf.bfloat16 / tf.float16 / tf.float32 / tf.float64.' %
-        (checks.Where(opt), value))
-  if not HasDenseStep(type(opt)):
-    raise ValueError(
-        '%s: slot_dtype=%s is not supported by %s (no _DenseStep); use it on '
-        'SGD, Momentum, Adam, AdamW or Adagrad (for a wrapper: on its inner '
-        'optimizer), or set slot_dtype=None.' %
-        (checks.Where(opt), dtype.name, type(opt).__name__))
-
-
-def HasDenseStep(cls):
-  """True if `cls`'s `_DenseStep` belongs to the class of its
-  `_ApplyDense` (a subclass changing only `_ApplyDense` does not inherit
-  its parent's `_DenseStep`), so low-precision slots give its numbers."""
-  owner = next((k for k in cls.__mro__ if '_ApplyDense' in vars(k)), None)
-  return (owner is not None and owner is not BaseOptimizer and
-          '_DenseStep' in vars(owner))
 
 
 def CheckInnerOptimizerParams(owner, key, inner_params,
