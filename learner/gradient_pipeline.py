@@ -6,8 +6,9 @@ window-averaged) gradient and the optimizer, `Learner._Update` runs
   Prescale -> Regularize -> Mask -> Norms -> Adjust -> CheckFinite -> Track
     -> ClipByNorm -> Scale -> [ClipAdaptive] -> ClipByValue
 
-(under several replicas `Track` is `SkipFlags`, combined over the replicas
-by the learner, then `AgreedSkip`).
+(ClipAdaptive runs with the Learner's adaptive_clip_ratio; under several
+replicas `Track` is `SkipFlags`, combined over the replicas by the
+learner, then `AgreedSkip`).
 
 Each stage is a function of lists aligned with `variables` (a gradient is
 a Tensor, a tf.IndexedSlices or None) and returns its result and, when it
@@ -28,6 +29,7 @@ import collections
 import tensorflow as tf
 
 from learner.optimizers import kernels
+from learner.optimizers import resolve
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
@@ -655,37 +657,9 @@ def ClipAdaptive(variables, grads, scaling, ratio, eps):
   return out, Scaling(None, None, scaling.clip_value), metrics
 
 
-def UnitAxes(shape, name='variable'):
-  """The axes a unit's norm runs over (optax's `unitwise_norm`).
-
-  Args:
-    shape: the variable's static shape (a list of ints or TensorShape).
-    name: the variable's name, for the error.
-
-  Returns:
-    None (the whole tensor is one unit) or a tuple of axes.
-
-  Raises:
-    ValueError: rank > 5.
-  """
-  shape = list(shape)
-  if sum(1 for d in shape if d != 1) <= 1:
-    return None
-  if len(shape) in (2, 3):
-    return (0,)
-  if len(shape) in (4, 5):
-    return tuple(range(len(shape) - 1))
-  raise ValueError(
-      'adaptive_clip_ratio: variable %r has shape %s (rank %d); adaptive '
-      'clipping knows units of ranks 0-5 only (optax\'s unitwise_norm). '
-      'Reshape the variable, exclude it from this learner '
-      '(bprop_variable_exclusion) or set adaptive_clip_ratio=0.' %
-      (name, shape, len(shape)))
-
-
 def _ClipUnits(var, grad, ratio, eps):
   """(clipped grad, number of clipped units float32, number of units)."""
-  axes = UnitAxes(var.shape, var_grad_lib.VarName(var))
+  axes = resolve.UnitAxes(var.shape, var_grad_lib.VarName(var))
   dtype = tf.float64 if grad.dtype == tf.float64 else tf.float32
   g = tf.cast(grad, dtype)
   w = tf.cast(var.read_value(), dtype)

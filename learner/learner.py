@@ -77,10 +77,9 @@ class Learner(BaseLayer):
 
   Raises (at construction, each message names the offending param):
     ValueError: a clipping value, regularizer weight or learning_rate that
-      is negative, NaN, inf or a bool (params/checks.py), as is
-      `adaptive_clip_ratio`; `adaptive_clip_eps` <= 0; a
-      `bprop_variable_filter` / `bprop_variable_exclusion` regex that does
-      not compile; both
+      is negative, NaN, inf or a bool (params/checks.py), or
+      `adaptive_clip_eps` <= 0; a `bprop_variable_filter` /
+      `bprop_variable_exclusion` regex that does not compile; both
       `clip_gradient_norm_to_value` and `clip_gradient_single_norm_to_value`
       set; several loss names without `gradient_combiner`; both or neither of
       `optimizer` and `optimizer_fn`; no learning rate anywhere; a bad
@@ -131,19 +130,7 @@ class Learner(BaseLayer):
     p.Define('clip_gradient_value', 0.0,
              'If > 0, clip every gradient element to [-value, value], after '
              'norm clipping. 0 = off.')
-    p.Define(
-        'adaptive_clip_ratio', 0.0,
-        'If > 0, adaptive gradient clipping (AGC; Brock et al. 2021): each '
-        'unit\'s gradient (a dense layer\'s output column, a conv '
-        'kernel\'s output channel, a whole vector) is scaled down to at '
-        'most this ratio times the unit\'s weight norm (optax\'s '
-        'adaptive_grad_clip), after norm clipping. Typical 0.01-0.16. '
-        '0 = off.')
-    p.Define(
-        'adaptive_clip_eps', 1e-3,
-        'AGC: a unit\'s weight norm counts as at least this (> 0), so '
-        'zero-initialised weights still move. Used when adaptive_clip_ratio '
-        '> 0.')
+    resolve.DefineAdaptiveClipParams(p)
     p.Define('grad_norm_to_clip_to_zero', 0.0,
              'If > 0, skip the step when the global gradient norm is >= '
              'this. 0 = off.')
@@ -237,12 +224,7 @@ class Learner(BaseLayer):
     for key in _CLIP_KEYS:
       specs[key] = checks.Real(0, none_ok=key in _NONE_OK_KEYS, example=1.0,
                                why='0 turns it off')
-    specs['adaptive_clip_ratio'] = checks.Real(
-        0, example=0.01, why='the largest gradient/weight norm ratio of a '
-        'unit; 0 turns it off')
-    specs['adaptive_clip_eps'] = checks.Real(
-        0, low_open=True, example=1e-3,
-        why='the smallest weight norm a unit counts as')
+    specs.update(resolve.AdaptiveClipChecks())
     return specs
 
   # ---- properties ----------------------------------------------------------
@@ -301,9 +283,7 @@ class Learner(BaseLayer):
     seen = set()
 
     def _Keep(var):
-      if not IsTrainable(var):
-        return False
-      if id(var) in seen:
+      if not IsTrainable(var) or id(var) in seen:
         return False
       seen.add(id(var))
       name = var_grad_lib.VarName(var)
@@ -335,8 +315,7 @@ class Learner(BaseLayer):
     Raises:
       ValueError: if no variable is selected (naming the filter, the
         exclusion and the variables seen), lr_schedule_step is
-        'global_step' and global_step is None, or adaptive_clip_ratio is
-        set and a variable has rank > 5 (no AGC unit for it).
+        'global_step' and global_step is None, or AGC meets rank > 5.
     """
     p = self.params
     if p.lr_schedule_step == 'global_step':
@@ -360,9 +339,7 @@ class Learner(BaseLayer):
           (self.path, p.bprop_variable_filter, p.bprop_variable_exclusion,
            [var_grad_lib.VarName(v) for v in _AsMap(vmap).Flatten()
             if IsTrainable(v)]))
-    if p.adaptive_clip_ratio:
-      for v in variables:
-        pipeline.UnitAxes(v.shape, var_grad_lib.VarName(v))
+    resolve.CheckAdaptiveClipUnits(p, variables)
     self.optimizer.Bind(selected)
     self._bound = frozenset(self._bound or ()) | frozenset(
         var_grad_lib.VarName(v) for v in variables)
@@ -518,10 +495,8 @@ class Learner(BaseLayer):
                if g is None]
     if len(no_grad) == len(variables):
       p = self.params
-      hint = ''
-      if tf.executing_eagerly():
-        hint = (' Running eagerly: was the loss computed inside `with '
-                'learner.GradientTape():`?')
+      hint = (' Running eagerly: was the loss computed inside `with '
+              'learner.GradientTape():`?' if tf.executing_eagerly() else '')
       raise ValueError(
           'Learner %r: the loss %s depends on none of the selected variables '
           '%s (bprop_variable_filter=%r, bprop_variable_exclusion=%r). Check '
