@@ -16,6 +16,7 @@ from learner import gradient_pipeline as pipeline
 from learner.learner import Learner
 from learner.optimizers import Adam
 from learner.optimizers import SGD
+from learner.optimizers.accumulation import GradientAccumulation
 from learner.training.cluster import distribution
 from params import BaseLayer
 from schedules import ConstantOne
@@ -219,3 +220,22 @@ def test_mirrored_strategy_clips_the_all_reduced_gradient():
   clipped = strategy.experimental_local_results(
       m[pipeline.ADAPTIVE_CLIPPED_UNITS][0])
   assert [float(x) for x in clipped] == [0.5, 0.5]
+
+
+def test_accumulation_clips_the_window_mean_once():
+  # The numbers of the MirroredStrategy case, as two micro-batches of one
+  # window: the mean gradient [[0, 0], [0, 0.2]] has column 1 halved.
+  task = _Task.Params().Set(
+      inits={'w': np.array([[3., 1.], [4., 0.]], np.float32)}).Instantiate()
+  lrn = Learner.Params().Set(
+      name='loss', learning_rate=1.0, lr_schedule=ConstantOne.Params(),
+      adaptive_clip_ratio=0.1,
+      optimizer=GradientAccumulation.Params().Set(
+          num_batches=2, optimizer=SGD.Params())).Instantiate()
+  lrn.Bind(task.vars)
+  _Step(task, lrn, {'w': np.array([[1., 0.], [0., 0.4]], np.float32)})
+  np.testing.assert_array_equal(task.vars.w.numpy(), [[3., 1.], [4., 0.]])
+  m = _Step(task, lrn, {'w': np.array([[-1., 0.], [0., 0.]], np.float32)})
+  np.testing.assert_allclose(task.vars.w.numpy(), [[3., 1.], [4., -0.1]],
+                             rtol=1e-6)
+  assert float(m[pipeline.ADAPTIVE_CLIPPED_UNITS][0]) == 0.5
