@@ -22,6 +22,10 @@ _CASES = {
     'adamw_lazy_sparse': optimizers.AdamW.Params().Set(
         lazy_sparse_updates=True),
     'adafactor': optimizers.Adafactor.Params(),
+    'adam_bf16_stochastic_slots': optimizers.Adam.Params().Set(
+        slot_dtype=tf.bfloat16, slot_stochastic_rounding=True),
+    'momentum_bf16_slots': optimizers.Momentum.Params().Set(
+        slot_dtype=tf.bfloat16),
     'lars_momentum': lars.Lars.Params().Set(
         optimizer=optimizers.Momentum.Params(), exclude_1d=False),
     'ema': ema.Ema.Params().Set(optimizer=optimizers.SGD.Params(), decay=0.5),
