@@ -540,9 +540,9 @@ class Learner(BaseLayer):
       values: learning_rate, lr_schedule, grad_norm/all (before clipping),
       grad_norm/clipped, var_norm/all, grad_scale_all, has_nan_or_inf,
       num_updates, num_skipped_steps, and when used loss_scale, l1_loss,
-      l2_loss, num_dropped_microbatches, grad_norm/<var>, var_norm/<var>.
-      Metrics of the update carry weight 0 on a micro-step that only
-      accumulates.
+      l2_loss, num_dropped_microbatches, grad_norm/<var>, var_norm/<var>,
+      adaptive_clip/clipped_units. Metrics of the update carry weight 0 on
+      a micro-step that only accumulates.
 
     Raises:
       see ComputeGradients.
