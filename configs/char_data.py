@@ -19,9 +19,18 @@ text differs slightly between Python versions). Nothing is downloaded.
     under add-one smoothed train statistics: the baselines a language model
     must beat (test_char_data checks them: 4.69 unigram, 3.55 bigram on
     CPython 3.11).
+  * `CompressorBitsPerChar(train_text, test_text, name)`: bits/char a
+    general-purpose compressor ('lzma' as `xz -9e`, 'bz2', 'zlib') spends
+    on the test text when it has seen the train text: the bound a language
+    model trained on the text should beat. `python -m configs.char_data
+    --compressor_bound` prints it for the three (lzma 1.411 on CPython 3.11).
 """
 
+import bz2
 import functools
+import lzma
+import sys
+import zlib
 
 import numpy as np
 
@@ -109,3 +118,71 @@ def BigramBitsPerChar(train_ids, test_ids, vocab_size):
   np.add.at(counts, (train_ids[:-1], train_ids[1:]), 1.0)
   logp = np.log2(counts / counts.sum(axis=1, keepdims=True))
   return float(-logp[test_ids[:-1], test_ids[1:]].mean())
+
+
+_COMPRESSORS = {
+    'lzma': lambda b: lzma.compress(
+        b, preset=9 | lzma.PRESET_EXTREME),  # xz -9e
+    'bz2': lambda b: bz2.compress(b, 9),
+    'zlib': lambda b: zlib.compress(b, 9),
+}
+
+
+def CompressorBitsPerChar(train_text, test_text, name='lzma'):
+  """Bits/char the compressor spends on test_text after train_text.
+
+  (len(C(train + test)) - len(C(train))) * 8 / len(test), with C one of
+  'lzma' (preset 9 | PRESET_EXTREME, as `xz -9e`), 'bz2' (level 9) or
+  'zlib' (level 9), all from Python's standard library, on the UTF-8 bytes.
+  A conditional code length: what the compressor needs for the test text
+  given the train text, comparable to a model's held-out bits/char. (bz2
+  and zlib compress in blocks/windows of 900 kB / 32 kB, so they see only
+  the end of the train text.)
+
+  Args:
+    train_text, test_text: str.
+    name: a key of _COMPRESSORS.
+
+  Returns:
+    float, bits per test character.
+
+  Raises:
+    ValueError: unknown `name` or empty test_text.
+  """
+  if name not in _COMPRESSORS:
+    raise ValueError('compressor %r: expected one of %s.' %
+                     (name, ', '.join(sorted(_COMPRESSORS))))
+  if not test_text:
+    raise ValueError('test_text is empty: no bits per character to give.')
+  c = _COMPRESSORS[name]
+  train = train_text.encode('utf-8')
+  both = train + test_text.encode('utf-8')
+  return (len(c(both)) - len(c(train))) * 8.0 / len(test_text)
+
+
+def CompressorBound(holdout=HOLDOUT):
+  """{name: bits/char} of every compressor on this module's split."""
+  train_ids, test_ids, vocab = Split(holdout)
+  train, test = Decode(train_ids, vocab), Decode(test_ids, vocab)
+  return {name: CompressorBitsPerChar(train, test, name)
+          for name in sorted(_COMPRESSORS)}
+
+
+def Main(argv, out=sys.stdout):
+  """`python -m configs.char_data --compressor_bound`: prints the bound.
+
+  Returns the exit code: 0, or 2 for any other arguments (with the usage).
+  """
+  if argv[1:] != ['--compressor_bound']:
+    print('usage: python -m configs.char_data --compressor_bound', file=out)
+    return 2
+  _, test_ids, _ = Split()
+  print('held-out text: %d characters (the last %d %% of the pydoc topics)'
+        % (len(test_ids), round(100 * HOLDOUT)), file=out)
+  for name, bits in sorted(CompressorBound().items(), key=lambda x: x[1]):
+    print('%-5s %.3f bits/char' % (name, bits), file=out)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(Main(sys.argv))

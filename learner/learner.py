@@ -198,10 +198,8 @@ class Learner(BaseLayer):
     if p.gradient_combiner is not None:
       self.CreateChild('gradient_combiner', p.gradient_combiner)
     if p.loss_scale is not None:
-      ls = loss_scale_lib.LossScale.Params()
-      if p.loss_scale == 'dynamic':
-        ls.Set(mode='dynamic')
-      else:
+      ls = loss_scale_lib.LossScale.Params().Set(mode='dynamic')
+      if p.loss_scale != 'dynamic':
         ls.Set(mode='fixed', initial_scale=float(p.loss_scale))
       self.CreateChild('loss_scale', ls)
     self._num_updates = self.CreateVariable(
@@ -215,6 +213,7 @@ class Learner(BaseLayer):
     self._global_step = _Ref(None)  # Not tracked: the task checkpoints it.
     self._warned_no_grad = set()
     self._is_accum = getattr(type(self.optimizer), 'IS_ACCUMULATION', False)
+    self._perturber = gradient_tape.FindPerturber(self.path, self.optimizer)
 
   # ---- construction checks --------------------------------------------------
 
@@ -236,18 +235,16 @@ class Learner(BaseLayer):
 
   @property
   def num_skipped_steps(self):
-    """int64 variable: updates skipped (non-finite, clipped to zero,
-    rejected by the tracker, loss-scale overflow); checkpointed."""
+    """int64 variable: updates skipped (SKIP_REASONS); checkpointed."""
     return self._num_skipped
 
   def SkipStatistics(self):
     """What the skipped steps of this process were, as Python ints.
 
     Returns:
-      (consecutive, {reason: count}): the updates skipped in a row up to
-      now (0 after an applied update) and, for each of SKIP_REASONS, the
-      updates skipped for it since this learner was built. Not restored
-      from a checkpoint (num_skipped_steps is).
+      (consecutive, {reason: count}): updates skipped in a row up to now (0
+      after an applied update) and, for each of SKIP_REASONS, since this
+      learner was built (not restored; num_skipped_steps is).
     """
     return self._guard.SkipStatistics()
 
@@ -516,7 +513,8 @@ class Learner(BaseLayer):
     return losses, var_grads
 
   @tf.autograph.experimental.do_not_convert
-  def Apply(self, metrics, vmap, gradient_mask=None, gradient_adjuster=None):
+  def Apply(self, metrics, vmap, gradient_mask=None, gradient_adjuster=None,
+            fprop_fn=None):
     """Computes gradients of the losses and applies one update.
 
     Args:
@@ -533,6 +531,8 @@ class Learner(BaseLayer):
         paths in it, e.g. `vgs.enc.w`; only variables with a gradient), as
         Lingvo's learner passes it, and returns the same structure with
         the grads it wants applied (see gradient_pipeline.Adjust).
+      fprop_fn: callable () -> metrics, the forward pass again on the same
+        batch; used only by an optimizer needing it (SecondPassGradients).
 
     Returns:
       (losses, update_op, eval_metrics): the list of loss tensors; the
@@ -545,16 +545,16 @@ class Learner(BaseLayer):
       a micro-step that only accumulates.
 
     Raises:
-      see ComputeGradients.
+      see ComputeGradients; ValueError: a second pass without fprop_fn.
 
-    Apply, ApplyGradients, ComputeGradients, ComputeActivationGradients and
-    LearningRate are not converted by AutoGraph (they use tf.cond, no Python
-    control flow on tensors), nor is anything they call (a
-    gradient_adjuster too): tracing them inside any tf.function is fast
-    (resnet50 set: see benchmarks/README.md).
+    Apply, ApplyGradients, ComputeGradients, ComputeActivationGradients,
+    LearningRate and all they call (a gradient_adjuster too) are not
+    converted by AutoGraph: tracing is fast (benchmarks/README.md, resnet50).
     """
     losses, var_grads = self.ComputeGradients(metrics, vmap)
     weight = metrics[self._loss_names[0]][1]
+    var_grads = gradient_tape.SecondPassGradients(
+        self, self._perturber, var_grads, weight, fprop_fn, vmap)
     update_op, eval_metrics = self.ApplyGradients(
         var_grads, weight, gradient_mask=gradient_mask,
         gradient_adjuster=gradient_adjuster, losses=losses)

@@ -51,6 +51,10 @@ from schedules.composite import CycleSchedule
 from schedules.cosine import CosineSchedule
 from schedules.cosine import LinearRampupCosineSchedule
 from schedules.cosine import CosineDecay
+from schedules.restarts import CosineWithRestarts
+from schedules.wsd import WarmupStableDecay
+from schedules.one_cycle import OneCycle
+from schedules.one_cycle import OneCycleMomentum
 from schedules.step_decay import StepDecay
 from schedules.transformer import TransformerSchedule
 from schedules.transformer import TransformerScheduleNoWarmUp

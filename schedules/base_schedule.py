@@ -1,5 +1,7 @@
 """BaseSchedule: a learning-rate schedule, a pure function of an integer step."""
 
+import re
+
 import tensorflow as tf
 
 from params import BaseLayer
@@ -172,6 +174,11 @@ class BaseSchedule(BaseLayer):
     value of params.<param>; returns the value."""
     v = self.params.Get(param)
     problem = spec.Problem(v)
+    if problem is not None and isinstance(v, str) and re.search(
+        r'\d\s*(examples?|epochs?)\s*$', v):
+      self._Fail(param, 'is a duration; only the trainer converts durations '
+                 'to updates', 'Build it through the trainer, or convert '
+                 'first with schedules.durations.ResolveDurations.')
     if problem is not None:
       example = spec.example
       self._Fail(param, '%s; it must be %s' % (problem, spec.Describe()),

@@ -2,10 +2,14 @@
 
   base.py            BaseOptimizer (Bind-time slots, Apply), SGD, helpers
   rules/             the update rules, one family per module (momentum, adam,
-                     adagrad, rmsprop, adadelta, adafactor, lamb, lion);
+                     adagrad, rmsprop, adadelta, adafactor, lamb, lion,
+                     adam_family: Nadam, RAdam, Adamax, AMSGrad, ADOPT);
                      rules.RULES registers each (export, factory name)
-  lars.py, ema.py, composite.py, keras_optimizer.py, accumulation.py
-                     the wrappers (each holds an inner optimizer's params)
+  lars.py, ema.py, lookahead.py, swa.py, sam.py, composite.py,
+  keras_optimizer.py, accumulation.py
+                     the wrappers (each holds an inner optimizer's params);
+  wrapper.py         their base, BaseWrapper, and BaseAveraging, the base of
+                     those that keep weights to evaluate (Ema, Lookahead, SWA)
   factory.py         get_optimizer_fn, get_optimizer_wrapper_fn
   var_grad.py        VarGrad, the (variable, gradient) pair they consume
 """
@@ -16,6 +20,9 @@ from learner.optimizers.base import SGD
 from learner.optimizers import rules
 from learner.optimizers.lars import Lars
 from learner.optimizers.ema import Ema
+from learner.optimizers.lookahead import Lookahead
+from learner.optimizers.swa import SWA
+from learner.optimizers.sam import Sam
 from learner.optimizers.composite import Composite
 from learner.optimizers.keras_optimizer import KerasOptimizer
 from learner.optimizers.accumulation import GradientAccumulation

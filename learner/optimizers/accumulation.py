@@ -55,6 +55,7 @@ from learner.optimizers import kernels
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers import wrapper
 from params import checks
+from schedules import base_schedule
 
 
 class GradientAccumulation(wrapper.BaseWrapper):
@@ -89,6 +90,13 @@ class GradientAccumulation(wrapper.BaseWrapper):
         'Under tf.distribute: True keeps per-replica accumulators and '
         'all-reduces once per applied update; False all-reduces every '
         'micro-batch (num_batches times the traffic).')
+    p.Define(
+        'num_batches_schedule', None,
+        'Optional BaseSchedule params: a batch-size ramp. The window that '
+        'starts after u applied updates is max(1, round(Value(u))) '
+        'micro-batches long (e.g. PiecewiseConstantSchedule(boundaries='
+        '[100], values=[2, 8])); num_batches is then only what '
+        'MicroBatchesPerUpdate() reports (give the final count).')
     return p
 
   @classmethod
@@ -120,6 +128,16 @@ class GradientAccumulation(wrapper.BaseWrapper):
         **per_replica)
     self._accums = {}
     self._warned_sync = False
+    if p.num_batches_schedule is not None:
+      cls = getattr(p.num_batches_schedule, 'cls', None)
+      if not (isinstance(cls, type) and
+              issubclass(cls, base_schedule.BaseSchedule)):
+        raise ValueError(
+            '%s: num_batches_schedule=%r is not a schedule\'s params. Give '
+            'e.g. schedules.PiecewiseConstantSchedule.Params().Set('
+            'boundaries=[100], values=[2, 8]), or None for a fixed '
+            'num_batches.' % (self.path, cls or p.num_batches_schedule))
+      self.CreateChild('num_batches_schedule', p.num_batches_schedule)
 
   # ---- properties --------------------------------------------------------
 
@@ -129,8 +147,26 @@ class GradientAccumulation(wrapper.BaseWrapper):
     return self.optimizer.num_updates
 
   def MicroBatchesPerUpdate(self):
-    """`num_batches`: global steps per applied update."""
+    """`num_batches`: global steps per applied update (a Python int).
+
+    With `num_batches_schedule` the window length changes with the update
+    count (`WindowLength`); this stays `num_batches`, which the trainer's
+    schedule-length checks use.
+    """
     return self.params.num_batches
+
+  def WindowLength(self):
+    """int64 scalar: micro-batches in the current window.
+
+    `num_batches`, or with `num_batches_schedule` max(1, round(Value(u)))
+    at u = num_updates, the applied updates before this window (constant
+    through a window, since only the window's last micro-step applies; a
+    resume mid-window restores u and the micro-step, so it is exact).
+    """
+    if self.params.num_batches_schedule is None:
+      return tf.constant(self.params.num_batches, tf.int64)
+    value = self.num_batches_schedule.Value(self.num_updates)
+    return tf.maximum(tf.cast(tf.round(value), tf.int64), 1)
 
   @property
   def micro_step(self):
@@ -306,7 +342,7 @@ class GradientAccumulation(wrapper.BaseWrapper):
     """True (bool scalar) when the window is complete after Accumulate."""
     if micro_step is None:
       micro_step = self._micro_step.read_value()
-    return micro_step >= self.params.num_batches
+    return micro_step >= self.WindowLength()
 
   def AccumulatedSums(self, variables):
     """Reads the window: (sums, weight_sum, num_dropped_in_window).

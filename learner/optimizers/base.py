@@ -40,7 +40,8 @@ Idea: Gupta et al., "Deep Learning with Limited Numerical Precision", ICML
 2015 and Kalamkar et al., "A Study of BFLOAT16 for Deep Learning Training",
 2019 (bfloat16 optimizer state with float32 math).
 
-Averages of the weights to evaluate on (Ema) are found by asking the
+Averages of the weights to evaluate on (Ema, Lookahead's slow weights,
+SWA: the `wrapper.BaseAveraging` wrappers) are found by asking the
 optimizer tree: `EvalAverages()` on a built optimizer, `EvalAverageClasses(p)`
 on params; both are empty here and delegated by wrappers to their inner
 optimizers.

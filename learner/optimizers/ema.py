@@ -1,21 +1,13 @@
 """Ema: exponential moving average of the weights, a wrapper around an optimizer."""
 
-import contextlib
-
 import tensorflow as tf
 
-from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers import wrapper
 from params import checks
 from schedules import base_schedule
 
-# The name of the attribute `Ema._averages`: it names the averages in a
-# checkpoint ('<path to the Ema>/_averages/<sanitized variable name>/...'),
-# so renaming either breaks every checkpoint written before.
-_AVERAGES_ATTR = '_averages'
 
-
-class Ema(wrapper.BaseWrapper):
+class Ema(wrapper.BaseAveraging):
   """Keeps an exponential moving average of every bound variable.
 
   After each update of the inner optimizer (`p.optimizer`):
@@ -31,7 +23,8 @@ class Ema(wrapper.BaseWrapper):
   variables (for evaluation) and the trained values back on exit. An Ema is
   found through `EvalAverages()` (built) or `EvalAverageClasses(p)`
   (params) of any optimizer around it, and `AverageCheckpointKeySuffix`
-  names its averages in a checkpoint.
+  names its averages in a checkpoint (all from `wrapper.BaseAveraging`,
+  shared with Lookahead and SWA).
   Source: Polyak & Juditsky, "Acceleration of Stochastic Approximation by
   Averaging", 1992; TF's ExponentialMovingAverage.
 
@@ -61,6 +54,8 @@ class Ema(wrapper.BaseWrapper):
     specs['decay'] = checks.Real(0, 1, example=0.999)
     return specs
 
+  EVAL_WEIGHTS_LABEL = 'EMA averages'
+
   def __init__(self, params):
     super().__init__(params)
     p = self.params
@@ -74,50 +69,6 @@ class Ema(wrapper.BaseWrapper):
             (self.path, cls if cls else p.decay_schedule))
     if p.decay_schedule is not None:
       self.CreateChild('decay_schedule', p.decay_schedule)
-    self._averages = {}  # Named by _AVERAGES_ATTR in checkpoints.
-
-  def Bind(self, vmap):
-    """Binds the inner optimizer and creates an average per new variable."""
-    super().Bind(vmap)
-    for name, var in self.bound_variables.items():
-      key = var_grad_lib.SanitizedName(name)
-      if key in self._averages:
-        continue
-      with tf.init_scope():
-        self._averages[key] = tf.Variable(
-            var.read_value(), name='%s/%s/average' % (self.path, name),
-            trainable=False)
-    return self
-
-  @classmethod
-  def AverageCheckpointKeySuffix(cls, var):
-    """The end of the checkpoint key of `var`'s average (a str).
-
-    A `tf.train.Checkpoint` holding this Ema saves the average of `var` under
-    '<path to this Ema>/_averages/<sanitized name>/.ATTRIBUTES/VARIABLE_VALUE';
-    this returns everything from '/_averages/' on, so a checkpoint can be
-    read without building the optimizer.
-
-    Args:
-      var: a variable (or its name, a str).
-    """
-    name = var if isinstance(var, str) else var_grad_lib.VarName(var)
-    return '/%s/%s/.ATTRIBUTES/VARIABLE_VALUE' % (
-        _AVERAGES_ATTR, var_grad_lib.SanitizedName(name))
-
-  def EvalAverages(self):
-    """[this Ema] and any averaging optimizer inside it."""
-    return [self] + super().EvalAverages()
-
-  @classmethod
-  def EvalAverageClasses(cls, p):
-    """[this class] and the averaging classes inside `p.optimizer`."""
-    return [cls] + super().EvalAverageClasses(p)
-
-  def GetAverage(self, var):
-    """Returns the average variable of the bound variable `var`."""
-    return self._averages[var_grad_lib.SanitizedName(
-        var_grad_lib.VarName(var))]
 
   def Decay(self):
     """float32 scalar: the decay the next update will use."""
@@ -131,35 +82,7 @@ class Ema(wrapper.BaseWrapper):
     op = self.optimizer.Apply(lr, var_grads)
     ops = []
     with tf.control_dependencies([op] if op is not None else []):
-      for name, var in self.bound_variables.items():
-        avg = self._averages[var_grad_lib.SanitizedName(name)]
+      for var, avg in self._VarsAndAverages():
         d = tf.cast(decay, avg.dtype)
         ops.append(avg.assign(d * avg + (1. - d) * var.read_value()))
     return [op] + ops
-
-  @contextlib.contextmanager
-  def SwapAverages(self):
-    """Context manager: variables hold their averages inside, values after.
-
-    Eager only (call it around evaluation, outside tf.function). Swapping
-    twice restores both exactly.
-
-    Raises:
-      RuntimeError: if called inside a tf.function.
-    """
-    if not tf.executing_eagerly():
-      raise RuntimeError(
-          '%s: SwapAverages() swaps values eagerly; call it outside '
-          'tf.function, around the evaluation loop.' % self.path)
-    self._Swap()
-    try:
-      yield self
-    finally:
-      self._Swap()
-
-  def _Swap(self):
-    for name, var in self.bound_variables.items():
-      avg = self._averages[var_grad_lib.SanitizedName(name)]
-      value = tf.identity(var.read_value())
-      var.assign(avg.read_value())
-      avg.assign(value)

@@ -24,7 +24,10 @@ from learner.optimizers import base as base_optimizer
 from learner.optimizers import ema as ema_lib
 from learner.optimizers import keras_optimizer
 from learner.optimizers import lars as lars_lib
+from learner.optimizers import lookahead as lookahead_lib
 from learner.optimizers import rules
+from learner.optimizers import sam as sam_lib
+from learner.optimizers import swa as swa_lib
 from params import hyperparams
 from params import text_registry
 from params import value_codec
@@ -33,7 +36,8 @@ from params import value_codec
 # A class's own param names are accepted too.
 _OPTIMIZERS = rules.FactoryTable()  # one registration point: rules.RULES
 
-_WRAPPER_NAMES = ('batch_gradients', 'lars', 'ema')
+_WRAPPER_NAMES = ('batch_gradients', 'lars', 'ema', 'lookahead', 'swa',
+                  'sam')
 
 # Params no factory keyword may set (structure, not knobs).
 _RESERVED = ('cls', 'name', 'optimizer', 'dtype', 'fprop_dtype', 'params_init',
@@ -138,7 +142,7 @@ def get_optimizer_fn(name, **kwargs):  # pylint: disable=invalid-name
 
   Args:
     name: one of sgd, momentum, nesterov, adam, adamw, adagrad, rmsprop,
-      adadelta, adafactor, lamb, lion.
+      adadelta, adafactor, lamb, lion, nadam, radam, adamax, amsgrad, adopt.
     **kwargs: `learning_rate` (the base rate, float; the learner uses it when
       its own learning_rate is unset), the optimizer's param names, and the
       MoXing/TF1/Keras names: `momentum` for Momentum's alpha, `beta_1` /
@@ -214,6 +218,16 @@ class OptimizerWrapperFn(_Factory):
     elif self._name == 'lars':
       p = lars_lib.Lars.Params()
       aliases = {'ratio': 'eta'}
+    elif self._name == 'lookahead':
+      p = lookahead_lib.Lookahead.Params()
+      aliases = {'sync_period': 'k', 'slow_step_size': 'alpha'}
+    elif self._name == 'swa':
+      p = swa_lib.SWA.Params()
+      aliases = {'start_averaging': 'swa_start',
+                 'average_period': 'swa_freq'}
+    elif self._name == 'sam':
+      p = sam_lib.Sam.Params()
+      aliases = {}
     else:
       p = ema_lib.Ema.Params()
       aliases = {'ema_decay': 'decay'}
@@ -233,8 +247,11 @@ def get_optimizer_wrapper_fn(name, inner, **kwargs):  # pylint: disable=invalid-
   Args:
     name: 'batch_gradients' (GradientAccumulation: num_batches,
       sync_on_apply), 'lars' (Lars: `ratio` for eta, weight_decay, epsilon,
-      exclude, exclude_1d) or 'ema' (Ema: decay / `ema_decay`,
-      decay_schedule).
+      exclude, exclude_1d), 'ema' (Ema: decay / `ema_decay`,
+      decay_schedule), 'lookahead' (Lookahead: k / optax's `sync_period`,
+      alpha / `slow_step_size`), 'swa' (SWA: swa_start / TF Addons'
+      `start_averaging`, swa_freq / `average_period`) or 'sam' (Sam: rho,
+      adaptive, adaptive_eta).
     inner: an optimizer instance (as in MoXing's example; its params are
       used), a factory from get_optimizer_fn / get_optimizer_wrapper_fn, or
       optimizer params.

@@ -1,5 +1,7 @@
 """The pydoc character data: split, windows, n-gram baselines."""
 
+import io
+
 import numpy as np
 import pytest
 
@@ -56,3 +58,28 @@ def test_unigram_and_bigram_bits_per_char_of_the_held_out_text():
   p = counts / counts.sum()
   test_counts = np.bincount(test, minlength=len(vocab))
   assert uni == pytest.approx(-(test_counts * np.log2(p)).sum() / len(test))
+
+
+def test_compressor_bits_per_char_by_hand_and_on_the_split():
+  # A test text equal to the train text costs lzma almost nothing; a text
+  # of fresh random letters costs about log2(26) = 4.7 bits/char at least.
+  rng = np.random.RandomState(0)
+  train = char_data.Text()[:20000]
+  assert char_data.CompressorBitsPerChar(train, train[:5000]) < 0.1
+  noise = ''.join(rng.choice(list('abcdefghijklmnopqrstuvwxyz'), 5000))
+  assert char_data.CompressorBitsPerChar(train, noise) > 4.5
+  bound = char_data.CompressorBound()
+  # 1.411 (lzma), 1.420 (bz2), 1.948 (zlib) on CPython 3.11's text.
+  assert 1.2 < bound['lzma'] < 1.7
+  assert bound['lzma'] <= bound['bz2'] < bound['zlib'] < 2.3
+
+
+def test_compressor_bound_command_and_refusals():
+  out = io.StringIO()
+  assert char_data.Main(['char_data', '--compressor_bound'], out=out) == 0
+  assert 'lzma  1.' in out.getvalue() and 'zlib' in out.getvalue()
+  assert char_data.Main(['char_data', '--bound'], out=io.StringIO()) == 2
+  with pytest.raises(ValueError, match="compressor 'xz'"):
+    char_data.CompressorBitsPerChar('a', 'b', 'xz')
+  with pytest.raises(ValueError, match='test_text is empty'):
+    char_data.CompressorBitsPerChar('a', '')

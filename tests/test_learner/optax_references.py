@@ -63,7 +63,8 @@ class _Weights(BaseLayer):
                         dtype=p.dtype)
 
 
-def RunOurs(optimizer_params, case, mode='function', learner_kw=None):
+def RunOurs(optimizer_params, case, mode='function', learner_kw=None,
+            on_step=None):
   """Our weights after each of the case's steps.
 
   Args:
@@ -71,6 +72,8 @@ def RunOurs(optimizer_params, case, mode='function', learner_kw=None):
     case: one recorded case (dict).
     mode: 'eager', 'function' (tf.function) or 'xla' (jit_compile=True).
     learner_kw: extra Learner params (dict), e.g. another clipping mode.
+    on_step: optional fn(learner, w) called eagerly after each step (e.g.
+      to read the eval weights: learner.optimizer.GetAverage(w)).
 
   Returns:
     float64 ndarray (STEPS, *shape).
@@ -102,6 +105,8 @@ def RunOurs(optimizer_params, case, mode='function', learner_kw=None):
     g.assign(np.asarray(grad, dtype.as_numpy_dtype).reshape(shape))
     Step()
     out.append(task.vars.w.numpy().astype(np.float64))
+    if on_step is not None:
+      on_step(lrn, task.vars.w)
   return np.stack(out)
 
 

@@ -178,3 +178,113 @@ class RefLion(RefSGD):
     if p.decoupled_weight_decay:
       new = new - F(lr) * F(p.decoupled_weight_decay) * w
     return _f(new)
+
+
+# ---- the Adam family (optax's form, issue 24): float64 math, float32 state --
+
+
+def _Decayed(p, lr, w, new):
+  """`new` with decoupled weight decay of the old weights `w` (float32)."""
+  if p.decoupled_weight_decay:
+    new = new - lr * p.decoupled_weight_decay * np.asarray(w, np.float64)
+  return _f(new)
+
+
+class RefNadam(RefSGD):
+  """Nadam: u_t = b1 (constant) or b1 (1 - 0.5 0.96^t) (Keras's 'dozat')."""
+
+  def slots(self, w):
+    return {'m': np.zeros_like(w), 'v': np.zeros_like(w)}
+
+  def _u(self, t):
+    b1 = self.p.beta1
+    if self.p.momentum_schedule == 'constant':
+      return b1
+    return b1 * (1 - 0.5 * 0.96**t)
+
+  def step(self, t, lr, w, g, s):
+    p = self.p
+    s['m'] = _f(p.beta1 * s['m'] + (1 - p.beta1) * g)
+    s['v'] = _f(p.beta2 * s['v'] + (1 - p.beta2) * g * g)
+    prod_t = np.prod([self._u(i) for i in range(1, t + 1)])
+    prod_next = prod_t * self._u(t + 1)
+    m_hat = (self._u(t + 1) * s['m'] / (1 - prod_next) +
+             (1 - self._u(t)) * g / (1 - prod_t))
+    v_hat = s['v'] / (1 - p.beta2**t)
+    return _Decayed(p, lr, w, w - lr * m_hat / (np.sqrt(v_hat) + p.epsilon))
+
+
+class RefRAdam(RefSGD):
+
+  def slots(self, w):
+    return {'m': np.zeros_like(w), 'v': np.zeros_like(w)}
+
+  def step(self, t, lr, w, g, s):
+    p = self.p
+    b1, b2 = p.beta1, p.beta2
+    s['m'] = _f(b1 * s['m'] + (1 - b1) * g)
+    s['v'] = _f(b2 * s['v'] + (1 - b2) * g * g)
+    if p.use_nesterov:
+      m_hat = b1 * s['m'] / (1 - b1**(t + 1)) + (1 - b1) * g / (1 - b1**t)
+    else:
+      m_hat = s['m'] / (1 - b1**t)
+    rho_inf = 2 / (1 - b2) - 1
+    rho = rho_inf - 2 * t * b2**t / (1 - b2**t)
+    if rho < p.threshold:
+      return _Decayed(p, lr, w, w - lr * m_hat)
+    r = np.sqrt((rho - 4) * (rho - 2) * rho_inf /
+                ((rho_inf - 4) * (rho_inf - 2) * rho))
+    v_hat = s['v'] / (1 - b2**t)
+    return _Decayed(p, lr, w,
+                    w - lr * r * m_hat / (np.sqrt(v_hat) + p.epsilon))
+
+
+class RefAdamax(RefSGD):
+
+  def slots(self, w):
+    return {'m': np.zeros_like(w), 'u': np.zeros_like(w)}
+
+  def step(self, t, lr, w, g, s):
+    p = self.p
+    s['m'] = _f(p.beta1 * s['m'] + (1 - p.beta1) * g)
+    m_hat = s['m'] / (1 - p.beta1**t)
+    if p.epsilon_form == 'optax':
+      s['u'] = _f(np.maximum(np.abs(g) + p.epsilon, p.beta2 * s['u']))
+      return _Decayed(p, lr, w, w - lr * m_hat / s['u'])
+    s['u'] = _f(np.maximum(p.beta2 * s['u'], np.abs(g)))
+    return _Decayed(p, lr, w, w - lr * m_hat / (s['u'] + p.epsilon))
+
+
+class RefAMSGrad(RefSGD):
+
+  def slots(self, w):
+    return {'m': np.zeros_like(w), 'v': np.zeros_like(w),
+            'v_max': np.zeros_like(w)}
+
+  def step(self, t, lr, w, g, s):
+    p = self.p
+    s['m'] = _f(p.beta1 * s['m'] + (1 - p.beta1) * g)
+    s['v'] = _f(p.beta2 * s['v'] + (1 - p.beta2) * g * g)
+    m = s['m'] / (1 - p.beta1**t) if p.bias_correction_mu else s['m']
+    v = s['v'] / (1 - p.beta2**t) if p.bias_correction_nu else s['v']
+    s['v_max'] = _f(np.maximum(s['v_max'], v))
+    return _Decayed(p, lr, w, w - lr * m / (np.sqrt(s['v_max']) + p.epsilon))
+
+
+class RefADOPT(RefSGD):
+
+  def slots(self, w):
+    return {'m': np.zeros_like(w), 'v': np.zeros_like(w)}
+
+  def step(self, t, lr, w, g, s):
+    p = self.p
+    if t == 1:  # Only v is set.
+      s['v'] = _f(g * g)
+      return _Decayed(p, lr, w, np.asarray(w, np.float64))
+    n = g / np.maximum(np.sqrt(s['v']), p.epsilon)
+    if p.use_clipping:
+      n = np.clip(n, -(t - 1)**p.clip_exponent, (t - 1)**p.clip_exponent)
+    s['m'] = _f(p.beta1 * s['m'] + (1 - p.beta1) * n)
+    s['v'] = _f(p.beta2 * s['v'] + (1 - p.beta2) * g * g)
+    step = p.beta1 * s['m'] + (1 - p.beta1) * n if p.use_nesterov else s['m']
+    return _Decayed(p, lr, w, w - lr * step)

@@ -1,9 +1,10 @@
 """Experiments of test_readonly_jobs.py: y = w*x + b with two learners.
 
 Learner 'lw' trains w (plain momentum), learner 'lb' trains b with an Ema
-of decay 0.9 around SGD, so the averages cover b only. Registered under
-`readonly_experiments.<Class>`, importable by a trainer subprocess whose
-PYTHONPATH holds this directory. Imported by name, as pytest puts this
+of decay 0.9 around SGD, so the averages cover b only (the last two
+experiments, of test_trainer_averaging.py, give 'lb' a Lookahead or an SWA
+instead). Registered under `readonly_experiments.<Class>`, importable by a
+trainer subprocess whose PYTHONPATH holds this directory. Imported by name, as pytest puts this
 directory on sys.path.
 """
 
@@ -12,6 +13,7 @@ from configs import model_tasks
 from learner import learner as learner_lib
 from learner.optimizers import base as base_optimizer
 from learner.optimizers import ema as ema_lib
+from learner.optimizers import lookahead as lookahead_lib
 from learner.optimizers.factory import get_optimizer_fn
 from learner.optimizers.factory import get_optimizer_wrapper_fn
 from params import registry
@@ -73,3 +75,29 @@ class TwoLearnersEmaFn(_Base):
   def LearnerB(self):
     return _Learner('lb', '/b$', optimizer_fn=get_optimizer_wrapper_fn(
         'ema', get_optimizer_fn('sgd', learning_rate=0.2), decay=EMA_DECAY))
+
+
+# test_trainer_averaging.py: the other averaging wrappers on 'lb'.
+LOOKAHEAD_K = 7  # Syncs at updates 7, 14, 21, 28: none at a checkpoint.
+SWA_START, SWA_FREQ = 9, 10  # Samples after global steps 10, 20, 30.
+
+
+@registry.Register
+class TwoLearnersLookahead(_Base):
+  """'lb' is Lookahead(k 7, alpha 0.5, SGD 0.2) given as optimizer params."""
+
+  def LearnerB(self):
+    return _Learner('lb', '/b$', learning_rate=0.2,
+                    optimizer=lookahead_lib.Lookahead.Params().Set(
+                        k=LOOKAHEAD_K, alpha=0.5,
+                        optimizer=base_optimizer.SGD.Params()))
+
+
+@registry.Register
+class TwoLearnersSwaFn(_Base):
+  """'lb' is SWA(start 9, freq 10, SGD 0.2) given through optimizer_fn."""
+
+  def LearnerB(self):
+    return _Learner('lb', '/b$', optimizer_fn=get_optimizer_wrapper_fn(
+        'swa', get_optimizer_fn('sgd', learning_rate=0.2),
+        swa_start=SWA_START, swa_freq=SWA_FREQ))

@@ -13,6 +13,7 @@ from learner.optimizers.var_grad import VarGrad
 from params import BaseLayer
 from params import NestedMap
 from schedules import LinearSchedule
+from schedules import PiecewiseConstantSchedule
 
 
 class ScalarTask(BaseLayer):
@@ -434,3 +435,76 @@ def test_entry_point_calls_the_all_reduce_only_on_the_window_by_default():
 
   assert Run(True) == [[2.0 + 12.0]]
   assert Run(False) == [[2.0], [12.0]]
+
+
+# ---- batch-size ramp (issue 25, item 4) -------------------------------------
+
+_RAMP_G = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]
+_RAMP_W = [1.0, 1.0, 1.0, 2.0, 1.0, 3.0, 1.0, 1.0]
+
+
+def _RampLearner():
+  ramp = PiecewiseConstantSchedule.Params().Set(boundaries=[2],
+                                                values=[1.0, 3.0])
+  return Learner.Params().Set(
+      name='loss', learning_rate=0.1,
+      optimizer=Accum(3, num_batches_schedule=ramp)).Instantiate()
+
+
+def _RampSteps(task, lrn, steps, jit=None):
+  """Micro-steps `steps` (eager; or one tf.function, jit_compile=jit)."""
+  def One(g, w):
+    return Step(task, lrn, lambda th: g * th.w, weight=w)
+  if jit is not None:
+    One = tf.function(One, jit_compile=jit)
+  out = []
+  for t in steps:
+    One(tf.constant(_RAMP_G[t]), tf.constant(_RAMP_W[t]))
+    out.append(float(task.vars.w.numpy()))
+  return out
+
+
+@pytest.mark.parametrize('jit', [None, False, True])
+def test_batch_ramp_window_lengths_follow_the_schedule_weighted_exactly(jit):
+  # Windows of 1, 1 (updates 0, 1), then 3 (from update 2): micro-steps
+  # {0}, {1}, {2, 3, 4}, {5, 6, 7}; each update is lr * sum(w g) / sum(w).
+  task = ScalarTask.Params().Instantiate()
+  lrn = _RampLearner()
+  lrn.Bind(task.vars)
+  got = _RampSteps(task, lrn, range(8), jit)
+  u3 = (3 * 1 + 4 * 2 + 5 * 1) / 4.0
+  u4 = (6 * 3 + 7 * 1 + 8 * 1) / 5.0
+  want = [-0.1, -0.3, -0.3, -0.3, -0.3 - 0.1 * u3, -0.3 - 0.1 * u3,
+          -0.3 - 0.1 * u3, -0.3 - 0.1 * (u3 + u4)]
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+  assert int(lrn.optimizer.num_updates.numpy()) == 4
+
+
+def test_batch_ramp_resume_mid_window_equals_an_uninterrupted_run(tmp_path):
+  task = ScalarTask.Params().Instantiate()
+  lrn = _RampLearner()
+  lrn.Bind(task.vars)
+  straight = _RampSteps(task, lrn, range(8))
+  task = ScalarTask.Params().Instantiate()
+  lrn = _RampLearner()
+  lrn.Bind(task.vars)
+  _RampSteps(task, lrn, range(6))  # Mid-window: micro-step 1 of {5, 6, 7}.
+  path = tf.train.Checkpoint(task=task, learner=lrn).save(
+      str(tmp_path / 'ckpt'))
+  task2 = ScalarTask.Params().Instantiate()
+  lrn2 = _RampLearner()
+  lrn2.Bind(task2.vars)
+  tf.train.Checkpoint(task=task2, learner=lrn2).restore(path)
+  resumed = _RampSteps(task2, lrn2, range(6, 8))
+  assert resumed == straight[6:]
+
+
+def test_batch_ramp_refuses_a_non_schedule_and_round_trips_as_text():
+  with pytest.raises(ValueError, match='num_batches_schedule=.*is not a '
+                     "schedule's params"):
+    Accum(2, num_batches_schedule=base_optimizer.SGD.Params()).Set(
+        name='acc').Instantiate()
+  p = Accum(2, num_batches_schedule=PiecewiseConstantSchedule.Params().Set(
+      boundaries=[2], values=[1.0, 3.0]))
+  q = GradientAccumulation.Params().FromText(p.ToText())
+  assert q.num_batches_schedule.values == [1.0, 3.0]

@@ -12,6 +12,8 @@ from learner.optimizers import composite
 from learner.optimizers import ema
 from learner.optimizers import keras_optimizer
 from learner.optimizers import lars
+from learner.optimizers import lookahead
+from learner.optimizers import swa
 from learner import optimizers
 from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
@@ -22,6 +24,13 @@ _CASES = {
     'adamw_lazy_sparse': optimizers.AdamW.Params().Set(
         lazy_sparse_updates=True),
     'adafactor': optimizers.Adafactor.Params(),
+    'adam_optax_form': optimizers.Adam.Params().Set(epsilon_form='optax'),
+    'nadam_dozat': optimizers.Nadam.Params().Set(momentum_schedule='dozat'),
+    'radam': optimizers.RAdam.Params(),
+    'adamax_keras_sparse': optimizers.Adamax.Params().Set(
+        epsilon_form='keras'),
+    'amsgrad': optimizers.AMSGrad.Params(),
+    'adopt': optimizers.ADOPT.Params().Set(use_nesterov=True),
     'adam_bf16_stochastic_slots': optimizers.Adam.Params().Set(
         slot_dtype=tf.bfloat16, slot_stochastic_rounding=True),
     'momentum_bf16_slots': optimizers.Momentum.Params().Set(
@@ -29,6 +38,10 @@ _CASES = {
     'lars_momentum': lars.Lars.Params().Set(
         optimizer=optimizers.Momentum.Params(), exclude_1d=False),
     'ema': ema.Ema.Params().Set(optimizer=optimizers.SGD.Params(), decay=0.5),
+    # k = 2 and swa_start 0: both change their copies at the 2 steps.
+    'lookahead': lookahead.Lookahead.Params().Set(
+        optimizer=optimizers.Momentum.Params(), k=2, alpha=0.5),
+    'swa': swa.SWA.Params().Set(optimizer=optimizers.Momentum.Params()),
     'composite': composite.Composite.Params().Set(optimizer_map={
         'default_optimizer': (optimizers.Adam.Params(), 2.0)}),
     'keras': keras_optimizer.KerasOptimizerParams(
@@ -73,3 +86,7 @@ def test_replicas_apply_identically_to_a_single_device_run(strategy, name):
     np.testing.assert_allclose(value.numpy(), w_ref.numpy(), rtol=2e-6)
   for count in strategy.experimental_local_results(opt.num_updates):
     assert int(count.numpy()) == 2
+  if opt.EvalAverages():  # Ema, Lookahead, SWA: every copy of the copies.
+    for value in strategy.experimental_local_results(opt.GetAverage(w)):
+      np.testing.assert_allclose(value.numpy(), ref.GetAverage(w_ref).numpy(),
+                                 rtol=2e-6)

@@ -161,7 +161,7 @@ def test_seed_three_level_example_factory_equals_params(from_instance):
 
 @pytest.mark.skipif(not _HAS_ACCUMULATION,
                     reason='learner/optimizers/accumulation.py not committed yet')
-@pytest.mark.parametrize('outer', ['lars', 'ema'])
+@pytest.mark.parametrize('outer', ['lars', 'ema', 'lookahead', 'swa', 'sam'])
 def test_accumulation_must_be_outermost_in_factories(outer):
   acc = get_optimizer_wrapper_fn('batch_gradients', get_optimizer_fn('sgd'),
                                  num_batches=2)
@@ -253,6 +253,18 @@ def test_c_not_callable_our_instance_message_suggests_params_or_a_factory_not_a_
   assert "get_optimizer_wrapper_fn('batch_gradients'" in msg
 
 
+def test_wrapper_names_and_the_classes_they_build():
+  sgd = get_optimizer_fn('sgd')
+  assert set(factory._WRAPPER_NAMES) == {  # pylint: disable=protected-access
+      'batch_gradients', 'lars', 'ema', 'lookahead', 'swa', 'sam'}
+  built = {name: get_optimizer_wrapper_fn(name, sgd)().__class__.__name__
+           for name in ('lars', 'ema', 'lookahead', 'swa', 'sam')}
+  assert built == {'lars': 'Lars', 'ema': 'Ema', 'lookahead': 'Lookahead',
+                   'swa': 'SWA', 'sam': 'Sam'}
+  la = get_optimizer_wrapper_fn('lookahead', sgd, k=5, alpha=0.5).Params()
+  assert (la.k, la.alpha, la.optimizer) == (5, 0.5, optimizers.SGD.Params())
+
+
 def test_instance_given_message_names_the_parameter():
   msg = factory.InstanceGivenMessage(optimizers.SGD.Params().Instantiate(),
                                      where="Learner 'l': optimizer_fn")
@@ -272,7 +284,7 @@ def test_lazy_table_names_every_registered_rule():
   names = {r.cls.__name__ for r in rules.RULES} - {'SGD'}
   assert names == {'Momentum', 'Adam', 'AdamW', 'Adagrad', 'RMSProp',
                    'AdaDelta', 'Adafactor', 'XLAShardingAdafactor', 'LAMB',
-                   'Lion'}
+                   'Lion', 'Nadam', 'RAdam', 'Adamax', 'AMSGrad', 'ADOPT'}
   for name in names:
     assert learner._EXPORTS[name] == 'learner.optimizers', name  # pylint: disable=protected-access
     assert getattr(learner, name) is getattr(optimizers, name)

@@ -12,6 +12,9 @@ from learner.optimizers import composite
 from learner.optimizers import ema
 from learner.optimizers import keras_optimizer
 from learner.optimizers import lars
+from learner.optimizers import lookahead
+from learner.optimizers import swa
+from learner.optimizers import sam
 from learner import optimizers
 from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
@@ -61,10 +64,24 @@ _PARAMS = {
                                                    min_dim_size_to_factor=2),
     'lamb': optimizers.LAMB.Params(),
     'lion': optimizers.Lion.Params(),
+    'nadam': optimizers.Nadam.Params().Set(momentum_schedule='dozat'),
+    'radam': optimizers.RAdam.Params().Set(beta2=0.9, threshold=4.0),
+    'adamax': optimizers.Adamax.Params(),
+    'amsgrad': optimizers.AMSGrad.Params(),
+    'adopt': optimizers.ADOPT.Params().Set(use_nesterov=True),
     'lars': lars.Lars.Params().Set(optimizer=optimizers.Adam.Params(),
                                    eta=0.01, weight_decay=0.01),
     'ema': ema.Ema.Params().Set(optimizer=optimizers.Momentum.Params(),
                                 decay=0.5),
+    # k = 3: the synchronization at update 3 comes after the restore.
+    'lookahead': lookahead.Lookahead.Params().Set(
+        optimizer=optimizers.Adam.Params(), k=3, alpha=0.5),
+    # Samples at updates 1 and 3: one before the save, one after.
+    'swa': swa.SWA.Params().Set(optimizer=optimizers.Momentum.Params(),
+                                swa_start=1, swa_freq=2),
+    # Sam keeps no state of its own: the inner Momentum's slots are saved.
+    'sam': sam.Sam.Params().Set(optimizer=optimizers.Momentum.Params(),
+                                rho=0.1),
     'composite': composite.Composite.Params().Set(optimizer_map={
         'w0': (optimizers.Adam.Params(), 2.0),
         'default_optimizer': (optimizers.Momentum.Params(), 0.5)}),

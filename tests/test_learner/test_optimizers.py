@@ -99,6 +99,23 @@ _CASES = [
     ('lamb', optimizers.LAMB.Params().Set(weight_decay=0.01), refs.RefLAMB),
     ('lion', optimizers.Lion.Params().Set(decoupled_weight_decay=0.1),
      refs.RefLion),
+    ('nadam', optimizers.Nadam.Params().Set(decoupled_weight_decay=0.1),
+     refs.RefNadam),
+    ('nadam_dozat', optimizers.Nadam.Params().Set(
+        momentum_schedule='dozat', epsilon=1e-3), refs.RefNadam),
+    # rho_t <= t: 3 steps stay below the threshold (momentum SGD); the
+    # rectified steps are checked against optax (test_adam_family).
+    ('radam', optimizers.RAdam.Params().Set(beta2=0.9, threshold=4.0,
+                                            use_nesterov=True),
+     refs.RefRAdam),
+    ('adamax', optimizers.Adamax.Params().Set(epsilon=1e-3), refs.RefAdamax),
+    ('adamax_keras', optimizers.Adamax.Params().Set(
+        epsilon_form='keras', epsilon=1e-3, decoupled_weight_decay=0.1),
+     refs.RefAdamax),
+    ('amsgrad', optimizers.AMSGrad.Params().Set(bias_correction_nu=False),
+     refs.RefAMSGrad),
+    ('adopt', optimizers.ADOPT.Params().Set(clip_exponent=0.5, beta2=0.9),
+     refs.RefADOPT),
 ]
 # The same rules through the low-precision-slot path (`_DenseStep`, read /
 # upcast / store) with float32 slots: it must give the kernels' numbers.
@@ -217,6 +234,20 @@ def test_sgd_importable_from_optimizers():
   assert optimizers.SGD is base_optimizer.SGD
 
 
+# The rules, and the wrappers that change the variables after the inner
+# update (Lookahead synchronizes at the second step; SWA averages both).
+_TRACE_CASES = [(name, p) for name, p, _ in _CASES] + [
+    ('lookahead', optimizers.Lookahead.Params().Set(
+        k=2, alpha=0.5, optimizer=optimizers.Momentum.Params())),
+    ('swa', optimizers.SWA.Params().Set(
+        swa_start=0, swa_freq=1, optimizer=optimizers.Adam.Params())),
+    # Sam's Apply hands the gradient to its inner optimizer (its second pass
+    # is the learner's: tests/test_learner/test_sam.py runs it under XLA).
+    ('sam', optimizers.Sam.Params().Set(
+        optimizer=optimizers.Momentum.Params())),
+]
+
+
 def test_every_optimizer_in_tf_function_and_under_xla_matches_eager():
   # One trace each for all optimizers: lazy sparse gradients (row 0 twice)
   # in a plain tf.function must equal eager; under jit_compile=True they
@@ -228,7 +259,7 @@ def test_every_optimizer_in_tf_function_and_under_xla_matches_eager():
   for mode in ('eager_lazy', 'eager_dense', 'function_lazy', 'xla_lazy'):
     built[mode] = [
         _Build(p.Copy().Set(lazy_sparse_updates=(mode != 'eager_dense')),
-               [init]) for _, p, _ in _CASES]
+               [init]) for _, p in _TRACE_CASES]
 
   def Steps(mode):
     for opt, (var,) in built[mode]:
@@ -244,7 +275,7 @@ def test_every_optimizer_in_tf_function_and_under_xla_matches_eager():
     Steps('eager_dense')
     function()
     xla()
-  for i, name in enumerate(_IDS):
+  for i, (name, _) in enumerate(_TRACE_CASES):
     for mode, reference in (('function_lazy', 'eager_lazy'),
                             ('xla_lazy', 'eager_dense')):
       got = built[mode][i][1][0].numpy()

@@ -125,10 +125,12 @@ def test_bfloat16_state_halves_slot_bytes_and_stays_close(rule):
   assert loss32 < 0.6  # it learned (ln 10 = 2.3 at the start)
 
 
-def test_float32_slots_through_the_upcast_path_match_the_kernels():
+@pytest.mark.parametrize('epsilon_form', ['tf', 'optax'])
+def test_float32_slots_through_the_upcast_path_match_the_kernels(
+    epsilon_form):
   # The baseline of the deviation above: the same path with float32 slots
   # differs from the fused kernels only by float32 rounding.
-  base = _RULES['adam']
+  base = optimizers.Adam.Params().Set(epsilon_form=epsilon_form)
   w_kernel, _, _ = _TrainDigits(base.Copy())
   w_upcast, _, _ = _TrainDigits(base.Copy().Set(slot_dtype=tf.float32))
   dev = _Deviation(w_upcast, w_kernel)

@@ -155,6 +155,7 @@ def test_the_families_the_issue_names_declare_value_checks():
   names = {c.__name__ for c in _WITH_CHECKS.values()}
   for expected in ('Momentum', 'Adam', 'AdamW', 'Adagrad', 'RMSProp',
                    'AdaDelta', 'Adafactor', 'LAMB', 'Lion', 'Lars', 'Ema',
+                   'Lookahead', 'SWA',
                    'GradientAccumulation', 'Learner', 'GradNormTracker',
                    'LossScale', 'BaseTask', 'BaseInputGenerator',
                    'DatasetInput', 'DropoutLayer', 'LayerNorm',
@@ -343,8 +344,8 @@ def test_optimizer_refuses_values_that_diverge_or_give_nan(cls, key, value,
   assert reason in str(e.value)
 
 
-@pytest.mark.parametrize('wrapper', [opt.Lars, opt.Ema,
-                                     opt.GradientAccumulation])
+@pytest.mark.parametrize('wrapper', [opt.Lars, opt.Ema, opt.Lookahead,
+                                     opt.SWA, opt.GradientAccumulation])
 def test_wrapper_refuses_bad_inner_value_naming_the_inner_key(wrapper):
   p = wrapper.Params().Set(optimizer=opt.Momentum.Params().Set(alpha=NAN))
   with pytest.raises(ValueError, match=r'alpha=nan is not finite'):

@@ -267,3 +267,24 @@ def test_a_keras_lr_schedule_is_plotted_as_the_learner_takes_it():
   assert 'peak: 0.2 at step 0\n' in out
   assert 'end:  0 at step 100\n' in out
   assert 'learning_rate 1: peak rate 0.2, end rate 0\n' in out
+
+
+@pytest.mark.parametrize('params, needles', [
+    (sch.WarmupStableDecay.Params().Set(warmup_steps=4, total_steps=20,
+                                        decay_steps=8),
+     ['peak: 1 at step 3\n', 'boundary 12: 1 -> 1\n', 'boundary 20: ',
+      'end:  0 at step 24\n']),
+    (sch.CosineWithRestarts.Params().Set(first_decay_steps=4, t_mul=2.0,
+                                         m_mul=0.5),
+     ['peak: 1 at step 0\n', 'boundary 4: ', '-> 0.5\n',
+      'boundary 12: ', '-> 0.25\n']),
+    (sch.OneCycle.Params().Set(total_steps=10),
+     ['peak: 1 at step 2\n', 'end:  4e-06 at step 10\n', 'boundary 9: 0.0495194 -> 4e-06\n']),
+    (sch.OneCycleMomentum.Params().Set(total_steps=10),
+     ['peak: 0.95 at step 0\n', 'boundary 2: ']),
+])
+def test_schedules_of_today_are_plotted_with_their_phases(params, needles):
+  code, out, err = Run('--params_text=' + params.ToText(), '--num_points=30')
+  assert code == 0, err
+  for needle in needles:
+    assert needle in out, (needle, out)

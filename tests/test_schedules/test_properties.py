@@ -102,6 +102,17 @@ CATALOG = {
     'ResNet50Schedule': sch.ResNet50Schedule(
         steps_per_epoch=10, batch_size=64, num_replicas=2, num_batches=2,
         warmup_epochs=1, decay='cosine', total_epochs=9)[1],
+    'WarmupStableDecay_1_sqrt': sch.WarmupStableDecay.Params().Set(
+        warmup_steps=10, total_steps=100, decay_steps=20, final_value=0.05),
+    'WarmupStableDecay_cosine_init': sch.WarmupStableDecay.Params().Set(
+        warmup_steps=10, warmup_init=0.1, total_steps=60, decay_steps=30,
+        decay_shape='cosine'),
+    'CosineWithRestarts': sch.CosineWithRestarts.Params().Set(
+        first_decay_steps=10, t_mul=2.0, m_mul=0.8, alpha=0.1),
+    'OneCycle': sch.OneCycle.Params().Set(total_steps=100),
+    'OneCycle_three_phase_linear': sch.OneCycle.Params().Set(
+        total_steps=60, three_phase=True, anneal_strategy='linear'),
+    'OneCycleMomentum': sch.OneCycleMomentum.Params().Set(total_steps=100),
     'KerasSchedule': sch.KerasSchedule.FromKeras(
         tf.keras.optimizers.schedules.ExponentialDecay(
             initial_learning_rate=1.0, decay_steps=10, decay_rate=0.5)),

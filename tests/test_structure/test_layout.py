@@ -159,7 +159,8 @@ def test_model_layers_live_in_layers():
 # Issue 22, item 2: the update rules are a catalog of families, one module
 # per family, as schedules/ is; each starts with its formula and source.
 RULE_FAMILIES = ('momentum.py', 'adam.py', 'adagrad.py', 'rmsprop.py',
-                 'adadelta.py', 'adafactor.py', 'lamb.py', 'lion.py')
+                 'adadelta.py', 'adafactor.py', 'lamb.py', 'lion.py',
+                 'adam_family.py')
 
 
 def test_rules_are_one_family_per_module_with_formula_and_source():

@@ -63,6 +63,7 @@ def test_old_update_rules_path_in_params_text_loads_with_a_warning(name):
 def test_the_old_module_is_gone_and_every_registered_rule_is_covered_here():
   assert not (pathlib.Path(__file__).resolve().parents[2] /
               'learner/optimizers/update_rules.py').exists()
-  # XLAShardingAdafactor came after the move (issue 23): no old path.
+  # Rules registered after the move have no old path: XLAShardingAdafactor
+  # (issue 23), the Adam family (issue 24).
   assert {r.cls.__name__ for r in rules.RULES} == set(NEW_MODULE) | {
-      'XLAShardingAdafactor'}
+      'XLAShardingAdafactor', 'Nadam', 'RAdam', 'Adamax', 'AMSGrad', 'ADOPT'}

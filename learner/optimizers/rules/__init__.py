@@ -5,6 +5,7 @@
   adadelta.py   AdaDelta                     adafactor.py  Adafactor,
                                                            XLAShardingAdafactor
   lamb.py       LAMB                         lion.py       Lion
+  adam_family.py  Nadam, RAdam, Adamax, AMSGrad, ADOPT (optax's form)
   common.py     helpers the families share
 
 Plain SGD is `SGD` in learner/optimizers/base.py (the base's own rule).
@@ -21,6 +22,7 @@ from learner.optimizers.rules import adadelta
 from learner.optimizers.rules import adafactor
 from learner.optimizers.rules import adagrad
 from learner.optimizers.rules import adam
+from learner.optimizers.rules import adam_family
 from learner.optimizers.rules import lamb
 from learner.optimizers.rules import lion
 from learner.optimizers.rules import momentum
@@ -47,6 +49,11 @@ RULES = (
     Rule(lamb.LAMB, ('lamb',), dict(_BETAS)),
     Rule(lion.Lion, ('lion',),
          dict(_BETAS, weight_decay='decoupled_weight_decay')),
+    Rule(adam_family.Nadam, ('nadam',), dict(_BETAS)),
+    Rule(adam_family.RAdam, ('radam',), dict(_BETAS)),
+    Rule(adam_family.Adamax, ('adamax',), dict(_BETAS)),
+    Rule(adam_family.AMSGrad, ('amsgrad',), dict(_BETAS)),
+    Rule(adam_family.ADOPT, ('adopt',), dict(_BETAS)),
 )
 
 

@@ -38,6 +38,11 @@ class Adam(BaseOptimizer):
   epsilon defaults to Lingvo's 1e-6; Keras's Adam has the same formula with
   epsilon 1e-7 (set epsilon=1e-7 for Keras's numbers). `ParamsA()` and
   `ParamsB()` are Lingvo's presets.
+  `epsilon_form='optax'` adds epsilon after the bias correction, as optax
+  and PyTorch do: w <- w - lr m_hat / (sqrt(v_hat) + epsilon), which is the
+  TF form with epsilon hat = epsilon * sqrt(1 - beta2^t) (so the same
+  kernels run); with epsilon=1e-8 it gives optax's `adam` / `adamw`
+  numbers (tests/test_learner/test_adam_family.py).
   Source: Kingma & Ba, "Adam: A Method for Stochastic Optimization", ICLR
   2015, Algorithm 1; Lingvo 0.14.2 `lingvo/core/optimizer.py` Adam (same
   params, defaults and presets).
@@ -49,7 +54,8 @@ class Adam(BaseOptimizer):
   Raises:
     ValueError: at construction, if beta1 or beta2 is not a finite number in
       [0, 1) (beta1 = 1 gives NaN weights, beta2 = 1 no learning) or epsilon
-      is not > 0 (0/0 where a gradient is 0); docs/lingvo.md.
+      is not > 0 (0/0 where a gradient is 0); docs/lingvo.md; or
+      epsilon_form is not 'tf' or 'optax'.
   """
 
   SUPPORTS_LAZY_SPARSE = True
@@ -61,7 +67,22 @@ class Adam(BaseOptimizer):
     p.Define('beta2', 0.999, 'Decay of the second moment estimate.')
     p.Define('epsilon', 1e-6,
              'Epsilon hat: added to sqrt(v) (not bias corrected).')
+    p.Define('epsilon_form', 'tf',
+             "'tf': epsilon is added to sqrt(v) before the bias correction "
+             "(TF, Lingvo, Keras); 'optax': after it, to sqrt(v_hat) "
+             '(optax, PyTorch).')
     return p
+
+  EPSILON_FORMS = ('tf', 'optax')
+
+  def __init__(self, params):
+    super().__init__(params)
+    form = self.params.epsilon_form
+    if not isinstance(form, str) or form not in self.EPSILON_FORMS:
+      raise ValueError(
+          '%s: epsilon_form=%r is not one of %s. Set epsilon_form to one of '
+          "them, e.g. 'tf'." % (checks.Where(self), form,
+                                list(self.EPSILON_FORMS)))
 
   @classmethod
   def ValueChecks(cls):
@@ -95,6 +116,13 @@ class Adam(BaseOptimizer):
     t = tf.cast(self.num_updates + 1, var.dtype)
     return tf.pow(Cast(p.beta1, var), t), tf.pow(Cast(p.beta2, var), t)
 
+  def _EpsilonHat(self, var, b2p):
+    """The epsilon of the TF form: epsilon, or epsilon sqrt(1 - beta2^t)."""
+    eps = Cast(self.params.epsilon, var)
+    if self.params.epsilon_form == 'optax':
+      return eps * tf.sqrt(1. - b2p)
+    return eps
+
   def _ApplyDense(self, lr, var, grad, slots):
     p = self.params
     b1p, b2p = self._Powers(var)
@@ -102,7 +130,7 @@ class Adam(BaseOptimizer):
         var=var.handle, m=slots['m'].handle, v=slots['v'].handle,
         beta1_power=b1p, beta2_power=b2p, lr=Cast(lr, var),
         beta1=Cast(p.beta1, var), beta2=Cast(p.beta2, var),
-        epsilon=Cast(p.epsilon, var), grad=grad, use_locking=False)
+        epsilon=self._EpsilonHat(var, b2p), grad=grad, use_locking=False)
 
   def _DenseStep(self, lr, var, grad, slots):
     """ResourceApplyAdam's formula on values (low-precision slots)."""
@@ -112,7 +140,7 @@ class Adam(BaseOptimizer):
     m = b1 * slots['m'] + (1. - b1) * grad
     v = b2 * slots['v'] + (1. - b2) * tf.square(grad)
     lr_t = Cast(lr, var) * tf.sqrt(1. - b2p) / (1. - b1p)
-    return (lr_t * m / (tf.sqrt(v) + Cast(p.epsilon, var)),
+    return (lr_t * m / (tf.sqrt(v) + self._EpsilonHat(var, b2p)),
             {'m': m, 'v': v})
 
   def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
@@ -122,7 +150,7 @@ class Adam(BaseOptimizer):
     var = variables[0]
     b1p, b2p = self._Powers(var)
     scalars = (b1p, b2p, Cast(lr, var), Cast(p.beta1, var), Cast(p.beta2, var),
-               Cast(p.epsilon, var))
+               self._EpsilonHat(var, b2p))
     factor = None if grad_scale is None else Cast(grad_scale, var)
     return kernels.ApplyAdam(variables, [s['m'] for s in slots],
                              [s['v'] for s in slots], grads, scalars, factor,
@@ -139,7 +167,8 @@ class Adam(BaseOptimizer):
         slots['m'].scatter_update(tf.IndexedSlices(m_rows, idx)),
         slots['v'].scatter_update(tf.IndexedSlices(v_rows, idx)),
         var.scatter_sub(tf.IndexedSlices(
-            lr_t * m_rows / (tf.sqrt(v_rows) + p.epsilon), idx)),
+            lr_t * m_rows / (tf.sqrt(v_rows) + self._EpsilonHat(var, b2p)),
+            idx)),
     ]
     return tf.group(ops) if not tf.executing_eagerly() else None
 

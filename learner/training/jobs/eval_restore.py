@@ -9,12 +9,14 @@ it with `RestoreForEval`:
     variables it lacks); optimizer slots, the input iterator and counters
     are not needed and are not read;
   * on the averages where the run keeps them: a learner whose optimizer is
-    an averaging one (`Ema`, or any optimizer whose `EvalAverageClasses`
-    says so, given as `optimizer` params or through `optimizer_fn`, e.g.
+    an averaging one (`Ema`, `Lookahead` (its slow weights), `SWA`, or any
+    optimizer whose `EvalAverageClasses` says so, given as `optimizer`
+    params or through `optimizer_fn`, e.g.
     `get_optimizer_wrapper_fn('ema', ...)`) has its variables evaluated on
     their averages; the variables of the other learners keep their raw
     weights. This is what the trainer's own evaluations (train_and_eval)
-    do by swapping each Ema's averages in.
+    do by swapping each averaging optimizer's copies in.
+    `EvalWeightsLabel` names them in the jobs' messages.
 
 Which checkpoint: `EvalCandidates(directory)` lists the checkpoints a job
 may read in a directory (those its state file lists and those complete on
@@ -169,6 +171,23 @@ def EvalAverageClasses(task):
           for c in LearnerAveragingClasses(lp)]
 
 
+def EvalWeightsLabel(classes):
+  """How the jobs' messages name the weights evaluated instead (a str).
+
+  Each class's EVAL_WEIGHTS_LABEL once, in order, joined by ' and ' (e.g.
+  'EMA averages', 'Lookahead slow weights'); 'averages' for none.
+
+  Args:
+    classes: averaging optimizer classes (see `EvalAverageClasses`).
+  """
+  labels = []
+  for cls in classes:
+    label = getattr(cls, 'EVAL_WEIGHTS_LABEL', 'averages')
+    if label not in labels:
+      labels.append(label)
+  return ' and '.join(labels) or 'averages'
+
+
 def AveragedVariableNames(task):
   """{variable name: learner name} of the variables evaluated on averages.
 
@@ -197,7 +216,10 @@ def LoadEmaAverages(checkpoint_path, task, ema_classes, required=None):
   Reads the averages that the averaging optimizers saved, under the keys
   their classes give (`AverageCheckpointKeySuffix`), without building any
   optimizer. A variable without an average keeps its value (the raw
-  weight restored before).
+  weight restored before). Where one averaging optimizer wraps another,
+  the outermost's copy is read (its key sorts first: the inner's key
+  continues with '_private_children/' where the outer's has '_averages/'),
+  as the trainer's evaluations swap it in last.
 
   Args:
     checkpoint_path: a checkpoint written while training.
@@ -229,7 +251,7 @@ def LoadEmaAverages(checkpoint_path, task, ema_classes, required=None):
     learners = sorted({required[m] for m in missing} if required else ())
     raise CheckpointMismatchError(
         'Checkpoint %s has no average of %s, which %s evaluate on averages '
-        '(an Ema optimizer); it was not trained with these params. Give '
+        '(an averaging optimizer: Ema, Lookahead, SWA); it was not trained with these params. Give '
         'this job the --model and params the trainer ran with.' % (
             checkpoint_path, missing,
             'learner(s) %s' % learners if learners else 'these params'))

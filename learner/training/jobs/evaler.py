@@ -83,8 +83,12 @@ def EvalMetrics(params, task, swaps=()):
   Args:
     params: the experiment's params ('task', 'eval_input').
     task: the built task (weights already restored).
-    swaps: objects with a `SwapAverages()` context (Ema optimizers): inside,
-      their weights are swapped for their averages (and back after).
+    swaps: objects with a `SwapAverages()` context (Ema, Lookahead, SWA),
+      outermost first (`EvalAverages()`): inside, their weights are
+      swapped for their averages (and back after). They are entered
+      innermost first, so where one averaging optimizer wraps another the
+      outermost's copy is evaluated, as `eval_restore.LoadEmaAverages`
+      reads it from a checkpoint.
 
   Returns:
     {metric name: float}; a metric whose weights sum to 0 is NaN.
@@ -100,7 +104,7 @@ def EvalMetrics(params, task, swaps=()):
   sums, weights = {}, {}
   seen = 0
   with contextlib.ExitStack() as stack:
-    for ema in swaps:
+    for ema in reversed(list(swaps)):
       stack.enter_context(ema.SwapAverages())
     for batch in input_gen.GetDataset():
       metrics = summary_lib.MetricsToDict(task.EvalStep(batch))
@@ -423,7 +427,9 @@ class Evaler:
     self.evaluated_steps.append(step)
     self._Print('Evaler: global step %d (%s%s): %s' % (
         step, os.path.basename(path),
-        ', EMA averages of %d variables' % num_ema if num_ema else '',
+        ', %s of %d variables' % (eval_restore.EvalWeightsLabel(
+            eval_restore.EvalAverageClasses(task)), num_ema)
+        if num_ema else '',
         ', '.join('%s %.5g' % (k, v) for k, v in sorted(results.items()))))
 
 

@@ -149,7 +149,9 @@ def Export(params, logdir, checkpoint=None, stream=None,
   tf.io.gfile.rename(tmp, export_dir)
   outputs = serving.structured_outputs
   stream.write('Exported %s%s to %s: serving_default(%s) -> %s\n' % (
-      path, ' (EMA averages of %d variables)' % num_ema if num_ema else '',
+      path, ' (%s of %d variables)' % (eval_restore.EvalWeightsLabel(
+          eval_restore.EvalAverageClasses(task)), num_ema)
+      if num_ema else '',
       export_dir,
       ', '.join('%s %s %s' % (k, s.dtype.name, s.shape.as_list())
                 for k, s in specs.items()),

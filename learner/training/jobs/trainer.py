@@ -131,6 +131,12 @@ class Trainer:
                          'leave it None.' % (name, value, ModeKeys.EVAL,
                                              mode))
     self._params = params.Copy(frozen=False)
+    # params.txt and the summaries keep the params as given (durations in
+    # examples or epochs as written); the task is built from the converted
+    # copy (task_params.ResolveDurations), whose lines print at start.
+    self._params_text = self._params.ToText()
+    with validate.Refusing():
+      self._duration_lines = task_params.ResolveDurations(self._params)
     self._logdir = logdir
     self._mode = mode
     self._checkpoint = checkpoint
@@ -189,7 +195,7 @@ class Trainer:
 
   def _WriteParams(self):
     """params.txt once per run (train jobs only) and the text summary."""
-    text = self._params.ToText()
+    text = self._params_text
     logdir_lib.WriteParamsOnce(self._logdir, text, self._Print,
                                hint=self._resume_hint)
     summary_lib.WriteParamsText(self._Writer('train'), text)
@@ -236,7 +242,7 @@ class Trainer:
     distribution.RemoveWorkerLogdir(self._chief_logdir, self._strategy)
     # Another experiment's logdir: one line, before anything is written.
     logdir_lib.CheckNotAnotherExperiment(self._chief_logdir,
-                                         self._params.ToText())
+                                         self._params_text)
     ckpt_dir = os.path.join(self._chief_logdir, 'ckpt')
     if self._mode == ModeKeys.EVAL:  # NothingToEvaluateError, one line.
       self._eval_candidates = eval_restore.ResolveEvalCheckpoint(
@@ -257,6 +263,9 @@ class Trainer:
         return self._ReportFinished(stored)
     if trains:
       self._CheckWarmStart(ckpt_dir)
+    if trains:
+      for line in self._duration_lines:
+        self._Print('Schedule length: ' + line)
     for warning in self._checked.warnings:  # Only for a run that trains.
       self._Print(warning)
     if self._mode == ModeKeys.EVAL:  # Reads the logdir; writes its own dir.
@@ -297,10 +306,10 @@ class Trainer:
     if tf.io.gfile.exists(path):
       with tf.io.gfile.GFile(path) as f:
         old = f.read()
-      logdir_lib.CheckSameTask(path, old, self._params.ToText())
-      if old != self._params.ToText():
+      logdir_lib.CheckSameTask(path, old, self._params_text)
+      if old != self._params_text:
         self._Print(logdir_lib.ParamsChangeWarning(
-            path, old, self._params.ToText(), hint=self._resume_hint))
+            path, old, self._params_text, hint=self._resume_hint))
     step = stored['global_step']
     self._Print('Training in %s is finished (global step %d, max_steps %d); '
                 'nothing was run or written. For more steps raise '
@@ -592,8 +601,8 @@ class Trainer:
     """Evaluates on the eval input; returns {metric: weighted mean}.
 
     Metrics are averaged over all evaluated batches with their weights.
-    Inside, the weights of every Ema in `use_ema_layers` are swapped for
-    their averages (and back after). The scalars go to the TensorBoard run
+    Inside, the weights of every averaging optimizer in `use_ema_layers`
+    (Ema, Lookahead, SWA) are swapped for their copies (and back after). The scalars go to the TensorBoard run
     `summary_dir` of the logdir.
     """
     results = evaler_lib.EvalMetrics(self._params, task, use_ema_layers)
@@ -604,7 +613,8 @@ class Trainer:
   def _EvaluateAndUpdate(self, task, step, final=False):
     emas = self._EmaContexts(task)
     if emas:
-      self._Print('Evaluating on the EMA averages of the weights.')
+      self._Print('Evaluating on the %s of the weights.' %
+                  eval_restore.EvalWeightsLabel([type(e) for e in emas]))
     results = self.Evaluate(task, step, emas)
     self._Print('Eval at global step %d%s: %s' % (
         step, ' (final)' if final else '',
@@ -645,13 +655,14 @@ class Trainer:
     restored, step, n = eval_restore.RestoreNewestForEval(
         self._eval_candidates, task, self._Print)
     if n:
-      self._Print('Evaluating on the EMA averages of the weights (%d '
-                  'variables restored from %s).' % (n, restored))
+      self._Print('Evaluating on the %s of the weights (%d variables '
+                  'restored from %s).' % (eval_restore.EvalWeightsLabel(
+                      eval_restore.EvalAverageClasses(task)), n, restored))
     out_dir = self._EvalOutputDir()
     results = evaler_lib.EvalMetrics(self._params, task)
     if out_dir:
       writer = self._Writer(out_dir)
-      summary_lib.WriteParamsText(writer, self._params.ToText())
+      summary_lib.WriteParamsText(writer, self._params_text)
       summary_lib.WriteScalars(writer, step,
                                {k: (v, 1.0) for k, v in results.items()})
     self._Print('Eval at global step %d%s: %s' % (

@@ -19,7 +19,8 @@ each step runs one replica's share under `strategy.run`:
     strategy.run(replica step):           # one call per replica
       with learner.GradientTape():
         metrics, per_example = task.FProp(task.theta, batch)
-      for each learner: losses, update_op, eval_metrics = learner.Apply(...)
+      for each learner: losses, update_op, eval_metrics = learner.Apply(
+          metrics, vmap, fprop_fn=<FProp again on batch>)  # Sam: 2nd pass
     global_step += 1                      # once, in cross-replica context
 
 `TrainStep(batch)` runs one step in one `tf.function`; `TrainLoop(iterator,
@@ -330,8 +331,11 @@ class BaseTask(BaseLayer):
     model_vars = self.ModelVars()
     out = {'metrics': dict(metrics), 'learners': {}}
     ops = []
+    # Called only by a learner whose optimizer needs a second pass (Sam).
+    fprop_fn = lambda: self.FProp(self.theta, batch)[0]
     for learner in self.learners:
-      _, update_op, eval_metrics = learner.Apply(metrics, model_vars)
+      _, update_op, eval_metrics = learner.Apply(metrics, model_vars,
+                                                 fprop_fn=fprop_fn)
       if update_op is not None:
         ops.append(update_op)
       out['learners'][learner.params.name] = dict(eval_metrics)

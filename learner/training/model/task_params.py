@@ -15,6 +15,7 @@ runtime, is accepted and warned about once by name when it is not
 Lingvo's default (`RUNTIME_ONLY_KEYS`).
 """
 
+import functools
 import re
 
 from absl import logging
@@ -22,10 +23,12 @@ from absl import logging
 import schedules
 from learner import learner as learner_lib
 from learner.optimizers import ema as ema_lib
+from learner.optimizers import factory as optimizer_factory
 from learner.optimizers.rules import adam as adam_rule
 from learner.training.services import checkpointer as checkpointer_lib
 from learner.training.services import early_stop as early_stop_lib
 from params import hyperparams
+from schedules import durations
 
 DEV_METRIC_MODES = ('min', 'max')
 
@@ -425,6 +428,68 @@ def WithEma(tp, lp):
       ema_decay=tp.ema_decay)
   return lp.Copy(frozen=False).Set(optimizer=ema_lib.Ema.Params().Set(
       optimizer=lp.optimizer, decay_schedule=schedule))
+
+
+def _MicroBatchesPerUpdate(lp):
+  """num_batches of the GradientAccumulation in a learner's params, else 1."""
+  opt = lp.Get('optimizer') if 'optimizer' in lp else None
+  fn = lp.Get('optimizer_fn') if 'optimizer_fn' in lp else None
+  if opt is None and fn is not None:
+    opt, _ = optimizer_factory.OptimizerParamsFromFn(fn)
+  while isinstance(opt, hyperparams.Params):
+    if getattr(getattr(opt, 'cls', None), 'IS_ACCUMULATION', False):
+      return int(opt.num_batches)
+    opt = opt.Get('optimizer') if 'optimizer' in opt else None
+  return 1
+
+
+def ResolveDurations(params):
+  """Converts schedule lengths given in examples or epochs to updates.
+
+  For each learner (`task.train.learner`, each of a list, or the legacy
+  learner of `task.train`), every '<n> examples' / '<n> epochs' value of a
+  schedule inside it becomes round(examples / examples_per_update), with
+  examples_per_update = train_input.batch_size (the global batch) x the
+  learner's micro-batches per applied update (1 when its schedule counts
+  global steps); an epoch is the train input's `num_examples`
+  (schedules/durations.py).
+
+  Args:
+    params: the experiment's params, changed in place (give a copy).
+
+  Returns:
+    The conversion lines (str), to print once at start; [] if none.
+
+  Raises:
+    ValueError: a duration in epochs when the train input does not know its
+      size, or a train input without batch_size (one line naming the key).
+  """
+  tp = params.task.train
+  if tp.learner is None:
+    holders = [('task.train', tp,
+                learner_lib.ExtractLearnerFromLegacyParams(
+                    tp.Copy(frozen=False)))]
+  elif isinstance(tp.learner, (list, tuple)):
+    holders = [('task.train.learner[%d]' % i, lp, lp)
+               for i, lp in enumerate(tp.learner)]
+  else:
+    holders = [('task.train.learner', tp.learner, tp.learner)]
+  lines = []
+  epoch_size = functools.lru_cache(maxsize=1)(
+      lambda: getattr(params.train_input.Instantiate(), 'num_examples', None))
+  for key, holder, lp in holders:
+    if not durations.HasDurations(holder):
+      continue
+    ip = params.Get('train_input') if 'train_input' in params else None
+    if ip is None or 'batch_size' not in ip:
+      raise ValueError(
+          '%s: a schedule length in examples or epochs needs '
+          'train_input.batch_size to convert it; give it in updates.' % key)
+    k = 1 if lp.lr_schedule_step == 'global_step' else (
+        _MicroBatchesPerUpdate(lp))
+    lines += durations.ResolveDurations(holder, key, ip.batch_size * k,
+                                        epoch_size)
+  return lines
 
 
 def InitFromCheckpoint(tp):

@@ -220,6 +220,31 @@ def ParamsChangeWarning(path, old_text, new_text, max_lines=None, hint=None):
           'it unchanged, %s.' % (path, len(diff), '\n  '.join(lines), hint))
 
 
+def ScheduleChangeNotice(old_text, new_text):
+  """One line naming the schedule keys a resume changed, or None.
+
+  A schedule is a pure function of the learner's step, so changing it at a
+  resume (e.g. branching a cooldown off a stable-phase checkpoint) is
+  allowed: every rate continues from the step restored from the checkpoint,
+  under the new schedule (docs/DESIGN.md, "Changing the schedule at
+  resume"). The keys are those with a part naming a schedule above the last
+  (lr_schedule, decay_schedule, schedules[0], ...).
+
+  Args:
+    old_text, new_text: the run's params.txt and this job's params text.
+
+  Returns:
+    'NOTICE: ...' (str), or None when no schedule key changed.
+  """
+  keys = [key for key, _, _ in ParamsDiff(old_text, new_text)
+          if any('schedule' in part for part in key.split('.')[:-1])]
+  if not keys:
+    return None
+  return ('NOTICE: the schedule changed at this resume (%s): each rate '
+          'continues from the step in the checkpoint under the new '
+          'schedule.' % ', '.join(keys))
+
+
 def WriteParamsOnce(logdir, text, report, hint=None):
   """Writes logdir/params.txt for a new run; compares it on a resume.
 
@@ -242,6 +267,9 @@ def WriteParamsOnce(logdir, text, report, hint=None):
       old = f.read()
     if old != text:
       report(ParamsChangeWarning(path, old, text, hint=hint))
+      notice = ScheduleChangeNotice(old, text)
+      if notice:
+        report(notice)
     return False
   tmp = path + '.tmp'
   with tf.io.gfile.GFile(tmp, 'w') as f:

@@ -1,0 +1,128 @@
+"""Schedule lengths in examples or epochs, converted to applied updates.
+
+Any length param of a schedule (warmup_steps, total_steps, decay_steps,
+first_decay_steps, boundaries, ...) may be written as a string
+'<number> examples' or '<number> epochs' instead of a count of updates, as
+big_vision's `{warmup,cooldown}_{steps,examples,epochs}`: the recipe then
+survives a change of batch size. Before the task is built, the trainer
+converts every such value with the examples one update of that learner
+really consumes (global batch size x micro-batches per update under
+gradient accumulation) and prints each conversion once:
+
+  updates = round(examples / examples_per_update)
+  examples = epochs * examples_per_epoch (the train split's size)
+
+The params text keeps the strings (params.txt is the recipe; a resume with
+another batch size converts again). A schedule built outside the trainer
+refuses a string where it expects a count (one line naming the param).
+"""
+
+import re
+
+from params import hyperparams
+from schedules.base_schedule import BaseSchedule
+
+_DURATION = re.compile(
+    r'^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(examples?|epochs?)\s*$')
+
+
+def ParseDuration(value):
+  """(amount: float, 'examples' | 'epochs') of a duration string, or None.
+
+  Args:
+    value: any param value; only a str like '2000 examples', '1.5 epochs'
+      (singular accepted) is a duration.
+  """
+  if not isinstance(value, str):
+    return None
+  m = _DURATION.match(value)
+  if not m:
+    return None
+  unit = m.group(2)
+  return float(m.group(1)), unit if unit.endswith('s') else unit + 's'
+
+
+def _Schedules(p, key):
+  """Yields (dotted key, params) of every schedule's params inside p."""
+  cls = getattr(p, 'cls', None)
+  if isinstance(cls, type) and issubclass(cls, BaseSchedule):
+    yield key, p
+  for name, value in p.IterParams():
+    sub = '%s.%s' % (key, name)
+    if isinstance(value, hyperparams.Params):
+      yield from _Schedules(value, sub)
+    elif isinstance(value, (list, tuple)):
+      for i, v in enumerate(value):
+        if isinstance(v, hyperparams.Params):
+          yield from _Schedules(v, '%s[%d]' % (sub, i))
+
+
+def HasDurations(params):
+  """True if a schedule inside `params` has a duration string."""
+  for _, sp in _Schedules(params, ''):
+    for _, value in sp.IterParams():
+      values = value if isinstance(value, list) else [value]
+      if any(ParseDuration(v) is not None for v in values):
+        return True
+  return False
+
+
+def _Convert(key, value, examples_per_update, examples_per_epoch):
+  amount, unit = ParseDuration(value)
+  examples = amount
+  if unit == 'epochs':
+    if callable(examples_per_epoch):
+      examples_per_epoch = examples_per_epoch()
+    if not examples_per_epoch:
+      raise ValueError(
+          '%s : %r is in epochs, but the train input does not say how many '
+          'examples an epoch has; give it in examples or updates.' %
+          (key, value))
+    examples = amount * examples_per_epoch
+  return int(round(examples / examples_per_update)), examples
+
+
+def ResolveDurations(params, key, examples_per_update,
+                     examples_per_epoch=None):
+  """Replaces every duration string in the schedules inside `params`.
+
+  Args:
+    params: Params (e.g. one learner's), changed in place.
+    key: its dotted key, for the messages (e.g. 'task.train.learner[1]').
+    examples_per_update: examples one step of these schedules consumes
+      (global batch x micro-batches per applied update), an int > 0.
+    examples_per_epoch: the train split's size, a callable giving it (called
+      only for a duration in epochs), or None if unknown.
+
+  Returns:
+    One line per conversion: "<key> : '<value>' -> <n> updates (<examples>
+    examples at <examples_per_update> per update)".
+
+  Raises:
+    ValueError: a duration in epochs without examples_per_epoch (one line).
+  """
+  lines = []
+  for skey, sp in _Schedules(params, key):
+    for name, value in list(sp.IterParams()):
+      full = '%s.%s' % (skey, name)
+      if ParseDuration(value) is not None:
+        n, examples = _Convert(full, value, examples_per_update,
+                               examples_per_epoch)
+        sp.Set(**{name: n})
+        lines.append('%s : %r -> %d updates (%g examples at %d per update)'
+                     % (full, value, n, examples, examples_per_update))
+      elif isinstance(value, list) and any(
+          ParseDuration(v) is not None for v in value):
+        out = []
+        for i, v in enumerate(value):
+          if ParseDuration(v) is None:
+            out.append(v)
+            continue
+          n, examples = _Convert('%s[%d]' % (full, i), v,
+                                 examples_per_update, examples_per_epoch)
+          out.append(n)
+          lines.append('%s[%d] : %r -> %d updates (%g examples at %d per '
+                       'update)' % (full, i, v, n, examples,
+                                    examples_per_update))
+        sp.Set(**{name: out})
+  return lines
