@@ -32,9 +32,9 @@ are stored in that dtype while the update runs in the variable's dtype:
 each step reads a slot, upcasts it, computes the rule's step (`_DenseStep`,
 the same formula as the rule's kernel) and stores the new slot rounded to
 nearest, or stochastically (`slot_stochastic_rounding`;
-learner/optimizers/low_precision.py). Such an update takes the pure-TF path
-(no fused kernel: the kernels hold float32 slots) and densifies sparse
-gradients (no lazy update). Rules that implement `_DenseStep`: SGD (no
+learner/optimizers/kernels/low_precision.py). Such an update takes the
+pure-TF path (no fused kernel: the kernels hold float32 slots) and
+densifies sparse gradients (no lazy update). Rules that implement `_DenseStep`: SGD (no
 slots), Momentum, Adam, AdamW, Adagrad; other rules and wrappers refuse it.
 Idea: Gupta et al., "Deep Learning with Limited Numerical Precision", ICML
 2015 and Kalamkar et al., "A Study of BFLOAT16 for Deep Learning Training",
@@ -56,7 +56,7 @@ from params import BaseLayer
 from params import NestedMap
 from params import checks
 from learner.optimizers import kernels
-from learner.optimizers import low_precision
+from learner.optimizers.kernels import low_precision
 from learner.optimizers import var_grad as var_grad_lib
 
 
@@ -112,7 +112,7 @@ class BaseOptimizer(BaseLayer):
         'With slot_dtype=tf.bfloat16: round the stored slots stochastically '
         '(unbiased; seeded by num_updates and the slot\'s name) instead of '
         'to nearest, so updates smaller than bfloat16\'s spacing (Adam\'s '
-        'v decay) are kept on average (learner/optimizers/low_precision.py).')
+        'v decay) are kept on average (kernels/low_precision.py).')
     p.Define(
         'lazy_sparse_updates', False,
         'For tf.IndexedSlices gradients: if True only rows present in the '

@@ -15,7 +15,7 @@ import learner as learner_lib
 from learner import optimizers
 from learner.learner import Learner
 from learner.optimizers import ema
-from learner.optimizers import low_precision
+from learner.optimizers.kernels import low_precision
 from learner.optimizers.var_grad import VarGrad
 from params import BaseLayer
 from params import NestedMap
