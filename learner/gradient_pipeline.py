@@ -4,10 +4,11 @@ docs/DESIGN.md, "One training step, as data": between the (all-reduced,
 window-averaged) gradient and the optimizer, `Learner._Update` runs
 
   Prescale -> Regularize -> Mask -> Norms -> Adjust -> CheckFinite -> Track
-    -> ClipByNorm -> Scale -> ClipByValue
+    -> ClipByNorm -> Scale -> [ClipAdaptive] -> ClipByValue
 
-(under several replicas `Track` is `SkipFlags`, combined over the replicas
-by the learner, then `AgreedSkip`).
+(ClipAdaptive runs with the Learner's adaptive_clip_ratio; under several
+replicas `Track` is `SkipFlags`, combined over the replicas by the
+learner, then `AgreedSkip`).
 
 Each stage is a function of lists aligned with `variables` (a gradient is
 a Tensor, a tf.IndexedSlices or None) and returns its result and, when it
@@ -28,6 +29,7 @@ import collections
 import tensorflow as tf
 
 from learner.optimizers import kernels
+from learner.optimizers import resolve
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
@@ -50,6 +52,7 @@ NUM_UPDATES = 'num_updates'
 NUM_SKIPPED_STEPS = 'num_skipped_steps'
 LOSS_SCALE = 'loss_scale'
 NUM_DROPPED_MICROBATCHES = 'num_dropped_microbatches'
+ADAPTIVE_CLIPPED_UNITS = 'adaptive_clip/clipped_units'
 
 
 def GradNormName(var_name):
@@ -73,7 +76,8 @@ def MetricNames(p, variables):
   Returns:
     list of str: [l1_loss], [l2_loss] (when the weight is not None, as in
     Lingvo), grad_norm/all, [var_norm/all], grad_norm/clipped,
-    grad_scale_all, grad_norm_is_nan_or_inf, has_nan_or_inf, then
+    grad_scale_all, grad_norm_is_nan_or_inf, has_nan_or_inf,
+    [adaptive_clip/clipped_units] (with adaptive_clip_ratio), then
     grad_norm/<var>, var_norm/<var> per variable if per_variable_norm_metrics.
   """
   names = []
@@ -86,6 +90,8 @@ def MetricNames(p, variables):
     names.append(VAR_NORM)
   names += [GRAD_NORM_CLIPPED, GRAD_SCALE, GRAD_NORM_IS_NAN_OR_INF,
             HAS_NAN_OR_INF]
+  if p.adaptive_clip_ratio:
+    names.append(ADAPTIVE_CLIPPED_UNITS)
   if p.per_variable_norm_metrics:
     for v in variables:
       n = var_grad_lib.VarName(v)
@@ -594,6 +600,78 @@ def Scale(clip, prescale, clip_value):
     else:
       scale = prescale if scale is None else scale * prescale
   return Scaling(scale, per_variable, clip_value)
+
+
+def ClipAdaptive(variables, grads, scaling, ratio, eps):
+  """Adaptive gradient clipping (AGC), unit-wise, after norm clipping.
+
+  Brock, De, Smith & Simonyan, "High-Performance Large-Scale Image
+  Recognition Without Normalization", ICML 2021, section 4.1 (unit-wise
+  form); units as optax's `adaptive_grad_clip` (`unitwise_norm`): for each
+  unit u of a variable w with (scaled) gradient g,
+    limit_u = ratio * max(||w_u||, eps)
+    g_u <- g_u                                  if ||g_u|| < limit_u
+    g_u <- g_u * limit_u / max(||g_u||, 1e-6)   otherwise.
+  A unit is the whole tensor for scalars, vectors and tensors with at most
+  one dimension > 1; for rank 2 and 3 a slice along the last axes (the
+  norm runs over axis 0: a dense layer's output column); for rank 4 and 5
+  (conv kernels, HWIO / DHWIO) one output channel (norm over all axes but
+  the last). It runs on the gradient as the optimizer would get it: after
+  the prescale and ClipByNorm (optax.chain(clip_by_global_norm,
+  adaptive_grad_clip, ...) does the same), before ClipByValue; under
+  several replicas on the all-reduced gradient. A sparse gradient is
+  densified (a unit spans every row). The norms are float32 (float64 for
+  float64 gradients); the result keeps the gradient's dtype.
+
+  Args:
+    variables, grads: aligned lists (grad None = no gradient).
+    scaling: Scaling from `Scale`.
+    ratio: Python float > 0, the clipping ratio (the paper's lambda).
+    eps: Python float > 0: weights of a smaller unit norm count as eps
+      (so zero-initialised units still move).
+
+  Returns:
+    (grads, scaling, metrics): the clipped gradients with every factor of
+    `scaling` already in them, the Scaling that remains (only its
+    clip_value), and {grad_norm/clipped: global norm after AGC,
+    adaptive_clip/clipped_units: the fraction of units clipped, float32}.
+
+  Raises:
+    ValueError: a variable of rank > 5 (no unit convention; naming it).
+  """
+  scaled = Scaling(scaling.scale, scaling.per_variable, 0.0).Gradients(grads)
+  out, clipped, units = [], [], []
+  for v, g in zip(variables, scaled):
+    if g is None:
+      out.append(None)
+      continue
+    g, n_clipped, n_units = _ClipUnits(v, tf.convert_to_tensor(g), ratio,
+                                       eps)
+    out.append(g)
+    clipped.append(n_clipped)
+    units += [n_units]
+  fraction = (tf.add_n(clipped) / float(sum(units)) if units else
+              tf.constant(0.0))
+  metrics = {GRAD_NORM_CLIPPED: GlobalNorm(out),
+             ADAPTIVE_CLIPPED_UNITS: fraction}
+  return out, Scaling(None, None, scaling.clip_value), metrics
+
+
+def _ClipUnits(var, grad, ratio, eps):
+  """(clipped grad, number of clipped units float32, number of units)."""
+  axes = resolve.UnitAxes(var.shape, var_grad_lib.VarName(var))
+  dtype = tf.float64 if grad.dtype == tf.float64 else tf.float32
+  g = tf.cast(grad, dtype)
+  w = tf.cast(var.read_value(), dtype)
+  g_norm = tf.sqrt(tf.reduce_sum(tf.square(g), axis=axes, keepdims=True))
+  w_norm = tf.sqrt(tf.reduce_sum(tf.square(w), axis=axes, keepdims=True))
+  limit = tf.cast(ratio, dtype) * tf.maximum(w_norm, tf.cast(eps, dtype))
+  over = tf.logical_not(g_norm < limit)
+  factor = tf.where(over, limit / tf.maximum(g_norm, tf.cast(1e-6, dtype)),
+                    tf.ones_like(g_norm))
+  n_units = int(g_norm.shape.num_elements())
+  n_clipped = tf.reduce_sum(tf.cast(over, tf.float32))
+  return tf.cast(g * factor, grad.dtype), n_clipped, n_units
 
 
 def ClipByValue(grads, scaling):

@@ -163,12 +163,8 @@ class GuardedUpdate:
     replicated = cross_replica.NumReplicas() > 1
     skip = (pipeline.SkipFlags(*track) if replicated else
             pipeline.Track(*track))
-    clip, m = pipeline.ClipByNorm(norms, has_nan_or_inf,
-                                  p.clip_gradient_norm_to_value,
-                                  p.clip_gradient_single_norm_to_value)
-    metrics.update(m)
-    scaling = pipeline.Scale(clip, grad_prescale, p.clip_gradient_value)
-    metrics.update(pipeline.ClipByValue(grads, scaling))
+    grads, scaling = _Clip(p, variables, grads, norms, has_nan_or_inf,
+                           grad_prescale, metrics)
     # Under XLA the metrics (var_norm/*, l1/l2_loss read the weights) go
     # through the update's cond, so their reads end before it writes.
     update = (lr, var_grads, grads, scaling, applier)
@@ -416,6 +412,22 @@ def UpdateFn(lr, var_grads, grads, scaling, applier):
       applier.Apply(lr, applied, **kw)
 
   return _Apply, applied
+
+
+def _Clip(p, variables, grads, norms, has_nan_or_inf, prescale, metrics):
+  """The clipping stages: ClipByNorm -> Scale -> [ClipAdaptive] ->
+  ClipByValue; returns (grads, Scaling) and adds their metrics."""
+  clip, m = pipeline.ClipByNorm(norms, has_nan_or_inf,
+                                p.clip_gradient_norm_to_value,
+                                p.clip_gradient_single_norm_to_value)
+  metrics.update(m)
+  scaling = pipeline.Scale(clip, prescale, p.clip_gradient_value)
+  if p.adaptive_clip_ratio:
+    grads, scaling, m = pipeline.ClipAdaptive(
+        variables, grads, scaling, p.adaptive_clip_ratio, p.adaptive_clip_eps)
+    metrics.update(m)
+  metrics.update(pipeline.ClipByValue(grads, scaling))
+  return grads, scaling
 
 
 def SkipReason(has_nan_or_inf, losses_finite):

@@ -79,9 +79,9 @@ class Learner(BaseLayer):
 
   Raises (at construction, each message names the offending param):
     ValueError: a clipping value, regularizer weight or learning_rate that
-      is negative, NaN, inf or a bool (params/checks.py); a
-      `bprop_variable_filter` / `bprop_variable_exclusion` regex that does
-      not compile; both
+      is negative, NaN, inf or a bool (params/checks.py), or
+      `adaptive_clip_eps` <= 0; a `bprop_variable_filter` /
+      `bprop_variable_exclusion` regex that does not compile; both
       `clip_gradient_norm_to_value` and `clip_gradient_single_norm_to_value`
       set; several loss names without `gradient_combiner`; both or neither of
       `optimizer` and `optimizer_fn`; no learning rate anywhere; a bad
@@ -132,6 +132,7 @@ class Learner(BaseLayer):
     p.Define('clip_gradient_value', 0.0,
              'If > 0, clip every gradient element to [-value, value], after '
              'norm clipping. 0 = off.')
+    resolve.DefineAdaptiveClipParams(p)
     p.Define('grad_norm_to_clip_to_zero', 0.0,
              'If > 0, skip the step when the global gradient norm is >= '
              'this. 0 = off.')
@@ -224,6 +225,7 @@ class Learner(BaseLayer):
     for key in _CLIP_KEYS:
       specs[key] = checks.Real(0, none_ok=key in _NONE_OK_KEYS, example=1.0,
                                why='0 turns it off')
+    specs.update(resolve.AdaptiveClipChecks())
     return specs
 
   # ---- properties ----------------------------------------------------------
@@ -280,9 +282,7 @@ class Learner(BaseLayer):
     seen = set()
 
     def _Keep(var):
-      if not IsTrainable(var):
-        return False
-      if id(var) in seen:
+      if not IsTrainable(var) or id(var) in seen:
         return False
       seen.add(id(var))
       name = var_grad_lib.VarName(var)
@@ -313,8 +313,8 @@ class Learner(BaseLayer):
 
     Raises:
       ValueError: if no variable is selected (naming the filter, the
-        exclusion and the variables seen), or lr_schedule_step is
-        'global_step' and global_step is None.
+        exclusion and the variables seen), lr_schedule_step is
+        'global_step' and global_step is None, or AGC meets rank > 5.
     """
     p = self.params
     if p.lr_schedule_step == 'global_step':
@@ -337,6 +337,7 @@ class Learner(BaseLayer):
           (self.path, p.bprop_variable_filter, p.bprop_variable_exclusion,
            [var_grad_lib.VarName(v) for v in _AsMap(vmap).Flatten()
             if IsTrainable(v)]))
+    resolve.CheckAdaptiveClipUnits(p, variables)
     self.optimizer.Bind(selected)
     self._bound = frozenset(self._bound or ()) | frozenset(
         var_grad_lib.VarName(v) for v in variables)
@@ -492,10 +493,8 @@ class Learner(BaseLayer):
                if g is None]
     if len(no_grad) == len(variables):
       p = self.params
-      hint = ''
-      if tf.executing_eagerly():
-        hint = (' Running eagerly: was the loss computed inside `with '
-                'learner.GradientTape():`?')
+      hint = (' Running eagerly: was the loss computed inside `with '
+              'learner.GradientTape():`?' if tf.executing_eagerly() else '')
       raise ValueError(
           'Learner %r: the loss %s depends on none of the selected variables '
           '%s (bprop_variable_filter=%r, bprop_variable_exclusion=%r). Check '
@@ -542,9 +541,9 @@ class Learner(BaseLayer):
       values: learning_rate, lr_schedule, grad_norm/all (before clipping),
       grad_norm/clipped, var_norm/all, grad_scale_all, has_nan_or_inf,
       num_updates, num_skipped_steps, and when used loss_scale, l1_loss,
-      l2_loss, num_dropped_microbatches, grad_norm/<var>, var_norm/<var>.
-      Metrics of the update carry weight 0 on a micro-step that only
-      accumulates.
+      l2_loss, num_dropped_microbatches, grad_norm/<var>, var_norm/<var>,
+      adaptive_clip/clipped_units. Metrics of the update carry weight 0 on
+      a micro-step that only accumulates.
 
     Raises:
       see ComputeGradients; ValueError: a second pass without fprop_fn.

@@ -27,6 +27,19 @@ around one inner optimizer (Lars, Ema, GradientAccumulation) derive from
 `wrapper.BaseWrapper`; Composite and KerasOptimizer override `Bind` and
 `Apply` themselves.
 
+Low-precision optimizer state (`slot_dtype`, e.g. tf.bfloat16): the slots
+are stored in that dtype while the update runs in the variable's dtype:
+each step reads a slot, upcasts it, computes the rule's step (`_DenseStep`,
+the same formula as the rule's kernel) and stores the new slot rounded to
+nearest, or stochastically (`slot_stochastic_rounding`;
+learner/optimizers/kernels/low_precision.py). Such an update takes the
+pure-TF path (no fused kernel: the kernels hold float32 slots) and
+densifies sparse gradients (no lazy update). Rules that implement `_DenseStep`: SGD (no
+slots), Momentum, Adam, AdamW, Adagrad; other rules and wrappers refuse it.
+Idea: Gupta et al., "Deep Learning with Limited Numerical Precision", ICML
+2015 and Kalamkar et al., "A Study of BFLOAT16 for Deep Learning Training",
+2019 (bfloat16 optimizer state with float32 math).
+
 Averages of the weights to evaluate on (Ema, Lookahead's slow weights,
 SWA: the `wrapper.BaseAveraging` wrappers) are found by asking the
 optimizer tree: `EvalAverages()` on a built optimizer, `EvalAverageClasses(p)`
@@ -52,6 +65,7 @@ from params import NestedMap
 from params import checks
 from learner.optimizers import hyper as hyper_lib
 from learner.optimizers import kernels
+from learner.optimizers.kernels import low_precision
 from learner.optimizers import var_grad as var_grad_lib
 
 
@@ -80,8 +94,10 @@ class BaseOptimizer(BaseLayer):
       `weight_decay_exclude` regex that does not compile, or a
       `hyper_schedules` that is not a dict, names a param outside
       `SCHEDULABLE_PARAMS`, holds anything but schedule params or leaves the
-      param's range at step 0 or a boundary (learner/optimizers/hyper.py);
-      `Apply` on a variable that was not bound.
+      param's range at step 0 or a boundary (learner/optimizers/hyper.py),
+      or a `slot_dtype` that is not None / a float dtype, or set on a rule
+      or wrapper without `_DenseStep`; `Apply` on a variable that was not
+      bound.
   """
 
   @classmethod
@@ -104,6 +120,20 @@ class BaseOptimizer(BaseLayer):
         'schedule\'s value at the learner\'s step (the step its lr_schedule '
         'sees; without a learner, this optimizer\'s num_updates) instead of '
         'its constant. Names: the class\'s SCHEDULABLE_PARAMS. {}: none.')
+    p.Define(
+        'slot_dtype', None,
+        'None: slots in the variable\'s dtype. tf.bfloat16 (or tf.float16, '
+        'tf.float32): slots are stored in this dtype, upcast to the '
+        'variable\'s dtype for the update and rounded back to nearest '
+        '(bfloat16 halves the slot bytes of float32 variables). Pure-TF '
+        'path, sparse gradients densified. Only rules with `_DenseStep` '
+        '(SGD, Momentum, Adam, AdamW, Adagrad).')
+    p.Define(
+        'slot_stochastic_rounding', False,
+        'With slot_dtype=tf.bfloat16: round the stored slots stochastically '
+        '(unbiased; seeded by num_updates and the slot\'s name) instead of '
+        'to nearest, so updates smaller than bfloat16\'s spacing (Adam\'s '
+        'v decay) are kept on average (kernels/low_precision.py).')
     p.Define(
         'lazy_sparse_updates', False,
         'For tf.IndexedSlices gradients: if True only rows present in the '
@@ -130,6 +160,7 @@ class BaseOptimizer(BaseLayer):
     super().__init__(params)
     p = self.params
     checks.CheckRegexList(self, 'weight_decay_exclude', p.weight_decay_exclude)
+    low_precision.CheckSlotDtype(self, BaseOptimizer)
     if 'use_bf16_gradients_ar' in p and p.use_bf16_gradients_ar:
       raise ValueError(
           '%s: use_bf16_gradients_ar=True (Lingvo: all-reduce gradients in '
@@ -438,6 +469,9 @@ class BaseOptimizer(BaseLayer):
     if reason:
       return reason
     p = self.params
+    if p.slot_dtype is not None:
+      return ('slot_dtype=%s (the fused kernels hold slots in the variable '
+              'dtype)' % tf.as_dtype(p.slot_dtype).name)
     if (p.lazy_sparse_updates and self.SUPPORTS_LAZY_SPARSE and
         any(isinstance(vg.grad, tf.IndexedSlices) for vg in vgs)):
       return 'lazy sparse update (lazy_sparse_updates=True)'
@@ -548,10 +582,11 @@ class BaseOptimizer(BaseLayer):
     the merged values of a lazy sparse gradient.
     """
     slots = self.GetSlots(var)
+    upcast = self.params.slot_dtype is not None
     lazy = False
     if isinstance(grad, tf.IndexedSlices):
       lazy = (self.params.lazy_sparse_updates and self.SUPPORTS_LAZY_SPARSE
-              and not kernels.InXla())
+              and not kernels.InXla() and not upcast)
       if lazy:
         grad = var_grad_lib.MergeDuplicateIndices(grad)
         if grad_scale is not None:
@@ -570,6 +605,10 @@ class BaseOptimizer(BaseLayer):
         decay = rate * tf.identity(var.read_value())
     if lazy:
       op = self._ApplySparse(lr, var, grad, slots)
+    elif upcast:
+      if grad_scale is not None:
+        grad = grad * tf.cast(grad_scale, grad.dtype)
+      op = self._ApplyUpcast(lr, var, grad, slots)
     elif grad_scale is not None:
       op = self._ApplyDenseScaled(lr, var, grad, slots, grad_scale)
     else:
@@ -584,6 +623,33 @@ class BaseOptimizer(BaseLayer):
   def _ApplyDense(self, lr, var, grad, slots):
     raise NotImplementedError('%s must implement _ApplyDense.' %
                               type(self).__name__)
+
+  def _DenseStep(self, lr, var, grad, slots):
+    """The rule's dense step on values, for low-precision slots (optional).
+
+    Args:
+      lr: float32 scalar; var: the variable (read it for w); grad: dense
+        gradient in var.dtype; slots: {slot name: current value upcast to
+        var.dtype}.
+
+    Returns:
+      (delta, new_slots): w <- w - delta (var.dtype), and {slot name: new
+      value in var.dtype} for the slots that change. The same numbers as
+      `_ApplyDense` up to rounding.
+    """
+    raise NotImplementedError('%s has no _DenseStep.' % type(self).__name__)
+
+  def _ApplyUpcast(self, lr, var, grad, slots):
+    """Reads the slots, upcasts, runs `_DenseStep`, stores them rounded."""
+    values = {k: tf.cast(s.read_value(), var.dtype) for k, s in slots.items()}
+    delta, new = self._DenseStep(lr, var, grad, values)
+    stochastic = self.params.slot_stochastic_rounding
+    ops = [low_precision.StoreSlot(slots[k], v, stochastic, self.num_updates)
+           for k, v in sorted(new.items())]
+    ops = [o for o in ops if o is not None]
+    with tf.control_dependencies(ops):
+      op = var.assign_sub(delta, read_value=False)
+    return None if tf.executing_eagerly() else op
 
   def _ApplyDenseScaled(self, lr, var, grad, slots, grad_scale):
     """`_ApplyDense` with `grad_scale * grad` (float32 scalar grad_scale).
@@ -654,14 +720,17 @@ def CondAsCall(pred, true_fn, false_fn):
 
 
 def _CreateSlotVariable(opt, var, slot_name, init):
-  """Creates one slot variable like `var` (same shape, dtype, placement)."""
+  """Creates one slot variable like `var` (same shape and placement; the
+  optimizer's slot_dtype, or var's dtype)."""
   name = '%s/%s/%s' % (opt.path, var_grad_lib.VarName(var), slot_name)
+  slot_dtype = opt.params.slot_dtype
+  dtype = var.dtype if slot_dtype is None else tf.as_dtype(slot_dtype)
   if init is None:
-    initial = tf.zeros(var.shape, var.dtype)
+    initial = tf.zeros(var.shape, dtype)
   elif isinstance(init, (int, float)):
-    initial = tf.fill(var.shape, tf.constant(init, var.dtype))
+    initial = tf.fill(var.shape, tf.constant(init, dtype))
   else:
-    initial = init
+    initial = tf.cast(init, dtype)
   return tf.Variable(initial, name=name, trainable=False)
 
 
@@ -779,6 +848,10 @@ class SGD(BaseOptimizer):
     del slots
     alpha = lr if grad_scale is None else lr * grad_scale
     return kernels.ApplySGD(variables, grads, alpha, wd_rate, decay, measure)
+
+  def _DenseStep(self, lr, var, grad, slots):
+    del slots
+    return tf.cast(lr, var.dtype) * grad, {}
 
   def _ApplySparse(self, lr, var, grad, slots):
     del slots

@@ -91,6 +91,16 @@ _XLA_CASES = [c for c in _CASES if c['shape_name'] == 'matrix' and
               c['dtype'] == 'float32' and c['clip']]
 
 
+@pytest.mark.parametrize('rule', ['sgd_momentum', 'adam_b1'])
+def test_scheduled_betas_reach_the_low_precision_slot_path(rule):
+  # slot_dtype routes the update through _DenseStep (slots stored, upcast);
+  # with float32 slots it must still follow the schedule as optax does.
+  case = refs.Select(_DATA, rule, shape_name='matrix', dtype='float32',
+                     clip=None)[0]
+  p = _OurParams(case).Set(slot_dtype=tf.float32)
+  refs.AssertMatches(refs.RunOurs(p, case), case, rtol=1e-6)
+
+
 @pytest.mark.parametrize('case', _XLA_CASES, ids=refs.CaseId)
 def test_matches_optax_eagerly_and_under_xla(case):
   for mode in ('eager', 'xla'):

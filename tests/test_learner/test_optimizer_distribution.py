@@ -34,6 +34,10 @@ _CASES = {
     'adopt': optimizers.ADOPT.Params().Set(use_nesterov=True),
     'schedule_free_adamw': optimizers.ScheduleFreeAdamW.Params().Set(
         warmup_steps=1, decoupled_weight_decay=0.1),
+    'adam_bf16_stochastic_slots': optimizers.Adam.Params().Set(
+        slot_dtype=tf.bfloat16, slot_stochastic_rounding=True),
+    'momentum_bf16_slots': optimizers.Momentum.Params().Set(
+        slot_dtype=tf.bfloat16),
     'lars_momentum': lars.Lars.Params().Set(
         optimizer=optimizers.Momentum.Params(), exclude_1d=False),
     'ema': ema.Ema.Params().Set(optimizer=optimizers.SGD.Params(), decay=0.5),

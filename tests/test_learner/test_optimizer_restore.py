@@ -51,6 +51,11 @@ def _Sgd():
 _PARAMS = {
     'momentum': optimizers.Momentum.Params(),
     'adam': optimizers.Adam.Params(),
+    'adam_bf16_slots': optimizers.Adam.Params().Set(slot_dtype=tf.bfloat16),
+    'adam_bf16_stochastic': optimizers.Adam.Params().Set(
+        slot_dtype=tf.bfloat16, slot_stochastic_rounding=True),
+    'momentum_bf16_slots': optimizers.Momentum.Params().Set(
+        slot_dtype=tf.bfloat16),
     'adamw': optimizers.AdamW.Params(),
     'adagrad': optimizers.Adagrad.Params(),
     'rmsprop': optimizers.RMSProp.Params().Set(centered=True, momentum=0.5),

@@ -65,6 +65,17 @@ class Adagrad(BaseOptimizer):
         epsilon=Cast(self.params.epsilon, var), grad=grad, use_locking=False,
         update_slots=True)
 
+  def _DenseStep(self, lr, var, grad, slots):
+    """ResourceApplyAdagradV2's formula on values (low-precision slots).
+
+    A bfloat16 accumulator keeps 8 significant bits: once it exceeds ~256
+    g^2 an added g^2 rounds away (round to nearest), so its growth stalls.
+    """
+    a = slots['accumulator'] + tf.square(grad)
+    return (Cast(lr, var) * grad / (tf.sqrt(a) +
+                                    Cast(self.params.epsilon, var)),
+            {'accumulator': a})
+
   def _ApplySparse(self, lr, var, grad, slots):
     return tf.raw_ops.ResourceSparseApplyAdagradV2(
         var=var.handle, accum=slots['accumulator'].handle, lr=Cast(lr, var),

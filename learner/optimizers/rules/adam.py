@@ -144,6 +144,17 @@ class Adam(BaseOptimizer):
         beta1=Cast(b1, var), beta2=Cast(b2, var),
         epsilon=self._EpsilonHat(var, b2p), grad=grad, use_locking=False)
 
+  def _DenseStep(self, lr, var, grad, slots):
+    """ResourceApplyAdam's formula on values (low-precision slots)."""
+    b1p, b2p = self._Powers(var)
+    b1, b2 = self._Betas(var)
+    b1, b2 = Cast(b1, var), Cast(b2, var)
+    m = b1 * slots['m'] + (1. - b1) * grad
+    v = b2 * slots['v'] + (1. - b2) * tf.square(grad)
+    lr_t = Cast(lr, var) * tf.sqrt(1. - b2p) / (1. - b1p)
+    return (lr_t * m / (tf.sqrt(v) + self._EpsilonHat(var, b2p)),
+            {'m': m, 'v': v})
+
   def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
                        wd_rate, decay, measure):
     """One TfLearnerMultiApplyAdam; grad_scale * g computed in the op."""

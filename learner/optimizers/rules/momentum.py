@@ -102,8 +102,8 @@ class Momentum(BaseOptimizer):
   def Velocity(self, var):
     """The velocity v of a bound variable (slot * grad_scale_state)."""
     slot = self.GetSlots(var)['momentum']
-    return slot.read_value() * tf.cast(self._scale_state.read_value(),
-                                       slot.dtype)
+    return tf.cast(slot.read_value(), var.dtype) * tf.cast(
+        self._scale_state.read_value(), var.dtype)
 
   def _CreateSlots(self, var):
     return {'momentum': None}
@@ -122,7 +122,7 @@ class Momentum(BaseOptimizer):
     lazy = p.lazy_sparse_updates and any(
         isinstance(vg.grad, tf.IndexedSlices) for vg in present)
     fold = (p.fold_grad_scale and not p.use_nesterov and not lazy and
-            names == set(self._bound))
+            p.slot_dtype is None and names == set(self._bound))
     c = (tf.constant(1.0) if _grad_scale is None else
          tf.cast(_grad_scale, tf.float32))
     s_prev = self._scale_state.read_value()
@@ -157,6 +157,13 @@ class Momentum(BaseOptimizer):
         var=var.handle, accum=slots['momentum'].handle, lr=lr_s,
         grad=grad, momentum=mom, use_locking=False,
         use_nesterov=p.use_nesterov)
+
+  def _DenseStep(self, lr, var, grad, slots):
+    """ResourceApplyMomentum's formula on values (low-precision slots)."""
+    mom, lr_s, grad = self._Scalars(var, grad)
+    v = mom * slots['momentum'] + grad
+    step = grad + mom * v if self.params.use_nesterov else v
+    return lr_s * step, {'momentum': v}
 
   def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
                        wd_rate, decay, measure):

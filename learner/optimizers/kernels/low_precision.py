@@ -1,0 +1,136 @@
+"""Low-precision optimizer state: slots stored in bfloat16, math upcast.
+
+`BaseOptimizer.slot_dtype` (e.g. tf.bfloat16) stores every slot in that
+dtype; each update reads a slot, upcasts it to the variable's dtype, runs
+the rule's `_DenseStep` (the formula of its kernel, on values) and stores
+the new slot rounded back: to nearest by default, or stochastically
+(`slot_stochastic_rounding`, bfloat16 only): x is rounded up with
+probability equal to its distance from the value below, so the rounding
+error is zero on average and small steps (Adam's v <- 0.999 v + ...: a
+change of 0.1%, under bfloat16's half spacing of 0.2-0.4%) are not lost.
+
+Sources: Gupta, Agrawal, Gopalakrishnan & Narayanan, "Deep Learning with
+Limited Numerical Precision", ICML 2015 (stochastic rounding); Kalamkar et
+al., "A Study of BFLOAT16 for Deep Learning Training", 2019; Zamirai et
+al., "Revisiting BFloat16 Training", 2020 (bfloat16 state needs stochastic
+rounding or compensation). The bit trick (add 16 random low bits to the
+float32 pattern, truncate) is the usual one for float32 -> bfloat16.
+"""
+
+import zlib
+
+import tensorflow as tf
+
+from params import checks
+
+SLOT_DTYPES = (tf.bfloat16, tf.float16, tf.float32, tf.float64)
+
+
+def CheckSlotDtype(opt, base_cls):
+  """Refuses a bad slot_dtype / slot_stochastic_rounding at construction.
+
+  Args:
+    opt: the optimizer (a layer; its params have slot_dtype and
+      slot_stochastic_rounding).
+    base_cls: BaseOptimizer (whose `_DenseStep` is the unimplemented one).
+
+  Raises:
+    ValueError: slot_dtype not None or one of SLOT_DTYPES; set on a class
+      without its own `_DenseStep` (see `HasDenseStep`: other rules,
+      wrappers); stochastic rounding without slot_dtype=tf.bfloat16.
+  """
+  p = opt.params
+  value = p.slot_dtype
+  if not isinstance(p.slot_stochastic_rounding, bool):
+    raise ValueError(
+        '%s: slot_stochastic_rounding=%r; expected True or False.' %
+        (checks.Where(opt), p.slot_stochastic_rounding))
+  if value is None:
+    if p.slot_stochastic_rounding:
+      raise ValueError(
+          '%s: slot_stochastic_rounding=True needs slot_dtype=tf.bfloat16 '
+          '(slots in the variable dtype are not rounded); set both or '
+          'neither.' % checks.Where(opt))
+    return
+  try:
+    dtype = tf.as_dtype(value)
+  except TypeError:
+    dtype = None
+  if dtype not in SLOT_DTYPES:
+    raise ValueError(
+        '%s: slot_dtype=%r is not a float dtype; use None (the variable\'s '
+        'dtype) or tf.bfloat16 / tf.float16 / tf.float32 / tf.float64.' %
+        (checks.Where(opt), value))
+  if not HasDenseStep(type(opt), base_cls):
+    raise ValueError(
+        '%s: slot_dtype=%s is not supported by %s (no _DenseStep); use it on '
+        'SGD, Momentum, Adam, AdamW or Adagrad (for a wrapper: on its inner '
+        'optimizer), or set slot_dtype=None.' %
+        (checks.Where(opt), dtype.name, type(opt).__name__))
+  if p.slot_stochastic_rounding and dtype != tf.bfloat16:
+    raise ValueError(
+        '%s: slot_stochastic_rounding=True with slot_dtype=%s; stochastic '
+        'rounding is implemented for tf.bfloat16 slots only. Set '
+        'slot_dtype=tf.bfloat16 or slot_stochastic_rounding=False.' %
+        (checks.Where(opt), dtype.name))
+
+
+def HasDenseStep(cls, base_cls):
+  """True if `cls`'s `_DenseStep` belongs to the class of its `_ApplyDense`.
+
+  A subclass that changes only `_ApplyDense` does not inherit its parent's
+  `_DenseStep` (it would silently get the parent's numbers with
+  low-precision slots), and `base_cls`'s own is the unimplemented default.
+  """
+  owner = next((k for k in cls.__mro__ if '_ApplyDense' in vars(k)), None)
+  return (owner is not None and owner is not base_cls and
+          '_DenseStep' in vars(owner))
+
+
+def StochasticRoundToBfloat16(x, seed):
+  """Rounds float32 `x` to bfloat16 stochastically (unbiased).
+
+  Adds a uniform integer in [0, 2^16) to the float32 bit pattern and clears
+  the low 16 bits: the magnitude rounds up with probability equal to the
+  dropped fraction of a bfloat16 spacing (sign-magnitude, so the same for
+  negative values). Inf stays Inf; values within one spacing of the
+  largest finite bfloat16 may round to Inf.
+
+  Args:
+    x: float32 tensor (a float64 one is cast to float32 first).
+    seed: int32/int64 tensor of shape [2] for tf.random.stateless_uniform
+      (the same seed gives the same rounding: replicas stay identical).
+
+  Returns:
+    bfloat16 tensor of x's shape.
+  """
+  x = tf.cast(x, tf.float32)
+  noise = tf.random.stateless_uniform(tf.shape(x), seed, minval=0,
+                                      maxval=1 << 16, dtype=tf.int32)
+  bits = tf.bitwise.bitwise_and(tf.bitcast(x, tf.int32) + noise,
+                                tf.constant(-(1 << 16), tf.int32))
+  return tf.cast(tf.bitcast(bits, tf.float32), tf.bfloat16)
+
+
+def StoreSlot(slot, value, stochastic, step):
+  """Assigns `value` to `slot`, cast to its dtype (stochastic: see above).
+
+  Args:
+    slot: the slot variable.
+    value: the new value in the variable's dtype.
+    stochastic: bool, slot_stochastic_rounding.
+    step: int64 scalar (the optimizer's num_updates): with a per-slot salt
+      (crc32 of the slot's name) it seeds the rounding, so a run and its
+      resumption from a checkpoint round alike.
+
+  Returns:
+    The assign op (None eagerly).
+  """
+  if stochastic:
+    salt = zlib.crc32(slot.name.encode('utf-8')) & 0x7fffffff
+    seed = tf.stack([tf.cast(step, tf.int64), tf.constant(salt, tf.int64)])
+    rounded = StochasticRoundToBfloat16(value, seed)
+  else:
+    rounded = tf.cast(value, slot.dtype)
+  op = slot.assign(rounded, read_value=False)
+  return None if tf.executing_eagerly() else op
