@@ -54,7 +54,6 @@ same graph as before) and the schedule's value at the learner's step when
 scheduled. Here: 'decoupled_weight_decay'.
 """
 
-import contextlib
 import re
 
 from absl import logging
@@ -69,7 +68,7 @@ from learner.optimizers.kernels import low_precision
 from learner.optimizers import var_grad as var_grad_lib
 
 
-class BaseOptimizer(BaseLayer):
+class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
   """Base class of optimizers and optimizer wrappers.
 
   Class attribute SUPPORTS_LAZY_SPARSE: True when `_ApplySparse` updates only
@@ -172,97 +171,6 @@ class BaseOptimizer(BaseLayer):
     self._bound = {}
     self._decay_mask = {}
     self._BuildHyperSchedules(p.hyper_schedules)
-
-  # ---- scheduled hyperparameters -------------------------------------------
-
-  def _BuildHyperSchedules(self, schedules_map):
-    """Checks `hyper_schedules` and builds each as the child 'hyper_<name>'.
-
-    Args:
-      schedules_map: the `hyper_schedules` param.
-
-    Raises:
-      ValueError: see hyper.CheckConfig and hyper.CheckValues.
-    """
-    allowed = tuple(type(self).SCHEDULABLE_PARAMS)
-    hyper_lib.CheckConfig(self, schedules_map, allowed)
-    built = {}
-    for name in sorted(schedules_map):
-      sp = schedules_map[name].Copy(frozen=False)
-      sp.name = hyper_lib.CHILD_PREFIX + name
-      built[name] = self.CreateChild(hyper_lib.CHILD_PREFIX + name, sp)
-    specs = type(self).ValueChecks()
-    with tf.init_scope():
-      for name in sorted(built):
-        hyper_lib.CheckValues(self, name, built[name], specs.get(name))
-    # Not tracked again (the children are): a plain dict in __dict__.
-    self.__dict__['_hyper_schedules'] = built
-    self.__dict__['_hyper_cache'] = None
-
-  @property
-  def scheduled_hyperparams(self):
-    """Sorted list of the names whose value comes from a schedule."""
-    return sorted(self.__dict__.get('_hyper_schedules', {}))
-
-  def UseScheduleStep(self, step_fn):
-    """Makes `Hyper` evaluate schedules at `step_fn()` (an int64 scalar).
-
-    The learner calls it at Bind on every optimizer below it with the step
-    its own lr_schedule reads. Not tracked.
-    """
-    self.__dict__['_schedule_step_fn'] = step_fn
-
-  def HyperStep(self, name=None):
-    """int64 scalar: the step scheduled hyperparameters are evaluated at.
-
-    The learner's (`UseScheduleStep`), else this optimizer's num_updates
-    (before this update). `name` lets a subclass give one param another
-    step (Ema's legacy decay_schedule).
-    """
-    del name
-    fn = self.__dict__.get('_schedule_step_fn')
-    return fn() if fn is not None else self._num_updates.read_value()
-
-  def Hyper(self, name, dtype=None):
-    """The value of the param `name` for the current update.
-
-    Args:
-      name: a param of `SCHEDULABLE_PARAMS`.
-      dtype: optional tf dtype a scheduled value is cast to (an unscheduled
-        one stays a Python number, so the graph is unchanged).
-
-    Returns:
-      `params.<name>` (a Python number) if not scheduled; else the float32
-      (or `dtype`) scalar tensor schedule.Value(HyperStep()), evaluated
-      once per `Apply`.
-    """
-    sched = self.__dict__['_hyper_schedules'].get(name)
-    if sched is None:
-      return self.params.Get(name)
-    cache = self.__dict__.get('_hyper_cache')
-    if cache is not None and name in cache:
-      value = cache[name]
-    else:
-      value = sched.Value(self.HyperStep(name))
-      if cache is not None:
-        cache[name] = value
-    return value if dtype is None else tf.cast(value, dtype)
-
-  @contextlib.contextmanager
-  def HyperScope(self):
-    """Context: `Hyper` evaluates each schedule once inside (re-entrant).
-
-    Every `Apply` runs inside one; a subclass that reads `Hyper` before
-    calling `super().Apply` opens it around both.
-    """
-    if self.__dict__.get('_hyper_cache') is not None:
-      yield
-      return
-    self.__dict__['_hyper_cache'] = {}
-    try:
-      yield
-    finally:
-      self.__dict__['_hyper_cache'] = None
 
   def WeightDecayOn(self):
     """True if decoupled weight decay is nonzero or scheduled."""

@@ -19,6 +19,10 @@ against it and against the class's `ValueChecks()` ranges, and builds the
 schedules as children of the optimizer.
 """
 
+import contextlib
+
+import tensorflow as tf
+
 from params import checks
 from schedules import base_schedule
 
@@ -94,3 +98,104 @@ def CheckValues(layer, name, schedule, spec):
           (checks.Where(layer), name, type(schedule).__name__, name, value,
            step, problem, why,
            spec.Describe().replace('a finite number ', '')))
+
+
+class ScheduledHyperparams:
+  """BaseOptimizer's scheduled hyperparameters (a mixin; see the module).
+
+  `_BuildHyperSchedules` (called from BaseOptimizer.__init__) checks and
+  builds `hyper_schedules`; `Hyper(name)` reads a param's value for the
+  current update; `HyperScope()` evaluates each schedule once per Apply;
+  `UseScheduleStep` / `HyperStep` choose the step. It relies on the
+  optimizer's `params`, `CreateChild`, `ValueChecks` and `_num_updates`.
+  """
+
+
+  def _BuildHyperSchedules(self, schedules_map):
+    """Checks `hyper_schedules` and builds each as the child 'hyper_<name>'.
+
+    Args:
+      schedules_map: the `hyper_schedules` param.
+
+    Raises:
+      ValueError: see hyper.CheckConfig and hyper.CheckValues.
+    """
+    allowed = tuple(type(self).SCHEDULABLE_PARAMS)
+    CheckConfig(self, schedules_map, allowed)
+    built = {}
+    for name in sorted(schedules_map):
+      sp = schedules_map[name].Copy(frozen=False)
+      sp.name = CHILD_PREFIX + name
+      built[name] = self.CreateChild(CHILD_PREFIX + name, sp)
+    specs = type(self).ValueChecks()
+    with tf.init_scope():
+      for name in sorted(built):
+        CheckValues(self, name, built[name], specs.get(name))
+    # Not tracked again (the children are): a plain dict in __dict__.
+    self.__dict__['_hyper_schedules'] = built
+    self.__dict__['_hyper_cache'] = None
+
+  @property
+  def scheduled_hyperparams(self):
+    """Sorted list of the names whose value comes from a schedule."""
+    return sorted(self.__dict__.get('_hyper_schedules', {}))
+
+  def UseScheduleStep(self, step_fn):
+    """Makes `Hyper` evaluate schedules at `step_fn()` (an int64 scalar).
+
+    The learner calls it at Bind on every optimizer below it with the step
+    its own lr_schedule reads. Not tracked.
+    """
+    self.__dict__['_schedule_step_fn'] = step_fn
+
+  def HyperStep(self, name=None):
+    """int64 scalar: the step scheduled hyperparameters are evaluated at.
+
+    The learner's (`UseScheduleStep`), else this optimizer's num_updates
+    (before this update). `name` lets a subclass give one param another
+    step (Ema's legacy decay_schedule).
+    """
+    del name
+    fn = self.__dict__.get('_schedule_step_fn')
+    return fn() if fn is not None else self._num_updates.read_value()
+
+  def Hyper(self, name, dtype=None):
+    """The value of the param `name` for the current update.
+
+    Args:
+      name: a param of `SCHEDULABLE_PARAMS`.
+      dtype: optional tf dtype a scheduled value is cast to (an unscheduled
+        one stays a Python number, so the graph is unchanged).
+
+    Returns:
+      `params.<name>` (a Python number) if not scheduled; else the float32
+      (or `dtype`) scalar tensor schedule.Value(HyperStep()), evaluated
+      once per `Apply`.
+    """
+    sched = self.__dict__['_hyper_schedules'].get(name)
+    if sched is None:
+      return self.params.Get(name)
+    cache = self.__dict__.get('_hyper_cache')
+    if cache is not None and name in cache:
+      value = cache[name]
+    else:
+      value = sched.Value(self.HyperStep(name))
+      if cache is not None:
+        cache[name] = value
+    return value if dtype is None else tf.cast(value, dtype)
+
+  @contextlib.contextmanager
+  def HyperScope(self):
+    """Context: `Hyper` evaluates each schedule once inside (re-entrant).
+
+    Every `Apply` runs inside one; a subclass that reads `Hyper` before
+    calling `super().Apply` opens it around both.
+    """
+    if self.__dict__.get('_hyper_cache') is not None:
+      yield
+      return
+    self.__dict__['_hyper_cache'] = {}
+    try:
+      yield
+    finally:
+      self.__dict__['_hyper_cache'] = None
