@@ -82,7 +82,7 @@ def OptimizerParams(cfg, accumulate_batches=0):
     p = optimizers.Adam.Params().Set(beta1=cfg.beta1, beta2=cfg.beta2,
                                      epsilon=cfg.epsilon)
   if accumulate_batches:
-    from learner.optimizers import accumulation as gradient_accumulation  # pylint: disable=g-import-not-at-top
+    from learner.optimizers.wrappers import accumulation as gradient_accumulation  # pylint: disable=g-import-not-at-top
     p = gradient_accumulation.GradientAccumulation.Params().Set(
         optimizer=p, num_batches=accumulate_batches)
   return p

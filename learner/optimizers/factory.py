@@ -19,15 +19,15 @@ import difflib
 
 import tensorflow as tf
 
-from learner.optimizers import accumulation as gradient_accumulation
+from learner.optimizers.wrappers import accumulation as gradient_accumulation
 from learner.optimizers import base as base_optimizer
-from learner.optimizers import ema as ema_lib
+from learner.optimizers.wrappers import ema as ema_lib
 from learner.optimizers import keras_optimizer
-from learner.optimizers import lars as lars_lib
-from learner.optimizers import lookahead as lookahead_lib
+from learner.optimizers.wrappers import lars as lars_lib
+from learner.optimizers.wrappers import lookahead as lookahead_lib
 from learner.optimizers import rules
-from learner.optimizers import sam as sam_lib
-from learner.optimizers import swa as swa_lib
+from learner.optimizers.wrappers import sam as sam_lib
+from learner.optimizers.wrappers import swa as swa_lib
 from params import hyperparams
 from params import text_registry
 from params import value_codec

@@ -90,7 +90,7 @@ def GlobalBatches(batches):
 def LearnerParams(kind):
   """Learner params: 'sgd', or 'accum_sync' / 'accum_nosync' (4 batches)."""
   from learner.optimizers import base as base_optimizer  # pylint: disable=g-import-not-at-top
-  from learner.optimizers import accumulation as gradient_accumulation  # pylint: disable=g-import-not-at-top
+  from learner.optimizers.wrappers import accumulation as gradient_accumulation  # pylint: disable=g-import-not-at-top
   from learner import learner as learner_lib  # pylint: disable=g-import-not-at-top
   opt = base_optimizer.SGD.Params()
   if kind != 'sgd':

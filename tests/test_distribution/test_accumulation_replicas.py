@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from learner import gradient_tape
 from learner import learner as learner_lib
-from learner.optimizers.accumulation import GradientAccumulation
+from learner.optimizers.wrappers.accumulation import GradientAccumulation
 from learner.optimizers.base import SGD
 from learner.training.cluster import distribution
 from params import NestedMap

@@ -23,7 +23,7 @@ from learner import grad_norm_tracker
 from learner import optimizers
 from learner.learner import Learner
 from learner.optimizers import base as base_optimizer
-from learner.optimizers.accumulation import GradientAccumulation
+from learner.optimizers.wrappers.accumulation import GradientAccumulation
 from learner.training.cluster import distribution
 from learner.training.jobs import trainer as trainer_lib
 from learner.training.model.input_generator import DatasetInput

@@ -12,8 +12,8 @@ from configs import inputs
 from configs import model_tasks
 from learner import learner as learner_lib
 from learner.optimizers import base as base_optimizer
-from learner.optimizers import ema as ema_lib
-from learner.optimizers import lookahead as lookahead_lib
+from learner.optimizers.wrappers import ema as ema_lib
+from learner.optimizers.wrappers import lookahead as lookahead_lib
 from learner.optimizers.factory import get_optimizer_fn
 from learner.optimizers.factory import get_optimizer_wrapper_fn
 from params import registry

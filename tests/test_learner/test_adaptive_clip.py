@@ -16,7 +16,7 @@ from learner import gradient_pipeline as pipeline
 from learner.learner import Learner
 from learner.optimizers import Adam
 from learner.optimizers import SGD
-from learner.optimizers.accumulation import GradientAccumulation
+from learner.optimizers.wrappers.accumulation import GradientAccumulation
 from learner.training.cluster import distribution
 from params import BaseLayer
 from schedules import ConstantOne

@@ -1,10 +1,10 @@
-"""Tests of learner/optimizers/composite.py."""
+"""Tests of learner/optimizers/wrappers/composite.py."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from learner.optimizers import composite
+from learner.optimizers.wrappers import composite
 from learner import optimizers
 from learner.optimizers.var_grad import VarGrad
 from params import NestedMap

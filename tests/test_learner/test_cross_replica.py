@@ -10,7 +10,7 @@ import tensorflow as tf
 import learner as learner_lib
 from learner.optimizers import base as base_optimizer
 from learner import cross_replica
-from learner.optimizers.accumulation import GradientAccumulation
+from learner.optimizers.wrappers.accumulation import GradientAccumulation
 from learner.learner import Learner
 from params import BaseLayer
 from learner.training.cluster import distribution

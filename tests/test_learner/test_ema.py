@@ -1,10 +1,10 @@
-"""Tests of learner/optimizers/ema.py."""
+"""Tests of learner/optimizers/wrappers/ema.py."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from learner.optimizers import ema
+from learner.optimizers.wrappers import ema
 from learner import optimizers
 from learner.optimizers.var_grad import VarGrad
 from params import NestedMap

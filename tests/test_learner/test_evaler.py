@@ -18,7 +18,7 @@ from tensorboard.backend.event_processing import event_accumulator
 
 from params import registry
 from learner import optimizers
-from learner.optimizers import ema as ema_lib
+from learner.optimizers.wrappers import ema as ema_lib
 from learner.training.services import checkpointer as checkpointer_lib
 from learner.training.jobs import evaler as evaler_lib
 from learner.training.jobs import trainer as trainer_lib

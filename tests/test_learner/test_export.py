@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from params import NestedMap
 from params import registry
-from learner.optimizers import ema as ema_lib
+from learner.optimizers.wrappers import ema as ema_lib
 from learner.training.jobs import eval_restore
 from learner.training.jobs import export as export_lib
 from learner.training.jobs import trainer as trainer_lib

@@ -7,7 +7,7 @@ import tensorflow as tf
 import learner as learner_lib
 from learner.optimizers import base as base_optimizer
 from learner import optimizers
-from learner.optimizers.accumulation import GradientAccumulation
+from learner.optimizers.wrappers.accumulation import GradientAccumulation
 from learner.learner import Learner
 from learner.optimizers.var_grad import VarGrad
 from params import BaseLayer

@@ -12,7 +12,7 @@ import learner as learner_lib
 from learner import gradient_pipeline as pipeline
 from learner.learner import Learner
 from learner.optimizers import base as base_optimizer
-from learner.optimizers.accumulation import GradientAccumulation
+from learner.optimizers.wrappers.accumulation import GradientAccumulation
 from learner.optimizers.var_grad import VarGrad
 from params import BaseLayer
 from params import NestedMap

@@ -14,12 +14,12 @@ import tensorflow as tf
 import learner as learner_lib
 from learner import get_optimizer_fn
 from learner.learner import Learner
-from learner.optimizers import accumulation
+from learner.optimizers.wrappers import accumulation
 from learner.optimizers import base
-from learner.optimizers import composite
-from learner.optimizers import ema
+from learner.optimizers.wrappers import composite
+from learner.optimizers.wrappers import ema
 from learner.optimizers import kernels
-from learner.optimizers import lookahead
+from learner.optimizers.wrappers import lookahead
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.rules import adam
 from learner.optimizers.rules import lamb

@@ -21,7 +21,7 @@ from learner import gradient_pipeline as pipeline
 from learner import optimizers
 from learner.learner import Learner
 from learner.optimizers import kernels
-from learner.optimizers.accumulation import GradientAccumulation
+from learner.optimizers.wrappers.accumulation import GradientAccumulation
 from learner.optimizers.kernels import loader
 from learner.optimizers.var_grad import VarGrad
 from params import NestedMap

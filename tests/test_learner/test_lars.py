@@ -1,10 +1,10 @@
-"""Tests of learner/optimizers/lars.py (You, Gitman & Ginsburg 2017)."""
+"""Tests of learner/optimizers/wrappers/lars.py (You, Gitman & Ginsburg 2017)."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from learner.optimizers import lars
+from learner.optimizers.wrappers import lars
 from learner import optimizers
 from learner.optimizers.var_grad import VarGrad
 from params import NestedMap

@@ -14,7 +14,7 @@ import tensorflow as tf
 import learner as learner_lib
 from learner.optimizers import base as base_optimizer
 from learner import optimizers
-from learner.optimizers.accumulation import GradientAccumulation
+from learner.optimizers.wrappers.accumulation import GradientAccumulation
 from learner.learner import Learner
 from learner.optimizers.var_grad import VarGrad
 from params import BaseLayer
@@ -156,7 +156,7 @@ def test_apply_scaled_equals_apply_of_scaled_grads(opt_params):
 def test_apply_scaled_on_a_wrapper_scales_before_its_apply():
   # Ema overrides Apply: ApplyScaled hands it the scaled gradient. SGD lr
   # 0.5, g [3, -4], scale 0.2: w = [1, -2] - 0.1 g = [0.7, -1.6].
-  from learner.optimizers import ema  # pylint: disable=g-import-not-at-top
+  from learner.optimizers.wrappers import ema  # pylint: disable=g-import-not-at-top
   w = tf.Variable([1.0, -2.0], name='w')
   opt = ema.Ema.Params().Set(
       name='ema', optimizer=base_optimizer.SGD.Params()).Instantiate()

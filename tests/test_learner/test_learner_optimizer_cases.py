@@ -8,7 +8,7 @@ import tensorflow as tf
 
 import learner as learner_lib
 from learner.optimizers import base as base_optimizer
-from learner.optimizers import composite
+from learner.optimizers.wrappers import composite
 from learner import optimizers
 from learner.learner import Learner
 from params import BaseLayer
@@ -172,8 +172,8 @@ def test_seed_three_level_example_factory_and_params_give_identical_updates():
   # Momentum(0.9) in Lars(eta=0.001, weight_decay=0.0001) in
   # batch_gradients(num_batches=8, sync_on_apply=True), from factories
   # (MoXing's ratio=0.001) and from params; 16 micro-steps = 2 updates.
-  from learner.optimizers import accumulation as gradient_accumulation  # pylint: disable=g-import-not-at-top
-  from learner.optimizers import lars  # pylint: disable=g-import-not-at-top
+  from learner.optimizers.wrappers import accumulation as gradient_accumulation  # pylint: disable=g-import-not-at-top
+  from learner.optimizers.wrappers import lars  # pylint: disable=g-import-not-at-top
   fn = learner_lib.get_optimizer_fn('momentum', learning_rate=0.1,
                                     momentum=0.9)
   fn = learner_lib.get_optimizer_wrapper_fn('lars', fn, ratio=0.001,

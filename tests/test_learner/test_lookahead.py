@@ -1,4 +1,4 @@
-"""Tests of learner/optimizers/lookahead.py (Zhang et al. 2019).
+"""Tests of learner/optimizers/wrappers/lookahead.py (Zhang et al. 2019).
 
 Against optax 0.2.8's `lookahead` (tests/data/optax_lookahead.json: fast and
 slow weights after each of 10 steps around sgd and adam), a case by hand,
@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 from learner import optimizers
-from learner.optimizers import lookahead
+from learner.optimizers.wrappers import lookahead
 from learner.optimizers.factory import get_optimizer_fn
 from learner.optimizers.factory import get_optimizer_wrapper_fn
 from learner.optimizers.var_grad import VarGrad

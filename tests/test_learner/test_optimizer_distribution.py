@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from learner.optimizers import composite
-from learner.optimizers import ema
+from learner.optimizers.wrappers import composite
+from learner.optimizers.wrappers import ema
 from learner.optimizers import keras_optimizer
-from learner.optimizers import lars
-from learner.optimizers import lookahead
-from learner.optimizers import swa
+from learner.optimizers.wrappers import lars
+from learner.optimizers.wrappers import lookahead
+from learner.optimizers.wrappers import swa
 from learner import optimizers
 from learner.optimizers.var_grad import VarGrad
 from params import NestedMap

@@ -7,10 +7,10 @@ import pytest
 import tensorflow as tf
 
 import learner
-from learner.optimizers import ema
+from learner.optimizers.wrappers import ema
 from learner.optimizers import rules
 from learner.optimizers import keras_optimizer
-from learner.optimizers import lars
+from learner.optimizers.wrappers import lars
 from learner.optimizers import factory
 from learner import optimizers
 from learner.optimizers.var_grad import VarGrad
@@ -21,7 +21,7 @@ get_optimizer_fn = factory.get_optimizer_fn
 get_optimizer_wrapper_fn = factory.get_optimizer_wrapper_fn
 
 _HAS_ACCUMULATION = importlib.util.find_spec(
-    'learner.optimizers.accumulation') is not None
+    'learner.optimizers.wrappers.accumulation') is not None
 
 
 @pytest.mark.parametrize('name,kwargs,expected', [
@@ -150,10 +150,10 @@ def test_seed_example_lars_momentum_factory_equals_params_and_updates(
 
 
 @pytest.mark.skipif(not _HAS_ACCUMULATION,
-                    reason='learner/optimizers/accumulation.py not committed yet')
+                    reason='learner/optimizers/wrappers/accumulation.py not committed yet')
 @pytest.mark.parametrize('from_instance', [False, True])
 def test_seed_three_level_example_factory_equals_params(from_instance):
-  from learner.optimizers import accumulation as gradient_accumulation  # pylint: disable=g-import-not-at-top
+  from learner.optimizers.wrappers import accumulation as gradient_accumulation  # pylint: disable=g-import-not-at-top
   fn = get_optimizer_wrapper_fn('batch_gradients',
                                 _LarsMomentumFactory(from_instance),
                                 num_batches=8, sync_on_apply=True)
@@ -166,7 +166,7 @@ def test_seed_three_level_example_factory_equals_params(from_instance):
 
 
 @pytest.mark.skipif(not _HAS_ACCUMULATION,
-                    reason='learner/optimizers/accumulation.py not committed yet')
+                    reason='learner/optimizers/wrappers/accumulation.py not committed yet')
 @pytest.mark.parametrize('outer', ['lars', 'ema', 'lookahead', 'swa', 'sam'])
 def test_accumulation_must_be_outermost_in_factories(outer):
   acc = get_optimizer_wrapper_fn('batch_gradients', get_optimizer_fn('sgd'),
@@ -244,7 +244,7 @@ def test_c_not_callable_keras_instance_message_suggests_a_lambda_around_its_clas
 
 
 def test_c_not_callable_our_instance_message_suggests_params_or_a_factory_not_a_lambda():
-  from learner.optimizers import accumulation as gradient_accumulation  # pylint: disable=g-import-not-at-top
+  from learner.optimizers.wrappers import accumulation as gradient_accumulation  # pylint: disable=g-import-not-at-top
   opt = gradient_accumulation.GradientAccumulation.Params().Set(
       optimizer=optimizers.SGD.Params()).Instantiate()
   with pytest.raises(TypeError) as e:

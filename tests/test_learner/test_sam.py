@@ -14,7 +14,7 @@ from configs import model_tasks
 from learner import optimizers
 from learner.learner import Learner
 from learner.optimizers import factory
-from learner.optimizers.sam import Sam
+from learner.optimizers.wrappers.sam import Sam
 from learner.training.cluster import distribution
 from params import NestedMap
 from schedules import ConstantOne

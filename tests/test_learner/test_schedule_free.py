@@ -17,7 +17,7 @@ import tensorflow as tf
 import learner as learner_lib
 from learner import optimizers
 from learner.learner import Learner
-from learner.optimizers import accumulation
+from learner.optimizers.wrappers import accumulation
 from learner.optimizers import get_optimizer_fn
 from learner.optimizers import get_optimizer_wrapper_fn
 from learner.optimizers.rules import schedule_free

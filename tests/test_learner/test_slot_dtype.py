@@ -14,7 +14,7 @@ import tensorflow as tf
 import learner as learner_lib
 from learner import optimizers
 from learner.learner import Learner
-from learner.optimizers import ema
+from learner.optimizers.wrappers import ema
 from learner.optimizers.kernels import low_precision
 from learner.optimizers.var_grad import VarGrad
 from params import BaseLayer

@@ -1,4 +1,4 @@
-"""Tests of learner/optimizers/swa.py (Izmailov et al. 2018).
+"""Tests of learner/optimizers/wrappers/swa.py (Izmailov et al. 2018).
 
 The reference is written here in numpy with the semantics of PyTorch's
 torch.optim.swa_utils.AveragedModel (n_averaged; the first sample copied,
@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from learner import optimizers
-from learner.optimizers import swa
+from learner.optimizers.wrappers import swa
 from learner.optimizers.factory import get_optimizer_fn
 from learner.optimizers.factory import get_optimizer_wrapper_fn
 from learner.optimizers.var_grad import VarGrad

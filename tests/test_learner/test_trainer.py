@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from params import registry
-from learner.optimizers import ema as ema_lib
+from learner.optimizers.wrappers import ema as ema_lib
 from learner import optimizers
 from learner.training.jobs import eval_restore
 from learner.training.jobs import trainer as trainer_lib

@@ -21,9 +21,9 @@ import tensorflow as tf
 
 from params import registry
 from learner import optimizers
-from learner.optimizers import ema
-from learner.optimizers import lookahead
-from learner.optimizers import swa
+from learner.optimizers.wrappers import ema
+from learner.optimizers.wrappers import lookahead
+from learner.optimizers.wrappers import swa
 from learner.training.jobs import evaler as evaler_lib
 from learner.training.jobs import export as export_lib
 from learner.training.jobs import trainer as trainer_lib

@@ -14,9 +14,9 @@ import tensorflow as tf
 from params import NestedMap
 from params import registry
 from learner import optimizers
-from learner.optimizers import accumulation
-from learner.optimizers import ema as ema_lib
-from learner.optimizers import lars
+from learner.optimizers.wrappers import accumulation
+from learner.optimizers.wrappers import ema as ema_lib
+from learner.optimizers.wrappers import lars
 from learner.optimizers.var_grad import VarGrad
 from learner.training.jobs import trainer as trainer_lib
 

@@ -9,11 +9,11 @@ import pytest
 import tensorflow as tf
 
 from learner import optimizers
-from learner.optimizers import accumulation
-from learner.optimizers import composite
-from learner.optimizers import ema as ema_lib
+from learner.optimizers.wrappers import accumulation
+from learner.optimizers.wrappers import composite
+from learner.optimizers.wrappers import ema as ema_lib
 from learner.optimizers import keras_optimizer
-from learner.optimizers import lars
+from learner.optimizers.wrappers import lars
 from learner.optimizers import wrapper
 from learner.optimizers.var_grad import VarGrad
 from params import NestedMap

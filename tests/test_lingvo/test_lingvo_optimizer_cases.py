@@ -17,9 +17,9 @@ import tensorflow as tf
 
 from learner import learner as learner_lib
 from learner import optimizers
-from learner.optimizers.accumulation import GradientAccumulation
+from learner.optimizers.wrappers.accumulation import GradientAccumulation
 from learner.optimizers.base import SGD
-from learner.optimizers.composite import Composite
+from learner.optimizers.wrappers.composite import Composite
 from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
 

@@ -86,6 +86,7 @@ def _AllLayerClasses():
   found = {}
   for pkg_name in ('params', 'schedules', 'layers', 'learner',
                    'learner.optimizers', 'learner.optimizers.rules',
+                   'learner.optimizers.wrappers',
                    'learner.training.model', 'learner.training.jobs',
                    'learner.training.services', 'learner.training.cluster',
                    'configs'):

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from learner import learner as learner_lib
 from learner import optimizers
-from learner.optimizers.accumulation import GradientAccumulation
+from learner.optimizers.wrappers.accumulation import GradientAccumulation
 from learner.training.jobs import trainer as trainer_lib
 from learner.training.jobs import validate
 from learner.training.model import task_params

@@ -22,7 +22,7 @@ from absl import logging
 
 import schedules
 from learner import learner as learner_lib
-from learner.optimizers import ema as ema_lib
+from learner.optimizers.wrappers import ema as ema_lib
 from learner.optimizers import factory as optimizer_factory
 from learner.optimizers.rules import adam as adam_rule
 from learner.training.services import checkpointer as checkpointer_lib
