@@ -38,6 +38,7 @@ _EXPORTS = {
     'XLAShardingAdafactor': 'learner.optimizers',
     'LAMB': 'learner.optimizers',
     'Lion': 'learner.optimizers',
+    'Muon': 'learner.optimizers',
     'Lars': 'learner.optimizers.lars',
     'Ema': 'learner.optimizers.ema',
     'Composite': 'learner.optimizers.composite',

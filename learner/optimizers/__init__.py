@@ -2,7 +2,7 @@
 
   base.py            BaseOptimizer (Bind-time slots, Apply), SGD, helpers
   rules/             the update rules, one family per module (momentum, adam,
-                     adagrad, rmsprop, adadelta, adafactor, lamb, lion);
+                     adagrad, rmsprop, adadelta, adafactor, lamb, lion, muon);
                      rules.RULES registers each (export, factory name)
   lars.py, ema.py, composite.py, keras_optimizer.py, accumulation.py
                      the wrappers (each holds an inner optimizer's params)

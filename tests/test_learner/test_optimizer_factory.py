@@ -46,6 +46,9 @@ _HAS_ACCUMULATION = importlib.util.find_spec(
         weight_decay=0.01)),
     ('lion', {'beta_1': 0.95, 'weight_decay': 0.1},
      optimizers.Lion.Params().Set(beta1=0.95, decoupled_weight_decay=0.1)),
+    ('muon', {'momentum': 0.9, 'weight_decay': 0.1, 'nesterov': False},
+     optimizers.Muon.Params().Set(beta=0.9, decoupled_weight_decay=0.1,
+                                  nesterov=False)),
 ])
 def test_each_name_and_moxing_keywords_give_the_params(name, kwargs, expected):
   fn = get_optimizer_fn(name, learning_rate=0.01, **kwargs)
@@ -272,7 +275,7 @@ def test_lazy_table_names_every_registered_rule():
   names = {r.cls.__name__ for r in rules.RULES} - {'SGD'}
   assert names == {'Momentum', 'Adam', 'AdamW', 'Adagrad', 'RMSProp',
                    'AdaDelta', 'Adafactor', 'XLAShardingAdafactor', 'LAMB',
-                   'Lion'}
+                   'Lion', 'Muon'}
   for name in names:
     assert learner._EXPORTS[name] == 'learner.optimizers', name  # pylint: disable=protected-access
     assert getattr(learner, name) is getattr(optimizers, name)

@@ -5,6 +5,7 @@
   adadelta.py   AdaDelta                     adafactor.py  Adafactor,
                                                            XLAShardingAdafactor
   lamb.py       LAMB                         lion.py       Lion
+  muon.py       Muon (Newton-Schulz orthogonalised momentum; matrices only)
   common.py     helpers the families share
 
 Plain SGD is `SGD` in learner/optimizers/base.py (the base's own rule).
@@ -24,6 +25,7 @@ from learner.optimizers.rules import adam
 from learner.optimizers.rules import lamb
 from learner.optimizers.rules import lion
 from learner.optimizers.rules import momentum
+from learner.optimizers.rules import muon
 from learner.optimizers.rules import rmsprop
 
 # One registered rule. `factory_names` are get_optimizer_fn's names for it
@@ -47,6 +49,8 @@ RULES = (
     Rule(lamb.LAMB, ('lamb',), dict(_BETAS)),
     Rule(lion.Lion, ('lion',),
          dict(_BETAS, weight_decay='decoupled_weight_decay')),
+    Rule(muon.Muon, ('muon',),
+         {'momentum': 'beta', 'weight_decay': 'decoupled_weight_decay'}),
 )
 
 
