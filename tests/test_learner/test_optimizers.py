@@ -103,6 +103,13 @@ _CASES = [
 
 _IDS = [c[0] for c in _CASES]
 
+# Rules for matrices only (the cases above include a vector): checked
+# against references in their own test modules (test_muon.py), and here
+# under tf.function and XLA.
+_MATRIX_CASES = [
+    ('muon', optimizers.Muon.Params().Set(decoupled_weight_decay=0.1), None),
+]
+
 
 def _Data(seed=0, steps=3):
   rng = np.random.RandomState(seed)
@@ -222,7 +229,7 @@ def test_every_optimizer_in_tf_function_and_under_xla_matches_eager():
   for mode in ('eager_lazy', 'eager_dense', 'function_lazy', 'xla_lazy'):
     built[mode] = [
         _Build(p.Copy().Set(lazy_sparse_updates=(mode != 'eager_dense')),
-               [init]) for _, p, _ in _CASES]
+               [init]) for _, p, _ in _CASES + _MATRIX_CASES]
 
   def Steps(mode):
     for opt, (var,) in built[mode]:
@@ -238,7 +245,7 @@ def test_every_optimizer_in_tf_function_and_under_xla_matches_eager():
     Steps('eager_dense')
     function()
     xla()
-  for i, name in enumerate(_IDS):
+  for i, name in enumerate(_IDS + [c[0] for c in _MATRIX_CASES]):
     for mode, reference in (('function_lazy', 'eager_lazy'),
                             ('xla_lazy', 'eager_dense')):
       got = built[mode][i][1][0].numpy()
