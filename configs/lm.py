@@ -2,6 +2,8 @@
 
   lm.CharTransformer   2 pre-norm blocks, model_dim 128, tied embedding;
                        two learners (the embedding; the rest).
+  lm.CharTransformerMuon  the same model: Muon on the stack's matrices,
+                       AdamW on the rest (optimizers.Muon.TwoLearners).
 
 The data is configs/char_data.py's (CPython's pydoc topics, ~465,000
 characters, the last 10 % held out); the baselines a model must beat are
@@ -168,3 +170,38 @@ class CharTransformer:
 
   def Eval(self):
     return CharLmInput('test', 256, self.SEQ_LEN)
+
+
+@registry.Register
+class CharTransformerMuon(CharTransformer):
+  """lm.CharTransformer trained by Muon + AdamW: two learners (Muon's recipe).
+
+  The same model, data order, seed, steps, clipping and loss as
+  lm.CharTransformer; the learners are `optimizers.Muon.TwoLearners`'s:
+  'muon' (bprop_variable_filter MATRICES: the stack's w_qkv, w_post, w1,
+  w2) with Muon (Nesterov, beta MUON_BETA, optax's bias-corrected form,
+  width scaling sqrt(max(1, fan_out / fan_in)): sqrt(3) for w_qkv and w1),
+  learning_rate MUON_LR x TransformerSchedule (model_dim 128, warmup
+  MUON_WARMUP); 'adamw' (every other variable: the tied embedding, which is
+  also the head, the softmax bias, LayerNorms and biases) with
+  lm.CharTransformer's Adam settings (beta2 0.98, epsilon 1e-9, no weight
+  decay) and schedule. Measured: see the README's table and CHANGELOG.
+  """
+
+  MATRICES = r'/stack/.*/w\w*$'
+  MUON_LR = 8.0
+  MUON_BETA = 0.95
+  MUON_WARMUP = 50
+
+  def Task(self):
+    p = super().Task()
+    base = self._Learner('base')
+    adamw = optimizers.AdamW.Params().Set(
+        beta1=0.9, beta2=0.98, epsilon=1e-9, decoupled_weight_decay=0.0)
+    muon, rest = optimizers.Muon.TwoLearners(
+        base, self.MATRICES,
+        muon=optimizers.Muon.Params().Set(beta=self.MUON_BETA), adamw=adamw,
+        muon_learning_rate=self.MUON_LR)
+    muon.lr_schedule.warmup_steps = self.MUON_WARMUP
+    p.train.learner = [muon, rest]
+    return p

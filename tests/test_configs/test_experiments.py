@@ -19,7 +19,8 @@ from configs import diabetes
 
 _KEYS = ('digits.MlpMomentum', 'digits.MlpLarsAccumulate',
          'regression.LinearRegression', 'diabetes.LinearAdamL2',
-         'multi.TwoLearners', 'lingvo_ported.DigitsMlpLingvoTrain')
+         'multi.TwoLearners', 'lingvo_ported.DigitsMlpLingvoTrain',
+         'lm.CharTransformerMuon', 'mnist1d.ConvNetMuon')
 
 
 def _Train(key, logdir, max_steps=None):
