@@ -189,7 +189,7 @@ class CharTransformerMuon(CharTransformer):
   """
 
   MATRICES = r'/stack/.*/w\w*$'
-  MUON_LR = 8.0
+  MUON_LR = 4.0
   MUON_BETA = 0.95
   MUON_WARMUP = 50
 
