@@ -63,6 +63,6 @@ def test_old_update_rules_path_in_params_text_loads_with_a_warning(name):
 def test_the_old_module_is_gone_and_every_registered_rule_is_covered_here():
   assert not (pathlib.Path(__file__).resolve().parents[2] /
               'learner/optimizers/update_rules.py').exists()
-  # XLAShardingAdafactor came after the move (issue 23): no old path.
+  # These came after the move (issues 23, 24): they have no old path.
   assert {r.cls.__name__ for r in rules.RULES} == set(NEW_MODULE) | {
-      'XLAShardingAdafactor'}
+      'XLAShardingAdafactor', 'Muon'}
