@@ -58,7 +58,8 @@ def test_convnet_far_above_mlp_after_300_steps(tmp_path):
 def test_new_experiments_are_listed_with_descriptions():
   text = cli_lib.ListExperiments()
   for key in ('lm.CharTransformer', 'mnist1d.ConvNet',
-              'mnist1d.ConvNetTwoLearners', 'mnist1d.Mlp'):
+              'mnist1d.ConvNetTwoLearners', 'mnist1d.Mlp',
+              'lm.CharTransformerMuon', 'mnist1d.ConvNetMuon'):
     line = [l for l in text.splitlines() if l.startswith(key + ' ')]
     assert line and len(line[0].split(None, 1)[1]) > 20, text
 
