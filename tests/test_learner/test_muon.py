@@ -5,6 +5,7 @@ tools/record_optax_muon.py), a numpy reference of K. Jordan's `muon_update`
 and Keras 3's `keras.optimizers.Muon`.
 """
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -15,6 +16,7 @@ from learner.learner import Learner
 from learner.optimizers import factory
 from learner.optimizers.rules import muon as muon_lib
 from learner.optimizers.var_grad import VarGrad
+from learner.training.cluster import distribution
 from params import NestedMap
 from params import hyperparams
 
@@ -112,7 +114,6 @@ def test_reference_form_matches_k_jordan_muon_update(nesterov):
 
 
 def test_keras_muon_is_reference_form_with_moonlight_scaling():
-  import keras  # pylint: disable=g-import-not-at-top
   rng = np.random.RandomState(3)
   init = rng.randn(6, 4).astype(np.float32)
   grads = rng.randn(5, 6, 4).astype(np.float32)
@@ -277,3 +278,33 @@ def test_under_tf_function_equals_eager():
   eager = ox.RunOurs(_Params('muon_wd'), case, mode='eager')
   function = ox.RunOurs(_Params('muon_wd'), case, mode='function')
   np.testing.assert_allclose(function, eager, rtol=1e-6)
+
+
+def test_mirrored_replicas_apply_as_a_single_device_run():
+  # Every replica applies the same (all-reduced) gradient: each copy of the
+  # matrix must equal the single-device run.
+  if len(tf.config.list_logical_devices('CPU')) < 2:
+    pytest.skip('needs 2 logical CPU devices (tests/conftest.py)')
+  strategy = distribution.CreateStrategy('mirrored')
+  init = np.arange(6, dtype=np.float32).reshape(2, 3) / 3. - 1.
+  grads = [tf.constant([[0.5, -1.0, 0.25], [1.0, 0.0, -0.5]]),
+           tf.constant([[-0.5, 2.0, 0.75], [0.0, 1.0, 0.5]])]
+  p = optimizers.Muon.Params().Set(name='opt', decoupled_weight_decay=0.1)
+  with strategy.scope():
+    w = tf.Variable(init, name='w')
+    opt = p.Instantiate().Bind([w])
+  w_ref = tf.Variable(init, name='w')
+  ref = p.Instantiate().Bind([w_ref])
+
+  @tf.function
+  def Step(g):
+    strategy.run(lambda: opt.Apply(0.1, NestedMap(w=VarGrad(w, g))))
+
+  for g in grads:
+    Step(g)
+    ref.Apply(0.1, NestedMap(w=VarGrad(w_ref, g)))
+  for value in strategy.experimental_local_results(w):
+    np.testing.assert_allclose(value.numpy(), w_ref.numpy(), rtol=1e-6)
+  assert not np.allclose(w_ref.numpy(), init)
+  for count in strategy.experimental_local_results(opt.num_updates):
+    assert int(count.numpy()) == 2
