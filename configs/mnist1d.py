@@ -4,6 +4,8 @@
                               + Dense 160 -> 10, all Keras layers in a task.
   mnist1d.ConvNetTwoLearners  the same model: Adam trains the conv layers,
                               Momentum the dense head.
+  mnist1d.ConvNetMuon         the same model: Muon on the conv kernels,
+                              AdamW on the rest (Muon.TwoLearners).
   mnist1d.Mlp                 40 -> 100 -> 100 -> 10 ReLU MLP: the control.
 
 MNIST-1D (Greydanus 2020) separates models with and without translation
@@ -187,3 +189,30 @@ class Mlp:
 
   def Eval(self):
     return EvalInput()
+
+
+@registry.Register
+class ConvNetMuon(ConvNet):
+  """MNIST-1D Keras conv net: Muon on the conv kernels, AdamW on the rest.
+
+  The same model, data, batch, seed and steps as ConvNet; the learners are
+  `optimizers.Muon.TwoLearners`'s: 'muon' (bprop_variable_filter
+  '/conv_\\d+/kernel$': the three [5, cin, 32] kernels, each seen as a
+  [5 * cin, 32] matrix) with Muon (Nesterov, beta 0.95, optax's form, width
+  scaling), constant rate MUON_LR; 'adamw' (the biases and the dense head)
+  with ConvNet's Adam (epsilon 1e-7, no weight decay), constant rate 1e-2.
+  Measured test accuracy at step 300: 0.938 (ConvNet: 0.948); full run:
+  see the README's table.
+  """
+
+  MATRICES = r'/conv_\d+/kernel$'
+  MUON_LR = 0.02
+
+  def Task(self):
+    p = super().Task()
+    adamw = optimizers.AdamW.Params().Set(epsilon=1e-7,
+                                          decoupled_weight_decay=0.0)
+    p.train.learner = optimizers.Muon.TwoLearners(
+        _Adam('base', 1e-2), self.MATRICES, adamw=adamw,
+        muon_learning_rate=self.MUON_LR)
+    return p

@@ -45,6 +45,7 @@ _EXPORTS = {
     'ADOPT': 'learner.optimizers',
     'ScheduleFreeSGD': 'learner.optimizers',
     'ScheduleFreeAdamW': 'learner.optimizers',
+    'Muon': 'learner.optimizers',
     'Lars': 'learner.optimizers.wrappers.lars',
     'Ema': 'learner.optimizers.wrappers.ema',
     'Lookahead': 'learner.optimizers.wrappers.lookahead',

@@ -4,7 +4,7 @@
   rules/             the update rules, one family per module (momentum, adam,
                      adagrad, rmsprop, adadelta, adafactor, lamb, lion,
                      adam_family: Nadam, RAdam, Adamax, AMSGrad, ADOPT;
-                     schedule_free);
+                     schedule_free, muon);
                      rules.RULES registers each (export, factory name)
   lars.py, ema.py, lookahead.py, swa.py, sam.py, composite.py,
   keras_optimizer.py, accumulation.py

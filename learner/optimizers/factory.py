@@ -142,12 +142,14 @@ def get_optimizer_fn(name, **kwargs):  # pylint: disable=invalid-name
 
   Args:
     name: one of sgd, momentum, nesterov, adam, adamw, adagrad, rmsprop,
-      adadelta, adafactor, lamb, lion, nadam, radam, adamax, amsgrad, adopt.
+      adadelta, adafactor, lamb, lion, nadam, radam, adamax, amsgrad, adopt,
+      schedule_free_sgd, schedule_free_adamw, muon.
     **kwargs: `learning_rate` (the base rate, float; the learner uses it when
       its own learning_rate is unset), the optimizer's param names, and the
       MoXing/TF1/Keras names: `momentum` for Momentum's alpha, `beta_1` /
       `beta_2`, `rho` (RMSProp's and AdaDelta's decay), `weight_decay`
-      (AdamW, Lion: decoupled_weight_decay).
+      (AdamW, Lion, Muon: decoupled_weight_decay); `momentum` is Muon's
+      beta.
 
   Returns:
     An `OptimizerFn`: callable (builds the optimizer), with `.Params()`,

@@ -20,7 +20,8 @@ from configs import diabetes
 _KEYS = ('digits.MlpMomentum', 'digits.MlpLarsAccumulate', 'digits.MlpSam',
          'regression.LinearRegression', 'diabetes.LinearAdamL2',
          'multi.TwoLearners', 'lingvo_ported.DigitsMlpLingvoTrain',
-         'lm.CharTransformerWsd', 'lm.CharTransformerScheduleFree')
+         'lm.CharTransformerWsd', 'lm.CharTransformerScheduleFree',
+         'lm.CharTransformerMuon', 'mnist1d.ConvNetMuon')
 
 
 def _Train(key, logdir, max_steps=None):

@@ -52,6 +52,9 @@ _HAS_ACCUMULATION = importlib.util.find_spec(
     ('schedule_free_adamw', {'beta_1': 0.95, 'b2': 0.99, 'eps': 1e-6},
      optimizers.ScheduleFreeAdamW.Params().Set(beta1=0.95, beta2=0.99,
                                                epsilon=1e-6)),
+    ('muon', {'momentum': 0.9, 'weight_decay': 0.1, 'nesterov': False},
+     optimizers.Muon.Params().Set(beta=0.9, decoupled_weight_decay=0.1,
+                                  nesterov=False)),
 ])
 def test_each_name_and_moxing_keywords_give_the_params(name, kwargs, expected):
   fn = get_optimizer_fn(name, learning_rate=0.01, **kwargs)
@@ -291,7 +294,7 @@ def test_lazy_table_names_every_registered_rule():
   assert names == {'Momentum', 'Adam', 'AdamW', 'Adagrad', 'RMSProp',
                    'AdaDelta', 'Adafactor', 'XLAShardingAdafactor', 'LAMB',
                    'Lion', 'Nadam', 'RAdam', 'Adamax', 'AMSGrad', 'ADOPT',
-                   'ScheduleFreeSGD', 'ScheduleFreeAdamW'}
+                   'ScheduleFreeSGD', 'ScheduleFreeAdamW', 'Muon'}
   for name in names:
     assert learner._EXPORTS[name] == 'learner.optimizers', name  # pylint: disable=protected-access
     assert getattr(learner, name) is getattr(optimizers, name)

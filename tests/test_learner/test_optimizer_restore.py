@@ -73,6 +73,7 @@ _PARAMS = {
         warmup_steps=3),
     'schedule_free_adamw': optimizers.ScheduleFreeAdamW.Params().Set(
         warmup_steps=3, decoupled_weight_decay=0.1),
+    'muon': optimizers.Muon.Params(),
     'lars': lars.Lars.Params().Set(optimizer=optimizers.Adam.Params(),
                                    eta=0.01, weight_decay=0.01),
     'ema': ema.Ema.Params().Set(optimizer=optimizers.Momentum.Params(),
@@ -94,10 +95,13 @@ _PARAMS = {
 }
 
 
-def _Run(p, steps, restore_from=None, save_to=None):
+# Rules that update matrices only (Muon refuses a vector at Bind).
+_SHAPES = {'muon': ((2, 3), (3, 1))}
+
+
+def _Run(p, steps, restore_from=None, save_to=None, shapes=((2, 3), (3,))):
   rng = np.random.RandomState(1)
-  values = [rng.randn(2, 3).astype(np.float32),
-            rng.randn(3).astype(np.float32)]
+  values = [rng.randn(*shape).astype(np.float32) for shape in shapes]
   grads = [[rng.randn(*v.shape).astype(np.float32) for v in values]
            for _ in range(4)]
   variables = [tf.Variable(v, name='w%d' % i) for i, v in enumerate(values)]
@@ -124,9 +128,10 @@ def _Run(p, steps, restore_from=None, save_to=None):
 def test_restore_before_any_step_then_continue_equals_uninterrupted(
     name, tmp_path):
   p = _PARAMS[name]
-  uninterrupted, _ = _Run(p, 4)
-  _, path = _Run(p, 2, save_to=str(tmp_path / 'ckpt'))
-  resumed, _ = _Run(p, 2, restore_from=path)
+  kw = {'shapes': _SHAPES[name]} if name in _SHAPES else {}
+  uninterrupted, _ = _Run(p, 4, **kw)
+  _, path = _Run(p, 2, save_to=str(tmp_path / 'ckpt'), **kw)
+  resumed, _ = _Run(p, 2, restore_from=path, **kw)
   assert len(resumed) == len(uninterrupted)
   for a, b in zip(resumed, uninterrupted):
     np.testing.assert_array_equal(a, b)

@@ -132,6 +132,13 @@ _CASES += [
 
 _IDS = [c[0] for c in _CASES]
 
+# Rules for matrices only (the cases above include a vector): checked
+# against references in their own test modules (test_muon.py), and here
+# under tf.function and XLA.
+_MATRIX_CASES = [
+    ('muon', optimizers.Muon.Params().Set(decoupled_weight_decay=0.1), None),
+]
+
 
 def _Data(seed=0, steps=3):
   rng = np.random.RandomState(seed)
@@ -242,7 +249,7 @@ def test_sgd_importable_from_optimizers():
 
 # The rules, and the wrappers that change the variables after the inner
 # update (Lookahead synchronizes at the second step; SWA averages both).
-_TRACE_CASES = [(name, p) for name, p, _ in _CASES] + [
+_TRACE_CASES = [(name, p) for name, p, _ in _CASES + _MATRIX_CASES] + [
     ('lookahead', optimizers.Lookahead.Params().Set(
         k=2, alpha=0.5, optimizer=optimizers.Momentum.Params())),
     ('swa', optimizers.SWA.Params().Set(

@@ -7,6 +7,7 @@
   lamb.py       LAMB                         lion.py       Lion
   adam_family.py  Nadam, RAdam, Adamax, AMSGrad, ADOPT (optax's form)
   schedule_free.py  ScheduleFreeSGD, ScheduleFreeAdamW (eval weights x)
+  muon.py       Muon (Newton-Schulz orthogonalised momentum; matrices only)
   common.py     helpers the families share
 
 Plain SGD is `SGD` in learner/optimizers/base.py (the base's own rule).
@@ -27,6 +28,7 @@ from learner.optimizers.rules import adam_family
 from learner.optimizers.rules import lamb
 from learner.optimizers.rules import lion
 from learner.optimizers.rules import momentum
+from learner.optimizers.rules import muon
 from learner.optimizers.rules import rmsprop
 from learner.optimizers.rules import schedule_free
 
@@ -61,6 +63,8 @@ RULES = (
     Rule(schedule_free.ScheduleFreeAdamW, ('schedule_free_adamw',),
          dict(_BETAS, b1='beta1', b2='beta2', eps='epsilon',
               weight_decay='decoupled_weight_decay')),
+    Rule(muon.Muon, ('muon',),
+         {'momentum': 'beta', 'weight_decay': 'decoupled_weight_decay'}),
 )
 
 
