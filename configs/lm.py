@@ -199,6 +199,9 @@ class CharTransformerWsd(CharTransformer):
                      warmup_steps=self.WSD_WARMUP, total_steps=self.MAX_STEPS,
                      decay_steps=int(self.COOLDOWN * self.MAX_STEPS),
                      decay_shape='1-sqrt'))
+
+
+@registry.Register
 class CharTransformerScheduleFree(CharTransformer):
   """lm.CharTransformer trained by schedule-free AdamW, with no decay schedule.
 
@@ -228,6 +231,9 @@ class CharTransformerScheduleFree(CharTransformer):
         optimizer=optimizers.ScheduleFreeAdamW.Params().Set(
             beta1=0.9, beta2=0.98, epsilon=1e-9,
             warmup_steps=self.SF_WARMUP))
+
+
+@registry.Register
 class CharTransformerMuon(CharTransformer):
   """lm.CharTransformer trained by Muon + AdamW: two learners (Muon's recipe).
 
@@ -265,4 +271,34 @@ class CharTransformerMuon(CharTransformer):
         muon_learning_rate=self.MUON_LR)
     muon.lr_schedule.warmup_steps = self.MUON_WARMUP
     p.train.learner = [muon, rest]
+    return p
+
+
+@registry.Register
+class CharTransformerLarge(CharTransformerMuon):
+  """The compressor-bound recipe (issue 25): a wider, deeper char LM.
+
+  lm.CharTransformerMuon's learners (Muon on the block matrices, Adam on the
+  rest, TransformerSchedule at MODEL_DIM) on a model of MODEL_DIM 256,
+  NUM_LAYERS 4, 8 heads, FFN 1024, windows of SEQ_LEN 256 characters,
+  batch BATCH_SIZE 32, MAX_STEPS steps. The target is the held-out
+  bits/char `xz -9e` reaches given the train text (1.411: `python -m
+  configs.char_data --compressor_bound`); measured: see the README.
+  """
+
+  BATCH_SIZE = 32
+  SEQ_LEN = 256
+  MODEL_DIM = 256
+  NUM_LAYERS = 4
+  NUM_HEADS = 8
+  HIDDEN_DIM = 1024
+  MAX_STEPS = 1200
+  WARMUP = 200
+
+  def Task(self):
+    p = super().Task()
+    p.Set(num_layers=self.NUM_LAYERS, num_heads=self.NUM_HEADS,
+          hidden_dim=self.HIDDEN_DIM)
+    p.train.save_interval_steps = 200
+    p.train.steps_per_loop = 50
     return p

@@ -43,6 +43,9 @@ def test_char_transformer_schedule_free_after_100_steps_on_its_x(tmp_path):
   assert m['bits_per_char'] < 3.0, m
   log = (tmp_path / 'lm.CharTransformerScheduleFree' / 'params.txt')
   assert 'ScheduleFreeAdamW' in log.read_text()
+
+
+@pytest.mark.slow
 def test_char_transformer_muon_beats_adam_after_100_steps(tmp_path):
   # Measured 2.60 bits/char at step 100 (lm.CharTransformer with Adam: 3.16
   # at 100, 2.04 at 400). The bound is below what Adam reaches at 100, so a

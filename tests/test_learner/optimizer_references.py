@@ -288,6 +288,8 @@ class RefADOPT(RefSGD):
     s['v'] = _f(p.beta2 * s['v'] + (1 - p.beta2) * g * g)
     step = p.beta1 * s['m'] + (1 - p.beta1) * n if p.use_nesterov else s['m']
     return _Decayed(p, lr, w, w - lr * step)
+
+
 class RefScheduleFree(RefSGD):
   """ScheduleFreeSGD / ScheduleFreeAdamW (AdamW when p has beta2).
 
