@@ -60,6 +60,18 @@ def _IsNumber(v):
   return isinstance(v, (int, float)) and not isinstance(v, (bool, enum.Enum))
 
 
+# A count given as a duration ('2000 examples', '1.5 epochs'): an int param
+# of text may hold one; the schedules' lengths take it and the trainer
+# converts it (schedules/durations.py); any other consumer refuses it.
+_DURATION = re.compile(
+    r'^\s*[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?\s*(?:examples?|epochs?)\s*$')
+
+
+def _IsCount(v):
+  return (_IsNumber(v) and isinstance(v, int)) or (
+      isinstance(v, str) and _DURATION.match(v) is not None)
+
+
 def _KindOf(current):
   """(description, accepts(value)) for the kind of `current`, or None."""
   if isinstance(current, bool):
@@ -68,7 +80,7 @@ def _KindOf(current):
     return ('a member of the enum %s' % type(current).__name__,
             lambda v: isinstance(v, type(current)))
   if isinstance(current, int):
-    return 'an int', lambda v: _IsNumber(v) and isinstance(v, int)
+    return 'an int', _IsCount
   if isinstance(current, float):
     return 'a float', _IsNumber
   for types, name in ((str, 'a str'), (bytes, 'a bytes'),

@@ -181,9 +181,13 @@ class BaseSchedule(BaseLayer):
                  'first with schedules.durations.ResolveDurations.')
     if problem is not None:
       example = spec.example
+      fix = ('Set e.g. %s=%r' % (param, example) if example is not None
+             else 'Set %s to %s' % (param, spec.Describe()))
+      if isinstance(v, str) and spec.integer:
+        fix += (", or a duration such as '3 epochs' or '2000 examples' (the "
+                'trainer converts it)')
       self._Fail(param, '%s; it must be %s' % (problem, spec.Describe()),
-                 'Set e.g. %s=%r.' % (param, example) if example is not None
-                 else 'Set %s to %s.' % (param, spec.Describe()))
+                 fix + '.')
     return v
 
   def _CheckListOf(self, param, element_ok, what, example):

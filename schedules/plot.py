@@ -117,6 +117,10 @@ def ScheduleParamsFromText(text, learner=0):
   # Keep only the outermost lr_schedule of each learner.
   prefixes = [x for x in prefixes
               if not any(x != y and x.startswith(y) for y in prefixes)]
+  # An experiment's text holds Lingvo's legacy task.train.lr_schedule too;
+  # it is unused (and left out here) when task.train.learner is set.
+  if any(x.startswith('task.train.learner') for x in prefixes):
+    prefixes = [x for x in prefixes if x != 'task.train.lr_schedule.']
   if not prefixes:
     raise ValueError(
         'The text holds no schedule: its root cls is %s%s and no '

@@ -35,7 +35,7 @@ _W = 'task/_private_vars/w/.ATTRIBUTES/VARIABLE_VALUE'
 _B = 'task/_private_vars/b/.ATTRIBUTES/VARIABLE_VALUE'
 _B_COPY = ('task/_private_children/lb/_private_children/optimizer/_averages/'
            'regression_b/.ATTRIBUTES/VARIABLE_VALUE')
-_LABEL = {_LOOKAHEAD: 'Lookahead slow weights', _SWA: 'SWA averages'}
+_LABEL = {_LOOKAHEAD: 'Lookahead slow copies', _SWA: 'SWA averages'}
 
 
 def _Trainer(logdir, key, mode, max_steps=None):

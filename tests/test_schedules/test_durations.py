@@ -134,3 +134,14 @@ def test_trainer_refuses_a_bad_duration_before_any_file(tmp_path):
     trainer_lib.Trainer(p, str(tmp_path / 'run'), mode='train',
                         stream=io.StringIO()).Run()
   assert not (tmp_path / 'run').exists()
+
+
+def test_a_duration_in_params_text_is_read_and_a_typo_suggests_the_form():
+  p = _Params(warmup_steps=5, total_steps=25, decay_steps=10)
+  p.FromText("task.train.learner.lr_schedule.warmup_steps : '160 examples'")
+  assert p.task.train.learner.lr_schedule.warmup_steps == '160 examples'
+  with pytest.raises(ValueError, match="wrong type .* got str 'abc'"):
+    p.Copy().FromText("task.train.max_steps : 'abc'")
+  with pytest.raises(ValueError, match="total_steps='3 epocs' is not an int.*"
+                     "or a duration such as '3 epochs'"):
+    _Wsd(total_steps='3 epocs').Instantiate()

@@ -288,3 +288,13 @@ def test_schedules_of_today_are_plotted_with_their_phases(params, needles):
   assert code == 0, err
   for needle in needles:
     assert needle in out, (needle, out)
+
+
+def test_a_single_learner_experiments_params_txt_plots_its_learner_schedule():
+  # An experiment's text also holds Lingvo's legacy task.train.lr_schedule
+  # (unused beside task.train.learner): the learner's schedule is plotted.
+  text = registry.GetParams('digits.MlpMomentum').ToText()
+  assert 'task.train.lr_schedule.cls' in text
+  code, out, err = Run('--params_text=' + text, '--num_points=30')
+  assert code == 0, err
+  assert out.startswith('LinearScaling (params text)'), out

@@ -45,7 +45,7 @@ class Lookahead(wrapper.BaseAveraging):
   """
 
   AVERAGE_NAME = 'slow'
-  EVAL_WEIGHTS_LABEL = 'Lookahead slow weights'
+  EVAL_WEIGHTS_LABEL = 'Lookahead slow copies'
   SCHEDULABLE_PARAMS = ('alpha',)  # hyper_schedules={'alpha': ...}
   INNER_OPTIMIZER_DOC = ('Params of the inner (fast) optimizer: it updates '
                          'the variables at every update.')

@@ -175,7 +175,7 @@ def EvalWeightsLabel(classes):
   """How the jobs' messages name the weights evaluated instead (a str).
 
   Each class's EVAL_WEIGHTS_LABEL once, in order, joined by ' and ' (e.g.
-  'EMA averages', 'Lookahead slow weights'); 'averages' for none.
+  'EMA averages', 'Lookahead slow copies'); 'averages' for none.
 
   Args:
     classes: averaging optimizer classes (see `EvalAverageClasses`).

@@ -236,13 +236,18 @@ def ScheduleChangeNotice(old_text, new_text):
   Returns:
     'NOTICE: ...' (str), or None when no schedule key changed.
   """
-  keys = [key for key, _, _ in ParamsDiff(old_text, new_text)
-          if any('schedule' in part for part in key.split('.')[:-1])]
+  keys = _ScheduleKeys(old_text, new_text)
   if not keys:
     return None
   return ('NOTICE: the schedule changed at this resume (%s): each rate '
           'continues from the step in the checkpoint under the new '
-          'schedule.' % ', '.join(keys))
+          'schedule (params.txt keeps the first run\'s).' % ', '.join(keys))
+
+
+def _ScheduleKeys(old_text, new_text):
+  """The changed keys with a part naming a schedule above the last."""
+  return [key for key, _, _ in ParamsDiff(old_text, new_text)
+          if any('schedule' in part for part in key.split('.')[:-1])]
 
 
 def WriteParamsOnce(logdir, text, report, hint=None):
@@ -250,7 +255,9 @@ def WriteParamsOnce(logdir, text, report, hint=None):
 
   A logdir without a checkpoint starts a new run, so its params.txt is
   (re)written. With a checkpoint the run resumes: params.txt is kept, and if
-  `text` differs `report` gets `ParamsChangeWarning`.
+  `text` differs `report` gets `ParamsChangeWarning`, and the one-line
+  `ScheduleChangeNotice` when schedule keys changed (only the notice when
+  nothing but schedule keys and max_steps changed: a branched cooldown).
 
   Args:
     logdir: the run's logdir (exists).
@@ -266,8 +273,11 @@ def WriteParamsOnce(logdir, text, report, hint=None):
     with tf.io.gfile.GFile(path) as f:
       old = f.read()
     if old != text:
-      report(ParamsChangeWarning(path, old, text, hint=hint))
       notice = ScheduleChangeNotice(old, text)
+      changed = {key for key, _, _ in ParamsDiff(old, text)}
+      if notice is None or not changed <= (
+          set(_ScheduleKeys(old, text)) | {'task.train.max_steps'}):
+        report(ParamsChangeWarning(path, old, text, hint=hint))
       if notice:
         report(notice)
     return False
