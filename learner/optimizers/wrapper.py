@@ -223,7 +223,6 @@ class BaseAveraging(BaseWrapper):
     return [(var, self._averages[var_grad_lib.SanitizedName(name)])
             for name, var in self.bound_variables.items()]
 
-  @contextlib.contextmanager
   def SwapAverages(self):
     """Context manager: variables hold their copies inside, values after.
 
@@ -233,18 +232,33 @@ class BaseAveraging(BaseWrapper):
     Raises:
       RuntimeError: if called inside a tf.function.
     """
-    if not tf.executing_eagerly():
-      raise RuntimeError(
-          '%s: SwapAverages() swaps values eagerly; call it outside '
-          'tf.function, around the evaluation loop.' % self.path)
-    self._Swap()
-    try:
-      yield self
-    finally:
-      self._Swap()
+    return SwapEagerly(self, self._Swap)
 
   def _Swap(self):
     for var, avg in self._VarsAndAverages():
       value = tf.identity(var.read_value())
       var.assign(avg.read_value())
       avg.assign(value)
+
+
+@contextlib.contextmanager
+def SwapEagerly(owner, swap):
+  """Context manager: calls `swap()` on entry and again on exit.
+
+  What every `SwapAverages()` does (BaseAveraging's copies, schedule-free's
+  x): `swap` exchanges the variables' values with the kept ones, so calling
+  it twice restores both exactly. Yields `owner`.
+
+  Raises:
+    RuntimeError: if called inside a tf.function (the swap is eager, around
+      an evaluation loop), naming `owner.path`.
+  """
+  if not tf.executing_eagerly():
+    raise RuntimeError(
+        '%s: SwapAverages() swaps values eagerly; call it outside '
+        'tf.function, around the evaluation loop.' % owner.path)
+  swap()
+  try:
+    yield owner
+  finally:
+    swap()

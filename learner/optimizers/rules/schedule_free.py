@@ -35,12 +35,11 @@ so r = 0 gives its numbers) and facebookresearch/schedule_free
 `SGDScheduleFree` / `AdamWScheduleFree` (warmup_form 'reference': both at t).
 """
 
-import contextlib
-
 import tensorflow as tf
 
 from learner.optimizers import kernels
 from learner.optimizers import var_grad as var_grad_lib
+from learner.optimizers import wrapper
 from learner.optimizers.base import BaseOptimizer
 from params import checks
 
@@ -233,7 +232,6 @@ class _ScheduleFree(BaseOptimizer):
     """The eval weights x (a variable) of the bound variable `var`."""
     return self.GetSlots(var)[EVAL_SLOT]
 
-  @contextlib.contextmanager
   def SwapAverages(self):
     """Context manager: the variables hold x inside, y again after.
 
@@ -243,15 +241,7 @@ class _ScheduleFree(BaseOptimizer):
     Raises:
       RuntimeError: if called inside a tf.function.
     """
-    if not tf.executing_eagerly():
-      raise RuntimeError(
-          '%s: SwapAverages() swaps values eagerly; call it outside '
-          'tf.function, around the evaluation loop.' % self.path)
-    self._Swap()
-    try:
-      yield self
-    finally:
-      self._Swap()
+    return wrapper.SwapEagerly(self, self._Swap)
 
   def _Swap(self):
     if int(self.num_updates.numpy()) == 0:
