@@ -21,7 +21,8 @@ _KEYS = ('digits.MlpMomentum', 'digits.MlpLarsAccumulate', 'digits.MlpSam',
          'regression.LinearRegression', 'diabetes.LinearAdamL2',
          'multi.TwoLearners', 'lingvo_ported.DigitsMlpLingvoTrain',
          'lm.CharTransformerWsd', 'lm.CharTransformerScheduleFree',
-         'lm.CharTransformerMuon', 'mnist1d.ConvNetMuon')
+         'lm.CharTransformerMuon', 'mnist1d.ConvNetMuon',
+         'lm.CharTransformerLarge')
 
 
 def _Train(key, logdir, max_steps=None):
