@@ -483,6 +483,27 @@ def _ThawedValue(value):
   return value
 
 
+def NestedParamsWithKeys(p, key):
+  """Yields (dotted key, Params) for `p` and every Params inside it.
+
+  Nested Params and Params in lists or tuples are visited depth first;
+  a list element's key is '<key>.<name>[i]'.
+
+  Args:
+    p: a Params.
+    key: its own dotted key, e.g. 'task.train.learner[0]'.
+  """
+  yield key, p
+  for name, value in p.IterParams():
+    sub = '%s.%s' % (key, name)
+    if isinstance(value, Params):
+      yield from NestedParamsWithKeys(value, sub)
+    elif isinstance(value, (list, tuple)):
+      for i, v in enumerate(value):
+        if isinstance(v, Params):
+          yield from NestedParamsWithKeys(v, '%s[%d]' % (sub, i))
+
+
 def _NestedParams(value):
   """Yields every Params directly inside value (itself, or in containers)."""
   if isinstance(value, Params):

@@ -44,17 +44,10 @@ def ParseDuration(value):
 
 def _Schedules(p, key):
   """Yields (dotted key, params) of every schedule's params inside p."""
-  cls = getattr(p, 'cls', None)
-  if isinstance(cls, type) and issubclass(cls, BaseSchedule):
-    yield key, p
-  for name, value in p.IterParams():
-    sub = '%s.%s' % (key, name)
-    if isinstance(value, hyperparams.Params):
-      yield from _Schedules(value, sub)
-    elif isinstance(value, (list, tuple)):
-      for i, v in enumerate(value):
-        if isinstance(v, hyperparams.Params):
-          yield from _Schedules(v, '%s[%d]' % (sub, i))
+  for sub, sp in hyperparams.NestedParamsWithKeys(p, key):
+    cls = getattr(sp, 'cls', None)
+    if isinstance(cls, type) and issubclass(cls, BaseSchedule):
+      yield sub, sp
 
 
 def HasDurations(params):

@@ -182,7 +182,7 @@ def _ScheduleKey(task, error):
   and confirms it by building that params alone (schedules are pure).
   """
   for key, lp in zip(_LearnerKeys(task), task.LearnerParamsList()):
-    for sub_key, sub in _NestedParamsWithKeys(lp, key):
+    for sub_key, sub in hyperparams.NestedParamsWithKeys(lp, key):
       cls = sub.Get('cls') if 'cls' in sub else None
       if (getattr(cls, '__name__', None) != error.schedule_class or
           error.param not in sub):
@@ -196,19 +196,6 @@ def _ScheduleKey(task, error):
       except Exception:  # pylint: disable=broad-except
         continue
   return None
-
-
-def _NestedParamsWithKeys(p, key):
-  """Yields (dotted key, Params) for p and every Params inside it."""
-  yield key, p
-  for name, value in p.IterParams():
-    sub = '%s.%s' % (key, name)
-    if isinstance(value, hyperparams.Params):
-      yield from _NestedParamsWithKeys(value, sub)
-    elif isinstance(value, (list, tuple)):
-      for i, v in enumerate(value):
-        if isinstance(v, hyperparams.Params):
-          yield from _NestedParamsWithKeys(v, '%s[%d]' % (sub, i))
 
 
 def _LearnerKeys(task):
