@@ -5,6 +5,8 @@ Usage:
       [--start=0] [--end=10000] [--num_points=200] [--png=/tmp/lr.png]
   python -m schedules.plot --params_text="cls : Class('schedules.cosine.CosineDecay'); total_steps : 1000" --end=1200
   python -m schedules.plot --params_text=/path/to/params.txt --end=5000
+  python -m schedules.plot --params_text=/logs/stable/params.txt \
+      --branch_step=8000 --branch_params_text=/logs/cooldown/params.txt
 
 --model takes a registered experiment (params.registry key); the schedule is
 task.train.learner[--learner].lr_schedule. --params_text takes the text (or
@@ -19,6 +21,12 @@ Prints a small text plot and the key values: the peak (value and step), the
 value at the end, and the value on both sides of each boundary (end of
 warmup, decay boundaries, ...). --png writes a PNG with matplotlib, if it is
 installed (`pip install matplotlib`, or the package's `plot` extra).
+
+--branch_step=N with --branch_params_text draws a schedule changed at resume
+(docs/DESIGN.md, "Changing the schedule at resume"), e.g. a cooldown branched
+off a stable-phase checkpoint of `WarmupStableDecay`: the first schedule
+below step N, the branch's (the same forms as --params_text) from N on, as the
+rate of the resumed run is; the branch step is printed as a boundary.
 
 Steps are the schedule's steps: applied updates by default (see docs/DESIGN.md,
 "Words with one meaning").
@@ -200,6 +208,32 @@ def Summarize(schedule, start, end, num_points):
       boundaries=[(b, at.get(b - 1, at[b]), at[b]) for b in bounds])
 
 
+class Branched:
+  """A schedule changed at a resume: `first` below `step`, `branch` from it.
+
+  The rate a run sees when it trains under `first`, saves a checkpoint at
+  global step `step` and resumes under `branch` (schedules are pure
+  functions of the step, so the branch continues from `step`). Has the
+  two methods `Summarize` reads: `Value(step)` (float32 scalar) and
+  `Boundaries()` (first's below `step`, `step`, branch's from `step` on).
+  """
+
+  def __init__(self, first, branch, step):
+    self.first, self.branch, self.step = first, branch, int(step)
+
+  def Value(self, step):
+    """float32 scalar: first.Value(step) if step < self.step, else branch's."""
+    step = tf.convert_to_tensor(step)
+    return tf.where(step < tf.cast(self.step, step.dtype),
+                    self.first.Value(step), self.branch.Value(step))
+
+  def Boundaries(self):
+    """Sorted int steps where the value may jump or change its form."""
+    return sorted({b for b in self.first.Boundaries() if b < self.step} |
+                  {self.step} |
+                  {b for b in self.branch.Boundaries() if b >= self.step})
+
+
 def TextPlot(steps, values, width=64, height=12):
   """Returns a small text plot of values against steps (one '*' per column)."""
   steps = np.asarray(steps, np.float64)
@@ -259,6 +293,14 @@ def _DefineFlags(fv):
   flags.DEFINE_string('params_text', None, 'Params text of a schedule, a '
                       'learner or an experiment, or a file holding it.',
                       flag_values=fv)
+  flags.DEFINE_integer('branch_step', None, 'With --branch_params_text: '
+                       'the step of the resume that changed the schedule '
+                       '(the branch\'s schedule from this step on).',
+                       flag_values=fv)
+  flags.DEFINE_string('branch_params_text', None, 'With --branch_step: the '
+                      'schedule the run resumed with (the same forms as '
+                      '--params_text, e.g. the resumed run\'s params.txt).',
+                      flag_values=fv)
   flags.DEFINE_integer('start', 0, 'First step.', flag_values=fv)
   flags.DEFINE_integer('end', None, 'Last step; default: 1.2 x the last '
                        'boundary, or 1000.', flag_values=fv)
@@ -296,6 +338,35 @@ def Help(fv=None):
   return '\n'.join(lines) + '\n'
 
 
+def _ReadScheduleParams(text, learner):
+  """Schedule params from params text or a file holding it (a flag value)."""
+  if os.path.isfile(text):
+    text = params_text.ReadTextFile(text, '--params_text')
+  sp = ScheduleParamsFromText(text, learner)
+  if not sp.name:
+    sp.name = DEFAULT_NAME
+  return sp
+
+
+def _MaybeBranched(fv, schedule):
+  """`schedule`, or `Branched` when --branch_step/--branch_params_text.
+
+  Raises:
+    ValueError: only one of the two flags is given, or --branch_step < 1.
+  """
+  if (fv.branch_step is None) != (fv.branch_params_text is None):
+    raise ValueError('--branch_step and --branch_params_text go together: '
+                     'give both (the resume step and the schedule resumed '
+                     'with) or neither.')
+  if fv.branch_step is None:
+    return schedule
+  if fv.branch_step < 1:
+    raise ValueError('--branch_step=%d must be >= 1 (the step the run '
+                     'resumed at).' % fv.branch_step)
+  branch = _ReadScheduleParams(fv.branch_params_text, fv.learner)
+  return Branched(schedule, branch.Instantiate(), fv.branch_step)
+
+
 def Main(argv, out=None, err=None):
   """Runs the command with `argv` (argv[0] is the program); returns exit code."""
   out = out or sys.stdout
@@ -323,14 +394,11 @@ def Main(argv, out=None, err=None):
       sp, rate = ScheduleFromExperiment(fv.model, fv.learner)
       source = '%s learner %d' % (fv.model, fv.learner)
     else:
-      text = fv.params_text
-      if os.path.isfile(text):
-        text = params_text.ReadTextFile(text, '--params_text')
-      sp = ScheduleParamsFromText(text, fv.learner)
+      sp = _ReadScheduleParams(fv.params_text, fv.learner)
       source = 'params text'
     if not sp.name:
       sp.name = DEFAULT_NAME
-    schedule = sp.Instantiate()
+    schedule = _MaybeBranched(fv, sp.Instantiate())
     end = fv.end
     if end is None:
       bounds = schedule.Boundaries()
@@ -338,8 +406,13 @@ def Main(argv, out=None, err=None):
     if end <= fv.start:
       raise ValueError('--end=%d must be > --start=%d.' % (end, fv.start))
     summary = Summarize(schedule, fv.start, end, fv.num_points)
+    name = type(schedule).__name__
+    if isinstance(schedule, Branched):
+      name = '%s, branched at step %d to %s' % (
+          type(schedule.first).__name__, schedule.step,
+          type(schedule.branch).__name__)
     out.write('%s (%s), steps %d..%d (applied updates)\n' %
-              (type(schedule).__name__, source, fv.start, end))
+              (name, source, fv.start, end))
     out.write(TextPlot(summary['steps'], summary['values']) + '\n')
     out.write('peak: %.6g at step %d\n' % (summary['peak'],
                                             summary['peak_step']))
@@ -351,7 +424,7 @@ def Main(argv, out=None, err=None):
                 (rate, rate * summary['peak'], rate * summary['end_value']))
     if fv.png:
       WritePng(fv.png, summary['steps'], summary['values'],
-               '%s (%s)' % (type(schedule).__name__, source))
+               '%s (%s)' % (name, source))
       out.write('wrote %s\n' % fv.png)
   except (ValueError, LookupError, RuntimeError, TypeError,
           registry.ExperimentModuleError) as e:

@@ -298,3 +298,50 @@ def test_a_single_learner_experiments_params_txt_plots_its_learner_schedule():
   code, out, err = Run('--params_text=' + text, '--num_points=30')
   assert code == 0, err
   assert out.startswith('LinearScaling (params text)'), out
+
+
+_STABLE = sch.WarmupStableDecay.Params().Set(warmup_steps=4, total_steps=1000,
+                                             decay_steps=8)
+_COOLDOWN_AT_12 = sch.WarmupStableDecay.Params().Set(
+    warmup_steps=4, total_steps=20, decay_steps=8)
+
+
+def test_a_branched_cooldown_is_drawn_as_the_resumed_run_sees_it(tmp_path):
+  # Trained under a long stable phase, resumed at step 12 with a WSD whose
+  # 1-sqrt cooldown runs 12..20: the rate is the stable one before 12 and
+  # 1 - sqrt((s - 12) / 8) from 12 on (by hand: 0.5 at 14, 0.292893 at 16).
+  branch = tmp_path / 'params.txt'
+  branch.write_text(_COOLDOWN_AT_12.ToText())
+  code, out, err = Run('--params_text=' + _STABLE.ToText(),
+                       '--branch_step=12', '--branch_params_text=%s' % branch,
+                       '--end=24', '--num_points=25')
+  assert code == 0, err
+  assert out.splitlines()[0] == (
+      'WarmupStableDecay, branched at step 12 to WarmupStableDecay '
+      '(params text), steps 0..24 (applied updates)')
+  assert 'boundary 12: 1 -> 1\n' in out
+  assert 'boundary 20: ' in out and 'end:  0 at step 24\n' in out
+  first = _STABLE.Copy().Set(name='a').Instantiate()
+  second = _COOLDOWN_AT_12.Copy().Set(name='b').Instantiate()
+  branched = plot.Branched(first, second, 12)
+  values = plot.Evaluate(branched, range(25))
+  # A branched cooldown is the straight run of the final schedule.
+  assert values.tolist() == plot.Evaluate(second, range(25)).tolist()
+  assert values[14] == pytest.approx(0.5, rel=1e-6)
+  assert values[16] == pytest.approx(1 - 0.5 ** 0.5, rel=1e-6)
+  assert values[11] == 1.0 and values[20] == 0.0
+  # Before the branch the first schedule rules, even where they differ.
+  early = plot.Branched(second, first, 16)
+  assert plot.Evaluate(early, [15, 16]).tolist() == [
+      float(plot.Evaluate(second, [15])[0]), 1.0]
+
+
+@pytest.mark.parametrize('args, needle', [
+    (['--branch_step=12'], 'go together'),
+    (['--branch_params_text=x'], 'go together'),
+    (['--branch_step=0', '--branch_params_text=' + _COOLDOWN_AT_12.ToText()],
+     '--branch_step=0 must be >= 1'),
+])
+def test_branch_flags_are_checked(args, needle):
+  code, _, err = Run('--params_text=' + _STABLE.ToText(), *args)
+  assert code == 1 and needle in err, err
