@@ -39,6 +39,7 @@ from learner import gradient_pipeline as pipeline
 from learner import gradient_tape
 from learner import guarded_update
 from learner import loss_scale as loss_scale_lib
+from learner import sharded_state
 from learner.guarded_update import SKIP_REASONS  # pylint: disable=unused-import
 from learner.optimizers import kernels
 from learner.optimizers.base import BaseOptimizer
@@ -175,6 +176,13 @@ class Learner(BaseLayer):
         'after task.train.max_consecutive_skipped_steps and never saves '
         'non-finite weights.')
     p.Define(
+        'shard_optimizer_state', False,
+        'ZeRO-1: under a strategy with N > 1 replicas each replica keeps and '
+        'updates 1/N of the optimizer slots (flat slices), and the updated '
+        'weights are all-gathered; the same numbers as False. Elementwise '
+        'rules only (learner/sharded_state.py; docs/distributed.md). No-op '
+        'with one replica.')
+    p.Define(
         'var_norm_metrics', True,
         'If True (default), eval_metrics has var_norm/all, the global L2 '
         'norm of the variables: one more read of every weight per applied '
@@ -194,6 +202,8 @@ class Learner(BaseLayer):
     optimizer_params, base_lr = resolve.ResolveOptimizer(self, p)
     self._base_lr = base_lr
     self.CreateChild('optimizer', optimizer_params)
+    if p.shard_optimizer_state:
+      sharded_state.Install(self.path, self.optimizer)
     self.CreateChild('lr_schedule', schedule_params)
     if p.grad_norm_tracker is not None:
       self.CreateChild('grad_norm_tracker', p.grad_norm_tracker)
