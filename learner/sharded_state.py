@@ -39,11 +39,13 @@ replica).
 """
 
 import math
+import re
 import weakref
 
 import tensorflow as tf
 
 from learner import cross_replica
+from learner.optimizers import base as base_optimizer
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.base import SGD
 from learner.optimizers.rules.adagrad import Adagrad
@@ -195,11 +197,11 @@ class ShardedState(tf.Module):
     if n <= 1:
       del rule.__dict__['Bind']
       return rule.Bind(vmap)
+    _CheckNoDecayExclusion(rule, variables)
     self.num_replicas = n
     by_dtype = {}
     for v in variables:
       by_dtype.setdefault(v.dtype.name, []).append(v)
-    shard_vars = []
     for dtype, group in sorted(by_dtype.items()):
       layout = _Layout(group, n)
       self._layouts[dtype] = layout
@@ -209,28 +211,41 @@ class ShardedState(tf.Module):
             name='%s/zero_shard_%s' % (rule.path, dtype),
             synchronization=tf.VariableSynchronization.ON_READ,
             aggregation=tf.VariableAggregation.NONE)
-      shard_vars.append(self._shards[dtype])
-    type(rule).Bind(rule, shard_vars)
-    self._HideShardSlots(variables)
+    self._BindShards()
+    self._InstallViews()
     rule.__dict__['Apply'] = self.Apply
     rule.__dict__['FusedApplyReason'] = lambda vgs: SHARDED_REASON
     return rule
 
-  def _HideShardSlots(self, variables):
-    """Moves the shard slots out of the rule's checkpointed `_slots` and
-    puts one `_SlotView` per (variable, slot) under the unsharded key."""
+  def _BindShards(self):
+    """Binds the rule to the shard variables (as `BaseOptimizer.Bind`
+    does), keeping their [shard] slots here, out of the rule's
+    checkpointed `_slots`."""
     rule = self.rule
-    self.shard_slots = {}
-    for dtype, var in self._shards.items():
-      key = var_grad_lib.SanitizedName(var_grad_lib.VarName(var))
-      self.shard_slots[dtype] = dict(rule._slots.pop(key))  # pylint: disable=protected-access
+    self._proxies, self.shard_slots = {}, {}
+    for dtype, var in sorted(self._shards.items()):
+      proxy = _ShardVar(var)
+      self._proxies[dtype] = proxy
+      rule._bound[var_grad_lib.VarName(proxy)] = proxy  # pylint: disable=protected-access
+      with tf.init_scope():
+        self.shard_slots[dtype] = {
+            name: base_optimizer._CreateSlotVariable(  # pylint: disable=protected-access
+                rule, proxy, name, init)
+            for name, init in rule._CreateSlots(proxy).items()}  # pylint: disable=protected-access
+    rule._BindWeightDecay(list(self._proxies.values()))  # pylint: disable=protected-access
+
+  def _InstallViews(self):
+    """One `_SlotView` per (variable, slot) in the rule's `_slots`, under
+    the key of the unsharded slot; `GetSlots` of a shard gives its slots."""
+    rule = self.rule
     for dtype, layout in self._layouts.items():
       for i, v in enumerate(layout.variables):
         views = {name: _SlotView(slot, layout, i)
                  for name, slot in self.shard_slots[dtype].items()}
         rule._slots[var_grad_lib.SanitizedName(  # pylint: disable=protected-access
             var_grad_lib.VarName(v))] = views
-    shards = {id(v): self.shard_slots[d] for d, v in self._shards.items()}
+    shards = {id(self._proxies[d]): self.shard_slots[d]
+              for d in self._shards}
     views_of = rule.GetSlots
     rule.__dict__['GetSlots'] = (
         lambda var: shards[id(var)] if id(var) in shards else views_of(var))
@@ -265,7 +280,7 @@ class ShardedState(tf.Module):
       g = layout.Slice([tf.convert_to_tensor(grads[id(v)])
                         for v in layout.variables], replica)
       ops.append(tf.raw_ops.AssignVariableOp(resource=shard.handle, value=w))
-      shard_grads['s_' + dtype] = VarGrad(shard, g)
+      shard_grads['s_' + dtype] = VarGrad(self._proxies[dtype], g)
     with tf.control_dependencies([o for o in ops if o is not None]):
       op = type(rule).Apply(rule, lr, shard_grads, _grad_scale=_grad_scale)
     writes = []
@@ -286,6 +301,51 @@ class ShardedState(tf.Module):
     return sum(int(s.shape.num_elements()) * s.dtype.size
                for slots in self.shard_slots.values()
                for s in slots.values())
+
+
+def _CheckNoDecayExclusion(rule, variables):
+  """Raises ValueError if weight_decay_exclude spares some of `variables`
+  (a flat shard gets one decay mask: all decayed or none)."""
+  if not rule.WeightDecayOn():
+    return
+  spared = [var_grad_lib.VarName(v) for v in variables
+            if any(re.search(r, var_grad_lib.VarName(v))
+                   for r in rule.params.weight_decay_exclude)]
+  if spared:
+    raise ValueError(
+        '%s: shard_optimizer_state=True with weight_decay_exclude=%r, which '
+        'spares %s: a flat shard spans variables and is decayed as a whole. '
+        'Use a second learner (bprop_variable_filter) for the variables '
+        'without decay, or shard_optimizer_state=False.' %
+        (rule.path, rule.params.weight_decay_exclude, spared))
+
+
+class _ShardVar:
+  """The rule's view of an ON_READ shard variable: not Trackable.
+
+  The rule binds it (its `_bound` dict, checkpointed, would otherwise
+  save the shard under a key of its own); it offers what an update rule
+  uses of a variable: name, dtype, shape, handle (this replica's copy in
+  a replica context), read_value and assign_sub.
+  """
+
+  def __init__(self, var):
+    self._var = var
+    self.name = var.name
+    self.dtype = var.dtype
+    self.shape = var.shape
+
+  @property
+  def handle(self):
+    return self._var.handle
+
+  def read_value(self):
+    return tf.raw_ops.ReadVariableOp(resource=self.handle, dtype=self.dtype)
+
+  def assign_sub(self, delta, read_value=False):
+    del read_value
+    return tf.raw_ops.AssignSubVariableOp(resource=self.handle,
+                                          value=tf.cast(delta, self.dtype))
 
 
 def _ReplicaId():

@@ -66,8 +66,8 @@ def _Data(step, replica, nan=False):
   return x, y
 
 
-def _Run(strategy, opt, shard, steps=20, nan_at=None, **kw):
-  """Trains `steps` steps; returns (task, learner) after them."""
+def _Build(strategy, opt, shard, **kw):
+  """(task, learner, step(i, nan_at=None)) built under `strategy`."""
   with strategy.scope():
     task = Mlp.Params().Instantiate()
     lrn = Learner.Params().Set(
@@ -84,14 +84,21 @@ def _Run(strategy, opt, shard, steps=20, nan_at=None, **kw):
   def _Step(x, y):
     strategy.run(_Replica, args=(x, y))
 
-  for step in range(steps):
-    def _Value(ctx, k, step=step):
+  def _Train(step, nan_at=None):
+    def _Value(ctx, k):
       r = ctx.replica_id_in_sync_group
       return tf.constant(_Data(step, r, nan=(step, r) == nan_at)[k])
-    _Step(strategy.experimental_distribute_values_from_function(
-        lambda ctx: _Value(ctx, 0)),
-          strategy.experimental_distribute_values_from_function(
-              lambda ctx: _Value(ctx, 1)))
+    dist = strategy.experimental_distribute_values_from_function
+    _Step(dist(lambda ctx: _Value(ctx, 0)), dist(lambda ctx: _Value(ctx, 1)))
+
+  return task, lrn, _Train
+
+
+def _Run(strategy, opt, shard, steps=20, nan_at=None, **kw):
+  """Trains `steps` steps; returns (task, learner) after them."""
+  task, lrn, train = _Build(strategy, opt, shard, **kw)
+  for step in range(steps):
+    train(step, nan_at)
   return task, lrn
 
 
@@ -173,3 +180,65 @@ def test_one_replica_is_a_plain_bind():
   assert not zero.sharded
   assert lrn.optimizer.GetSlots(task.vars.w1)['m'].shape == [3, 5]
   assert sharded_state.SHARDED_REASON
+
+
+def _Save(strategy, opt, shard, path, steps=5):
+  task, lrn, train = _Build(strategy, opt, shard)
+  for step in range(steps):
+    train(step)
+  return tf.train.Checkpoint(task=task, learner=lrn).write(path)
+
+
+def _Continue(strategy, opt, shard, path, steps=(5, 6, 7)):
+  task, lrn, train = _Build(strategy, opt, shard)
+  tf.train.Checkpoint(task=task, learner=lrn).read(path).assert_consumed()
+  for step in steps:
+    train(step)
+  return _Weights(strategy, task)
+
+
+def _Tensors(path):
+  reader = tf.train.load_checkpoint(path)
+  return {k: reader.get_tensor(k) for k, _ in tf.train.list_variables(path)
+          if '_CHECKPOINTABLE_OBJECT_GRAPH' not in k}
+
+
+def _AssertBitEqual(a, b):
+  for k in a:
+    for x, y in zip(a[k], b[k]):
+      np.testing.assert_array_equal(x, y, err_msg=k)
+
+
+@pytest.mark.parametrize('name', ['adam', 'momentum'])
+def test_sharded_checkpoint_is_the_unsharded_one(strategy, name, tmp_path):
+  """Same keys, shapes and values as the unsharded run's checkpoint."""
+  a = _Save(strategy, _OPTS[name](), False, str(tmp_path / 'a'))
+  b = _Save(strategy, _OPTS[name](), True, str(tmp_path / 'b'))
+  ta, tb = _Tensors(a), _Tensors(b)
+  assert sorted(ta) == sorted(tb)
+  assert any('/m/.ATTRIBUTES' in k or '/momentum/.ATTRIBUTES' in k
+             for k in ta)
+  for k in ta:
+    np.testing.assert_array_equal(ta[k], tb[k], err_msg=k)
+
+
+@pytest.mark.parametrize('name', ['adam', 'momentum'])
+def test_restore_2_to_1_and_1_to_2_continue_bit_identically(strategy, name,
+                                                            tmp_path):
+  one = tf.distribute.get_strategy()  # The default: one device.
+  sharded2 = _Save(strategy, _OPTS[name](), True, str(tmp_path / 's2'))
+  plain2 = _Save(strategy, _OPTS[name](), False, str(tmp_path / 'p2'))
+  # 2 -> 1: the sharded run's checkpoint continues on one device exactly as
+  # the unsharded run's does.
+  _AssertBitEqual(_Continue(one, _OPTS[name](), False, sharded2),
+                  _Continue(one, _OPTS[name](), False, plain2))
+  # 1 -> 2: a one-device checkpoint continues sharded exactly as unsharded.
+  plain1 = _Save(one, _OPTS[name](), False, str(tmp_path / 'p1'))
+  _AssertBitEqual(_Continue(strategy, _OPTS[name](), True, plain1),
+                  _Continue(strategy, _OPTS[name](), False, plain1))
+  # 2 -> 2 across a restart: as the uninterrupted sharded run.
+  task, _, train = _Build(strategy, _OPTS[name](), True)
+  for step in range(8):
+    train(step)
+  _AssertBitEqual(_Continue(strategy, _OPTS[name](), True, sharded2),
+                  _Weights(strategy, task))
