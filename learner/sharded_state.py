@@ -134,6 +134,13 @@ class _Layout:
     self.total = sum(self.sizes)
     self.num_replicas = num_replicas
     self.shard = max(1, math.ceil(self.total / num_replicas))
+    self.strategy = tf.distribute.get_strategy()
+
+  def LocalReplicaIds(self):
+    """The global replica ids of this process's replicas, in local order."""
+    ids = self.strategy.experimental_distribute_values_from_function(
+        lambda ctx: tf.constant(ctx.replica_id_in_sync_group))
+    return [int(i) for i in self.strategy.experimental_local_results(ids)]
 
   def Pieces(self, replica):
     """[(variable index, start, end)] (flat, in the variable) of the shard
@@ -382,25 +389,29 @@ class _SlotView(tf.__internal__.tracking.Trackable):
     self._index = index
 
   def _Copies(self):
+    """This process's copies of the shard slot, in local replica order."""
     values = getattr(self._slot, 'values', None)
     return list(values) if values else [self._slot]
 
   def _serialize_to_tensors(self):
-    copies = self._Copies()
-    if len(copies) != self._layout.num_replicas:
-      raise NotImplementedError(
-          'Saving a sharded optimizer slot needs every replica\'s shard in '
-          'this process (MirroredStrategy); got %d of %d.' %
-          (len(copies), self._layout.num_replicas))
-    flat = tf.concat([c.read_value() for c in copies], axis=0)
-    return {'VARIABLE_VALUE': self._layout.Split(flat)[self._index]}
+    # strategy.gather (cross-replica context) concatenates every replica's
+    # shard in replica order, across workers too (one collective per slot
+    # and variable under MultiWorkerMirroredStrategy, on every worker).
+    strategy = self._layout.strategy
+    copies = iter(self._Copies())
+    per_replica = strategy.experimental_distribute_values_from_function(
+        lambda ctx: next(copies).read_value())
+    with strategy.scope():
+      flat = strategy.gather(per_replica, axis=0)
+    return {'VARIABLE_VALUE': tf.identity(self._layout.Split(flat)[
+        self._index])}
 
   def _restore_from_tensors(self, restored_tensors):
     value = tf.reshape(restored_tensors['VARIABLE_VALUE'], [-1])
     off = self._layout.offsets[self._index]
     size = self._layout.sizes[self._index]
     ops = []
-    for r, copy in enumerate(self._Copies()):
+    for r, copy in zip(self._layout.LocalReplicaIds(), self._Copies()):
       lo, hi = r * self._layout.shard, (r + 1) * self._layout.shard
       a, b = max(lo, off), min(hi, off + size)
       if a < b:
