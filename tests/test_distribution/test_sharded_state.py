@@ -8,6 +8,8 @@ per-replica data. Every case runs twice under the same strategy, with
 the steps (within 1e-6 relative, the acceptance bound; in practice equal).
 """
 
+import io
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -21,7 +23,11 @@ from learner.optimizers.rules.momentum import Momentum
 from learner.optimizers.rules.muon import Muon
 from learner.optimizers.wrappers.accumulation import GradientAccumulation
 from learner.training.cluster import distribution
+from learner.training.jobs import evaler as evaler_lib
+from learner.training.jobs import export as export_lib
+from learner.training.jobs import trainer as trainer_lib
 from params import BaseLayer
+from params import registry
 from schedules import ConstantOne
 
 _SHAPES = (('w1', [3, 5]), ('b1', [5]), ('w2', [5, 2]), ('b2', [3]))
@@ -242,3 +248,48 @@ def test_restore_2_to_1_and_1_to_2_continue_bit_identically(strategy, name,
     train(step)
   _AssertBitEqual(_Continue(strategy, _OPTS[name](), True, sharded2),
                   _Weights(strategy, task))
+
+
+# ---- the trainer (what --strategy=mirrored runs), then evaler and export ----
+
+_KEY = 'regression.LinearRegression'
+
+
+def _TrainRun(logdir, shard):
+  p = registry.GetParams(_KEY)
+  p.task.train.Set(max_steps=30, save_interval_steps=10)
+  p.task.train.learner.shard_optimizer_state = shard
+  t = trainer_lib.Trainer(p, str(logdir), strategy='mirrored', mode='train',
+                          stream=io.StringIO(), tty=False)
+  t.Run()
+  return t
+
+
+def test_trainer_sharded_run_then_evaler_and_export_on_one_device(
+    strategy, tmp_path):
+  plain = _TrainRun(tmp_path / 'plain', False)
+  sharded = _TrainRun(tmp_path / 'sharded', True)
+  assert sharded.task.learners[0].optimizer.__dict__['_zero'].sharded
+  distribution.AssertReplicasIdentical(sharded.task.vars.Flatten())
+  want = _Tensors(str(tmp_path / 'plain' / 'ckpt' / 'ckpt-30'))
+  got = _Tensors(str(tmp_path / 'sharded' / 'ckpt' / 'ckpt-30'))
+  assert sorted(want) == sorted(got)
+  assert any('/momentum/' in k for k in got)
+  for k in want:
+    np.testing.assert_allclose(got[k], want[k], rtol=1e-6, err_msg=k)
+  del plain
+  # The evaler and export read the sharded run's checkpoint on one device.
+  p = registry.GetParams(_KEY)
+  record = evaler_lib.Evaler(p, str(tmp_path / 'sharded'), timeout_secs=0.5,
+                             poll_secs=0, stream=io.StringIO()).Run()
+  assert [e['global_step'] for e in record['evaluations']][-1] == 30
+  export_dir = export_lib.Export(registry.GetParams(_KEY),
+                                 str(tmp_path / 'sharded'),
+                                 stream=io.StringIO())
+  w = got['task/_private_vars/w/.ATTRIBUTES/VARIABLE_VALUE']
+  b = got['task/_private_vars/b/.ATTRIBUTES/VARIABLE_VALUE']
+  x = np.array([0.0, 1.0, -2.5], np.float32)
+  y = tf.saved_model.load(export_dir).signatures['serving_default'](
+      x=tf.constant(x))['y'].numpy()
+  np.testing.assert_allclose(y, np.ravel(w)[0] * x + np.ravel(b)[0],
+                             rtol=1e-5)
