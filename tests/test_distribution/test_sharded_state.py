@@ -1,9 +1,8 @@
 """ZeRO-1 sharded optimizer state (issue 26, items 1-3): same numbers.
 
-MirroredStrategy on the 2 logical CPUs of tests/conftest.py. A small MLP
-(variables of 15 + 5 + 10 + 3 = 33 float32 elements: the shards of 17
-span variables and the last one has one padding element) trains on
-per-replica data. Every case runs twice under the same strategy, with
+MirroredStrategy on the 2 logical CPUs of tests/conftest.py; the model and
+data are sharded_cases.py's (33 elements: shards of 17 that span
+variables, one padding element). Every case runs twice under the same strategy, with
 `shard_optimizer_state` False and True, and compares the weights after
 the steps (within 1e-6 relative, the acceptance bound; in practice equal).
 """
@@ -14,23 +13,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from learner import gradient_tape
 from learner import sharded_state
 from learner.learner import Learner
 from learner.optimizers.rules.adam import Adam
-from learner.optimizers.rules.adam import AdamW
-from learner.optimizers.rules.momentum import Momentum
 from learner.optimizers.rules.muon import Muon
-from learner.optimizers.wrappers.accumulation import GradientAccumulation
 from learner.training.cluster import distribution
 from learner.training.jobs import evaler as evaler_lib
 from learner.training.jobs import export as export_lib
 from learner.training.jobs import trainer as trainer_lib
-from params import BaseLayer
 from params import registry
-from schedules import ConstantOne
 
-_SHAPES = (('w1', [3, 5]), ('b1', [5]), ('w2', [5, 2]), ('b2', [3]))
+import sharded_cases as cases  # pylint: disable=g-bad-import-order
 
 
 @pytest.fixture(scope='module')
@@ -40,99 +33,19 @@ def strategy():
   return s
 
 
-class Mlp(BaseLayer):
-  """x [B, 3] -> tanh(x w1 + b1) w2 + b2[:2]; b2 has a spare entry."""
-
-  @classmethod
-  def Params(cls):
-    p = super().Params()
-    p.name = 'mlp'
-    return p
-
-  def __init__(self, params):
-    super().__init__(params)
-    rng = np.random.RandomState(0)
-    for name, shape in _SHAPES:
-      self.CreateVariable(name, shape, init=rng.normal(
-          size=shape).astype(np.float32) * 0.5)
-
-  def Loss(self, x, y):
-    v = self.vars
-    h = tf.tanh(tf.matmul(x, v.w1) + v.b1)
-    out = tf.matmul(h, v.w2) + v.b2[:2] + 0.01 * v.b2[2]
-    return tf.reduce_mean(tf.square(out - y))
-
-
-def _Data(step, replica, nan=False):
-  rng = np.random.RandomState(100 * step + replica)
-  x = rng.normal(size=[4, 3]).astype(np.float32)
-  y = rng.normal(size=[4, 2]).astype(np.float32)
-  if nan:
-    x[0, 0] = np.nan
-  return x, y
-
-
-def _Build(strategy, opt, shard, **kw):
-  """(task, learner, step(i, nan_at=None)) built under `strategy`."""
-  with strategy.scope():
-    task = Mlp.Params().Instantiate()
-    lrn = Learner.Params().Set(
-        name='loss', learning_rate=0.05, lr_schedule=ConstantOne.Params(),
-        optimizer=opt, shard_optimizer_state=shard, **kw).Instantiate()
-    lrn.Bind(task.vars)
-
-  def _Replica(x, y):
-    with gradient_tape.GradientTape():
-      loss = task.Loss(x, y)
-    lrn.Apply({'loss': (loss, tf.constant(4.0))}, task.vars)
-
-  @tf.function
-  def _Step(x, y):
-    strategy.run(_Replica, args=(x, y))
-
-  def _Train(step, nan_at=None):
-    def _Value(ctx, k):
-      r = ctx.replica_id_in_sync_group
-      return tf.constant(_Data(step, r, nan=(step, r) == nan_at)[k])
-    dist = strategy.experimental_distribute_values_from_function
-    _Step(dist(lambda ctx: _Value(ctx, 0)), dist(lambda ctx: _Value(ctx, 1)))
-
-  return task, lrn, _Train
-
-
-def _Run(strategy, opt, shard, steps=20, nan_at=None, **kw):
-  """Trains `steps` steps; returns (task, learner) after them."""
-  task, lrn, train = _Build(strategy, opt, shard, **kw)
-  for step in range(steps):
-    train(step, nan_at)
-  return task, lrn
-
-
-def _Weights(strategy, task):
-  return {k: [x.numpy() for x in strategy.experimental_local_results(v)]
-          for k, v in task.vars.items()}
-
-
 def _AssertSame(strategy, a, b):
-  wa, wb = _Weights(strategy, a), _Weights(strategy, b)
+  wa, wb = cases.Weights(strategy, a), cases.Weights(strategy, b)
   for k in wa:
     np.testing.assert_array_equal(wb[k][0], wb[k][1], err_msg=k)
     np.testing.assert_allclose(wb[k][0], wa[k][0], rtol=1e-6, atol=1e-7,
                                err_msg=k)
 
 
-_OPTS = {
-    'momentum': lambda: Momentum.Params().Set(alpha=0.9),
-    'adam': lambda: Adam.Params(),
-    'adamw': lambda: AdamW.Params().Set(decoupled_weight_decay=0.1),
-}
-
-
-@pytest.mark.parametrize('name', sorted(_OPTS))
+@pytest.mark.parametrize('name', sorted(cases.OPTS))
 def test_sharded_matches_unsharded_with_clip(strategy, name):
   kw = dict(clip_gradient_norm_to_value=0.5, l2_regularizer_weight=1e-3)
-  ref, _ = _Run(strategy, _OPTS[name](), False, **kw)
-  got, lrn = _Run(strategy, _OPTS[name](), True, **kw)
+  ref, _ = cases.Run(strategy, cases.OPTS[name](), False, **kw)
+  got, lrn = cases.Run(strategy, cases.OPTS[name](), True, **kw)
   _AssertSame(strategy, ref, got)
   # Each replica holds half of the 33 (padded to 34) elements per slot.
   zero = lrn.optimizer.__dict__['_zero']
@@ -140,15 +53,15 @@ def test_sharded_matches_unsharded_with_clip(strategy, name):
   assert zero.SlotBytesPerReplica() == per_slot * (1 if name == 'momentum'
                                                    else 2)
   # The weights moved (the test can fail).
-  w0 = Mlp.Params().Instantiate().vars.w1.numpy()
-  assert np.abs(_Weights(strategy, got)['w1'][0] - w0).max() > 1e-3
+  w0 = cases.Mlp.Params().Instantiate().vars.w1.numpy()
+  assert np.abs(cases.Weights(strategy, got)['w1'][0] - w0).max() > 1e-3
 
 
 @pytest.mark.parametrize('name', ['adam', 'momentum'])
 def test_nan_on_one_replica_is_skipped_as_unsharded(strategy, name):
-  ref, ref_l = _Run(strategy, _OPTS[name](), False, steps=6, nan_at=(3, 1),
+  ref, ref_l = cases.Run(strategy, cases.OPTS[name](), False, steps=6, nan_at=(3, 1),
                     clip_gradient_norm_to_value=0.5)
-  got, got_l = _Run(strategy, _OPTS[name](), True, steps=6, nan_at=(3, 1),
+  got, got_l = cases.Run(strategy, cases.OPTS[name](), True, steps=6, nan_at=(3, 1),
                     clip_gradient_norm_to_value=0.5)
   _AssertSame(strategy, ref, got)
   for lrn in (ref_l, got_l):
@@ -157,15 +70,19 @@ def test_nan_on_one_replica_is_skipped_as_unsharded(strategy, name):
     assert [int(x) for x in res(lrn.num_updates)] == [5, 5]
 
 
-@pytest.mark.parametrize('name', sorted(_OPTS))
+@pytest.mark.parametrize('name', sorted(cases.OPTS))
 def test_sharded_with_accumulation(strategy, name):
-  def _Acc():
-    return GradientAccumulation.Params().Set(optimizer=_OPTS[name](),
-                                             num_batches=4)
-  kw = dict(clip_gradient_norm_to_value=0.5)
-  ref, _ = _Run(strategy, _Acc(), False, **kw)
-  got, _ = _Run(strategy, _Acc(), True, **kw)
+  # Micro-step 5 (window 2) holds a NaN on replica 1: that shard is
+  # dropped on its replica, in both runs.
+  kw = dict(clip_gradient_norm_to_value=0.5, nan_at=(5, 1))
+  ref, ref_l = cases.Run(strategy, cases.Accumulated(name), False, **kw)
+  got, got_l = cases.Run(strategy, cases.Accumulated(name), True, **kw)
   _AssertSame(strategy, ref, got)
+  res = strategy.experimental_local_results
+  for lrn in (ref_l, got_l):
+    assert [int(x) for x in res(lrn.optimizer.num_dropped_microbatches)] == [
+        1, 1]
+    assert [int(x) for x in res(lrn.num_updates)] == [5, 5]
 
 
 def test_non_elementwise_rule_is_refused():
@@ -177,7 +94,7 @@ def test_non_elementwise_rule_is_refused():
 
 
 def test_one_replica_is_a_plain_bind():
-  task = Mlp.Params().Instantiate()
+  task = cases.Mlp.Params().Instantiate()
   lrn = Learner.Params().Set(name='loss', learning_rate=0.1,
                              optimizer=Adam.Params(),
                              shard_optimizer_state=True).Instantiate()
@@ -189,18 +106,18 @@ def test_one_replica_is_a_plain_bind():
 
 
 def _Save(strategy, opt, shard, path, steps=5):
-  task, lrn, train = _Build(strategy, opt, shard)
+  task, lrn, train = cases.Build(strategy, opt, shard)
   for step in range(steps):
     train(step)
   return tf.train.Checkpoint(task=task, learner=lrn).write(path)
 
 
 def _Continue(strategy, opt, shard, path, steps=(5, 6, 7)):
-  task, lrn, train = _Build(strategy, opt, shard)
+  task, lrn, train = cases.Build(strategy, opt, shard)
   tf.train.Checkpoint(task=task, learner=lrn).read(path).assert_consumed()
   for step in steps:
     train(step)
-  return _Weights(strategy, task)
+  return cases.Weights(strategy, task)
 
 
 def _Tensors(path):
@@ -218,8 +135,8 @@ def _AssertBitEqual(a, b):
 @pytest.mark.parametrize('name', ['adam', 'momentum'])
 def test_sharded_checkpoint_is_the_unsharded_one(strategy, name, tmp_path):
   """Same keys, shapes and values as the unsharded run's checkpoint."""
-  a = _Save(strategy, _OPTS[name](), False, str(tmp_path / 'a'))
-  b = _Save(strategy, _OPTS[name](), True, str(tmp_path / 'b'))
+  a = _Save(strategy, cases.OPTS[name](), False, str(tmp_path / 'a'))
+  b = _Save(strategy, cases.OPTS[name](), True, str(tmp_path / 'b'))
   ta, tb = _Tensors(a), _Tensors(b)
   assert sorted(ta) == sorted(tb)
   assert any('/m/.ATTRIBUTES' in k or '/momentum/.ATTRIBUTES' in k
@@ -232,22 +149,22 @@ def test_sharded_checkpoint_is_the_unsharded_one(strategy, name, tmp_path):
 def test_restore_2_to_1_and_1_to_2_continue_bit_identically(strategy, name,
                                                             tmp_path):
   one = tf.distribute.get_strategy()  # The default: one device.
-  sharded2 = _Save(strategy, _OPTS[name](), True, str(tmp_path / 's2'))
-  plain2 = _Save(strategy, _OPTS[name](), False, str(tmp_path / 'p2'))
+  sharded2 = _Save(strategy, cases.OPTS[name](), True, str(tmp_path / 's2'))
+  plain2 = _Save(strategy, cases.OPTS[name](), False, str(tmp_path / 'p2'))
   # 2 -> 1: the sharded run's checkpoint continues on one device exactly as
   # the unsharded run's does.
-  _AssertBitEqual(_Continue(one, _OPTS[name](), False, sharded2),
-                  _Continue(one, _OPTS[name](), False, plain2))
+  _AssertBitEqual(_Continue(one, cases.OPTS[name](), False, sharded2),
+                  _Continue(one, cases.OPTS[name](), False, plain2))
   # 1 -> 2: a one-device checkpoint continues sharded exactly as unsharded.
-  plain1 = _Save(one, _OPTS[name](), False, str(tmp_path / 'p1'))
-  _AssertBitEqual(_Continue(strategy, _OPTS[name](), True, plain1),
-                  _Continue(strategy, _OPTS[name](), False, plain1))
+  plain1 = _Save(one, cases.OPTS[name](), False, str(tmp_path / 'p1'))
+  _AssertBitEqual(_Continue(strategy, cases.OPTS[name](), True, plain1),
+                  _Continue(strategy, cases.OPTS[name](), False, plain1))
   # 2 -> 2 across a restart: as the uninterrupted sharded run.
-  task, _, train = _Build(strategy, _OPTS[name](), True)
+  task, _, train = cases.Build(strategy, cases.OPTS[name](), True)
   for step in range(8):
     train(step)
-  _AssertBitEqual(_Continue(strategy, _OPTS[name](), True, sharded2),
-                  _Weights(strategy, task))
+  _AssertBitEqual(_Continue(strategy, cases.OPTS[name](), True, sharded2),
+                  cases.Weights(strategy, task))
 
 
 # ---- the trainer (what --strategy=mirrored runs), then evaler and export ----
