@@ -8,6 +8,9 @@ the steps (within 1e-6 relative, the acceptance bound; in practice equal).
 """
 
 import io
+import json
+import os
+import sys
 
 import numpy as np
 import pytest
@@ -18,12 +21,15 @@ from learner.learner import Learner
 from learner.optimizers.rules.adam import Adam
 from learner.optimizers.rules.muon import Muon
 from learner.training.cluster import distribution
+from learner.training.cluster import launcher
 from learner.training.jobs import evaler as evaler_lib
 from learner.training.jobs import export as export_lib
 from learner.training.jobs import trainer as trainer_lib
 from params import registry
 
 import sharded_cases as cases  # pylint: disable=g-bad-import-order
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @pytest.fixture(scope='module')
@@ -210,3 +216,37 @@ def test_trainer_sharded_run_then_evaler_and_export_on_one_device(
       x=tf.constant(x))['y'].numpy()
   np.testing.assert_allclose(y, np.ravel(w)[0] * x + np.ravel(b)[0],
                              rtol=1e-5)
+
+
+# ---- 2-worker MultiWorkerMirroredStrategy on localhost ------------------------
+
+
+@pytest.mark.slow
+def test_two_workers_sharded_equals_unsharded(tmp_path):
+  """Momentum, Adam, AdamW; clip; accumulation of 4; a NaN micro-batch."""
+  out_dir = str(tmp_path)
+  logs = [os.path.join(out_dir, 'w%d.log' % i) for i in range(2)]
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
+  procs = launcher.StartWorkers(
+      [sys.executable, os.path.join(_HERE, 'zero_worker.py'), out_dir], 2,
+      env=env, log_paths=logs)
+  try:
+    code, failed = launcher.WaitForWorkers(procs, 300)
+  finally:
+    launcher.StopProcesses(procs)
+  if code != 0:
+    with open(logs[failed or 0]) as f:
+      pytest.fail('worker %s exit %d:\n%s' % (failed, code, f.read()[-3000:]))
+  results = []
+  for i in range(2):
+    with open(os.path.join(out_dir, 'result_%d.json' % i)) as f:
+      results.append(json.load(f))
+  assert [r['num_replicas'] for r in results] == [2, 2]
+  for name in sorted(cases.OPTS):
+    for r in results:
+      assert r[name]['plain_dropped'] == r[name]['sharded_dropped'] == 1
+      for k, want in r[name]['plain'].items():
+        np.testing.assert_allclose(r[name]['sharded'][k], want, rtol=1e-6,
+                                   atol=1e-7, err_msg=(name, k))
+    # Both workers end with the same weights, bit for bit.
+    assert results[0][name]['sharded'] == results[1][name]['sharded']
