@@ -203,7 +203,8 @@ class Learner(BaseLayer):
     self._base_lr = base_lr
     self.CreateChild('optimizer', optimizer_params)
     if p.shard_optimizer_state:
-      sharded_state.Install(self.path, self.optimizer)
+      sharded_state.Install(self.path, self.optimizer,
+                            p.check_finite_weights)
     self.CreateChild('lr_schedule', schedule_params)
     if p.grad_norm_tracker is not None:
       self.CreateChild('grad_norm_tracker', p.grad_norm_tracker)

@@ -92,7 +92,7 @@ def RuleToShard(path, optimizer):
   return rule
 
 
-def Install(path, optimizer):
+def Install(path, optimizer, check_finite_weights=False):
   """Makes the learner's rule shard its state when bound under N > 1.
 
   The rule object keeps its class; `Bind`, `Apply`, `GetSlots` and
@@ -105,13 +105,22 @@ def Install(path, optimizer):
   Args:
     path: the learner's path (messages).
     optimizer: the learner's built optimizer.
+    check_finite_weights: the learner's param of that name.
 
   Returns:
     The ShardedState.
 
   Raises:
-    ValueError: as `RuleToShard`.
+    ValueError: as `RuleToShard`; or check_finite_weights is True (its
+      tentative update runs before the replicas agree, so one replica could
+      enter the weights' all-gather alone).
   """
+  if check_finite_weights:
+    raise ValueError(
+        '%s: shard_optimizer_state=True with check_finite_weights=True: the '
+        'tentative update of check_finite_weights runs before the replicas '
+        'agree to apply, and a sharded update all-gathers the weights, which '
+        'needs every replica. Set one of them False.' % path)
   rule = RuleToShard(path, optimizer)
   state = ShardedState(rule)
   rule.__dict__['_zero'] = state

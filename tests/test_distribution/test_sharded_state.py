@@ -99,6 +99,22 @@ def test_non_elementwise_rule_is_refused():
     p.Instantiate()
 
 
+def test_check_finite_weights_and_decay_exclusion_are_refused(strategy):
+  p = Learner.Params().Set(name='loss', learning_rate=0.1,
+                           optimizer=Adam.Params(), check_finite_weights=True,
+                           shard_optimizer_state=True)
+  with pytest.raises(ValueError, match='check_finite_weights=True'):
+    p.Instantiate()
+  with strategy.scope():
+    task = cases.Mlp.Params().Instantiate()
+    lrn = Learner.Params().Set(
+        name='loss', learning_rate=0.1, shard_optimizer_state=True,
+        optimizer=cases.OPTS['adamw']().Set(
+            weight_decay_exclude=['b1$'])).Instantiate()
+    with pytest.raises(ValueError, match=r"weight_decay_exclude=\['b1\$'\]"):
+      lrn.Bind(task.vars)
+
+
 def test_one_replica_is_a_plain_bind():
   task = cases.Mlp.Params().Instantiate()
   lrn = Learner.Params().Set(name='loss', learning_rate=0.1,
