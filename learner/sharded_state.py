@@ -312,6 +312,11 @@ class ShardedState(tf.Module):
       return None
     return tf.group([op] + writes if op is not None else writes)
 
+  @property
+  def shard_variables(self):
+    """The ON_READ [shard] copies of the weights the rule updates."""
+    return [self._shards[d] for d in sorted(self._shards)]
+
   def SlotBytesPerReplica(self):
     """Bytes of the shard slots one replica holds (shape [shard] each)."""
     return sum(int(s.shape.num_elements()) * s.dtype.size
