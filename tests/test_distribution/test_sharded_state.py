@@ -266,3 +266,24 @@ def test_two_workers_sharded_equals_unsharded(tmp_path):
                                    atol=1e-7, err_msg=(name, k))
     # Both workers end with the same weights, bit for bit.
     assert results[0][name]['sharded'] == results[1][name]['sharded']
+
+
+@pytest.mark.slow
+def test_launcher_runs_a_sharded_experiment(tmp_path, capfd):
+  """The README's launcher line with shard_optimizer_state on 2 workers."""
+  logdir = str(tmp_path / 'run')
+  code = launcher.main([
+      '--num_workers=2', '--deadline_secs=400', '--',
+      '--model=regression.LinearRegression', '--logdir=%s' % logdir,
+      '--strategy=multi_worker',
+      '--params_override=task.train.max_steps : 20; '
+      'task.train.learner.shard_optimizer_state : True'])
+  err = capfd.readouterr().err
+  assert code == 0, err[-3000:]
+  assert 'final weights identical on every worker' in err
+  got = _Tensors(os.path.join(logdir, 'ckpt', 'ckpt-20'))
+  slot = ('task/_private_children/learner/_private_children/optimizer/'
+          '_slots/regression_w/momentum/.ATTRIBUTES/VARIABLE_VALUE')
+  assert got[slot].shape == got[
+      'task/_private_vars/w/.ATTRIBUTES/VARIABLE_VALUE'].shape
+  assert np.all(got[slot] != 0.0)
