@@ -7,7 +7,7 @@ MirroredStrategy, times one float32 vector of `--elements` (default the
 resnet50 set's parameter count) through CollectiveReduceV2 (all-reduce,
 what learner/cross_replica.py runs), CollectiveReduceScatterV2 (each
 replica gets the sum of its 1/N slice) and CollectiveGatherV2 (all-gather
-of a 1/N slice, what learner/sharded_state.py runs after the update), the
+of a 1/N slice, what learner/optimizers/sharded_state.py runs after the update), the
 all-reduce and all-gather rows interleaved in one run (timing.TimeRows),
 reduce-scatter last (TF 2.21 has no CPU implementation of it: the row then
 prints the error). Prints the medians and the ratios to the all-reduce.

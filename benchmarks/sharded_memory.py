@@ -6,7 +6,7 @@ One child process splits its CPU into N = 2 logical devices (before
 TensorFlow starts), builds a MirroredStrategy over them and, in it, the
 variable set with Adam (the rule whose state is 2 x the weights) twice: a
 Learner with `shard_optimizer_state=False`, and one with True
-(learner/sharded_state.py). For each it reports the bytes of the
+(learner/optimizers/sharded_state.py). For each it reports the bytes of the
 optimizer's variables placed on each device (the sum of the sizes of the
 per-device copies: slots, and for the sharded run the [shard] copy of the
 weights the rule updates, reported apart), not RSS: both runs live in one

@@ -142,8 +142,9 @@ def AllGather(tensor):
   """Concatenates each replica's `tensor` along axis 0, in replica order.
 
   One `CollectiveGatherV2` (the ZeRO-1 sharded optimizer state,
-  learner/sharded_state.py, gathers the updated weight shards with it); no
-  merge_call, as `AllReduceSum`. Eagerly, the strategy's own all_gather.
+  learner/optimizers/sharded_state.py, gathers the updated weight shards
+  with it); no merge_call, as `AllReduceSum`. Eagerly, the strategy's own
+  all_gather.
 
   Args:
     tensor: a Tensor of rank >= 1, the same shape on every replica.

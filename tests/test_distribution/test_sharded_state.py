@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from learner import sharded_state
+from learner.optimizers import sharded_state
 from learner.learner import Learner
 from learner.optimizers.rules.adam import Adam
 from learner.optimizers.rules.muon import Muon

@@ -44,7 +44,6 @@ import weakref
 
 import tensorflow as tf
 
-from learner import cross_replica
 from learner.optimizers import base as base_optimizer
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.base import SGD
@@ -92,7 +91,19 @@ def RuleToShard(path, optimizer):
   return rule
 
 
-def Install(path, optimizer, check_finite_weights=False):
+def DefineParams(p):
+  """Defines the Learner param `shard_optimizer_state` on `p` (in place)."""
+  p.Define(
+      'shard_optimizer_state', False,
+      'ZeRO-1: under a strategy with N > 1 replicas each replica keeps and '
+      'updates 1/N of the optimizer slots (flat slices), and the updated '
+      'weights are all-gathered; the same numbers as False. Elementwise '
+      'rules only (learner/optimizers/sharded_state.py; docs/distributed.md '
+      '"Sharded optimizer state (ZeRO-1)"). No-op with one replica.')
+  return p
+
+
+def Install(path, optimizer, p, all_gather):
   """Makes the learner's rule shard its state when bound under N > 1.
 
   The rule object keeps its class; `Bind`, `Apply`, `GetSlots` and
@@ -105,24 +116,29 @@ def Install(path, optimizer, check_finite_weights=False):
   Args:
     path: the learner's path (messages).
     optimizer: the learner's built optimizer.
-    check_finite_weights: the learner's param of that name.
+    p: the learner's params (shard_optimizer_state, check_finite_weights).
+    all_gather: callable(tensor [s]) -> [N * s], the replicas' tensors
+      concatenated in replica order (learner/cross_replica.py AllGather;
+      passed in: this layer does not import the learner's).
 
   Returns:
-    The ShardedState.
+    The ShardedState, or None when shard_optimizer_state is False.
 
   Raises:
     ValueError: as `RuleToShard`; or check_finite_weights is True (its
       tentative update runs before the replicas agree, so one replica could
       enter the weights' all-gather alone).
   """
-  if check_finite_weights:
+  if not p.shard_optimizer_state:
+    return None
+  if p.check_finite_weights:
     raise ValueError(
         '%s: shard_optimizer_state=True with check_finite_weights=True: the '
         'tentative update of check_finite_weights runs before the replicas '
         'agree to apply, and a sharded update all-gathers the weights, which '
         'needs every replica. Set one of them False.' % path)
   rule = RuleToShard(path, optimizer)
-  state = ShardedState(rule)
+  state = ShardedState(rule, all_gather)
   rule.__dict__['_zero'] = state
   rule.__dict__['Bind'] = state.Bind
   return state
@@ -183,10 +199,12 @@ class ShardedState(tf.Module):
 
   Args:
     rule: the elementwise BaseOptimizer whose state is sharded.
+    all_gather: as `Install`'s.
   """
 
-  def __init__(self, rule):
+  def __init__(self, rule, all_gather):
     super().__init__(name='zero')
+    self._all_gather = all_gather
     self._rule_ref = weakref.ref(rule)  # Not a child: the rule owns this.
     self._layouts = {}  # dtype name -> _Layout.
     self._shards = {}  # dtype name -> ON_READ variable [shard].
@@ -242,13 +260,14 @@ class ShardedState(tf.Module):
     for dtype, var in sorted(self._shards.items()):
       proxy = _ShardVar(var)
       self._proxies[dtype] = proxy
-      rule._bound[var_grad_lib.VarName(proxy)] = proxy  # pylint: disable=protected-access
+      # pylint: disable=protected-access
+      rule._bound[var_grad_lib.VarName(proxy)] = proxy
       with tf.init_scope():
         self.shard_slots[dtype] = {
-            name: base_optimizer._CreateSlotVariable(  # pylint: disable=protected-access
-                rule, proxy, name, init)
-            for name, init in rule._CreateSlots(proxy).items()}  # pylint: disable=protected-access
-    rule._BindWeightDecay(list(self._proxies.values()))  # pylint: disable=protected-access
+            name: base_optimizer._CreateSlotVariable(rule, proxy, name, init)
+            for name, init in rule._CreateSlots(proxy).items()}
+    rule._BindWeightDecay(list(self._proxies.values()))
+    # pylint: enable=protected-access
 
   def _InstallViews(self):
     """One `_SlotView` per (variable, slot) in the rule's `_slots`, under
@@ -258,8 +277,8 @@ class ShardedState(tf.Module):
       for i, v in enumerate(layout.variables):
         views = {name: _SlotView(slot, layout, i)
                  for name, slot in self.shard_slots[dtype].items()}
-        rule._slots[var_grad_lib.SanitizedName(  # pylint: disable=protected-access
-            var_grad_lib.VarName(v))] = views
+        key = var_grad_lib.SanitizedName(var_grad_lib.VarName(v))
+        rule._slots[key] = views  # pylint: disable=protected-access
     shards = {id(self._proxies[d]): self.shard_slots[d]
               for d in self._shards}
     views_of = rule.GetSlots
@@ -303,7 +322,7 @@ class ShardedState(tf.Module):
     with tf.control_dependencies([op] if op is not None else []):
       for dtype, layout in sorted(self._layouts.items()):
         shard = self._shards[dtype]
-        flat = cross_replica.AllGather(tf.raw_ops.ReadVariableOp(
+        flat = self._all_gather(tf.raw_ops.ReadVariableOp(
             resource=shard.handle, dtype=shard.dtype))
         for v, value in zip(layout.variables, layout.Split(flat)):
           writes.append(tf.raw_ops.AssignVariableOp(resource=v.handle,
@@ -371,9 +390,10 @@ class _ShardVar:
 
 def _ReplicaId():
   """This replica's static id in the sync group (0 outside one)."""
-  if cross_replica.NumReplicas() <= 1:
-    return 0
   ctx = tf.distribute.get_replica_context()
+  if (not tf.distribute.has_strategy() or ctx is None or
+      ctx.num_replicas_in_sync <= 1):
+    return 0
   rid = tf.get_static_value(ctx.replica_id_in_sync_group)
   if rid is None:
     raise RuntimeError('shard_optimizer_state needs static replica ids '
