@@ -25,7 +25,12 @@ from learner.training.cluster import launcher
 from learner.training.jobs import evaler as evaler_lib
 from learner.training.jobs import export as export_lib
 from learner.training.jobs import trainer as trainer_lib
+from learner.optimizers.var_grad import VarGrad
+from params import NestedMap
 from params import registry
+from schedules import ConstantOne
+from schedules import CosineDecay
+from schedules import LinearSchedule
 
 import sharded_cases as cases  # pylint: disable=g-bad-import-order
 
@@ -287,3 +292,52 @@ def test_launcher_runs_a_sharded_experiment(tmp_path, capfd):
   assert got[slot].shape == got[
       'task/_private_vars/w/.ATTRIBUTES/VARIABLE_VALUE'].shape
   assert np.all(got[slot] != 0.0)
+
+
+def _TwoLearnerRun(strategy, shard, steps=8):
+  """Learner 'a' (w1, b1): Adam, beta1 scheduled 0.9 -> 0.5 over 6
+  updates, cosine rate, decoupled decay; learner 'b' (w2, b2): Momentum.
+  Gradients from one tf.GradientTape, handed to ApplyGradients."""
+  with strategy.scope():
+    task = cases.Mlp.Params().Instantiate()
+    sched = {'beta1': LinearSchedule.Params().Set(start=(0, 0.9),
+                                                  limit=(6, 0.5))}
+    a = Learner.Params().Set(
+        name='a', loss_name='loss', learning_rate=0.05,
+        bprop_variable_filter='/(w1|b1)$', shard_optimizer_state=shard,
+        lr_schedule=CosineDecay.Params().Set(total_steps=8, alpha=0.1),
+        optimizer=Adam.Params().Set(hyper_schedules=sched,
+                                    decoupled_weight_decay=0.05),
+    ).Instantiate()
+    b = Learner.Params().Set(
+        name='b', loss_name='loss', learning_rate=0.05,
+        bprop_variable_filter='/(w2|b2)$', shard_optimizer_state=shard,
+        lr_schedule=ConstantOne.Params(),
+        optimizer=cases.OPTS['momentum']()).Instantiate()
+    a.Bind(task.vars)
+    b.Bind(task.vars)
+
+  def _Replica(x, y):
+    vs = task.vars
+    with tf.GradientTape() as tape:
+      loss = task.Loss(x, y)
+    grads = dict(zip(vs.keys(), tape.gradient(loss, list(vs.values()))))
+    for lrn, keys in ((a, ('w1', 'b1')), (b, ('w2', 'b2'))):
+      lrn.ApplyGradients(NestedMap({k: VarGrad(vs[k], grads[k])
+                                    for k in keys}), 4.0)
+
+  step = tf.function(lambda x, y: strategy.run(_Replica, args=(x, y)))
+  dist = strategy.experimental_distribute_values_from_function
+  for i in range(steps):
+    step(dist(lambda ctx, i=i: tf.constant(
+        cases.Data(i, ctx.replica_id_in_sync_group)[0])),
+         dist(lambda ctx, i=i: tf.constant(
+             cases.Data(i, ctx.replica_id_in_sync_group)[1])))
+  return task, (a, b)
+
+
+def test_two_learners_with_schedules_match_unsharded(strategy):
+  ref, _ = _TwoLearnerRun(strategy, False)
+  got, learners = _TwoLearnerRun(strategy, True)
+  assert all(l.optimizer.__dict__['_zero'].sharded for l in learners)
+  _AssertSame(strategy, ref, got)
