@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from learner import gradient_tape
 from learner.optimizers import sharded_state
 from learner.learner import Learner
 from learner.optimizers.rules.adam import Adam
@@ -341,3 +342,48 @@ def test_two_learners_with_schedules_match_unsharded(strategy):
   got, learners = _TwoLearnerRun(strategy, True)
   assert all(l.optimizer.__dict__['_zero'].sharded for l in learners)
   _AssertSame(strategy, ref, got)
+
+
+def test_layout_flat_slices_by_hand():
+  """Sizes 15, 5, 10, 3 (n = 33): N = 2 gives shards of 17, the second
+  with 1 padding element; N = 4 shards of 9 (3 padding on the last)."""
+  variables = [tf.Variable(tf.zeros(shape)) for _, shape in cases.SHAPES]
+  two = sharded_state._Layout(variables, 2)  # pylint: disable=protected-access
+  assert two.shard == 17
+  assert two.Pieces(0) == ([(0, 0, 15), (1, 0, 2)], 0)
+  assert two.Pieces(1) == ([(1, 2, 5), (2, 0, 10), (3, 0, 3)], 1)
+  four = sharded_state._Layout(variables, 4)  # pylint: disable=protected-access
+  assert four.shard == 9
+  assert [four.Pieces(r) for r in range(4)] == [
+      ([(0, 0, 9)], 0), ([(0, 9, 15), (1, 0, 3)], 0),
+      ([(1, 3, 5), (2, 0, 7)], 0), ([(2, 7, 10), (3, 0, 3)], 3)]
+  values = [tf.reshape(tf.range(s, s + v.shape.num_elements(),
+                                dtype=tf.float32), v.shape)
+            for s, v in zip(two.offsets, variables)]
+  np.testing.assert_array_equal(two.Slice(values, 1).numpy(),
+                                list(range(17, 33)) + [0])
+  flat = tf.concat([two.Slice(values, 0), two.Slice(values, 1)], 0)
+  for got, want in zip(two.Split(flat), values):
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_eager_strategy_run_matches_unsharded(strategy):
+  """strategy.run without tf.function (the strategy's own all_gather)."""
+  weights = []
+  for shard in (False, True):
+    task, lrn, _ = cases.Build(strategy, cases.OPTS['adam'](), shard)
+
+    def _Replica(x, y, task=task, lrn=lrn):
+      with gradient_tape.GradientTape():
+        loss = task.Loss(x, y)
+      lrn.Apply({'loss': (loss, tf.constant(4.0))}, task.vars)
+
+    dist = strategy.experimental_distribute_values_from_function
+    for i in range(3):
+      strategy.run(_Replica, args=(
+          dist(lambda ctx, i=i: tf.constant(
+              cases.Data(i, ctx.replica_id_in_sync_group)[0])),
+          dist(lambda ctx, i=i: tf.constant(
+              cases.Data(i, ctx.replica_id_in_sync_group)[1]))))
+    weights.append(task)
+  _AssertSame(strategy, weights[0], weights[1])
