@@ -23,7 +23,7 @@ One update, on replica r (inside `strategy.run`, no merge_call):
      full gradients and weights (static slices).
   3. The rule (Momentum, Adam, ...) applies its own `Apply` to a per-
      replica shard variable holding w_r, with slots of shape [s]
-     (ON_READ variables: one copy per device, each replica's own).
+     (ON_READ variables: one copy per device, each replica's own shard).
   4. One all-gather (`CollectiveGatherV2`) of the updated w_r gives the
      full flat weights; each variable is written from its slice.
 
@@ -227,6 +227,7 @@ class ShardedState(tf.Module):
     strategy = tf.distribute.get_strategy()
     n = strategy.num_replicas_in_sync
     if self._shards:
+      _CheckKnown(rule, self._layouts, variables, 'Bind')
       return rule
     if n <= 1:
       del rule.__dict__['Bind']
@@ -262,11 +263,13 @@ class ShardedState(tf.Module):
       self._proxies[dtype] = proxy
       # pylint: disable=protected-access
       rule._bound[var_grad_lib.VarName(proxy)] = proxy
-      with tf.init_scope():
+      with tf.init_scope(), tf.variable_creator_scope(_PerReplica):
         self.shard_slots[dtype] = {
             name: base_optimizer._CreateSlotVariable(rule, proxy, name, init)
             for name, init in rule._CreateSlots(proxy).items()}
     rule._BindWeightDecay(list(self._proxies.values()))
+    for proxy in self._proxies.values():  # No model variable is spared.
+      rule._decay_mask[var_grad_lib.VarName(proxy)] = True
     # pylint: enable=protected-access
 
   def _InstallViews(self):
@@ -300,6 +303,8 @@ class ShardedState(tf.Module):
     rule = self.rule
     grads = {id(vg.var): vg.grad for vg in var_grads.Flatten()
              if vg.grad is not None}
+    _CheckKnown(rule, self._layouts, [vg.var for vg in var_grads.Flatten()
+                                      if vg.grad is not None], 'Apply')
     replica = _ReplicaId()
     shard_grads, ops = NestedMap(), []
     for dtype, layout in sorted(self._layouts.items()):
@@ -358,6 +363,26 @@ def _CheckNoDecayExclusion(rule, variables):
         'Use a second learner (bprop_variable_filter) for the variables '
         'without decay, or shard_optimizer_state=False.' %
         (rule.path, rule.params.weight_decay_exclude, spared))
+
+
+def _CheckKnown(rule, layouts, variables, where):
+  """Raises ValueError naming the `variables` outside the sharded layout
+  (the flat shards are fixed at the first Bind)."""
+  known = {id(v) for layout in layouts.values() for v in layout.variables}
+  new = [var_grad_lib.VarName(v) for v in variables if id(v) not in known]
+  if new:
+    raise ValueError(
+        '%s: %s with variables %s that were not in the first Bind; with '
+        'shard_optimizer_state the flat shards are fixed then. Bind every '
+        'variable of the learner at once.' % (rule.path, where, new))
+
+
+def _PerReplica(next_creator, **kwargs):
+  """Variable creator: a per-replica (ON_READ, never aggregated) variable,
+  so each replica's copy holds its own shard."""
+  kwargs.update(synchronization=tf.VariableSynchronization.ON_READ,
+                aggregation=tf.VariableAggregation.NONE)
+  return next_creator(**kwargs)
 
 
 class _ShardVar:

@@ -64,6 +64,9 @@ def test_sharded_matches_unsharded_with_clip(strategy, name):
   per_slot = 17 * 4
   assert zero.SlotBytesPerReplica() == per_slot * (1 if name == 'momentum'
                                                    else 2)
+  for slot in zero.shard_slots['float32'].values():
+    assert slot.synchronization == tf.VariableSynchronization.ON_READ
+    assert [c.shape for c in slot.values] == [[17], [17]]
   # The weights moved (the test can fail).
   w0 = cases.Mlp.Params().Instantiate().vars.w1.numpy()
   assert np.abs(cases.Weights(strategy, got)['w1'][0] - w0).max() > 1e-3
@@ -387,3 +390,24 @@ def test_eager_strategy_run_matches_unsharded(strategy):
               cases.Data(i, ctx.replica_id_in_sync_group)[1]))))
     weights.append(task)
   _AssertSame(strategy, weights[0], weights[1])
+
+
+def test_decay_exclusion_matching_no_model_variable_keeps_decay(strategy):
+  """'optimizer' matches only the shard's own name: the model variables are
+  all decayed, as unsharded (the shard is not spared)."""
+  def _Opt():
+    return cases.OPTS['adamw']().Set(weight_decay_exclude=['optimizer'])
+  ref, _ = cases.Run(strategy, _Opt(), False, steps=5)
+  got, _ = cases.Run(strategy, _Opt(), True, steps=5)
+  _AssertSame(strategy, ref, got)
+
+
+def test_variables_outside_the_first_bind_are_refused(strategy):
+  with strategy.scope():
+    task = cases.Mlp.Params().Instantiate()
+    lrn = Learner.Params().Set(name='loss', learning_rate=0.1,
+                               optimizer=Adam.Params(),
+                               shard_optimizer_state=True).Instantiate()
+    lrn.optimizer.Bind([task.vars.w1, task.vars.b1])
+    with pytest.raises(ValueError, match=r"Bind with variables \['mlp/w2'\]"):
+      lrn.optimizer.Bind([task.vars.w1, task.vars.w2])
