@@ -402,6 +402,15 @@ def test_decay_exclusion_matching_no_model_variable_keeps_decay(strategy):
   _AssertSame(strategy, ref, got)
 
 
+def test_accumulation_without_sync_on_apply(strategy):
+  """Mirrored accumulators (all-reduce every micro-batch): the same."""
+  def _Acc():
+    return cases.Accumulated('adam').Set(sync_on_apply=False)
+  ref, _ = cases.Run(strategy, _Acc(), False, steps=8, nan_at=(5, 1))
+  got, _ = cases.Run(strategy, _Acc(), True, steps=8, nan_at=(5, 1))
+  _AssertSame(strategy, ref, got)
+
+
 def test_variables_outside_the_first_bind_are_refused(strategy):
   with strategy.scope():
     task = cases.Mlp.Params().Instantiate()
