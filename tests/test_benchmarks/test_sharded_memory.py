@@ -4,11 +4,14 @@ Each runs in a child process (2 logical CPUs configured before TF starts).
 Timings are not asserted; the bytes are: they are sizes, not measurements.
 """
 
+import pytest
+
 from benchmarks import child_process
 from benchmarks import collectives
 from benchmarks import memory
 
 
+@pytest.mark.slow
 def test_memory_sharded_rows_hold_half_the_adam_state(tmp_path):
   payload = memory.main(['--sharded', '--quick', '--steps=2',
                          '--num_batches=2',
@@ -26,6 +29,7 @@ def test_memory_sharded_rows_hold_half_the_adam_state(tmp_path):
     assert row['step']['median_s'] > 0
 
 
+@pytest.mark.slow
 def test_collectives_quickest_run_times_all_reduce_and_all_gather():
   res, err = child_process.SpawnChild(
       'benchmarks.collectives', ['--elements=1000', '--steps=2'],

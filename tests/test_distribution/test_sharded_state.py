@@ -176,6 +176,7 @@ def test_sharded_checkpoint_is_the_unsharded_one(strategy, name, tmp_path):
     np.testing.assert_array_equal(ta[k], tb[k], err_msg=k)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('name', ['adam', 'momentum'])
 def test_restore_2_to_1_and_1_to_2_continue_bit_identically(strategy, name,
                                                             tmp_path):
