@@ -1,7 +1,7 @@
 """Benchmark: peak memory (RSS) a learner adds over the variables it updates.
 
     python -m benchmarks.memory [--quick] [--set=resnet50] [--steps=8]
-        [--num_batches=4] [--output=PATH]
+        [--num_batches=4] [--sharded] [--output=PATH]
 
 Each measurement runs in its own subprocess, which reports its peak resident
 set size (getrusage ru_maxrss):
@@ -18,7 +18,9 @@ The growth of each over `baseline` is compared with its allowance:
 (slots + accumulators) x 4 bytes x parameters, + 10 % (issue 8): 2 x 4 B
 for the learners, 1 x 4 B for the fused step. Growth above the allowance
 means hidden copies of variables or gradients (e.g. a materialised scaled
-gradient). On the `small` set (--quick) the allowance is below the noise of
+gradient). `--sharded` adds the rows of benchmarks/sharded_memory.py
+instead (ZeRO-1: optimizer-state bytes per replica and step time, sharded
+vs not, Adam, 2 replicas). On the `small` set (--quick) the allowance is below the noise of
 TF's own allocations, so only `resnet50` results mean something.
 """
 
@@ -33,6 +35,7 @@ import tensorflow as tf
 from benchmarks import child_process
 from benchmarks import learner_row
 from benchmarks import peer_rows
+from benchmarks import sharded_memory
 from benchmarks import timing
 from benchmarks import variable_sets
 
@@ -110,6 +113,8 @@ def ParseArgs(argv):
   parser.add_argument('--num_batches', type=int, default=4)
   parser.add_argument('--modes', default=','.join(MODES[1:]),
                       help='Comma-separated modes besides the baseline.')
+  parser.add_argument('--sharded', action='store_true',
+                      help='Only the ZeRO-1 rows (benchmarks/sharded_memory).')
   parser.add_argument('--child', default=None, help=argparse.SUPPRESS)
   parser.add_argument('--output', default=None)
   args = parser.parse_args(argv)
@@ -129,6 +134,8 @@ def main(argv=None):
     print(_RESULT_PREFIX + json.dumps(result))
     sys.stdout.flush()
     return result
+  if args.sharded:
+    return _Sharded(args)
   modes = [m for m in args.modes.split(',') if m]
   for m in modes:
     if m not in MODES[1:]:
@@ -165,6 +172,24 @@ def main(argv=None):
                  notes=notes)
   path = timing.WriteJson(args.output or timing.DefaultOutputPath('memory'),
                           payload)
+  print('wrote ' + path)
+  return payload
+
+
+def _Sharded(args):
+  """The --sharded rows: one child (2 logical CPUs), its table, the JSON."""
+  res, err = child_process.SpawnChild(
+      'benchmarks.sharded_memory',
+      ['--set=%s' % args.set, '--steps=%d' % args.steps], 'sharded',
+      sharded_memory.RESULT_PREFIX)
+  if res is None:
+    raise RuntimeError('memory --sharded: the child failed: %s' % err)
+  lines, check = sharded_memory.Report(res)
+  print('\n'.join(lines))
+  payload = dict(benchmark='memory_sharded', set=args.set, result=res,
+                 check=check)
+  path = timing.WriteJson(
+      args.output or timing.DefaultOutputPath('memory_sharded'), payload)
   print('wrote ' + path)
   return payload
 

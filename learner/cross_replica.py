@@ -138,6 +138,32 @@ def AllReduceSum(tensors):
           for p, t in zip(parts, tensors)]
 
 
+def AllGather(tensor):
+  """Concatenates each replica's `tensor` along axis 0, in replica order.
+
+  One `CollectiveGatherV2` (the ZeRO-1 sharded optimizer state,
+  learner/optimizers/sharded_state.py, gathers the updated weight shards
+  with it); no merge_call, as `AllReduceSum`. Eagerly, the strategy's own
+  all_gather.
+
+  Args:
+    tensor: a Tensor of rank >= 1, the same shape on every replica.
+
+  Returns:
+    A Tensor of shape [num_replicas * d0, ...]: replica 0's rows first.
+    `tensor` itself with one replica or outside a replica context.
+  """
+  n = NumReplicas()
+  if n <= 1:
+    return tensor
+  if tf.executing_eagerly():
+    return tf.distribute.get_replica_context().all_gather(tensor, axis=0)
+  group_key, instance_key, token = _Keys()
+  return tf.raw_ops.CollectiveGatherV2(
+      input=tensor, group_size=n, group_key=group_key,
+      instance_key=instance_key, ordering_token=[token.handle])
+
+
 def WeightedAllReduce(grads, weight, extras=()):
   """Sums `weight * grad` and `weight` (and extras) over replicas.
 

@@ -43,6 +43,7 @@ from learner.guarded_update import SKIP_REASONS  # pylint: disable=unused-import
 from learner.optimizers import kernels
 from learner.optimizers.base import BaseOptimizer
 from learner.optimizers import resolve
+from learner.optimizers import sharded_state
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.var_grad import VarGrad
 from params import BaseLayer
@@ -174,6 +175,7 @@ class Learner(BaseLayer):
         'following steps are skipped as non-finite, the trainer stops '
         'after task.train.max_consecutive_skipped_steps and never saves '
         'non-finite weights.')
+    sharded_state.DefineParams(p)
     p.Define(
         'var_norm_metrics', True,
         'If True (default), eval_metrics has var_norm/all, the global L2 '
@@ -194,6 +196,7 @@ class Learner(BaseLayer):
     optimizer_params, base_lr = resolve.ResolveOptimizer(self, p)
     self._base_lr = base_lr
     self.CreateChild('optimizer', optimizer_params)
+    sharded_state.Install(self.path, self.optimizer, p, cross_replica.AllGather)
     self.CreateChild('lr_schedule', schedule_params)
     if p.grad_norm_tracker is not None:
       self.CreateChild('grad_norm_tracker', p.grad_norm_tracker)

@@ -1,0 +1,479 @@
+"""ZeRO-1: the optimizer state sharded across the replicas of a strategy.
+
+`Learner.shard_optimizer_state=True` (docs/distributed.md, "Sharded
+optimizer state (ZeRO-1)"): under a tf.distribute strategy with N > 1
+replicas in sync, each replica keeps and updates 1/N of its learner's
+optimizer slots; the updated weights are gathered back to every replica,
+so every replica ends the step with the same full weights as the unsharded
+run. Source: Rajbhandari et al., "ZeRO: Memory Optimizations Toward
+Training Trillion Parameter Models", SC 2020 (stage 1: optimizer state
+partitioning).
+
+Partition (flat slices): the learner's variables of one dtype, in bind
+order, are seen as one flat vector of n elements, padded with zeros to
+N * s (s = ceil(n / N)); replica r owns elements [r s, (r + 1) s). Balance
+is perfect (the padding, < N elements, is the only imbalance), and the
+slices of replica r are static (its id is known at trace time).
+
+One update, on replica r (inside `strategy.run`, no merge_call):
+  1. The learner's pipeline runs as unsharded on the all-reduced full
+     gradient (one packed all-reduce, learner/cross_replica.py): norms,
+     clip, the skip decision agreed over the replicas, L1/L2, all exact.
+  2. The gradient shard g_r and the weight shard w_r are sliced out of the
+     full gradients and weights (static slices).
+  3. The rule (Momentum, Adam, ...) applies its own `Apply` to a per-
+     replica shard variable holding w_r, with slots of shape [s]
+     (ON_READ variables: one copy per device, each replica's own shard).
+  4. One all-gather (`CollectiveGatherV2`) of the updated w_r gives the
+     full flat weights; each variable is written from its slice.
+
+Checkpoints: each slot of each variable is saved under the key and with
+the full shape the unsharded slot has (`_SlotView` gathers the replicas'
+shards at save and slices them at restore), so a checkpoint restores on
+any replica count and the evaler and export read it as any other.
+
+Only elementwise rules can be sliced this way (`ELEMENTWISE_RULES`);
+others are refused with the reason, as are wrappers other than an
+outermost GradientAccumulation (whose accumulators stay full-size per
+replica).
+"""
+
+import math
+import re
+import weakref
+
+import tensorflow as tf
+
+from learner.optimizers import base as base_optimizer
+from learner.optimizers import var_grad as var_grad_lib
+from learner.optimizers.base import SGD
+from learner.optimizers.rules.adagrad import Adagrad
+from learner.optimizers.rules.adam import Adam
+from learner.optimizers.rules.momentum import Momentum
+from learner.optimizers.rules.rmsprop import RMSProp
+from learner.optimizers.var_grad import VarGrad
+from params import NestedMap
+
+# The update rules whose step on one element reads only that element's
+# weight, gradient and slots (and scalars): a flat slice updates exactly.
+ELEMENTWISE_RULES = (SGD, Momentum, Adam, Adagrad, RMSProp)
+SHARDED_REASON = 'sharded optimizer state (ZeRO-1)'
+
+
+def RuleToShard(path, optimizer):
+  """The update rule a learner shards: `optimizer` or its accumulation's.
+
+  Args:
+    path: the learner's path, for the message.
+    optimizer: the learner's built optimizer.
+
+  Returns:
+    The BaseOptimizer (an elementwise rule) whose slots get sharded.
+
+  Raises:
+    ValueError: the optimizer is a wrapper other than an outermost
+      GradientAccumulation, or its rule is not elementwise (Muon: whole
+      matrices; Adafactor, LAMB, LARS: per-tensor statistics).
+  """
+  rule = optimizer
+  if getattr(type(optimizer), 'IS_ACCUMULATION', False):
+    rule = optimizer.optimizer
+  if not isinstance(rule, ELEMENTWISE_RULES) or rule.inner_optimizers:
+    raise ValueError(
+        '%s: shard_optimizer_state=True with optimizer %s: only the '
+        'elementwise rules %s (optionally inside GradientAccumulation) are '
+        'sharded by flat slices; a rule or wrapper that needs whole tensors '
+        '(Muon orthogonalizes matrices; Adafactor, LAMB, LARS use per-tensor '
+        'statistics; Ema, Lookahead, SWA keep full-size averages) is not. '
+        'Set shard_optimizer_state=False or use one of those rules.' %
+        (path, type(rule).__name__,
+         ', '.join(c.__name__ for c in ELEMENTWISE_RULES)))
+  return rule
+
+
+def DefineParams(p):
+  """Defines the Learner param `shard_optimizer_state` on `p` (in place)."""
+  p.Define(
+      'shard_optimizer_state', False,
+      'ZeRO-1: under a strategy with N > 1 replicas each replica keeps and '
+      'updates 1/N of the optimizer slots (flat slices), and the updated '
+      'weights are all-gathered; the same numbers as False. Elementwise '
+      'rules only (learner/optimizers/sharded_state.py; docs/distributed.md '
+      '"Sharded optimizer state (ZeRO-1)"). No-op with one replica.')
+  return p
+
+
+def Install(path, optimizer, p, all_gather):
+  """Makes the learner's rule shard its state when bound under N > 1.
+
+  The rule object keeps its class; `Bind`, `Apply`, `GetSlots` and
+  `FusedApplyReason` are redirected, on this instance only, to a
+  `ShardedState` (kept in the instance dict: its variables are found by
+  `rule.variables`, e.g. for check_finite_weights' undo, and not
+  checkpointed under their own names). With one replica at `Bind` the rule
+  binds as usual.
+
+  Args:
+    path: the learner's path (messages).
+    optimizer: the learner's built optimizer.
+    p: the learner's params (shard_optimizer_state, check_finite_weights).
+    all_gather: callable(tensor [s]) -> [N * s], the replicas' tensors
+      concatenated in replica order (learner/cross_replica.py AllGather;
+      passed in: this layer does not import the learner's).
+
+  Returns:
+    The ShardedState, or None when shard_optimizer_state is False.
+
+  Raises:
+    ValueError: as `RuleToShard`; or check_finite_weights is True (its
+      tentative update runs before the replicas agree, so one replica could
+      enter the weights' all-gather alone).
+  """
+  if not p.shard_optimizer_state:
+    return None
+  if p.check_finite_weights:
+    raise ValueError(
+        '%s: shard_optimizer_state=True with check_finite_weights=True: the '
+        'tentative update of check_finite_weights runs before the replicas '
+        'agree to apply, and a sharded update all-gathers the weights, which '
+        'needs every replica. Set one of them False.' % path)
+  rule = RuleToShard(path, optimizer)
+  state = ShardedState(rule, all_gather)
+  rule.__dict__['_zero'] = state
+  rule.__dict__['Bind'] = state.Bind
+  return state
+
+
+class _Layout:
+  """Where replica r's shard lies in the flat vector of one dtype.
+
+  Args:
+    variables: the bound variables of this dtype, in bind order.
+    num_replicas: N.
+  """
+
+  def __init__(self, variables, num_replicas):
+    self.variables = list(variables)
+    self.sizes = [int(v.shape.num_elements()) for v in self.variables]
+    self.offsets = [sum(self.sizes[:i]) for i in range(len(self.sizes))]
+    self.total = sum(self.sizes)
+    self.num_replicas = num_replicas
+    self.shard = max(1, math.ceil(self.total / num_replicas))
+    self.strategy = tf.distribute.get_strategy()
+
+  def LocalReplicaIds(self):
+    """The global replica ids of this process's replicas, in local order."""
+    ids = self.strategy.experimental_distribute_values_from_function(
+        lambda ctx: tf.constant(ctx.replica_id_in_sync_group))
+    return [int(i) for i in self.strategy.experimental_local_results(ids)]
+
+  def Pieces(self, replica):
+    """[(variable index, start, end)] (flat, in the variable) of the shard
+    of `replica`, in order; then the padding length."""
+    lo, hi = replica * self.shard, (replica + 1) * self.shard
+    pieces = []
+    for i, (off, size) in enumerate(zip(self.offsets, self.sizes)):
+      a, b = max(lo, off), min(hi, off + size)
+      if a < b:
+        pieces.append((i, a - off, b - off))
+    covered = sum(b - a for _, a, b in pieces)
+    return pieces, self.shard - covered
+
+  def Slice(self, tensors, replica):
+    """Replica's [shard] slice of the flat concatenation of `tensors`."""
+    pieces, pad = self.Pieces(replica)
+    parts = [tf.reshape(tensors[i], [-1])[a:b] for i, a, b in pieces]
+    dtype = self.variables[0].dtype
+    if pad:
+      parts.append(tf.zeros([pad], dtype))
+    return tf.concat(parts, axis=0) if len(parts) > 1 else parts[0]
+
+  def Split(self, flat):
+    """The full tensors of every variable from the [N * shard] vector."""
+    return [tf.reshape(flat[off:off + size], v.shape)
+            for v, off, size in zip(self.variables, self.offsets, self.sizes)]
+
+
+class ShardedState(tf.Module):
+  """The shard variables of one rule and its sharded `Apply` (module doc).
+
+  Args:
+    rule: the elementwise BaseOptimizer whose state is sharded.
+    all_gather: as `Install`'s.
+  """
+
+  def __init__(self, rule, all_gather):
+    super().__init__(name='zero')
+    self._all_gather = all_gather
+    self._rule_ref = weakref.ref(rule)  # Not a child: the rule owns this.
+    self._layouts = {}  # dtype name -> _Layout.
+    self._shards = {}  # dtype name -> ON_READ variable [shard].
+    self.num_replicas = 1
+
+  @property
+  def rule(self):
+    return self._rule_ref()
+
+  @property
+  def sharded(self):
+    """True once bound under several replicas."""
+    return bool(self._shards)
+
+  def Bind(self, vmap):
+    """Binds the rule: sharded when the strategy has N > 1 replicas."""
+    rule = self.rule
+    variables = (vmap.Flatten() if isinstance(vmap, NestedMap)
+                 else list(vmap))
+    strategy = tf.distribute.get_strategy()
+    n = strategy.num_replicas_in_sync
+    if self._shards:
+      _CheckKnown(rule, self._layouts, variables, 'Bind')
+      return rule
+    if n <= 1:
+      del rule.__dict__['Bind']
+      return rule.Bind(vmap)
+    _CheckNoDecayExclusion(rule, variables)
+    self.num_replicas = n
+    by_dtype = {}
+    for v in variables:
+      by_dtype.setdefault(v.dtype.name, []).append(v)
+    for dtype, group in sorted(by_dtype.items()):
+      layout = _Layout(group, n)
+      self._layouts[dtype] = layout
+      with tf.init_scope():
+        self._shards[dtype] = tf.Variable(
+            tf.zeros([layout.shard], group[0].dtype), trainable=False,
+            name='%s/zero_shard_%s' % (rule.path, dtype),
+            synchronization=tf.VariableSynchronization.ON_READ,
+            aggregation=tf.VariableAggregation.NONE)
+    self._BindShards()
+    self._InstallViews()
+    rule.__dict__['Apply'] = self.Apply
+    rule.__dict__['FusedApplyReason'] = lambda vgs: SHARDED_REASON
+    return rule
+
+  def _BindShards(self):
+    """Binds the rule to the shard variables (as `BaseOptimizer.Bind`
+    does), keeping their [shard] slots here, out of the rule's
+    checkpointed `_slots`."""
+    rule = self.rule
+    self._proxies, self.shard_slots = {}, {}
+    for dtype, var in sorted(self._shards.items()):
+      proxy = _ShardVar(var)
+      self._proxies[dtype] = proxy
+      # pylint: disable=protected-access
+      rule._bound[var_grad_lib.VarName(proxy)] = proxy
+      with tf.init_scope(), tf.variable_creator_scope(_PerReplica):
+        self.shard_slots[dtype] = {
+            name: base_optimizer._CreateSlotVariable(rule, proxy, name, init)
+            for name, init in rule._CreateSlots(proxy).items()}
+    rule._BindWeightDecay(list(self._proxies.values()))
+    for proxy in self._proxies.values():  # No model variable is spared.
+      rule._decay_mask[var_grad_lib.VarName(proxy)] = True
+    # pylint: enable=protected-access
+
+  def _InstallViews(self):
+    """One `_SlotView` per (variable, slot) in the rule's `_slots`, under
+    the key of the unsharded slot; `GetSlots` of a shard gives its slots."""
+    rule = self.rule
+    for dtype, layout in self._layouts.items():
+      for i, v in enumerate(layout.variables):
+        views = {name: _SlotView(slot, layout, i)
+                 for name, slot in self.shard_slots[dtype].items()}
+        key = var_grad_lib.SanitizedName(var_grad_lib.VarName(v))
+        rule._slots[key] = views  # pylint: disable=protected-access
+    shards = {id(self._proxies[d]): self.shard_slots[d]
+              for d in self._shards}
+    views_of = rule.GetSlots
+    rule.__dict__['GetSlots'] = (
+        lambda var: shards[id(var)] if id(var) in shards else views_of(var))
+
+  def Apply(self, lr, var_grads, _grad_scale=None, _measure=None):
+    """The sharded update (module doc, steps 2-4); returns the op.
+
+    Args:
+      lr, var_grads, _grad_scale: as BaseOptimizer.Apply; every bound
+        variable must have a gradient (a flat shard spans variables).
+      _measure: ignored (FusedApplyReason says no fused op runs).
+
+    Raises:
+      ValueError: a bound variable has no gradient.
+    """
+    del _measure
+    rule = self.rule
+    grads = {id(vg.var): vg.grad for vg in var_grads.Flatten()
+             if vg.grad is not None}
+    _CheckKnown(rule, self._layouts, [vg.var for vg in var_grads.Flatten()
+                                      if vg.grad is not None], 'Apply')
+    replica = _ReplicaId()
+    shard_grads, ops = NestedMap(), []
+    for dtype, layout in sorted(self._layouts.items()):
+      missing = [var_grad_lib.VarName(v) for v in layout.variables
+                 if id(v) not in grads]
+      if missing:
+        raise ValueError(
+            '%s: shard_optimizer_state needs a gradient for every bound '
+            'variable (a flat shard spans variables); none for %s. Exclude '
+            'them with bprop_variable_exclusion.' % (rule.path, missing))
+      shard = self._shards[dtype]
+      w = layout.Slice([v.read_value() for v in layout.variables], replica)
+      g = layout.Slice([tf.convert_to_tensor(grads[id(v)])
+                        for v in layout.variables], replica)
+      ops.append(tf.raw_ops.AssignVariableOp(resource=shard.handle, value=w))
+      shard_grads['s_' + dtype] = VarGrad(self._proxies[dtype], g)
+    with tf.control_dependencies([o for o in ops if o is not None]):
+      op = type(rule).Apply(rule, lr, shard_grads, _grad_scale=_grad_scale)
+    writes = []
+    with tf.control_dependencies([op] if op is not None else []):
+      for dtype, layout in sorted(self._layouts.items()):
+        shard = self._shards[dtype]
+        flat = self._all_gather(tf.raw_ops.ReadVariableOp(
+            resource=shard.handle, dtype=shard.dtype))
+        for v, value in zip(layout.variables, layout.Split(flat)):
+          writes.append(tf.raw_ops.AssignVariableOp(resource=v.handle,
+                                                    value=value))
+    if tf.executing_eagerly():
+      return None
+    return tf.group([op] + writes if op is not None else writes)
+
+  @property
+  def shard_variables(self):
+    """The ON_READ [shard] copies of the weights the rule updates."""
+    return [self._shards[d] for d in sorted(self._shards)]
+
+  def SlotBytesPerReplica(self):
+    """Bytes of the shard slots one replica holds (shape [shard] each)."""
+    return sum(int(s.shape.num_elements()) * s.dtype.size
+               for slots in self.shard_slots.values()
+               for s in slots.values())
+
+
+def _CheckNoDecayExclusion(rule, variables):
+  """Raises ValueError if weight_decay_exclude spares some of `variables`
+  (a flat shard gets one decay mask: all decayed or none)."""
+  if not rule.WeightDecayOn():
+    return
+  spared = [var_grad_lib.VarName(v) for v in variables
+            if any(re.search(r, var_grad_lib.VarName(v))
+                   for r in rule.params.weight_decay_exclude)]
+  if spared:
+    raise ValueError(
+        '%s: shard_optimizer_state=True with weight_decay_exclude=%r, which '
+        'spares %s: a flat shard spans variables and is decayed as a whole. '
+        'Use a second learner (bprop_variable_filter) for the variables '
+        'without decay, or shard_optimizer_state=False.' %
+        (rule.path, rule.params.weight_decay_exclude, spared))
+
+
+def _CheckKnown(rule, layouts, variables, where):
+  """Raises ValueError naming the `variables` outside the sharded layout
+  (the flat shards are fixed at the first Bind)."""
+  known = {id(v) for layout in layouts.values() for v in layout.variables}
+  new = [var_grad_lib.VarName(v) for v in variables if id(v) not in known]
+  if new:
+    raise ValueError(
+        '%s: %s with variables %s that were not in the first Bind; with '
+        'shard_optimizer_state the flat shards are fixed then. Bind every '
+        'variable of the learner at once.' % (rule.path, where, new))
+
+
+def _PerReplica(next_creator, **kwargs):
+  """Variable creator: a per-replica (ON_READ, never aggregated) variable,
+  so each replica's copy holds its own shard."""
+  kwargs.update(synchronization=tf.VariableSynchronization.ON_READ,
+                aggregation=tf.VariableAggregation.NONE)
+  return next_creator(**kwargs)
+
+
+class _ShardVar:
+  """The rule's view of an ON_READ shard variable: not Trackable.
+
+  The rule binds it (its `_bound` dict, checkpointed, would otherwise
+  save the shard under a key of its own); it offers what an update rule
+  uses of a variable: name, dtype, shape, handle (this replica's copy in
+  a replica context), read_value and assign_sub.
+  """
+
+  def __init__(self, var):
+    self._var = var
+    self.name = var.name
+    self.dtype = var.dtype
+    self.shape = var.shape
+
+  @property
+  def handle(self):
+    return self._var.handle
+
+  def read_value(self):
+    return tf.raw_ops.ReadVariableOp(resource=self.handle, dtype=self.dtype)
+
+  def assign_sub(self, delta, read_value=False):
+    del read_value
+    return tf.raw_ops.AssignSubVariableOp(resource=self.handle,
+                                          value=tf.cast(delta, self.dtype))
+
+
+def _ReplicaId():
+  """This replica's static id in the sync group (0 outside one)."""
+  ctx = tf.distribute.get_replica_context()
+  if (not tf.distribute.has_strategy() or ctx is None or
+      ctx.num_replicas_in_sync <= 1):
+    return 0
+  rid = tf.get_static_value(ctx.replica_id_in_sync_group)
+  if rid is None:
+    raise RuntimeError('shard_optimizer_state needs static replica ids '
+                       '(MirroredStrategy, MultiWorkerMirroredStrategy).')
+  return int(rid)
+
+
+class _SlotView(tf.__internal__.tracking.Trackable):
+  """One variable's part of a sharded slot, checkpointed as the full slot.
+
+  Saved under the key (`<...>/.ATTRIBUTES/VARIABLE_VALUE`) and with the
+  shape the unsharded slot of that variable has: `_serialize_to_tensors`
+  concatenates the replicas' shards (every local copy of the ON_READ
+  shard slot) and slices the variable's part; `_restore_from_tensors`
+  writes each copy's part of the full value. So a checkpoint restores on
+  any replica count (2 -> 1, 1 -> 2).
+
+  Args:
+    slot: the ON_READ shard slot variable ([shard] per replica).
+    layout: the _Layout of its dtype.
+    index: the variable's index in `layout`.
+  """
+
+  def __init__(self, slot, layout, index):
+    self._slot = slot
+    self._layout = layout
+    self._index = index
+
+  def _Copies(self):
+    """This process's copies of the shard slot, in local replica order."""
+    values = getattr(self._slot, 'values', None)
+    return list(values) if values else [self._slot]
+
+  def _serialize_to_tensors(self):
+    # strategy.gather (cross-replica context) concatenates every replica's
+    # shard in replica order, across workers too (one collective per slot
+    # and variable under MultiWorkerMirroredStrategy, on every worker).
+    strategy = self._layout.strategy
+    copies = iter(self._Copies())
+    per_replica = strategy.experimental_distribute_values_from_function(
+        lambda ctx: next(copies).read_value())
+    with strategy.scope():
+      flat = strategy.gather(per_replica, axis=0)
+    return {'VARIABLE_VALUE': tf.identity(self._layout.Split(flat)[
+        self._index])}
+
+  def _restore_from_tensors(self, restored_tensors):
+    value = tf.reshape(restored_tensors['VARIABLE_VALUE'], [-1])
+    off = self._layout.offsets[self._index]
+    size = self._layout.sizes[self._index]
+    ops = []
+    for r, copy in zip(self._layout.LocalReplicaIds(), self._Copies()):
+      lo, hi = r * self._layout.shard, (r + 1) * self._layout.shard
+      a, b = max(lo, off), min(hi, off + size)
+      if a < b:
+        with tf.device(copy.device):
+          ops.append(copy[a - lo:b - lo].assign(value[a - off:b - off]))
+    return tf.group(ops) if ops and not tf.executing_eagerly() else None

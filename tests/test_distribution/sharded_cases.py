@@ -1,0 +1,109 @@
+"""The ZeRO-1 test cases, shared by test_sharded_state.py and the
+multi-worker processes of zero_worker.py (as scenarios.py for issue 7).
+
+A small MLP (variables of 15 + 5 + 10 + 3 = 33 float32 elements: the
+shards of 17 span variables and the last one has one padding element)
+trains on per-replica data (the replica's global id seeds it).
+"""
+
+import numpy as np
+import tensorflow as tf
+
+from learner import gradient_tape
+from learner.learner import Learner
+from learner.optimizers.rules.adam import Adam
+from learner.optimizers.rules.adam import AdamW
+from learner.optimizers.rules.momentum import Momentum
+from learner.optimizers.wrappers.accumulation import GradientAccumulation
+from params import BaseLayer
+from schedules import ConstantOne
+
+SHAPES = (('w1', [3, 5]), ('b1', [5]), ('w2', [5, 2]), ('b2', [3]))
+
+
+class Mlp(BaseLayer):
+  """x [B, 3] -> tanh(x w1 + b1) w2 + b2[:2]; b2 has a spare entry."""
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.name = 'mlp'
+    return p
+
+  def __init__(self, params):
+    super().__init__(params)
+    rng = np.random.RandomState(0)
+    for name, shape in SHAPES:
+      self.CreateVariable(name, shape, init=rng.normal(
+          size=shape).astype(np.float32) * 0.5)
+
+  def Loss(self, x, y):
+    v = self.vars
+    h = tf.tanh(tf.matmul(x, v.w1) + v.b1)
+    out = tf.matmul(h, v.w2) + v.b2[:2] + 0.01 * v.b2[2]
+    return tf.reduce_mean(tf.square(out - y))
+
+
+def Data(step, replica, nan=False):
+  """(x [4, 3], y [4, 2]) float32 of `replica` at `step`; x[0, 0] NaN."""
+  rng = np.random.RandomState(100 * step + replica)
+  x = rng.normal(size=[4, 3]).astype(np.float32)
+  y = rng.normal(size=[4, 2]).astype(np.float32)
+  if nan:
+    x[0, 0] = np.nan
+  return x, y
+
+
+def Build(strategy, opt, shard, **kw):
+  """(task, learner, step(i, nan_at=None)) built under `strategy`."""
+  with strategy.scope():
+    task = Mlp.Params().Instantiate()
+    lrn = Learner.Params().Set(
+        name='loss', learning_rate=0.05, lr_schedule=ConstantOne.Params(),
+        optimizer=opt, shard_optimizer_state=shard, **kw).Instantiate()
+    lrn.Bind(task.vars)
+
+  def _Replica(x, y):
+    with gradient_tape.GradientTape():
+      loss = task.Loss(x, y)
+    lrn.Apply({'loss': (loss, tf.constant(4.0))}, task.vars)
+
+  @tf.function
+  def _Step(x, y):
+    strategy.run(_Replica, args=(x, y))
+
+  def _Train(step, nan_at=None):
+    def _Value(ctx, k):
+      r = ctx.replica_id_in_sync_group
+      return tf.constant(Data(step, r, nan=(step, r) == nan_at)[k])
+    dist = strategy.experimental_distribute_values_from_function
+    _Step(dist(lambda ctx: _Value(ctx, 0)), dist(lambda ctx: _Value(ctx, 1)))
+
+  return task, lrn, _Train
+
+
+def Run(strategy, opt, shard, steps=20, nan_at=None, **kw):
+  """Trains `steps` steps; returns (task, learner) after them."""
+  task, lrn, train = Build(strategy, opt, shard, **kw)
+  for step in range(steps):
+    train(step, nan_at)
+  return task, lrn
+
+
+def Weights(strategy, task):
+  """{variable key: [this process's copies as numpy arrays]}."""
+  return {k: [x.numpy() for x in strategy.experimental_local_results(v)]
+          for k, v in task.vars.items()}
+
+
+OPTS = {
+    'momentum': lambda: Momentum.Params().Set(alpha=0.9),
+    'adam': lambda: Adam.Params(),
+    'adamw': lambda: AdamW.Params().Set(decoupled_weight_decay=0.1),
+}
+
+
+def Accumulated(name, num_batches=4):
+  """GradientAccumulation(num_batches) around OPTS[name]."""
+  return GradientAccumulation.Params().Set(optimizer=OPTS[name](),
+                                           num_batches=num_batches)

@@ -1,0 +1,423 @@
+"""ZeRO-1 sharded optimizer state (issue 26, items 1-3): same numbers.
+
+MirroredStrategy on the 2 logical CPUs of tests/conftest.py; the model and
+data are sharded_cases.py's (33 elements: shards of 17 that span
+variables, one padding element). Every case runs twice under the same strategy, with
+`shard_optimizer_state` False and True, and compares the weights after
+the steps (within 1e-6 relative, the acceptance bound; in practice equal).
+"""
+
+import io
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from learner import gradient_tape
+from learner.optimizers import sharded_state
+from learner.learner import Learner
+from learner.optimizers.rules.adam import Adam
+from learner.optimizers.rules.muon import Muon
+from learner.training.cluster import distribution
+from learner.training.cluster import launcher
+from learner.training.jobs import evaler as evaler_lib
+from learner.training.jobs import export as export_lib
+from learner.training.jobs import trainer as trainer_lib
+from learner.optimizers.var_grad import VarGrad
+from params import NestedMap
+from params import registry
+from schedules import ConstantOne
+from schedules import CosineDecay
+from schedules import LinearSchedule
+
+import sharded_cases as cases  # pylint: disable=g-bad-import-order
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture(scope='module')
+def strategy():
+  s = distribution.CreateStrategy('mirrored')
+  assert s.num_replicas_in_sync == 2
+  return s
+
+
+def _AssertSame(strategy, a, b):
+  wa, wb = cases.Weights(strategy, a), cases.Weights(strategy, b)
+  for k in wa:
+    np.testing.assert_array_equal(wb[k][0], wb[k][1], err_msg=k)
+    np.testing.assert_allclose(wb[k][0], wa[k][0], rtol=1e-6, atol=1e-7,
+                               err_msg=k)
+
+
+@pytest.mark.parametrize('name', sorted(cases.OPTS))
+def test_sharded_matches_unsharded_with_clip(strategy, name):
+  kw = dict(clip_gradient_norm_to_value=0.5, l2_regularizer_weight=1e-3)
+  ref, _ = cases.Run(strategy, cases.OPTS[name](), False, **kw)
+  got, lrn = cases.Run(strategy, cases.OPTS[name](), True, **kw)
+  _AssertSame(strategy, ref, got)
+  # Each replica holds half of the 33 (padded to 34) elements per slot.
+  zero = lrn.optimizer.__dict__['_zero']
+  per_slot = 17 * 4
+  assert zero.SlotBytesPerReplica() == per_slot * (1 if name == 'momentum'
+                                                   else 2)
+  for slot in zero.shard_slots['float32'].values():
+    assert slot.synchronization == tf.VariableSynchronization.ON_READ
+    assert [c.shape for c in slot.values] == [[17], [17]]
+  # The weights moved (the test can fail).
+  w0 = cases.Mlp.Params().Instantiate().vars.w1.numpy()
+  assert np.abs(cases.Weights(strategy, got)['w1'][0] - w0).max() > 1e-3
+
+
+@pytest.mark.parametrize('name', ['adam', 'momentum'])
+def test_nan_on_one_replica_is_skipped_as_unsharded(strategy, name):
+  ref, ref_l = cases.Run(strategy, cases.OPTS[name](), False, steps=6, nan_at=(3, 1),
+                    clip_gradient_norm_to_value=0.5)
+  got, got_l = cases.Run(strategy, cases.OPTS[name](), True, steps=6, nan_at=(3, 1),
+                    clip_gradient_norm_to_value=0.5)
+  _AssertSame(strategy, ref, got)
+  for lrn in (ref_l, got_l):
+    res = strategy.experimental_local_results
+    assert [int(x) for x in res(lrn.num_skipped_steps)] == [1, 1]
+    assert [int(x) for x in res(lrn.num_updates)] == [5, 5]
+
+
+@pytest.mark.parametrize('name', sorted(cases.OPTS))
+def test_sharded_with_accumulation(strategy, name):
+  # Micro-step 5 (window 2) holds a NaN on replica 1: that shard is
+  # dropped on its replica, in both runs.
+  kw = dict(clip_gradient_norm_to_value=0.5, nan_at=(5, 1))
+  ref, ref_l = cases.Run(strategy, cases.Accumulated(name), False, **kw)
+  got, got_l = cases.Run(strategy, cases.Accumulated(name), True, **kw)
+  _AssertSame(strategy, ref, got)
+  res = strategy.experimental_local_results
+  for lrn in (ref_l, got_l):
+    assert [int(x) for x in res(lrn.optimizer.num_dropped_microbatches)] == [
+        1, 1]
+    assert [int(x) for x in res(lrn.num_updates)] == [5, 5]
+
+
+def test_non_elementwise_rule_is_refused():
+  p = Learner.Params().Set(name='loss', learning_rate=0.1,
+                           optimizer=Muon.Params(),
+                           shard_optimizer_state=True)
+  with pytest.raises(ValueError, match='Muon orthogonalizes'):
+    p.Instantiate()
+
+
+def test_check_finite_weights_and_decay_exclusion_are_refused(strategy):
+  p = Learner.Params().Set(name='loss', learning_rate=0.1,
+                           optimizer=Adam.Params(), check_finite_weights=True,
+                           shard_optimizer_state=True)
+  with pytest.raises(ValueError, match='check_finite_weights=True'):
+    p.Instantiate()
+  with strategy.scope():
+    task = cases.Mlp.Params().Instantiate()
+    lrn = Learner.Params().Set(
+        name='loss', learning_rate=0.1, shard_optimizer_state=True,
+        optimizer=cases.OPTS['adamw']().Set(
+            weight_decay_exclude=['b1$'])).Instantiate()
+    with pytest.raises(ValueError, match=r"weight_decay_exclude=\['b1\$'\]"):
+      lrn.Bind(task.vars)
+
+
+def test_one_replica_is_a_plain_bind():
+  task = cases.Mlp.Params().Instantiate()
+  lrn = Learner.Params().Set(name='loss', learning_rate=0.1,
+                             optimizer=Adam.Params(),
+                             shard_optimizer_state=True).Instantiate()
+  lrn.Bind(task.vars)
+  zero = lrn.optimizer.__dict__['_zero']
+  assert not zero.sharded
+  assert lrn.optimizer.GetSlots(task.vars.w1)['m'].shape == [3, 5]
+  assert sharded_state.SHARDED_REASON
+
+
+def _Save(strategy, opt, shard, path, steps=5):
+  task, lrn, train = cases.Build(strategy, opt, shard)
+  for step in range(steps):
+    train(step)
+  return tf.train.Checkpoint(task=task, learner=lrn).write(path)
+
+
+def _Continue(strategy, opt, shard, path, steps=(5, 6, 7)):
+  task, lrn, train = cases.Build(strategy, opt, shard)
+  tf.train.Checkpoint(task=task, learner=lrn).read(path).assert_consumed()
+  for step in steps:
+    train(step)
+  return cases.Weights(strategy, task)
+
+
+def _Tensors(path):
+  reader = tf.train.load_checkpoint(path)
+  return {k: reader.get_tensor(k) for k, _ in tf.train.list_variables(path)
+          if '_CHECKPOINTABLE_OBJECT_GRAPH' not in k}
+
+
+def _AssertBitEqual(a, b):
+  for k in a:
+    for x, y in zip(a[k], b[k]):
+      np.testing.assert_array_equal(x, y, err_msg=k)
+
+
+@pytest.mark.parametrize('name', ['adam', 'momentum'])
+def test_sharded_checkpoint_is_the_unsharded_one(strategy, name, tmp_path):
+  """Same keys, shapes and values as the unsharded run's checkpoint."""
+  a = _Save(strategy, cases.OPTS[name](), False, str(tmp_path / 'a'))
+  b = _Save(strategy, cases.OPTS[name](), True, str(tmp_path / 'b'))
+  ta, tb = _Tensors(a), _Tensors(b)
+  assert sorted(ta) == sorted(tb)
+  assert any('/m/.ATTRIBUTES' in k or '/momentum/.ATTRIBUTES' in k
+             for k in ta)
+  for k in ta:
+    np.testing.assert_array_equal(ta[k], tb[k], err_msg=k)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('name', ['adam', 'momentum'])
+def test_restore_2_to_1_and_1_to_2_continue_bit_identically(strategy, name,
+                                                            tmp_path):
+  one = tf.distribute.get_strategy()  # The default: one device.
+  sharded2 = _Save(strategy, cases.OPTS[name](), True, str(tmp_path / 's2'))
+  plain2 = _Save(strategy, cases.OPTS[name](), False, str(tmp_path / 'p2'))
+  # 2 -> 1: the sharded run's checkpoint continues on one device exactly as
+  # the unsharded run's does.
+  _AssertBitEqual(_Continue(one, cases.OPTS[name](), False, sharded2),
+                  _Continue(one, cases.OPTS[name](), False, plain2))
+  # 1 -> 2: a one-device checkpoint continues sharded exactly as unsharded.
+  plain1 = _Save(one, cases.OPTS[name](), False, str(tmp_path / 'p1'))
+  _AssertBitEqual(_Continue(strategy, cases.OPTS[name](), True, plain1),
+                  _Continue(strategy, cases.OPTS[name](), False, plain1))
+  # 2 -> 2 across a restart: as the uninterrupted sharded run.
+  task, _, train = cases.Build(strategy, cases.OPTS[name](), True)
+  for step in range(8):
+    train(step)
+  _AssertBitEqual(_Continue(strategy, cases.OPTS[name](), True, sharded2),
+                  cases.Weights(strategy, task))
+
+
+# ---- the trainer (what --strategy=mirrored runs), then evaler and export ----
+
+_KEY = 'regression.LinearRegression'
+
+
+def _TrainRun(logdir, shard):
+  p = registry.GetParams(_KEY)
+  p.task.train.Set(max_steps=30, save_interval_steps=10)
+  p.task.train.learner.shard_optimizer_state = shard
+  t = trainer_lib.Trainer(p, str(logdir), strategy='mirrored', mode='train',
+                          stream=io.StringIO(), tty=False)
+  t.Run()
+  return t
+
+
+def test_trainer_sharded_run_then_evaler_and_export_on_one_device(
+    strategy, tmp_path):
+  plain = _TrainRun(tmp_path / 'plain', False)
+  sharded = _TrainRun(tmp_path / 'sharded', True)
+  assert sharded.task.learners[0].optimizer.__dict__['_zero'].sharded
+  distribution.AssertReplicasIdentical(sharded.task.vars.Flatten())
+  want = _Tensors(str(tmp_path / 'plain' / 'ckpt' / 'ckpt-30'))
+  got = _Tensors(str(tmp_path / 'sharded' / 'ckpt' / 'ckpt-30'))
+  assert sorted(want) == sorted(got)
+  assert any('/momentum/' in k for k in got)
+  for k in want:
+    np.testing.assert_allclose(got[k], want[k], rtol=1e-6, err_msg=k)
+  del plain
+  # The evaler and export read the sharded run's checkpoint on one device.
+  p = registry.GetParams(_KEY)
+  record = evaler_lib.Evaler(p, str(tmp_path / 'sharded'), timeout_secs=0.5,
+                             poll_secs=0, stream=io.StringIO()).Run()
+  assert [e['global_step'] for e in record['evaluations']][-1] == 30
+  export_dir = export_lib.Export(registry.GetParams(_KEY),
+                                 str(tmp_path / 'sharded'),
+                                 stream=io.StringIO())
+  w = got['task/_private_vars/w/.ATTRIBUTES/VARIABLE_VALUE']
+  b = got['task/_private_vars/b/.ATTRIBUTES/VARIABLE_VALUE']
+  x = np.array([0.0, 1.0, -2.5], np.float32)
+  y = tf.saved_model.load(export_dir).signatures['serving_default'](
+      x=tf.constant(x))['y'].numpy()
+  np.testing.assert_allclose(y, np.ravel(w)[0] * x + np.ravel(b)[0],
+                             rtol=1e-5)
+
+
+# ---- 2-worker MultiWorkerMirroredStrategy on localhost ------------------------
+
+
+@pytest.mark.slow
+def test_two_workers_sharded_equals_unsharded(tmp_path):
+  """Momentum, Adam, AdamW; clip; accumulation of 4; a NaN micro-batch."""
+  out_dir = str(tmp_path)
+  logs = [os.path.join(out_dir, 'w%d.log' % i) for i in range(2)]
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
+  procs = launcher.StartWorkers(
+      [sys.executable, os.path.join(_HERE, 'zero_worker.py'), out_dir], 2,
+      env=env, log_paths=logs)
+  try:
+    code, failed = launcher.WaitForWorkers(procs, 300)
+  finally:
+    launcher.StopProcesses(procs)
+  if code != 0:
+    with open(logs[failed or 0]) as f:
+      pytest.fail('worker %s exit %d:\n%s' % (failed, code, f.read()[-3000:]))
+  results = []
+  for i in range(2):
+    with open(os.path.join(out_dir, 'result_%d.json' % i)) as f:
+      results.append(json.load(f))
+  assert [r['num_replicas'] for r in results] == [2, 2]
+  for name in sorted(cases.OPTS):
+    for r in results:
+      assert r[name]['plain_dropped'] == r[name]['sharded_dropped'] == 1
+      for k, want in r[name]['plain'].items():
+        np.testing.assert_allclose(r[name]['sharded'][k], want, rtol=1e-6,
+                                   atol=1e-7, err_msg=(name, k))
+    # Both workers end with the same weights, bit for bit.
+    assert results[0][name]['sharded'] == results[1][name]['sharded']
+
+
+@pytest.mark.slow
+def test_launcher_runs_a_sharded_experiment(tmp_path, capfd):
+  """The README's launcher line with shard_optimizer_state on 2 workers."""
+  logdir = str(tmp_path / 'run')
+  code = launcher.main([
+      '--num_workers=2', '--deadline_secs=400', '--',
+      '--model=regression.LinearRegression', '--logdir=%s' % logdir,
+      '--strategy=multi_worker',
+      '--params_override=task.train.max_steps : 20; '
+      'task.train.learner.shard_optimizer_state : True'])
+  err = capfd.readouterr().err
+  assert code == 0, err[-3000:]
+  assert 'final weights identical on every worker' in err
+  got = _Tensors(os.path.join(logdir, 'ckpt', 'ckpt-20'))
+  slot = ('task/_private_children/learner/_private_children/optimizer/'
+          '_slots/regression_w/momentum/.ATTRIBUTES/VARIABLE_VALUE')
+  assert got[slot].shape == got[
+      'task/_private_vars/w/.ATTRIBUTES/VARIABLE_VALUE'].shape
+  assert np.all(got[slot] != 0.0)
+
+
+def _TwoLearnerRun(strategy, shard, steps=8):
+  """Learner 'a' (w1, b1): Adam, beta1 scheduled 0.9 -> 0.5 over 6
+  updates, cosine rate, decoupled decay; learner 'b' (w2, b2): Momentum.
+  Gradients from one tf.GradientTape, handed to ApplyGradients."""
+  with strategy.scope():
+    task = cases.Mlp.Params().Instantiate()
+    sched = {'beta1': LinearSchedule.Params().Set(start=(0, 0.9),
+                                                  limit=(6, 0.5))}
+    a = Learner.Params().Set(
+        name='a', loss_name='loss', learning_rate=0.05,
+        bprop_variable_filter='/(w1|b1)$', shard_optimizer_state=shard,
+        lr_schedule=CosineDecay.Params().Set(total_steps=8, alpha=0.1),
+        optimizer=Adam.Params().Set(hyper_schedules=sched,
+                                    decoupled_weight_decay=0.05),
+    ).Instantiate()
+    b = Learner.Params().Set(
+        name='b', loss_name='loss', learning_rate=0.05,
+        bprop_variable_filter='/(w2|b2)$', shard_optimizer_state=shard,
+        lr_schedule=ConstantOne.Params(),
+        optimizer=cases.OPTS['momentum']()).Instantiate()
+    a.Bind(task.vars)
+    b.Bind(task.vars)
+
+  def _Replica(x, y):
+    vs = task.vars
+    with tf.GradientTape() as tape:
+      loss = task.Loss(x, y)
+    grads = dict(zip(vs.keys(), tape.gradient(loss, list(vs.values()))))
+    for lrn, keys in ((a, ('w1', 'b1')), (b, ('w2', 'b2'))):
+      lrn.ApplyGradients(NestedMap({k: VarGrad(vs[k], grads[k])
+                                    for k in keys}), 4.0)
+
+  step = tf.function(lambda x, y: strategy.run(_Replica, args=(x, y)))
+  dist = strategy.experimental_distribute_values_from_function
+  for i in range(steps):
+    step(dist(lambda ctx, i=i: tf.constant(
+        cases.Data(i, ctx.replica_id_in_sync_group)[0])),
+         dist(lambda ctx, i=i: tf.constant(
+             cases.Data(i, ctx.replica_id_in_sync_group)[1])))
+  return task, (a, b)
+
+
+def test_two_learners_with_schedules_match_unsharded(strategy):
+  ref, _ = _TwoLearnerRun(strategy, False)
+  got, learners = _TwoLearnerRun(strategy, True)
+  assert all(l.optimizer.__dict__['_zero'].sharded for l in learners)
+  _AssertSame(strategy, ref, got)
+
+
+def test_layout_flat_slices_by_hand():
+  """Sizes 15, 5, 10, 3 (n = 33): N = 2 gives shards of 17, the second
+  with 1 padding element; N = 4 shards of 9 (3 padding on the last)."""
+  variables = [tf.Variable(tf.zeros(shape)) for _, shape in cases.SHAPES]
+  two = sharded_state._Layout(variables, 2)  # pylint: disable=protected-access
+  assert two.shard == 17
+  assert two.Pieces(0) == ([(0, 0, 15), (1, 0, 2)], 0)
+  assert two.Pieces(1) == ([(1, 2, 5), (2, 0, 10), (3, 0, 3)], 1)
+  four = sharded_state._Layout(variables, 4)  # pylint: disable=protected-access
+  assert four.shard == 9
+  assert [four.Pieces(r) for r in range(4)] == [
+      ([(0, 0, 9)], 0), ([(0, 9, 15), (1, 0, 3)], 0),
+      ([(1, 3, 5), (2, 0, 7)], 0), ([(2, 7, 10), (3, 0, 3)], 3)]
+  values = [tf.reshape(tf.range(s, s + v.shape.num_elements(),
+                                dtype=tf.float32), v.shape)
+            for s, v in zip(two.offsets, variables)]
+  np.testing.assert_array_equal(two.Slice(values, 1).numpy(),
+                                list(range(17, 33)) + [0])
+  flat = tf.concat([two.Slice(values, 0), two.Slice(values, 1)], 0)
+  for got, want in zip(two.Split(flat), values):
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
+def test_eager_strategy_run_matches_unsharded(strategy):
+  """strategy.run without tf.function (the strategy's own all_gather)."""
+  weights = []
+  for shard in (False, True):
+    task, lrn, _ = cases.Build(strategy, cases.OPTS['adam'](), shard)
+
+    def _Replica(x, y, task=task, lrn=lrn):
+      with gradient_tape.GradientTape():
+        loss = task.Loss(x, y)
+      lrn.Apply({'loss': (loss, tf.constant(4.0))}, task.vars)
+
+    dist = strategy.experimental_distribute_values_from_function
+    for i in range(3):
+      strategy.run(_Replica, args=(
+          dist(lambda ctx, i=i: tf.constant(
+              cases.Data(i, ctx.replica_id_in_sync_group)[0])),
+          dist(lambda ctx, i=i: tf.constant(
+              cases.Data(i, ctx.replica_id_in_sync_group)[1]))))
+    weights.append(task)
+  _AssertSame(strategy, weights[0], weights[1])
+
+
+def test_decay_exclusion_matching_no_model_variable_keeps_decay(strategy):
+  """'optimizer' matches only the shard's own name: the model variables are
+  all decayed, as unsharded (the shard is not spared)."""
+  def _Opt():
+    return cases.OPTS['adamw']().Set(weight_decay_exclude=['optimizer'])
+  ref, _ = cases.Run(strategy, _Opt(), False, steps=5)
+  got, _ = cases.Run(strategy, _Opt(), True, steps=5)
+  _AssertSame(strategy, ref, got)
+
+
+def test_accumulation_without_sync_on_apply(strategy):
+  """Mirrored accumulators (all-reduce every micro-batch): the same."""
+  def _Acc():
+    return cases.Accumulated('adam').Set(sync_on_apply=False)
+  ref, _ = cases.Run(strategy, _Acc(), False, steps=8, nan_at=(5, 1))
+  got, _ = cases.Run(strategy, _Acc(), True, steps=8, nan_at=(5, 1))
+  _AssertSame(strategy, ref, got)
+
+
+def test_variables_outside_the_first_bind_are_refused(strategy):
+  with strategy.scope():
+    task = cases.Mlp.Params().Instantiate()
+    lrn = Learner.Params().Set(name='loss', learning_rate=0.1,
+                               optimizer=Adam.Params(),
+                               shard_optimizer_state=True).Instantiate()
+    lrn.optimizer.Bind([task.vars.w1, task.vars.b1])
+    with pytest.raises(ValueError, match=r"Bind with variables \['mlp/w2'\]"):
+      lrn.optimizer.Bind([task.vars.w1, task.vars.w2])

@@ -1,0 +1,47 @@
+"""A worker process of the 2-worker ZeRO-1 test (test_sharded_state.py).
+
+Usage: python zero_worker.py <out_dir>   (TF_CONFIG set by the launcher)
+
+Under MultiWorkerMirroredStrategy (one CPU per worker, 2 replicas) runs
+sharded_cases.py's 20 steps with Momentum, Adam and AdamW, clipping and
+accumulation of 4 micro-batches, micro-step 5 NaN on replica 1, with
+shard_optimizer_state False and True, and writes
+<out_dir>/result_<task index>.json: {case: {'plain'|'sharded':
+{variable: values}}, plus each run's num_dropped_microbatches}.
+"""
+
+import json
+import os
+import sys
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def main(argv):
+  out_dir = argv[1]
+  # The strategy comes first: nothing else may run a TF op before it.
+  from learner.training.cluster import distribution  # pylint: disable=g-import-not-at-top
+  strategy = distribution.CreateStrategy('multi_worker', timeout_seconds=60)
+  index = json.loads(os.environ['TF_CONFIG'])['task']['index']
+  import sharded_cases as cases  # pylint: disable=g-import-not-at-top
+  result = {'num_replicas': strategy.num_replicas_in_sync}
+  for name in sorted(cases.OPTS):
+    result[name] = {}
+    for label, shard in (('plain', False), ('sharded', True)):
+      task, lrn = cases.Run(strategy, cases.Accumulated(name), shard,
+                            nan_at=(5, 1), clip_gradient_norm_to_value=0.5)
+      weights = cases.Weights(strategy, task)
+      result[name][label] = {k: v[0].tolist() for k, v in weights.items()}
+      result[name][label + '_dropped'] = int(
+          lrn.optimizer.num_dropped_microbatches.numpy())
+  path = os.path.join(out_dir, 'result_%d.json' % index)
+  with open(path + '.tmp', 'w') as f:
+    json.dump(result, f)
+  os.replace(path + '.tmp', path)
+  print('zero_worker %d: done' % index, flush=True)
+  return 0
+
+
+if __name__ == '__main__':
+  sys.exit(main(sys.argv))
