@@ -182,20 +182,33 @@ def test_block_sum_under_xla_matches_numpy(shape, square):
                                float(tf.nn.l2_loss(x)), rtol=1e-6)
 
 
+def _EntryHlo(fn, shape):
+  hlo = tf.function(fn, jit_compile=True).experimental_get_compiler_ir(
+      tf.TensorSpec(shape, tf.float32))(stage='optimized_hlo')
+  return hlo, hlo[hlo.index('ENTRY'):]
+
+
+def _WindowedShapes(hlo):
+  """The shapes of the arrays a reduce-window reads, in HLO text."""
+  shapes = dict(re.findall(r'(%[\w.\-]+) = (f32\[[\d,]*\])', hlo))
+  return [shapes.get(x) for x in re.findall(r'reduce-window\((%[\w.\-]+)',
+                                            hlo)]
+
+
 def test_block_sum_reads_its_input_once_under_xla():
   # L2Loss under XLA:CPU is a multiply written to a full-size temporary,
   # then a reduce-window of it; BlockSum's first stage is one fusion of the
-  # square and a 32-element reduce, so no full-size array is made and no
-  # reduce-window reads one.
-  shape = (37, 64)
-  fn = tf.function(lambda t: kernels.BlockSum(t), jit_compile=True)  # pylint: disable=unnecessary-lambda
-  hlo = fn.experimental_get_compiler_ir(
-      tf.TensorSpec(shape, tf.float32))(stage='optimized_hlo')
-  entry = hlo[hlo.index('ENTRY'):]
-  full = r'f32\[(?:37,64|2368)\]'
-  assert not re.search(r'= %s\S* (?:fusion|multiply)\(' % full, entry)
-  assert not re.search(r'reduce-window\(%s' % full, hlo)
-  assert re.search(r'= f32\[74\]\S* fusion\(', entry)  # 2368 / 32 sums
+  # square and a reduce over 32 rows of [32, 32] blocks, so no full-size
+  # array is made and no reduce-window reads one.
+  shape = (370, 640)
+  full = r'f32\[(?:370,640|236800)\]'
+  made = r'= %s\S* (?:fusion|multiply)\(' % full
+  hlo, entry = _EntryHlo(lambda t: tf.nn.l2_loss(t), shape)  # pylint: disable=unnecessary-lambda
+  assert re.search(made, entry)  # The cause.
+  assert 'f32[370,640]' in _WindowedShapes(hlo)
+  hlo, entry = _EntryHlo(lambda t: kernels.BlockSum(t), shape)  # pylint: disable=unnecessary-lambda
+  assert not re.search(made, entry)
+  assert _WindowedShapes(hlo) == ['f32[232,32]']  # Only the block sums.
 
 
 def _AccumulationStep(optimizer):
