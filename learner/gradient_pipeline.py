@@ -18,7 +18,8 @@ in which a learner reports them.
 
 Costs the stages keep low (see benchmarks/README.md): all norms of a step
 are one fused multi-tensor op (`HalfSquaredNorms`; on the pure-TF path one
-`tf.nn.l2_loss` per tensor and one add_n); a global scale (clipping, the
+`tf.nn.l2_loss` per tensor and one add_n, under XLA one `kernels.BlockSum`
+per tensor, which XLA:CPU reduces in one fused read); a global scale (clipping, the
 1 / sum(weight) of an accumulation window) is carried as a scalar
 (`Scaling`) and folded into the optimizer's own kernel (`ApplyScaled`)
 when no elementwise clip needs the scaled values.
@@ -275,7 +276,7 @@ def Norms(variables, grads, prescale, var_norms, per_variable):
   # The variables are measured in the gradients' op: the update waits for
   # the gradient norm, so no read of a variable is still alive when it
   # writes in place (which would make TF copy the variable first). Under
-  # XLA (one L2Loss per tensor) the learner passes the metrics through the
+  # XLA (one BlockSum per tensor) the learner passes the metrics through the
   # update's cond for the same reason (Learner._ApplyOrSkip).
   reads = ([v.read_value() for v in variables]
            if var_norms or per_variable else [])
