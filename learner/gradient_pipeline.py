@@ -18,7 +18,8 @@ in which a learner reports them.
 
 Costs the stages keep low (see benchmarks/README.md): all norms of a step
 are one fused multi-tensor op (`HalfSquaredNorms`; on the pure-TF path one
-`tf.nn.l2_loss` per tensor and one add_n); a global scale (clipping, the
+`tf.nn.l2_loss` per tensor and one add_n, under XLA one `kernels.BlockSum`
+per tensor, which XLA:CPU reduces in one fused read); a global scale (clipping, the
 1 / sum(weight) of an accumulation window) is carried as a scalar
 (`Scaling`) and folded into the optimizer's own kernel (`ApplyScaled`)
 when no elementwise clip needs the scaled values.
@@ -179,9 +180,11 @@ def Regularize(variables, grads, l1_weight, l2_weight, skip_1d):
     out.append(g)
     w = tf.cast(w, tf.float32)
     if l2_weight:
-      l2_terms.append(tf.reduce_sum(tf.square(w)))
+      l2_terms.append(2.0 * kernels.BlockSum(w) if in_xla else
+                      tf.reduce_sum(tf.square(w)))
     if l1_weight:
-      l1_terms.append(tf.reduce_sum(tf.abs(w)))
+      l1_terms.append(kernels.BlockSum(w, square=False) if in_xla else
+                      tf.reduce_sum(tf.abs(w)))
   if l1_weight:
     metrics[L1_LOSS] = l1_weight * tf.add_n(l1_terms + [tf.constant(0.0)])
   if l2_weight:
@@ -273,7 +276,7 @@ def Norms(variables, grads, prescale, var_norms, per_variable):
   # The variables are measured in the gradients' op: the update waits for
   # the gradient norm, so no read of a variable is still alive when it
   # writes in place (which would make TF copy the variable first). Under
-  # XLA (one L2Loss per tensor) the learner passes the metrics through the
+  # XLA (one BlockSum per tensor) the learner passes the metrics through the
   # update's cond for the same reason (Learner._ApplyOrSkip).
   reads = ([v.read_value() for v in variables]
            if var_norms or per_variable else [])
@@ -701,13 +704,19 @@ def _MapValues(g, fn):
 
 
 def HalfSquaredNorm(g):
-  """sum(g^2) / 2 as float32 (one L2Loss kernel); 0.0 for None."""
+  """sum(g^2) / 2 as float32; 0.0 for None.
+
+  One L2Loss kernel; under XLA `kernels.BlockSum`, the form XLA:CPU
+  reduces in one fused read pass (L2Loss costs it three).
+  """
   if g is None:
     return tf.constant(0.0)
   if isinstance(g, tf.IndexedSlices):
     g = g.values
   if g.dtype != tf.float32:
     g = tf.cast(g, tf.float32)
+  if kernels.InXla():
+    return kernels.BlockSum(g)
   return tf.nn.l2_loss(g)
 
 

@@ -5,8 +5,8 @@
                        in-place zero
   loader.py            compiles them on first use into a cache, loads them
   multi_tensor.py      the Python entry points and when they may run
-  shared_ops.py        InXla, the finite checks, ScaleGradient: the graph
-                       tests and helpers every fast path shares
+  shared_ops.py        InXla, the finite checks, ScaleGradient, BlockSum:
+                       the graph tests and helpers every fast path shares
 """
 
 from learner.optimizers.kernels.loader import Active
@@ -23,6 +23,7 @@ from learner.optimizers.kernels.multi_tensor import Unsupported
 from learner.optimizers.kernels.multi_tensor import WeightMeasure
 from learner.optimizers.kernels.multi_tensor import Zero
 from learner.optimizers.kernels.shared_ops import AllFinite
+from learner.optimizers.kernels.shared_ops import BlockSum
 from learner.optimizers.kernels.shared_ops import InXla
 from learner.optimizers.kernels.shared_ops import ScaleGradient
 from learner.optimizers.kernels.shared_ops import SumOfSquaresFinite

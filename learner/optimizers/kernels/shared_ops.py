@@ -2,13 +2,15 @@
 
 One home for what the learner, the gradient pipeline, the optimizers and
 the accumulation all ask: are we being compiled by XLA (`InXla`), is every
-element of these tensors finite (`AllFinite`, `SumOfSquaresFinite`), and
-`scale * grad` for a dense or sparse gradient (`ScaleGradient`).
+element of these tensors finite (`AllFinite`, `SumOfSquaresFinite`),
+`scale * grad` for a dense or sparse gradient (`ScaleGradient`), and a sum
+of squares (or of |x|) in the form XLA:CPU reduces fast (`BlockSum`).
 tests/test_structure/test_utility_room.py fails when a module outside
 learner/optimizers/kernels/ writes one of these again.
 """
 
 import tensorflow as tf
+from tensorflow.compiler.tf2xla.python import xla as tf2xla  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.framework import ops  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.ops import control_flow_util  # pylint: disable=g-direct-tensorflow-import
 
@@ -69,8 +71,60 @@ def SumOfSquaresFinite(grads):
   """
   if not grads:
     return tf.constant(True)
+  if InXla():
+    return tf.math.is_finite(tf.add_n(
+        [BlockSum(tf.cast(g, tf.float32)) for g in grads]))
   return tf.math.is_finite(tf.add_n(
       [tf.nn.l2_loss(tf.cast(g, tf.float32)) for g in grads]))
+
+
+# `BlockSum`'s block edge: XLA:CPU's tree reduction rewriter splits a
+# reduced dimension only when it is longer than 32.
+XLA_BLOCK = 32
+
+
+def BlockSum(x, square=True):
+  """sum(x^2) / 2 (or sum(|x|)) as XLA:CPU reduces it in one read pass.
+
+  For graphs compiled with jit_compile. XLA:CPU rewrites a reduction over
+  more than 32 elements (tf.nn.l2_loss, tf.reduce_sum) into a multiply
+  written to a full-size temporary, a reduce-window of 32-element windows
+  (slow, unvectorised) and a reduce of the window sums: three passes.
+  Here x is flattened, zero-padded to a multiple of 32 x 32 and seen as
+  blocks [32, 32]; stage one sums each block's 32 rows (a reduce over the
+  middle dimension, 32 long: XLA fuses it with the square, does not split
+  it, and vectorises it along the 32 columns), writing 1/32 of x's size;
+  stage two sums those (an optimization barrier between the stages keeps
+  XLA's simplifier from merging them back into one split reduce). On the
+  benchmark machine it reads the resnet50 set ~5x faster than L2Loss
+  (benchmarks/README.md, "Under jit_compile"). Float32 partial sums of
+  32 terms, then XLA's own tree over the partials: the value agrees with
+  tf.nn.l2_loss to float32 rounding (rtol ~1e-7 on 1e6 elements).
+
+  Args:
+    x: a float32 Tensor of any static shape.
+    square: True gives sum(x^2) / 2 (tf.nn.l2_loss's value); False gives
+      sum(|x|).
+
+  Returns:
+    float32 scalar. A tensor whose shape is not fully known (not the case
+    under XLA) falls back to tf.nn.l2_loss / tf.reduce_sum(tf.abs(x)).
+  """
+  if not x.shape.is_fully_defined():
+    return (tf.nn.l2_loss(x) if square else
+            tf.reduce_sum(tf.abs(x)))
+  x = tf.reshape(x, [-1])
+  n = x.shape.num_elements()
+  terms = tf.square(x) if square else tf.abs(x)
+  if n > XLA_BLOCK:
+    pad = -n % (XLA_BLOCK * XLA_BLOCK)
+    if pad:
+      terms = tf.pad(terms, [[0, pad]])
+    terms = tf.reduce_sum(
+        tf.reshape(terms, [-1, XLA_BLOCK, XLA_BLOCK]), axis=1)
+    terms = tf2xla.optimization_barrier(terms)[0]
+  total = tf.reduce_sum(terms)
+  return 0.5 * total if square else total
 
 
 def ScaleGradient(grad, scale):
