@@ -12,7 +12,8 @@ After Lingvo's `lingvo/core/learner.py`, in TF2 form. The data flow of one
                  window's sums go on below, 1 / sum(weight) folded in
   all-reduce  <- under tf.distribute: sum(weight*grad) / sum(weight), once
                  per applied update (learner/cross_replica.py); a replica
-                 with weight 0 adds 0, the losses' verdict rides along
+                 with weight 0 adds 0, the losses' verdict rides along;
+                 none for a replica-local optimizer (Easgd, LocalSgd)
   var_grads   <- learner/gradient_pipeline.py: regularize (L1/L2) -> mask
                  -> norms -> adjust -> check finite -> track -> clip by
                  norm -> scale -> clip by value
@@ -45,6 +46,7 @@ from learner.optimizers.base import BaseOptimizer
 from learner.optimizers import resolve
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.var_grad import VarGrad
+from learner.optimizers.wrappers import replica_local
 from params import BaseLayer
 from params import IsTrainable
 from params import NestedMap
@@ -215,6 +217,9 @@ class Learner(BaseLayer):
     self._global_step = _Ref(None)  # Not tracked: the task checkpoints it.
     self._warned_no_grad = set()
     self._is_accum = getattr(type(self.optimizer), 'IS_ACCUMULATION', False)
+    # Easgd / LocalSgd: no gradient all-reduce (replica_local.py).
+    self._replica_local = replica_local.CheckReplicaLocalPlacement(
+        checks.Where(self), self.optimizer)
     self._perturber = gradient_tape.FindPerturber(self.path, self.optimizer)
 
   # ---- construction checks --------------------------------------------------
@@ -602,7 +607,7 @@ class Learner(BaseLayer):
           p, var_grads, weight, _Update)
     else:
       losses_finite, empty = kernels.AllFinite(losses), None
-      if cross_replica.NumReplicas() > 1:
+      if cross_replica.NumReplicas() > 1 and not self._replica_local:
         var_grads, losses_finite, empty = cross_replica.AllReduceMean(
             var_grads, weight, losses_finite)
       stats = _Update(var_grads, self.optimizer, extra_skip=empty,

@@ -1,0 +1,311 @@
+"""Replica-local training: what Easgd and LocalSgd share.
+
+Under tf.distribute every other optimizer here trains one set of weights:
+the learner all-reduces the gradients (learner/cross_replica.py) and every
+replica applies the same update, so the copies of a MirroredVariable stay
+bit-identical. A replica-local wrapper (class flag `REPLICA_LOCAL = True`)
+turns that off on purpose:
+
+  * the learner does NOT all-reduce the gradients: each replica r applies
+    the inner optimizer to its own copy x_r of every bound variable with the
+    gradient of its own batch (the copies of the MirroredVariable diverge;
+    the inner optimizer's slots, also mirrored variables, diverge with them);
+  * the learner's gradient pipeline acts per replica: L1/L2, the global-norm
+    clip (the norm of this replica's gradient) and the grad_norm_tracker
+    (fed this replica's norm; its state is replica-local and not saved per
+    replica) see one replica's gradient;
+  * the skip decision stays global: each replica's skip flags (non-finite
+    loss or gradient, clip-to-zero, tracker) are ORed over the replicas in
+    the learner's one small collective (cross_replica.AnyReplica), so all
+    replicas skip or apply together and `num_updates` is the same on every
+    replica. The synchronizations below are collectives that every replica
+    must enter at the same update; a per-replica skip would let the update
+    counts drift apart and deadlock the next one;
+  * every `tau` applied updates the wrapper synchronizes the copies with one
+    all-reduce (cross_replica.AllReduceSum): Easgd's elastic step, LocalSgd's
+    average. Between synchronizations no collective moves the weights.
+
+The weights to evaluate (Easgd's center, LocalSgd's last average) are the
+BaseAveraging copies (`_averages`: one mirrored variable per bound variable,
+identical on every replica), so eval, evaler, export and train_and_eval read
+them with nothing else to register (wrapper.BaseAveraging).
+
+Checkpoints: a MirroredVariable saves only its primary copy, so each
+replica-local variable (the bound variables and every variable of the inner
+optimizer) also gets a `ReplicaCopies` object in this wrapper's
+`_replica_copies`, which saves all the replicas' copies as one tensor of
+shape [N, ...] (row r: replica r, in the strategy's global replica order;
+gathered with `strategy.gather`, a collective under MultiWorkerMirrored) and
+restores row r into replica r's copy. A resume on the same number of
+replicas is bit-identical; a different number is refused (one line).
+
+`ReplicaLocalVariables()` lists the variables whose copies differ on
+purpose, for `distribution.AssertReplicasIdentical(..., replica_local=...)`,
+which keeps checking every other variable.
+
+Only the learner's own optimizer may be replica-local (not inside a
+Composite, another wrapper or a gradient accumulation):
+`CheckReplicaLocalPlacement` refuses the rest, because the learner's
+all-reduce is all or nothing.
+"""
+
+import contextlib
+
+import tensorflow as tf
+from tensorflow.python.trackable import base as trackable_lib  # pylint: disable=g-direct-tensorflow-import
+
+from learner import cross_replica
+from learner.optimizers import var_grad as var_grad_lib
+from learner.optimizers import wrapper
+from params import checks
+
+# The attribute naming the ReplicaCopies objects in a checkpoint
+# ('<wrapper path>/_replica_copies/<sanitized name>/.ATTRIBUTES/replicas').
+_COPIES_ATTR = '_replica_copies'
+_COPIES_KEY = 'replicas'
+
+
+def _Copies(var):
+  """This process's copies of `var` (a MirroredVariable's values, or [var])."""
+  values = getattr(var, 'values', None)
+  return list(values) if values else [var]
+
+
+def _StrategyOf(var):
+  """The strategy `var` was created under, or None (plain variable)."""
+  if hasattr(var, 'values') and hasattr(var, 'distribute_strategy'):
+    return var.distribute_strategy
+  return None
+
+
+def GatherCopies(var):
+  """All replicas' copies of `var` as one tensor of shape [N, *var.shape].
+
+  Row r is global replica r's copy (under MultiWorkerMirroredStrategy the
+  other workers' rows come through `strategy.gather`, a collective every
+  worker must run; saving a checkpoint does). A plain variable gives
+  [1, *shape].
+
+  Args:
+    var: a tf.Variable or a MirroredVariable.
+
+  Returns:
+    A Tensor of var.dtype, exact copies (no arithmetic).
+  """
+  strategy = _StrategyOf(var)
+  if strategy is None:
+    return tf.expand_dims(var.read_value(), 0)
+  per_replica = strategy.run(lambda: tf.expand_dims(tf.identity(var), 0))
+  return strategy.gather(per_replica, axis=0)
+
+
+def ScatterCopies(var, stacked):
+  """Sets replica r's copy of `var` to `stacked[r]`, for every local replica.
+
+  Args:
+    var: as `GatherCopies`.
+    stacked: Tensor [N, *var.shape] (what `GatherCopies` returned).
+
+  Raises:
+    ValueError: if N is not this strategy's number of replicas (the
+      checkpoint was written with another replica count).
+  """
+  strategy = _StrategyOf(var)
+  n = strategy.num_replicas_in_sync if strategy is not None else 1
+  if int(stacked.shape[0]) != n:
+    raise ValueError(
+        'Replica-local variable %r: the checkpoint holds the copies of %d '
+        'replicas but this run has %d. Resume EASGD / local SGD training '
+        'with %d replicas (the eval jobs read the center on any count).' %
+        (var.name, int(stacked.shape[0]), n, int(stacked.shape[0])))
+  if strategy is None:
+    var.assign(stacked[0])
+    return
+
+  def _Assign():
+    ctx = tf.distribute.get_replica_context()
+    var.assign(tf.gather(stacked, ctx.replica_id_in_sync_group))
+
+  strategy.run(_Assign)
+
+
+class ReplicaCopies(trackable_lib.Trackable):
+  """Checkpoints every replica's copy of one replica-local variable.
+
+  Saved under '<...>/_replica_copies/<name>/.ATTRIBUTES/replicas' as one
+  tensor [N, *shape] (`GatherCopies`); restored row by row into the
+  replicas' copies (`ScatterCopies`). The variable itself is not a
+  dependency of this object (its primary copy is saved where it lives);
+  both restores write the copies, and this one comes later (it is deeper in
+  the object graph, and created after the variables it covers).
+
+  Args:
+    var: the tf.Variable / MirroredVariable.
+  """
+
+  def __init__(self, var):
+    self._var = var
+
+  def _serialize_to_tensors(self):
+    return {_COPIES_KEY: GatherCopies(self._var)}
+
+  def _restore_from_tensors(self, restored_tensors):
+    ScatterCopies(self._var, restored_tensors[_COPIES_KEY])
+    return tf.no_op() if not tf.executing_eagerly() else None
+
+
+def IsReplicaLocal(optimizer):
+  """True if `optimizer` (a BaseOptimizer) is a replica-local wrapper."""
+  return bool(getattr(type(optimizer), 'REPLICA_LOCAL', False))
+
+
+def CheckReplicaLocalPlacement(where, optimizer):
+  """Refuses a replica-local wrapper anywhere but at the top.
+
+  Args:
+    where: how messages name the owner (e.g. "Learner 'loss'").
+    optimizer: the learner's optimizer.
+
+  Returns:
+    True if `optimizer` itself is replica-local.
+
+  Raises:
+    ValueError: if one is found below the top (inside a Composite, another
+      wrapper or a gradient accumulation), naming it.
+  """
+  stack = list(getattr(optimizer, 'inner_optimizers', []))
+  while stack:
+    opt = stack.pop()
+    if IsReplicaLocal(opt):
+      raise ValueError(
+          '%s: %s %r is inside %s; a replica-local wrapper (Easgd, LocalSgd) '
+          'turns off the learner\'s gradient all-reduce for every variable, '
+          'so it must be the learner\'s optimizer itself. Make it the '
+          'outermost optimizer (no gradient accumulation, Composite or other '
+          'wrapper around it).' % (where, type(opt).__name__, opt.path,
+                                   type(optimizer).__name__))
+    stack.extend(getattr(opt, 'inner_optimizers', []))
+  return IsReplicaLocal(optimizer)
+
+
+class BaseReplicaLocal(wrapper.BaseAveraging):
+  """Base of Easgd and LocalSgd: replica copies synchronized every tau.
+
+  A subclass implements `_Synchronize()` (the ops of one synchronization,
+  run after every tau-th applied update, on every replica together).
+
+  Raises:
+    ValueError: at construction, if tau is not an int >= 1, or mode is not
+      'sync' ('async', MoXing's asynchronous mode, is refused: TF2's
+      collectives are synchronous), or as `BaseWrapper`.
+  """
+
+  REPLICA_LOCAL = True
+  INNER_OPTIMIZER_DOC = ('Params of the inner optimizer: it updates each '
+                         'replica\'s own copy with that replica\'s gradient.')
+
+  @classmethod
+  def Params(cls):
+    p = super().Params()
+    p.Define('tau', 4,
+             'Communication period, in applied updates (this wrapper\'s '
+             'num_updates): the replicas synchronize after every tau-th '
+             'update; an int >= 1.')
+    p.Define('mode', 'sync',
+             '\'sync\' only: every replica synchronizes at the same update '
+             '(one all-reduce). MoXing\'s \'async\' mode is refused.')
+    return p
+
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs['tau'] = checks.Int(1, example=4, why='updates between syncs')
+    return specs
+
+  def __init__(self, params):
+    super().__init__(params)
+    mode = self.params.mode
+    if mode != 'sync':
+      raise ValueError(
+          '%s: mode=%r is not supported%s. Set mode=\'sync\' (the paper\'s '
+          'synchronous form, every replica at the same update).' % (
+              checks.Where(self), mode,
+              ': the asynchronous form needs a parameter server that each '
+              'worker talks to at its own pace, and TF2\'s collectives '
+              '(MirroredStrategy, MultiWorkerMirroredStrategy) are '
+              'synchronous' if mode == 'async' else ''))
+    self._replica_copies = {}  # Named by _COPIES_ATTR in checkpoints.
+
+  def Bind(self, vmap):
+    """Binds; creates the averages and a ReplicaCopies per local variable."""
+    super().Bind(vmap)
+    for var in self.ReplicaLocalVariables():
+      key = var_grad_lib.SanitizedName(var_grad_lib.VarName(var))
+      if key not in self._replica_copies:
+        self._replica_copies[key] = ReplicaCopies(var)
+    return self
+
+  def ReplicaLocalVariables(self):
+    """The variables whose replica copies differ on purpose.
+
+    The bound variables and every variable of the inner optimizer (slots,
+    counters), in a fixed order.
+    """
+    out, seen = [], set()
+    for var in (list(self.bound_variables.values()) +
+                list(self.optimizer.variables)):
+      if id(var) not in seen:
+        seen.add(id(var))
+        out.append(var)
+    return out
+
+  def SyncNext(self):
+    """bool scalar: whether the next update ends with a synchronization."""
+    tau = tf.constant(self.params.tau, tf.int64)
+    return tf.equal(tf.math.floormod(self.num_updates + 1, tau), 0)
+
+  def _ApplyWrapped(self, lr, var_grads):
+    """The inner update on this replica, then the sync after every tau-th."""
+    sync = self.SyncNext()
+    op = self.optimizer.Apply(lr, var_grads)
+    with tf.control_dependencies([op] if op is not None else []):
+      return [op, tf.cond(sync, self._Synchronize, tf.no_op)]
+
+  def _Synchronize(self):
+    raise NotImplementedError('%s must implement _Synchronize.' %
+                              type(self).__name__)
+
+  def _AllReduceSum(self, tensors):
+    """Sums over the replicas in one collective (cross_replica)."""
+    return cross_replica.AllReduceSum(tensors)
+
+  def SwapAverages(self):
+    """Context manager: every replica's copy holds the average inside.
+
+    On exit each replica's own copy is put back (not the primary copy on
+    all of them, which a plain swap of a MirroredVariable would do). Eager
+    only, outside `strategy.run`.
+
+    Raises:
+      RuntimeError: if called inside a tf.function.
+    """
+    if not tf.executing_eagerly():
+      raise RuntimeError(
+          '%s: SwapAverages() swaps values eagerly; call it outside '
+          'tf.function, around the evaluation loop.' % self.path)
+    return self._SwapCopies()
+
+  @contextlib.contextmanager
+  def _SwapCopies(self):
+    pairs = self._VarsAndAverages()
+    saved = [(copy, tf.identity(copy.read_value()))
+             for var, _ in pairs for copy in _Copies(var)]
+    for var, avg in pairs:
+      value = avg.read_value()
+      for copy in _Copies(var):
+        copy.assign(value)
+    try:
+      yield self
+    finally:
+      for copy, value in saved:
+        copy.assign(value)
