@@ -36,8 +36,11 @@ optimizer) also gets a `ReplicaCopies` object in this wrapper's
 `_replica_copies`, which saves all the replicas' copies as one tensor of
 shape [N, ...] (row r: replica r, in the strategy's global replica order;
 gathered with `strategy.gather`, a collective under MultiWorkerMirrored) and
-restores row r into replica r's copy. A resume on the same number of
-replicas is bit-identical; a different number is refused (one line).
+restores row r into replica r's copy, after the variable's own restore (a
+registered checkpoint saver: TF runs those last). A save costs one gather
+of the weights and the inner optimizer's state per save (N times their
+size in the file). A resume on the same number of replicas is
+bit-identical; a different number is refused (one line).
 
 `ReplicaLocalVariables()` lists the variables whose copies differ on
 purpose, for `distribution.AssertReplicasIdentical(..., replica_local=...)`,
@@ -52,6 +55,7 @@ all-reduce is all or nothing.
 import contextlib
 
 import tensorflow as tf
+from tensorflow.python.saved_model import registration  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.trackable import base as trackable_lib  # pylint: disable=g-direct-tensorflow-import
 
 from learner import cross_replica
@@ -132,12 +136,15 @@ def ScatterCopies(var, stacked):
 class ReplicaCopies(trackable_lib.Trackable):
   """Checkpoints every replica's copy of one replica-local variable.
 
-  Saved under '<...>/_replica_copies/<name>/.ATTRIBUTES/replicas' as one
-  tensor [N, *shape] (`GatherCopies`); restored row by row into the
-  replicas' copies (`ScatterCopies`). The variable itself is not a
-  dependency of this object (its primary copy is saved where it lives);
-  both restores write the copies, and this one comes later (it is deeper in
-  the object graph, and created after the variables it covers).
+  Saved as one tensor [N, *shape] (`GatherCopies`) under the key
+  '<path of this object>/.ATTRIBUTES/replicas' (the path ends in
+  '_replica_copies/<sanitized variable name>'), and restored row by row
+  into the replicas' copies (`ScatterCopies`). The variable is not a
+  dependency of this object: its primary copy is saved where it lives, and
+  its own restore writes that value to every copy. So that this restore
+  comes after it whatever the order of the keys, these objects are saved
+  and restored by a registered checkpoint saver, which TF runs after every
+  ordinary restore (`_SaveCopies` / `_RestoreCopies`).
 
   Args:
     var: the tf.Variable / MirroredVariable.
@@ -146,12 +153,49 @@ class ReplicaCopies(trackable_lib.Trackable):
   def __init__(self, var):
     self._var = var
 
-  def _serialize_to_tensors(self):
-    return {_COPIES_KEY: GatherCopies(self._var)}
+  @property
+  def variable(self):
+    """The variable whose copies this object saves."""
+    return self._var
 
-  def _restore_from_tensors(self, restored_tensors):
-    ScatterCopies(self._var, restored_tensors[_COPIES_KEY])
-    return tf.no_op() if not tf.executing_eagerly() else None
+
+def _Key(object_name):
+  return '%s/.ATTRIBUTES/%s' % (object_name, _COPIES_KEY)
+
+
+def _SaveCopies(trackables, file_prefix):
+  """The registered save: one [N, ...] tensor per ReplicaCopies (SaveV2).
+
+  Args:
+    trackables: {object path: ReplicaCopies}.
+    file_prefix: str tensor, where TF wants this shard.
+
+  Returns:
+    `file_prefix` (the shard TF merges into the checkpoint).
+  """
+  items = sorted(trackables.items())  # The same gather order on every worker.
+  tf.raw_ops.SaveV2(
+      prefix=file_prefix, tensor_names=[_Key(n) for n, _ in items],
+      shape_and_slices=[''] * len(items),
+      tensors=[GatherCopies(t.variable) for _, t in items])
+  return file_prefix
+
+
+def _RestoreCopies(trackables, merged_prefix):
+  """The registered restore: reads each [N, ...] tensor, scatters its rows."""
+  items = sorted(trackables.items())
+  values = tf.raw_ops.RestoreV2(
+      prefix=merged_prefix, tensor_names=[_Key(n) for n, _ in items],
+      shape_and_slices=[''] * len(items),
+      dtypes=[t.variable.dtype for _, t in items])
+  for (_, t), value in zip(items, values):
+    ScatterCopies(t.variable, value)
+
+
+registration.register_checkpoint_saver(
+    package='tf_learner', name='ReplicaCopies',
+    predicate=lambda x: isinstance(x, ReplicaCopies),
+    save_fn=_SaveCopies, restore_fn=_RestoreCopies)
 
 
 def IsReplicaLocal(optimizer):
