@@ -14,6 +14,7 @@ its own batch of scenarios.Batches):
 
 import json
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -297,3 +298,51 @@ def test_checkpoint_holds_the_center_and_every_replica(mirrored):
       assert len(copies) == 1, keys
       np.testing.assert_allclose(reader.get_tensor(copies[0]), sim[name],
                                  rtol=1e-6, atol=1e-6)
+
+
+# ---- the seed's regression with EASGD, 2 workers through the launcher ----------
+
+
+@pytest.mark.slow
+def test_easgd_regression_on_two_workers_through_the_launcher(tmp_path):
+  """Center within 0.05 of w=5, b=2; the eval job evaluates the center."""
+  logdir = str(tmp_path / 'logdir')
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
+  env.pop('TF_CONFIG', None)
+  run = subprocess.run(
+      [sys.executable, '-m', 'learner.launcher', '--num_workers=2',
+       '--deadline_secs=%d' % _DEADLINE_SECS, '--',
+       '--model=regression.EasgdLinearRegression', '--logdir=' + logdir,
+       '--strategy=multi_worker'], env=env, capture_output=True, text=True,
+      timeout=_DEADLINE_SECS + 60, check=False)
+  assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+  # The workers' digests cover the center (their copies differ on purpose).
+  assert 'final weights identical on every worker' in (run.stdout +
+                                                        run.stderr)
+  reader = tf.train.load_checkpoint(
+      tf.train.latest_checkpoint(os.path.join(logdir, 'ckpt')))
+  keys = reader.get_variable_to_shape_map()
+
+  def _Value(suffix):
+    (key,) = [k for k in keys if k.endswith(suffix)]
+    return float(reader.get_tensor(key))
+
+  center = {n: _Value(easgd_lib.Easgd.AverageCheckpointKeySuffix(
+      'regression/' + n)) for n in ('w', 'b')}
+  assert abs(center['w'] - 5.0) < 0.05 and abs(center['b'] - 2.0) < 0.05
+  copies = reader.get_tensor([k for k in keys if k.endswith(
+      '_replica_copies/regression_w/.ATTRIBUTES/replicas')][0])
+  assert copies.shape == (2,) and copies[0] != copies[1]
+  assert not [k for k in keys if 'global_step/.ATTRIBUTES/replicas' in k]
+  evaluated = subprocess.run(
+      [sys.executable, '-m', 'learner.trainer',
+       '--model=regression.EasgdLinearRegression', '--logdir=' + logdir,
+       '--mode=eval'], env=env, capture_output=True, text=True, timeout=300,
+      check=False)
+  assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+  assert 'Evaluating on the EASGD center' in evaluated.stdout + \
+      evaluated.stderr
+  with open(os.path.join(logdir, 'eval_job', 'metrics.json')) as f:
+    metrics = json.load(f)
+  # The model reports the weights it evaluated: exactly the center.
+  assert (metrics['w'], metrics['b']) == (center['w'], center['b'])

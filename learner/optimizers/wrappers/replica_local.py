@@ -293,9 +293,10 @@ class BaseReplicaLocal(wrapper.BaseAveraging):
     """The variables whose replica copies differ on purpose.
 
     The bound variables and every variable of the inner optimizer (slots,
-    counters), in a fixed order.
+    counters; not the task's global step it may hold, which stays
+    mirrored), in a fixed order.
     """
-    out, seen = [], set()
+    out, seen = [], {id(self.GlobalStep()), id(self.optimizer.GlobalStep())}
     for var in (list(self.bound_variables.values()) +
                 list(self.optimizer.variables)):
       if id(var) not in seen:
