@@ -220,6 +220,50 @@ def test_replica_mismatches_skips_only_the_replica_local():
   assert len(replicas.ReplicaMismatches([local, other])) == 2
 
 
+# ---- in process, MirroredStrategy on the 2 logical CPUs (tests/conftest.py) ----
+
+
+@pytest.fixture(scope='module')
+def strategy():
+  from learner.training.cluster import distribution  # pylint: disable=g-import-not-at-top
+  return distribution.CreateStrategy('mirrored')
+
+
+def test_no_gradient_all_reduce_only_the_flags_and_the_sync(strategy):
+  """The traced EASGD step (both replicas in one graph): per replica one
+  unconditional collective (the skip flags) and the sync's all-reduce
+  inside a cond; plain SGD also all-reduces the gradients."""
+  batch = scenarios.Batches(worker.SPLITS, worker.NUM_STEPS)[0]
+  problem = _Problem('easgd', strategy)
+  unconditional, conditional = scenarios.CollectiveLayout(
+      problem.ConcreteGraphDef(batch))
+  sgd = scenarios.Problem(strategy, 'sgd')
+  assert unconditional == 2
+  assert [c for _, c in conditional if any(c)] and max(
+      max(c) for _, c in conditional) == 1
+  assert scenarios.CollectiveLayout(sgd.ConcreteGraphDef(batch))[0] == 4
+
+
+def test_a_nan_on_one_replica_skips_on_both(strategy):
+  """The skip decision is global: num_updates stays equal, so the syncs
+  stay aligned; the skipped step changes no copy on either replica."""
+  problem = _Problem('easgd', strategy)
+  batches = scenarios.Batches(worker.SPLITS, worker.NUM_STEPS)[:4]
+  worker._Steps(problem, batches[:2], check=True)  # pylint: disable=protected-access
+  before = worker._State(problem)  # pylint: disable=protected-access
+  bad = [dict(b) for b in batches[2]]
+  bad[1] = {'x': bad[1]['x'], 'y': bad[1]['y'] * np.float32('nan')}
+  worker._Steps(problem, [bad], check=True)  # pylint: disable=protected-access
+  assert worker._State(problem) == before  # pylint: disable=protected-access
+  learner = problem.learner
+  for counter, want in ((learner.num_skipped_steps, 1),
+                        (learner.num_updates, 2)):
+    assert [int(v.numpy()) for v in counter.values] == [want, want]
+  worker._Steps(problem, batches[3:4], check=True)  # pylint: disable=protected-access
+  # Update 3 (the 4th step) synchronizes: the center moved.
+  assert worker._State(problem)['w_avg'] != before['w_avg']
+
+
 # ---- two replicas: MirroredStrategy and 2 workers ------------------------------
 
 
