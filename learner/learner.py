@@ -217,9 +217,8 @@ class Learner(BaseLayer):
     self._global_step = _Ref(None)  # Not tracked: the task checkpoints it.
     self._warned_no_grad = set()
     self._is_accum = getattr(type(self.optimizer), 'IS_ACCUMULATION', False)
-    # Easgd / LocalSgd: no gradient all-reduce (replica_local.py).
-    self._replica_local = replica_local.CheckReplicaLocalPlacement(
-        checks.Where(self), self.optimizer)
+    self._replica_local = replica_local.Configure(  # Easgd, LocalSgd.
+        checks.Where(self), self.optimizer, cross_replica)
     self._perturber = gradient_tape.FindPerturber(self.path, self.optimizer)
 
   # ---- construction checks --------------------------------------------------

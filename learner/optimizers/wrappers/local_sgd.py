@@ -23,7 +23,6 @@ MoXing-style asynchronous mode is refused (mode='async' raises).
 
 import tensorflow as tf
 
-from learner import cross_replica
 from learner.optimizers.wrappers import replica_local
 
 
@@ -47,7 +46,7 @@ class LocalSgd(replica_local.BaseReplicaLocal):
   def _Synchronize(self):
     """Every copy (and the kept average) <- the mean of the copies."""
     pairs = self._VarsAndAverages()
-    n = cross_replica.NumReplicas()
+    n = self._NumReplicas()
     sums = self._AllReduceSum([var.read_value() for var, _ in pairs])
     ops = []
     for (var, avg), s in zip(pairs, sums):

@@ -22,8 +22,9 @@ turns that off on purpose:
     must enter at the same update; a per-replica skip would let the update
     counts drift apart and deadlock the next one;
   * every `tau` applied updates the wrapper synchronizes the copies with one
-    all-reduce (cross_replica.AllReduceSum): Easgd's elastic step, LocalSgd's
-    average. Between synchronizations no collective moves the weights.
+    all-reduce (cross_replica.AllReduceSum, given by the learner): Easgd's
+    elastic step, LocalSgd's average. Between synchronizations no
+    collective moves the weights.
 
 The weights to evaluate (Easgd's center, LocalSgd's last average) are the
 BaseAveraging copies (`_averages`: one mirrored variable per bound variable,
@@ -47,9 +48,10 @@ purpose, for `distribution.AssertReplicasIdentical(..., replica_local=...)`,
 which keeps checking every other variable.
 
 Only the learner's own optimizer may be replica-local (not inside a
-Composite, another wrapper or a gradient accumulation):
-`CheckReplicaLocalPlacement` refuses the rest, because the learner's
-all-reduce is all or nothing.
+Composite, another wrapper or a gradient accumulation): `Configure`
+refuses the rest, because the learner's all-reduce is all or nothing, and
+gives the top one the learner's collectives (learner/cross_replica.py,
+a layer above this one).
 """
 
 import contextlib
@@ -58,7 +60,6 @@ import tensorflow as tf
 from tensorflow.python.saved_model import registration  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.trackable import base as trackable_lib  # pylint: disable=g-direct-tensorflow-import
 
-from learner import cross_replica
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers import wrapper
 from params import checks
@@ -203,15 +204,21 @@ def IsReplicaLocal(optimizer):
   return bool(getattr(type(optimizer), 'REPLICA_LOCAL', False))
 
 
-def CheckReplicaLocalPlacement(where, optimizer):
-  """Refuses a replica-local wrapper anywhere but at the top.
+def Configure(where, optimizer, collectives):
+  """The learner's check and set-up: is `optimizer` replica-local?
+
+  Refuses a replica-local wrapper anywhere but at the top, and gives the
+  top one the learner's collectives (this layer does not import them).
 
   Args:
     where: how messages name the owner (e.g. "Learner 'loss'").
     optimizer: the learner's optimizer.
+    collectives: what has `AllReduceSum(tensors)` and `NumReplicas()`
+      (the module learner/cross_replica.py).
 
   Returns:
-    True if `optimizer` itself is replica-local.
+    True if `optimizer` itself is replica-local (the learner then does not
+    all-reduce the gradients).
 
   Raises:
     ValueError: if one is found below the top (inside a Composite, another
@@ -229,7 +236,22 @@ def CheckReplicaLocalPlacement(where, optimizer):
           'wrapper around it).' % (where, type(opt).__name__, opt.path,
                                    type(optimizer).__name__))
     stack.extend(getattr(opt, 'inner_optimizers', []))
-  return IsReplicaLocal(optimizer)
+  if not IsReplicaLocal(optimizer):
+    return False
+  optimizer.UseCollectives(collectives)
+  return True
+
+
+class _OneReplica:
+  """The collectives of one replica: the identity."""
+
+  @staticmethod
+  def AllReduceSum(tensors):
+    return list(tensors)
+
+  @staticmethod
+  def NumReplicas():
+    return 1
 
 
 class BaseReplicaLocal(wrapper.BaseAveraging):
@@ -320,9 +342,30 @@ class BaseReplicaLocal(wrapper.BaseAveraging):
     raise NotImplementedError('%s must implement _Synchronize.' %
                               type(self).__name__)
 
+  def UseCollectives(self, collectives):
+    """Takes the learner's collectives (see `Configure`); not tracked."""
+    self.__dict__['_collectives'] = collectives
+
+  def _Collectives(self):
+    """The learner's collectives; without them, one replica only."""
+    collectives = self.__dict__.get('_collectives')
+    if collectives is not None:
+      return collectives
+    ctx = tf.distribute.get_replica_context()
+    if ctx is not None and ctx.num_replicas_in_sync > 1:
+      raise RuntimeError(
+          '%s: a replica-local wrapper under %d replicas needs the '
+          'learner\'s collectives; use it as a Learner\'s optimizer.' %
+          (self.path, ctx.num_replicas_in_sync))
+    return _OneReplica
+
   def _AllReduceSum(self, tensors):
     """Sums over the replicas in one collective (cross_replica)."""
-    return cross_replica.AllReduceSum(tensors)
+    return self._Collectives().AllReduceSum(tensors)
+
+  def _NumReplicas(self):
+    """Replicas in sync (Python int)."""
+    return self._Collectives().NumReplicas()
 
   def SwapAverages(self):
     """Context manager: every replica's copy holds the average inside.
