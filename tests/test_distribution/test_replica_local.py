@@ -264,6 +264,34 @@ def test_a_nan_on_one_replica_skips_on_both(strategy):
   assert worker._State(problem)['w_avg'] != before['w_avg']
 
 
+def test_swap_under_two_replicas_gives_each_replica_its_own_copy_back(
+    strategy):
+  """train_and_eval's swap: the center in every copy, then each replica's
+  own copy back (not replica 0's on both)."""
+  problem = _Problem('easgd', strategy)
+  worker._Steps(problem, scenarios.Batches(worker.SPLITS, 20)[:4], False)  # pylint: disable=protected-access
+  opt, w = problem.learner.optimizer, problem.model.vars.w
+  before = replica_local.GatherCopies(w).numpy()
+  assert not np.array_equal(before[0], before[1])
+  with opt.SwapAverages():
+    np.testing.assert_array_equal(replica_local.GatherCopies(w).numpy(),
+                                  [opt.GetAverage(w).numpy()] * 2)
+  np.testing.assert_array_equal(replica_local.GatherCopies(w).numpy(), before)
+
+
+def test_resume_with_another_replica_count_is_refused(strategy, tmp_path):
+  problem = _Problem('local_sgd', strategy)
+  worker._Steps(problem, scenarios.Batches(worker.SPLITS, 20)[:2], False)  # pylint: disable=protected-access
+  path = tf.train.Checkpoint(model=problem.model, learner=problem.learner
+                             ).write(str(tmp_path / 'ckpt'))
+  one = _Problem('local_sgd')
+  with pytest.raises(ValueError) as e:
+    tf.train.Checkpoint(model=one.model, learner=one.learner).read(path)
+  msg = str(e.value)
+  assert 'copies of 2 replicas but this run has 1' in msg
+  assert 'with 2 replicas' in msg and '\n' not in msg
+
+
 # ---- two replicas: MirroredStrategy and 2 workers ------------------------------
 
 
