@@ -375,37 +375,51 @@ def test_checkpoint_holds_the_center_and_every_replica(mirrored):
 # ---- the seed's regression with EASGD, 2 workers through the launcher ----------
 
 
-@pytest.mark.slow
-def test_easgd_regression_on_two_workers_through_the_launcher(tmp_path):
-  """Center within 0.05 of w=5, b=2; the eval job evaluates the center."""
-  logdir = str(tmp_path / 'logdir')
+def _Launch(logdir, *extra):
+  """The EASGD regression on 2 workers through the launcher; its output."""
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
   env.pop('TF_CONFIG', None)
   run = subprocess.run(
       [sys.executable, '-m', 'learner.launcher', '--num_workers=2',
        '--deadline_secs=%d' % _DEADLINE_SECS, '--',
        '--model=regression.EasgdLinearRegression', '--logdir=' + logdir,
-       '--strategy=multi_worker'], env=env, capture_output=True, text=True,
-      timeout=_DEADLINE_SECS + 60, check=False)
+       '--strategy=multi_worker'] + list(extra), env=env,
+      capture_output=True, text=True, timeout=_DEADLINE_SECS + 60,
+      check=False)
   assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-  # The workers' digests cover the center (their copies differ on purpose).
-  assert 'final weights identical on every worker' in (run.stdout +
-                                                        run.stderr)
+  return run.stdout + run.stderr
+
+
+def _LastCheckpoint(logdir):
+  """{key: value} of the last checkpoint's replica copies and averages."""
   reader = tf.train.load_checkpoint(
       tf.train.latest_checkpoint(os.path.join(logdir, 'ckpt')))
-  keys = reader.get_variable_to_shape_map()
+  return {k: reader.get_tensor(k)
+          for k in reader.get_variable_to_shape_map()
+          if '/_replica_copies/' in k or '/_averages/' in k}
+
+
+@pytest.mark.slow
+def test_easgd_regression_on_two_workers_through_the_launcher(tmp_path):
+  """Center within 0.05 of w=5, b=2; the eval job evaluates the center; a
+  run stopped at 150 and resumed ends bit-identical to one that was not."""
+  logdir = str(tmp_path / 'logdir')
+  out = _Launch(logdir)
+  # The workers' digests cover the center (their copies differ on purpose).
+  assert 'final weights identical on every worker' in out
+  saved = _LastCheckpoint(logdir)
 
   def _Value(suffix):
-    (key,) = [k for k in keys if k.endswith(suffix)]
-    return float(reader.get_tensor(key))
+    (key,) = [k for k in saved if k.endswith(suffix)]
+    return saved[key]
 
-  center = {n: _Value(easgd_lib.Easgd.AverageCheckpointKeySuffix(
-      'regression/' + n)) for n in ('w', 'b')}
+  center = {n: float(_Value(easgd_lib.Easgd.AverageCheckpointKeySuffix(
+      'regression/' + n))) for n in ('w', 'b')}
   assert abs(center['w'] - 5.0) < 0.05 and abs(center['b'] - 2.0) < 0.05
-  copies = reader.get_tensor([k for k in keys if k.endswith(
-      '_replica_copies/regression_w/.ATTRIBUTES/replicas')][0])
+  copies = _Value('_replica_copies/regression_w/.ATTRIBUTES/replicas')
   assert copies.shape == (2,) and copies[0] != copies[1]
-  assert not [k for k in keys if 'global_step/.ATTRIBUTES/replicas' in k]
+  assert not [k for k in saved if 'global_step/.ATTRIBUTES/replicas' in k]
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
   evaluated = subprocess.run(
       [sys.executable, '-m', 'learner.trainer',
        '--model=regression.EasgdLinearRegression', '--logdir=' + logdir,
@@ -418,3 +432,10 @@ def test_easgd_regression_on_two_workers_through_the_launcher(tmp_path):
     metrics = json.load(f)
   # The model reports the weights it evaluated: exactly the center.
   assert (metrics['w'], metrics['b']) == (center['w'], center['b'])
+  resumed = str(tmp_path / 'resumed')
+  _Launch(resumed, '--params_override=task.train.max_steps : 150')
+  assert 'Resumed from' in _Launch(resumed)
+  again = _LastCheckpoint(resumed)
+  assert sorted(again) == sorted(saved)
+  for key, value in saved.items():
+    np.testing.assert_array_equal(again[key], value, err_msg=key)
