@@ -115,14 +115,8 @@ def ScatterCopies(var, stacked):
     ValueError: if N is not this strategy's number of replicas (the
       checkpoint was written with another replica count).
   """
+  _CheckCount(var, stacked)
   strategy = _StrategyOf(var)
-  n = strategy.num_replicas_in_sync if strategy is not None else 1
-  if int(stacked.shape[0]) != n:
-    raise ValueError(
-        'Replica-local variable %r: the checkpoint holds the copies of %d '
-        'replicas but this run has %d. Resume EASGD / local SGD training '
-        'with %d replicas (the eval jobs read the center on any count).' %
-        (var.name, int(stacked.shape[0]), n, int(stacked.shape[0])))
   if strategy is None:
     var.assign(stacked[0])
     return
@@ -132,6 +126,18 @@ def ScatterCopies(var, stacked):
     var.assign(tf.gather(stacked, ctx.replica_id_in_sync_group))
 
   strategy.run(_Assign)
+
+
+def _CheckCount(var, stacked):
+  """Raises ValueError unless stacked.shape[0] is this run's replica count."""
+  strategy = _StrategyOf(var)
+  n = strategy.num_replicas_in_sync if strategy is not None else 1
+  if int(stacked.shape[0]) != n:
+    raise ValueError(
+        'Replica-local variable %r: the checkpoint holds the copies of %d '
+        'replicas but this run has %d. Resume EASGD / local SGD training '
+        'with %d replicas (the eval jobs read the center on any count).' %
+        (var.name, int(stacked.shape[0]), n, int(stacked.shape[0])))
 
 
 class ReplicaCopies(trackable_lib.Trackable):
@@ -153,11 +159,35 @@ class ReplicaCopies(trackable_lib.Trackable):
 
   def __init__(self, var):
     self._var = var
+    # Traced once each (an eager strategy.run per save would warn and be
+    # slow); not tracked.
+    self.__dict__['_fns'] = {}
 
   @property
   def variable(self):
     """The variable whose copies this object saves."""
     return self._var
+
+  def Gather(self):
+    """`GatherCopies(variable)`, in a tf.function traced once."""
+    fns = self.__dict__['_fns']
+    if 'gather' not in fns:
+      fns['gather'] = tf.function(lambda: GatherCopies(self._var),
+                                  autograph=False)
+    return fns['gather']()
+
+  def Scatter(self, stacked):
+    """`ScatterCopies(variable, stacked)`, in a tf.function.
+
+    Raises:
+      ValueError: as `ScatterCopies` (checked before tracing).
+    """
+    _CheckCount(self._var, stacked)
+    fns = self.__dict__['_fns']
+    if 'scatter' not in fns:
+      fns['scatter'] = tf.function(
+          lambda value: ScatterCopies(self._var, value), autograph=False)
+    fns['scatter'](stacked)
 
 
 def _Key(object_name):
@@ -178,7 +208,7 @@ def _SaveCopies(trackables, file_prefix):
   tf.raw_ops.SaveV2(
       prefix=file_prefix, tensor_names=[_Key(n) for n, _ in items],
       shape_and_slices=[''] * len(items),
-      tensors=[GatherCopies(t.variable) for _, t in items])
+      tensors=[t.Gather() for _, t in items])
   return file_prefix
 
 
@@ -190,7 +220,7 @@ def _RestoreCopies(trackables, merged_prefix):
       shape_and_slices=[''] * len(items),
       dtypes=[t.variable.dtype for _, t in items])
   for (_, t), value in zip(items, values):
-    ScatterCopies(t.variable, value)
+    t.Scatter(value)
 
 
 registration.register_checkpoint_saver(
