@@ -439,3 +439,29 @@ def test_easgd_regression_on_two_workers_through_the_launcher(tmp_path):
   assert sorted(again) == sorted(saved)
   for key, value in saved.items():
     np.testing.assert_array_equal(again[key], value, err_msg=key)
+
+
+def test_train_and_eval_in_process_under_two_replicas(strategy, tmp_path):
+  """The trainer's train_and_eval (MirroredStrategy, 2 CPUs): evaluations
+  swap the center in and each replica's copy back; the final metrics are
+  the center's, the one in the checkpoint."""
+  from learner.training.jobs import cli as cli_lib  # pylint: disable=g-import-not-at-top
+  from learner.training.jobs import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  from learner.training.jobs.mode_keys import ModeKeys  # pylint: disable=g-import-not-at-top
+  del strategy  # Created once per process (distribution.CreateStrategy).
+  params = cli_lib.LoadExperimentParams(
+      'regression.EasgdLinearRegression', params_override=(
+          'task.train.max_steps : 42\ntask.eval.interval_steps : 21'))
+  trainer = trainer_lib.Trainer(params, str(tmp_path), strategy='mirrored',
+                                mode=ModeKeys.TRAIN_AND_EVAL, tty=False)
+  result = trainer.Run()
+  saved = _LastCheckpoint(str(tmp_path))
+  center = [float(saved[k]) for n in ('w', 'b') for k in saved
+            if k.endswith(easgd_lib.Easgd.AverageCheckpointKeySuffix(
+                'regression/' + n))]
+  assert [result['w'], result['b']] == center
+  copies = [saved[k] for k in saved
+            if k.endswith('_replica_copies/regression_w/.ATTRIBUTES/replicas')]
+  assert copies[0].shape == (2,) and copies[0][0] != copies[0][1]
+  w = trainer.task.vars.w  # Each replica got its own copy back.
+  np.testing.assert_array_equal([v.numpy() for v in w.values], copies[0])
