@@ -52,6 +52,8 @@ _EXPORTS = {
     'SWA': 'learner.optimizers.wrappers.swa',
     'Sam': 'learner.optimizers.wrappers.sam',
     'Composite': 'learner.optimizers.wrappers.composite',
+    'Easgd': 'learner.optimizers.wrappers.easgd',
+    'LocalSgd': 'learner.optimizers.wrappers.local_sgd',
     'KerasOptimizer': 'learner.optimizers.keras_optimizer',
     'GradientAccumulation': 'learner.optimizers.wrappers.accumulation',
     'get_optimizer_fn': 'learner.optimizers.factory',

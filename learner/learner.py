@@ -12,7 +12,8 @@ After Lingvo's `lingvo/core/learner.py`, in TF2 form. The data flow of one
                  window's sums go on below, 1 / sum(weight) folded in
   all-reduce  <- under tf.distribute: sum(weight*grad) / sum(weight), once
                  per applied update (learner/cross_replica.py); a replica
-                 with weight 0 adds 0, the losses' verdict rides along
+                 with weight 0 adds 0, the losses' verdict rides along;
+                 none for a replica-local optimizer (Easgd, LocalSgd)
   var_grads   <- learner/gradient_pipeline.py: regularize (L1/L2) -> mask
                  -> norms -> adjust -> check finite -> track -> clip by
                  norm -> scale -> clip by value
@@ -46,6 +47,7 @@ from learner.optimizers import resolve
 from learner.optimizers import sharded_state
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.var_grad import VarGrad
+from learner.optimizers.wrappers import replica_local
 from params import BaseLayer
 from params import IsTrainable
 from params import NestedMap
@@ -218,6 +220,8 @@ class Learner(BaseLayer):
     self._global_step = _Ref(None)  # Not tracked: the task checkpoints it.
     self._warned_no_grad = set()
     self._is_accum = getattr(type(self.optimizer), 'IS_ACCUMULATION', False)
+    self._replica_local = replica_local.Configure(  # Easgd, LocalSgd.
+        checks.Where(self), self.optimizer, cross_replica)
     self._perturber = gradient_tape.FindPerturber(self.path, self.optimizer)
 
   # ---- construction checks --------------------------------------------------
@@ -605,7 +609,7 @@ class Learner(BaseLayer):
           p, var_grads, weight, _Update)
     else:
       losses_finite, empty = kernels.AllFinite(losses), None
-      if cross_replica.NumReplicas() > 1:
+      if cross_replica.NumReplicas() > 1 and not self._replica_local:
         var_grads, losses_finite, empty = cross_replica.AllReduceMean(
             var_grads, weight, losses_finite)
       stats = _Update(var_grads, self.optimizer, extra_skip=empty,

@@ -7,6 +7,7 @@
                      schedule_free, muon);
                      rules.RULES registers each (export, factory name)
   lars.py, ema.py, lookahead.py, swa.py, sam.py, composite.py,
+  easgd.py, local_sgd.py (replica-local; base replica_local.py),
   keras_optimizer.py, accumulation.py
                      the wrappers (each holds an inner optimizer's params);
   wrapper.py         their base, BaseWrapper, and BaseAveraging, the base of
@@ -25,6 +26,8 @@ from learner.optimizers.wrappers.lookahead import Lookahead
 from learner.optimizers.wrappers.swa import SWA
 from learner.optimizers.wrappers.sam import Sam
 from learner.optimizers.wrappers.composite import Composite
+from learner.optimizers.wrappers.easgd import Easgd
+from learner.optimizers.wrappers.local_sgd import LocalSgd
 from learner.optimizers.keras_optimizer import KerasOptimizer
 from learner.optimizers.wrappers.accumulation import GradientAccumulation
 from learner.optimizers.factory import get_optimizer_fn

@@ -21,9 +21,11 @@ import tensorflow as tf
 
 from learner.optimizers.wrappers import accumulation as gradient_accumulation
 from learner.optimizers import base as base_optimizer
+from learner.optimizers.wrappers import easgd as easgd_lib
 from learner.optimizers.wrappers import ema as ema_lib
 from learner.optimizers import keras_optimizer
 from learner.optimizers.wrappers import lars as lars_lib
+from learner.optimizers.wrappers import local_sgd as local_sgd_lib
 from learner.optimizers.wrappers import lookahead as lookahead_lib
 from learner.optimizers import rules
 from learner.optimizers.wrappers import sam as sam_lib
@@ -37,7 +39,7 @@ from params import value_codec
 _OPTIMIZERS = rules.FactoryTable()  # one registration point: rules.RULES
 
 _WRAPPER_NAMES = ('batch_gradients', 'lars', 'ema', 'lookahead', 'swa',
-                  'sam')
+                  'sam', 'easgd', 'local_sgd')
 
 # Params no factory keyword may set (structure, not knobs).
 _RESERVED = ('cls', 'name', 'optimizer', 'dtype', 'fprop_dtype', 'params_init',
@@ -230,6 +232,10 @@ class OptimizerWrapperFn(_Factory):
     elif self._name == 'sam':
       p = sam_lib.Sam.Params()
       aliases = {}
+    elif self._name in ('easgd', 'local_sgd'):
+      p = (easgd_lib.Easgd if self._name == 'easgd' else
+           local_sgd_lib.LocalSgd).Params()
+      aliases = {'communication_period': 'tau', 'moving_rate': 'alpha'}
     else:
       p = ema_lib.Ema.Params()
       aliases = {'ema_decay': 'decay'}
@@ -252,8 +258,10 @@ def get_optimizer_wrapper_fn(name, inner, **kwargs):  # pylint: disable=invalid-
       exclude, exclude_1d), 'ema' (Ema: decay / `ema_decay`,
       decay_schedule), 'lookahead' (Lookahead: k / optax's `sync_period`,
       alpha / `slow_step_size`), 'swa' (SWA: swa_start / TF Addons'
-      `start_averaging`, swa_freq / `average_period`) or 'sam' (Sam: rho,
-      adaptive, adaptive_eta).
+      `start_averaging`, swa_freq / `average_period`), 'sam' (Sam: rho,
+      adaptive, adaptive_eta), 'easgd' (Easgd: tau /
+      `communication_period`, alpha / `moving_rate`, mode='sync'; 'async'
+      is refused) or 'local_sgd' (LocalSgd: tau / `communication_period`).
     inner: an optimizer instance (as in MoXing's example; its params are
       used), a factory from get_optimizer_fn / get_optimizer_wrapper_fn, or
       optimizer params.

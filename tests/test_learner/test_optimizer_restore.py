@@ -87,6 +87,12 @@ _PARAMS = {
     # Sam keeps no state of its own: the inner Momentum's slots are saved.
     'sam': sam.Sam.Params().Set(optimizer=optimizers.Momentum.Params(),
                                 rho=0.1),
+    # One replica: the paper's formulas with N = 1; tau = 3, the sync at
+    # update 3 comes after the restore (the center, copies and slots saved).
+    'easgd': optimizers.Easgd.Params().Set(
+        optimizer=optimizers.Momentum.Params(), tau=3, alpha=0.3),
+    'local_sgd': optimizers.LocalSgd.Params().Set(
+        optimizer=optimizers.Adam.Params(), tau=3),
     'composite': composite.Composite.Params().Set(optimizer_map={
         'w0': (optimizers.Adam.Params(), 2.0),
         'default_optimizer': (optimizers.Momentum.Params(), 0.5)}),

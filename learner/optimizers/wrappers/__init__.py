@@ -7,6 +7,9 @@
   swa.py           SWA (equal-weight average of sampled weights)
   sam.py           Sam (sharpness-aware: the learner's second pass)
   composite.py     Composite (one inner optimizer per variable group)
+  easgd.py         Easgd (replica-local copies, elastic pull to a center)
+  local_sgd.py     LocalSgd (replica-local copies, averaged every tau)
+  replica_local.py their base: no gradient all-reduce, per-replica saves
 
 Their shared bases, `BaseWrapper` and `BaseAveraging` (the copies every
 job evaluates: Ema, Lookahead, SWA), are learner/optimizers/wrapper.py.

@@ -41,29 +41,34 @@ def WeightsDigest(variables):
   return digest.hexdigest()
 
 
-def ReplicaMismatches(variables):
+def ReplicaMismatches(variables, replica_local=()):
   """The mirrored variables whose copies differ between this worker's replicas.
 
   The debug check of docs/distributed.md ("One decision for all
   replicas"): after any step of a synchronous run every replica holds the
   same weights, bit for bit, so this returns [] then. Variables with one
-  copy, and per-replica ones (synchronization ON_READ, e.g. the
-  accumulators of `sync_on_apply`), are not compared. Reads every copy to
-  the host: for tests and debugging, not for every step. (Across workers
-  compare `WeightsDigest`.)
+  copy, per-replica ones (synchronization ON_READ, e.g. the accumulators
+  of `sync_on_apply`) and the ones listed in `replica_local` are not
+  compared. Reads every copy to the host: for tests and debugging, not for
+  every step. (Across workers compare `WeightsDigest`.)
 
   Args:
     variables: iterable of variables (e.g. `task.vars.Flatten()`), mirrored
       or not.
+    replica_local: variables trained per replica ON PURPOSE, whose copies
+      differ between synchronizations: an Easgd / LocalSgd optimizer's
+      `ReplicaLocalVariables()` (docs/distributed.md, "Replica-local
+      training"). Every other variable is still checked.
 
   Returns:
     list of str, one per differing variable: its name, the replica that
     differs from replica 0 and the largest absolute difference.
   """
   out = []
+  skipped = {id(v) for v in replica_local}
   for var in variables:
     copies = getattr(var, 'values', None)
-    if (not copies or len(copies) < 2 or
+    if (not copies or len(copies) < 2 or id(var) in skipped or
         getattr(var, 'synchronization', None) ==
         tf.VariableSynchronization.ON_READ):
       continue
@@ -78,17 +83,17 @@ def ReplicaMismatches(variables):
   return out
 
 
-def AssertReplicasIdentical(variables):
+def AssertReplicasIdentical(variables, replica_local=()):
   """Raises AssertionError naming every variable of `ReplicaMismatches`.
 
   Args:
-    variables: as `ReplicaMismatches`.
+    variables, replica_local: as `ReplicaMismatches`.
 
   Raises:
     AssertionError: if a mirrored variable's copies differ between this
       worker's replicas (the replicas diverged: a per-replica decision).
   """
-  bad = ReplicaMismatches(variables)
+  bad = ReplicaMismatches(variables, replica_local)
   if bad:
     raise AssertionError('The replicas diverged: ' + '; '.join(bad))
 

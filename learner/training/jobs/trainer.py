@@ -47,6 +47,7 @@ import numpy as np
 import tensorflow as tf
 
 from params import checks
+from learner.optimizers.wrappers import replica_local
 from learner.training.services import checkpointer as checkpointer_lib
 from learner.training.cluster import distribution
 from learner.training.services import early_stop as early_stop_lib
@@ -381,7 +382,7 @@ class Trainer:
         step, json.dumps(logdir_lib.StrictJson(result), sort_keys=True)))
     if distribution.IsMultiWorker(self._strategy):  # The launcher compares.
       self._Print('Final weights: sha256 %s' % distribution.WeightsDigest(
-          task.ModelVars().Flatten()))
+          _DigestedWeights(task)))
     return result
 
   def _Distributed(self):
@@ -722,6 +723,18 @@ class _SaveClock:
   def Saved(self):
     """Restarts the clock: a checkpoint was just written."""
     self._last = time.monotonic()
+
+
+def _DigestedWeights(task):
+  """The weights whose digest the workers compare: the model variables, but
+  for a replica-local optimizer (Easgd, LocalSgd, whose copies differ
+  between replicas on purpose) the copies its evaluation reads."""
+  kept = {}
+  for learner in task.learners:
+    if replica_local.IsReplicaLocal(learner.optimizer):
+      for var in learner.optimizer.bound_variables.values():
+        kept[id(var)] = learner.optimizer.GetAverage(var)
+  return [kept.get(id(v), v) for v in task.ModelVars().Flatten()]
 
 
 def _AdvanceIterator(iterator, num_batches):
