@@ -205,10 +205,8 @@ class Learner(BaseLayer):
     if p.gradient_combiner is not None:
       self.CreateChild('gradient_combiner', p.gradient_combiner)
     if p.loss_scale is not None:
-      ls = loss_scale_lib.LossScale.Params().Set(mode='dynamic')
-      if p.loss_scale != 'dynamic':
-        ls.Set(mode='fixed', initial_scale=float(p.loss_scale))
-      self.CreateChild('loss_scale', ls)
+      self.CreateChild('loss_scale',
+                       loss_scale_lib.LossScale.ParamsFor(p.loss_scale))
     self._num_updates = self.CreateVariable(
         'num_updates', [], init=0, trainable=False, dtype=tf.int64)
     self._num_skipped = self.CreateVariable(

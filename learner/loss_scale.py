@@ -67,6 +67,22 @@ class LossScale(BaseLayer):
     return p
 
   @classmethod
+  def ParamsFor(cls, loss_scale):
+    """The params a Learner's `loss_scale` value asks for.
+
+    Args:
+      loss_scale: 'dynamic' (dynamic mode, the defaults), or a number: the
+        fixed scale (mode 'fixed', initial_scale=float(loss_scale)).
+
+    Returns:
+      This class's params, named 'loss_scale'.
+    """
+    p = cls.Params().Set(mode='dynamic')
+    if loss_scale != 'dynamic':
+      p.Set(mode='fixed', initial_scale=float(loss_scale))
+    return p
+
+  @classmethod
   def ValueChecks(cls):
     specs = super().ValueChecks()
     specs.update(
