@@ -1,0 +1,296 @@
+// Multi-tensor CPU kernels of the newer update rules (issue 27, item 5): one
+// op per step for the memory-bound elementwise rules.
+//
+//   TfLearnerMultiApplyLion     Lion (Chen et al. 2023)        slot m
+//   TfLearnerMultiApplyNadam    Nadam in optax's / Keras's form  slots m, v
+//   TfLearnerMultiApplyAMSGrad  AMSGrad in optax's form          slots m, v, v_max
+//
+// (AdamW with epsilon_form='optax' needs no op of its own: it is the TF form
+// with epsilon hat = epsilon sqrt(1 - beta2^t), so TfLearnerMultiApplyAdam of
+// multi_tensor_ops.cc runs it.)
+//
+// As in multi_tensor_ops.cc: every op may fold a gradient factor f (attr
+// scale_grad: g <- g * f first), subtracts decoupled weight decay
+// wd_rate * w_old from the variables whose `decay` entry is true, and with
+// measure_weights outputs sum(w_old^2) / 2 of all its variables. Every
+// scalar that the pure-TF path computes outside the elementwise part (bias
+// corrections in float64, 1 - beta, the momentum schedule) is computed by
+// the same TF ops in Python and passed in, so the loops below only repeat
+// the pure-TF path's elementwise expressions, in its order of operations;
+// with -ffp-contract=off (no fused multiply-add) both paths round alike:
+// the tests compare them bit for bit (tests/test_learner/test_rule_kernels.py).
+// A division by a correction of exactly 1 (AMSGrad without bias correction)
+// is exact, so one loop serves both settings.
+
+#include "multi_tensor_common.h"
+
+namespace tf_learner {
+namespace {
+
+using common::RuleApplyBase;
+using common::Scalar;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+
+// TF's Sign (Eigen's scalar_sign_op on floats): -1, 0 or 1, NaN for NaN.
+inline float Sign(float x) {
+  if (x != x) return x;
+  return static_cast<float>((0.f < x) - (x < 0.f));
+}
+
+// TF's Maximum on floats: NaN if either input is NaN.
+inline float MaxNaN(float a, float b) {
+  if (a != a) return a;
+  if (b != b) return b;
+  return a < b ? b : a;
+}
+
+// ---- TfLearnerMultiApplyLion -----------------------------------------------
+// Inputs: vars, ms, grads, lr, beta1, one_minus_beta1, beta2,
+// one_minus_beta2, grad_factor, wd_rate.
+// c = beta1 * m + (1 - beta1) * g;  w' = w - lr * sign(c)
+// m' = beta2 * m + (1 - beta2) * g;  decay: w' - wd_rate * w.
+
+class MultiApplyLionOp : public RuleApplyBase {
+ public:
+  explicit MultiApplyLionOp(OpKernelConstruction* ctx)
+      : RuleApplyBase(ctx, 1) {}
+
+ protected:
+  void Prepare(OpKernelContext* ctx) override {
+    const int s = scalars_first();
+    lr_ = Scalar(ctx, s);
+    b1_ = Scalar(ctx, s + 1);
+    c1_ = Scalar(ctx, s + 2);
+    b2_ = Scalar(ctx, s + 3);
+    c2_ = Scalar(ctx, s + 4);
+    factor_ = Scalar(ctx, s + 5);
+    wd_ = Scalar(ctx, s + 6);
+  }
+  void Update(float* w, float* const* slots, const float* g, int64_t n,
+              bool decay) const override {
+    const int key = (scale_grad() ? 2 : 0) + (decay ? 1 : 0);
+    switch (key) {
+      case 0: return Run<false, false>(w, slots[0], g, n);
+      case 1: return Run<false, true>(w, slots[0], g, n);
+      case 2: return Run<true, false>(w, slots[0], g, n);
+      default: return Run<true, true>(w, slots[0], g, n);
+    }
+  }
+
+ private:
+  template <bool kScale, bool kDecay>
+  void Run(float* __restrict__ w, float* __restrict__ m,
+           const float* __restrict__ g, int64_t n) const {
+    const float lr = lr_, b1 = b1_, c1 = c1_, b2 = b2_, c2 = c2_;
+    const float f = factor_, wd = wd_;
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = kScale ? g[i] * f : g[i];
+      const float mi = m[i];
+      const float c = b1 * mi + c1 * gi;
+      const float w0 = w[i];
+      float w1 = w0 - lr * Sign(c);
+      if (kDecay) w1 = w1 - wd * w0;
+      w[i] = w1;
+      m[i] = b2 * mi + c2 * gi;
+    }
+  }
+
+  float lr_ = 0.f, b1_ = 0.f, c1_ = 0.f, b2_ = 0.f, c2_ = 0.f;
+  float factor_ = 1.f, wd_ = 0.f;
+};
+
+// ---- TfLearnerMultiApplyNadam ----------------------------------------------
+// Inputs: vars, ms, vs, grads, lr, beta1, one_minus_beta1, beta2,
+// one_minus_beta2, u_next, one_minus_p_next, one_minus_u, one_minus_p,
+// one_minus_beta2_power, epsilon, grad_factor, wd_rate.
+// m' = (1 - b1) g + b1 m;  v' = (1 - b2) g^2 + b2 v
+// m_hat = u_next (m' / (1 - P_next)) + (1 - u) (g / (1 - P))
+// w' = w - lr (m_hat / (sqrt(v' / (1 - b2^t)) + eps));  decay as Lion.
+
+class MultiApplyNadamOp : public RuleApplyBase {
+ public:
+  explicit MultiApplyNadamOp(OpKernelConstruction* ctx)
+      : RuleApplyBase(ctx, 2) {}
+
+ protected:
+  void Prepare(OpKernelContext* ctx) override {
+    const int s = scalars_first();
+    float* out[] = {&lr_, &b1_, &c1_, &b2_, &c2_, &u_next_, &d_next_,
+                    &one_minus_u_, &d_, &cb2_, &eps_, &factor_, &wd_};
+    for (int i = 0; i < 13; ++i) *out[i] = Scalar(ctx, s + i);
+  }
+  void Update(float* w, float* const* slots, const float* g, int64_t n,
+              bool decay) const override {
+    const int key = (scale_grad() ? 2 : 0) + (decay ? 1 : 0);
+    switch (key) {
+      case 0: return Run<false, false>(w, slots[0], slots[1], g, n);
+      case 1: return Run<false, true>(w, slots[0], slots[1], g, n);
+      case 2: return Run<true, false>(w, slots[0], slots[1], g, n);
+      default: return Run<true, true>(w, slots[0], slots[1], g, n);
+    }
+  }
+
+ private:
+  template <bool kScale, bool kDecay>
+  void Run(float* __restrict__ w, float* __restrict__ m,
+           float* __restrict__ v, const float* __restrict__ g,
+           int64_t n) const {
+    const float lr = lr_, b1 = b1_, c1 = c1_, b2 = b2_, c2 = c2_;
+    const float un = u_next_, dn = d_next_, ou = one_minus_u_, d = d_;
+    const float cb2 = cb2_, eps = eps_, f = factor_, wd = wd_;
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = kScale ? g[i] * f : g[i];
+      const float mi = c1 * gi + b1 * m[i];
+      const float vi = c2 * (gi * gi) + b2 * v[i];
+      m[i] = mi;
+      v[i] = vi;
+      const float m_hat = un * (mi / dn) + ou * (gi / d);
+      const float w0 = w[i];
+      float w1 = w0 - lr * (m_hat / (std::sqrt(vi / cb2) + eps));
+      if (kDecay) w1 = w1 - wd * w0;
+      w[i] = w1;
+    }
+  }
+
+  float lr_ = 0.f, b1_ = 0.f, c1_ = 0.f, b2_ = 0.f, c2_ = 0.f;
+  float u_next_ = 0.f, d_next_ = 1.f, one_minus_u_ = 0.f, d_ = 1.f;
+  float cb2_ = 1.f, eps_ = 0.f, factor_ = 1.f, wd_ = 0.f;
+};
+
+// ---- TfLearnerMultiApplyAMSGrad --------------------------------------------
+// Inputs: vars, ms, vs, v_maxs, grads, lr, beta1, one_minus_beta1, beta2,
+// one_minus_beta2, correction1, correction2, epsilon, grad_factor, wd_rate.
+// m' = (1 - b1) g + b1 m;  v' = (1 - b2) g^2 + b2 v
+// v_max' = max(v_max, v' / correction2)
+// w' = w - lr ((m' / correction1) / (sqrt(v_max') + eps));  decay as Lion.
+// (A correction of 1 stands for "no bias correction": x / 1 = x exactly.)
+
+class MultiApplyAMSGradOp : public RuleApplyBase {
+ public:
+  explicit MultiApplyAMSGradOp(OpKernelConstruction* ctx)
+      : RuleApplyBase(ctx, 3) {}
+
+ protected:
+  void Prepare(OpKernelContext* ctx) override {
+    const int s = scalars_first();
+    float* out[] = {&lr_, &b1_, &c1_, &b2_, &c2_, &k1_, &k2_, &eps_,
+                    &factor_, &wd_};
+    for (int i = 0; i < 10; ++i) *out[i] = Scalar(ctx, s + i);
+  }
+  void Update(float* w, float* const* slots, const float* g, int64_t n,
+              bool decay) const override {
+    const int key = (scale_grad() ? 2 : 0) + (decay ? 1 : 0);
+    switch (key) {
+      case 0: return Run<false, false>(w, slots, g, n);
+      case 1: return Run<false, true>(w, slots, g, n);
+      case 2: return Run<true, false>(w, slots, g, n);
+      default: return Run<true, true>(w, slots, g, n);
+    }
+  }
+
+ private:
+  template <bool kScale, bool kDecay>
+  void Run(float* __restrict__ w, float* const* slots,
+           const float* __restrict__ g, int64_t n) const {
+    float* __restrict__ m = slots[0];
+    float* __restrict__ v = slots[1];
+    float* __restrict__ vmax = slots[2];
+    const float lr = lr_, b1 = b1_, c1 = c1_, b2 = b2_, c2 = c2_;
+    const float k1 = k1_, k2 = k2_, eps = eps_, f = factor_, wd = wd_;
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = kScale ? g[i] * f : g[i];
+      const float mi = c1 * gi + b1 * m[i];
+      const float vi = c2 * (gi * gi) + b2 * v[i];
+      m[i] = mi;
+      v[i] = vi;
+      const float vm = MaxNaN(vmax[i], vi / k2);
+      vmax[i] = vm;
+      const float w0 = w[i];
+      float w1 = w0 - lr * ((mi / k1) / (std::sqrt(vm) + eps));
+      if (kDecay) w1 = w1 - wd * w0;
+      w[i] = w1;
+    }
+  }
+
+  float lr_ = 0.f, b1_ = 0.f, c1_ = 0.f, b2_ = 0.f, c2_ = 0.f;
+  float k1_ = 1.f, k2_ = 1.f, eps_ = 0.f, factor_ = 1.f, wd_ = 0.f;
+};
+
+}  // namespace
+
+// ---- registration -----------------------------------------------------------
+
+#define TF_LEARNER_RULE_ATTRS                     \
+  Attr("N: int >= 1")                             \
+      .Output("weights_half_sum_squares: float")  \
+      .Attr("decay: list(bool)")                  \
+      .Attr("measure_weights: bool = false")      \
+      .Attr("scale_grad: bool = false")           \
+      .SetIsStateful()                            \
+      .SetShapeFn(::tensorflow::shape_inference::ScalarShape)
+
+REGISTER_OP("TfLearnerMultiApplyLion")
+    .Input("vars: N * resource")
+    .Input("ms: N * resource")
+    .Input("grads: N * float")
+    .Input("lr: float")
+    .Input("beta1: float")
+    .Input("one_minus_beta1: float")
+    .Input("beta2: float")
+    .Input("one_minus_beta2: float")
+    .Input("grad_factor: float")
+    .Input("wd_rate: float")
+    .TF_LEARNER_RULE_ATTRS;
+
+REGISTER_OP("TfLearnerMultiApplyNadam")
+    .Input("vars: N * resource")
+    .Input("ms: N * resource")
+    .Input("vs: N * resource")
+    .Input("grads: N * float")
+    .Input("lr: float")
+    .Input("beta1: float")
+    .Input("one_minus_beta1: float")
+    .Input("beta2: float")
+    .Input("one_minus_beta2: float")
+    .Input("u_next: float")
+    .Input("one_minus_p_next: float")
+    .Input("one_minus_u: float")
+    .Input("one_minus_p: float")
+    .Input("one_minus_beta2_power: float")
+    .Input("epsilon: float")
+    .Input("grad_factor: float")
+    .Input("wd_rate: float")
+    .TF_LEARNER_RULE_ATTRS;
+
+REGISTER_OP("TfLearnerMultiApplyAMSGrad")
+    .Input("vars: N * resource")
+    .Input("ms: N * resource")
+    .Input("vs: N * resource")
+    .Input("v_maxs: N * resource")
+    .Input("grads: N * float")
+    .Input("lr: float")
+    .Input("beta1: float")
+    .Input("one_minus_beta1: float")
+    .Input("beta2: float")
+    .Input("one_minus_beta2: float")
+    .Input("correction1: float")
+    .Input("correction2: float")
+    .Input("epsilon: float")
+    .Input("grad_factor: float")
+    .Input("wd_rate: float")
+    .TF_LEARNER_RULE_ATTRS;
+
+#undef TF_LEARNER_RULE_ATTRS
+
+REGISTER_KERNEL_BUILDER(
+    Name("TfLearnerMultiApplyLion").Device(::tensorflow::DEVICE_CPU),
+    MultiApplyLionOp);
+REGISTER_KERNEL_BUILDER(
+    Name("TfLearnerMultiApplyNadam").Device(::tensorflow::DEVICE_CPU),
+    MultiApplyNadamOp);
+REGISTER_KERNEL_BUILDER(
+    Name("TfLearnerMultiApplyAMSGrad").Device(::tensorflow::DEVICE_CPU),
+    MultiApplyAMSGradOp);
+
+}  // namespace tf_learner
