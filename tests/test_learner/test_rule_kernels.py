@@ -16,6 +16,7 @@ from learner.optimizers import kernels
 from learner.optimizers.kernels import loader
 from learner.optimizers.rules import adam_family
 from learner.optimizers.rules import lion
+from learner.optimizers.rules import schedule_free
 from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
 from schedules.polynomial import LinearSchedule
@@ -225,3 +226,59 @@ def test_shape_mismatch_is_a_clear_error():
     kernels.ApplyLion([w], [m], [tf.ones([3])],
                       [tf.constant(x) for x in (0.1, 0.9, 0.1, 0.99, 0.01)],
                       None, tf.constant(0.0), [False])
+
+
+SCHEDULE_FREE = {
+    'sf_sgd': (schedule_free.ScheduleFreeSGD.Params().Set(
+        warmup_steps=2, decoupled_weight_decay=0.01),
+               'TfLearnerMultiApplyScheduleFreeSGD'),
+    'sf_adamw': (schedule_free.ScheduleFreeAdamW.Params().Set(
+        warmup_steps=3, warmup_form='reference', r=1.0,
+        decoupled_weight_decay=0.05), 'TfLearnerMultiApplyScheduleFreeAdamW'),
+    'sf_adamw_plain': (schedule_free.ScheduleFreeAdamW.Params(),
+                       'TfLearnerMultiApplyScheduleFreeAdamW'),
+}
+
+
+@pytest.mark.parametrize('scaled', [True, False])
+@pytest.mark.parametrize('rule', sorted(SCHEDULE_FREE))
+def test_schedule_free_fused_equals_pure_tf_bitwise(rule, scaled):
+  params, op = SCHEDULE_FREE[rule]
+  fused, ops_f = _Run(params, 5, fused=True, scaled=scaled)
+  plain, ops_p = _Run(params, 5, fused=False, scaled=scaled)
+  assert op in ops_f and op not in ops_p
+  _AssertSame(fused, plain)
+  start = _Values(0)
+  assert all(not np.array_equal(fused[k + '/x'], start[k]) for k in SHAPES)
+
+
+def test_schedule_free_checkpoint_crosses_paths(tmp_path):
+  params, _ = SCHEDULE_FREE['sf_adamw']
+  ref, _ = _Run(params, 3, fused=False, scaled=True)
+  for first_fused in (True, False):
+    with kernels.Active() if first_fused else kernels.Disabled():
+      variables, opt = _Build(params)
+      step = _StepFn(variables, opt)
+      step(*_Inputs(0, True))
+      step(*_Inputs(1, True))
+    path = tf.train.Checkpoint(v=variables, opt=opt).save(
+        str(tmp_path / ('sf%d' % first_fused)))
+    with kernels.Disabled() if first_fused else kernels.Active():
+      variables2, opt2 = _Build(params)
+      tf.train.Checkpoint(v=variables2, opt=opt2).restore(
+          path).assert_consumed()
+      _StepFn(variables2, opt2)(*_Inputs(2, True))
+    _AssertSame(_State(variables2, opt2), ref)
+
+
+def test_schedule_free_subclass_with_another_direction_is_not_fused():
+  class Signed(schedule_free.ScheduleFreeSGD):
+
+    def _Direction(self, var, grad, slots, t):
+      return tf.sign(grad), []
+
+  opt = Signed(schedule_free.ScheduleFreeSGD.Params().Set(name='s'))
+  w = tf.Variable([1.0])
+  opt.Bind([w])
+  assert opt.FusedApplyReason([VarGrad(w, tf.constant([1.0]))]) == (
+      'Signed overrides _Direction of ScheduleFreeSGD')

@@ -279,6 +279,37 @@ def ApplyAMSGrad(variables, ms, vs, v_maxs, grads, scalars, grad_factor,
               scale_grad=scale)
 
 
+def ApplyScheduleFree(variables, zs, xs, vs, grads, first, scalars,
+                      grad_factor, decay, measure=None):
+  """Schedule-free SGD (vs None) or AdamW over lists, in one op.
+
+  TfLearnerMultiApplyScheduleFreeSGD / ...AdamW (multi_tensor_rules.cc):
+  u = g (SGD) or g / (sqrt(v' / (1 - b2^t)) + eps) with v' = b2 v +
+  (1 - b2) g^2 (AdamW); u += wd y where `decay`; z0, x0 = y if `first`;
+  z <- z0 - lr_z u;  x <- (1 - c) x0 + c z;  y <- b1 x + (1 - b1) z.
+
+  Args:
+    variables (y), zs, xs, vs (None for SGD), grads: aligned lists.
+    first: bool scalar, True at the first update (z and x start from y).
+    scalars: (lr_z, c, 1 - c, b1, 1 - b1, wd) float32 scalars, then for
+      AdamW (b2, 1 - b2, 1 - b2^t, eps).
+    grad_factor, decay, measure: as `ApplyAdam` (wd here is the rule's
+      decoupled_weight_decay, applied inside u).
+
+  Returns:
+    As `ApplySGD`.
+  """
+  scale, factor = _Factor(grad_factor)
+  handles = [[t.handle for t in group] for group in (variables, zs, xs)]
+  if vs is None:
+    op_fn = loader.Library().tf_learner_multi_apply_schedule_free_sgd
+  else:
+    op_fn = loader.Library().tf_learner_multi_apply_schedule_free_adam_w
+    handles.append([v.handle for v in vs])
+  return _Run(op_fn, variables, *handles, grads, first, *scalars, factor,
+              measure=measure, decay=decay, scale_grad=scale)
+
+
 def Accumulate(accumulators, grads, weight):
   """acc += weight * g for every pair if every g is finite, in one op.
 

@@ -4,6 +4,8 @@
 //   TfLearnerMultiApplyLion     Lion (Chen et al. 2023)        slot m
 //   TfLearnerMultiApplyNadam    Nadam in optax's / Keras's form  slots m, v
 //   TfLearnerMultiApplyAMSGrad  AMSGrad in optax's form          slots m, v, v_max
+//   TfLearnerMultiApplyScheduleFreeSGD    schedule-free SGD     slots z, x
+//   TfLearnerMultiApplyScheduleFreeAdamW  schedule-free AdamW   slots z, x, v
 //
 // (AdamW with epsilon_form='optax' needs no op of its own: it is the TF form
 // with epsilon hat = epsilon sqrt(1 - beta2^t), so TfLearnerMultiApplyAdam of
@@ -217,6 +219,83 @@ class MultiApplyAMSGradOp : public RuleApplyBase {
   float k1_ = 1.f, k2_ = 1.f, eps_ = 0.f, factor_ = 1.f, wd_ = 0.f;
 };
 
+// ---- TfLearnerMultiApplyScheduleFree{SGD,AdamW} -----------------------------
+// Inputs: vars (y), zs, xs, [vs,] grads, first (bool), lr_z, c, one_minus_c,
+// b1, one_minus_b1, wd, [beta2, one_minus_beta2, correction2, epsilon,]
+// grad_factor (bracketed: AdamW only).
+// u = g (SGD);  v' = b2 v + ((1 - b2) g) g, u = g / (sqrt(v' / (1 - b2^t))
+// + eps) (AdamW);  decay: u = u + wd y.  z0, x0 = y if first else z, x
+// z' = z0 - lr_z u;  x' = (1 - c) x0 + c z';  y' = b1 x' + (1 - b1) z'.
+// (Here wd is the rule's own decoupled_weight_decay, not lr * wd: the
+// schedule-free rules decay inside u, as the reference does.)
+
+template <bool kAdam>
+class MultiApplyScheduleFreeOp : public RuleApplyBase {
+ public:
+  explicit MultiApplyScheduleFreeOp(OpKernelConstruction* ctx)
+      : RuleApplyBase(ctx, kAdam ? 3 : 2) {}
+
+ protected:
+  void Prepare(OpKernelContext* ctx) override {
+    const int s = scalars_first();
+    first_ = ctx->input(s).scalar<bool>()();
+    float* out[] = {&lr_z_, &c_, &one_minus_c_, &b1_, &one_minus_b1_, &wd_,
+                    &b2_, &c2_, &k2_, &eps_};
+    const int count = kAdam ? 10 : 6;
+    for (int i = 0; i < count; ++i) *out[i] = Scalar(ctx, s + 1 + i);
+    factor_ = Scalar(ctx, s + 1 + count);
+  }
+  void Update(float* w, float* const* slots, const float* g, int64_t n,
+              bool decay) const override {
+    const int key = (scale_grad() ? 4 : 0) + (first_ ? 2 : 0) + (decay ? 1 : 0);
+    switch (key) {
+      case 0: return Run<false, false, false>(w, slots, g, n);
+      case 1: return Run<false, false, true>(w, slots, g, n);
+      case 2: return Run<false, true, false>(w, slots, g, n);
+      case 3: return Run<false, true, true>(w, slots, g, n);
+      case 4: return Run<true, false, false>(w, slots, g, n);
+      case 5: return Run<true, false, true>(w, slots, g, n);
+      case 6: return Run<true, true, false>(w, slots, g, n);
+      default: return Run<true, true, true>(w, slots, g, n);
+    }
+  }
+
+ private:
+  template <bool kScale, bool kFirst, bool kDecay>
+  void Run(float* __restrict__ w, float* const* slots,
+           const float* __restrict__ g, int64_t n) const {
+    float* __restrict__ z = slots[0];
+    float* __restrict__ x = slots[1];
+    float* __restrict__ v = slots[2];
+    const float lr_z = lr_z_, c = c_, omc = one_minus_c_, b1 = b1_;
+    const float omb1 = one_minus_b1_, wd = wd_, b2 = b2_, c2 = c2_;
+    const float k2 = k2_, eps = eps_, f = factor_;
+    for (int64_t i = 0; i < n; ++i) {
+      const float gi = kScale ? g[i] * f : g[i];
+      float u = gi;
+      if (kAdam) {
+        const float vi = b2 * v[i] + (c2 * gi) * gi;
+        v[i] = vi;
+        u = gi / (std::sqrt(vi / k2) + eps);
+      }
+      const float y = w[i];
+      if (kDecay) u = u + wd * y;
+      const float z0 = kFirst ? y : z[i];
+      const float x0 = kFirst ? y : x[i];
+      const float z1 = z0 - lr_z * u;
+      const float x1 = omc * x0 + c * z1;
+      z[i] = z1;
+      x[i] = x1;
+      w[i] = b1 * x1 + omb1 * z1;
+    }
+  }
+
+  bool first_ = false;
+  float lr_z_ = 0.f, c_ = 0.f, one_minus_c_ = 1.f, b1_ = 0.f;
+  float one_minus_b1_ = 1.f, wd_ = 0.f, b2_ = 0.f, c2_ = 0.f, k2_ = 1.f;
+  float eps_ = 0.f, factor_ = 1.f;
+};
+
 }  // namespace
 
 // ---- registration -----------------------------------------------------------
@@ -281,6 +360,41 @@ REGISTER_OP("TfLearnerMultiApplyAMSGrad")
     .Input("wd_rate: float")
     .TF_LEARNER_RULE_ATTRS;
 
+REGISTER_OP("TfLearnerMultiApplyScheduleFreeSGD")
+    .Input("vars: N * resource")
+    .Input("zs: N * resource")
+    .Input("xs: N * resource")
+    .Input("grads: N * float")
+    .Input("first: bool")
+    .Input("lr_z: float")
+    .Input("c: float")
+    .Input("one_minus_c: float")
+    .Input("b1: float")
+    .Input("one_minus_b1: float")
+    .Input("wd: float")
+    .Input("grad_factor: float")
+    .TF_LEARNER_RULE_ATTRS;
+
+REGISTER_OP("TfLearnerMultiApplyScheduleFreeAdamW")
+    .Input("vars: N * resource")
+    .Input("zs: N * resource")
+    .Input("xs: N * resource")
+    .Input("vs: N * resource")
+    .Input("grads: N * float")
+    .Input("first: bool")
+    .Input("lr_z: float")
+    .Input("c: float")
+    .Input("one_minus_c: float")
+    .Input("b1: float")
+    .Input("one_minus_b1: float")
+    .Input("wd: float")
+    .Input("beta2: float")
+    .Input("one_minus_beta2: float")
+    .Input("correction2: float")
+    .Input("epsilon: float")
+    .Input("grad_factor: float")
+    .TF_LEARNER_RULE_ATTRS;
+
 #undef TF_LEARNER_RULE_ATTRS
 
 REGISTER_KERNEL_BUILDER(
@@ -292,5 +406,12 @@ REGISTER_KERNEL_BUILDER(
 REGISTER_KERNEL_BUILDER(
     Name("TfLearnerMultiApplyAMSGrad").Device(::tensorflow::DEVICE_CPU),
     MultiApplyAMSGradOp);
+REGISTER_KERNEL_BUILDER(
+    Name("TfLearnerMultiApplyScheduleFreeSGD").Device(::tensorflow::DEVICE_CPU),
+    MultiApplyScheduleFreeOp<false>);
+REGISTER_KERNEL_BUILDER(
+    Name("TfLearnerMultiApplyScheduleFreeAdamW")
+        .Device(::tensorflow::DEVICE_CPU),
+    MultiApplyScheduleFreeOp<true>);
 
 }  // namespace tf_learner
