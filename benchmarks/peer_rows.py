@@ -56,8 +56,10 @@ class UpdateConfig(object):
                        (optimizer, ['momentum', 'adam'] +
                         list(RULE_OPTIMIZERS)))
     self.optimizer = optimizer
-    self.lr = lr if lr is not None else (0.1 if optimizer == 'momentum' else
-                                         1e-3)
+    # SGD-type rules take SGD's rate (schedule-free SGD at 1e-3 moves the
+    # weights by less than XLA's float32 reassociation changes them).
+    self.lr = lr if lr is not None else (
+        0.1 if optimizer in ('momentum', 'sf_sgd') else 1e-3)
     self.total_steps = total_steps
     self.alpha = alpha
     self.clip = clip
