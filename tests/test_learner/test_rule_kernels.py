@@ -282,3 +282,29 @@ def test_schedule_free_subclass_with_another_direction_is_not_fused():
   opt.Bind([w])
   assert opt.FusedApplyReason([VarGrad(w, tf.constant([1.0]))]) == (
       'Signed overrides _Direction of ScheduleFreeSGD')
+
+
+@pytest.mark.parametrize('rule', ['lion', 'amsgrad', 'nadam'])
+def test_zeros_and_nan_give_tf_numbers(rule):
+  # tf.sign gives +0 for -0 and NaN for NaN; tf.maximum keeps a NaN from
+  # either side: the kernels' selects must agree (NaN compares equal in
+  # assert_array_equal). A NaN step then a finite one.
+  params, _ = RULES[rule]
+  g = np.zeros(40, np.float32)
+  g[1], g[2], g[3], g[4] = -0.0, np.nan, 1.0, -2.0
+  out = []
+  for fused in (True, False):
+    with kernels.Active() if fused else kernels.Disabled():
+      w = tf.Variable(np.linspace(-1, 1, 40).astype(np.float32), name='w')
+      opt = params.Copy().Set(name='opt').Instantiate()
+      opt.Bind([w])
+
+      def Step(x, w=w, opt=opt):
+        opt.Apply(tf.constant(0.1), NestedMap(w=VarGrad(w, x)))
+
+      step = tf.function(Step)
+      step(tf.constant(g))
+      step(tf.constant(-g[::-1]))
+      out.append(_State({'w': w}, opt))
+  _AssertSame(out[0], out[1])
+  assert np.isnan(out[0]['w'][2]) and np.isfinite(out[0]['w'][0])
