@@ -36,6 +36,12 @@ BYTES_PER_PARAM = {
     # Accumulation applying step with Momentum: read acc, w, v; write w, v
     # and the zeroed accumulator.
     'accumulate_apply_momentum': 24,
+    # The rules of multi_tensor_rules.cc (reads + writes of w, g and slots).
+    'lion': 20,  # m
+    'nadam': 28,  # m, v
+    'amsgrad': 36,  # m, v, v_max
+    'sf_sgd': 28,  # z, x
+    'sf_adamw': 36,  # z, x, v
 }
 
 

@@ -71,13 +71,24 @@ def OptimizerParams(cfg, accumulate_batches=0):
   """Our optimizer params for a peer_rows.UpdateConfig.
 
   Args:
-    cfg: UpdateConfig ('momentum' -> Momentum(alpha), 'adam' -> Adam).
+    cfg: UpdateConfig ('momentum' -> Momentum(alpha), 'adam' -> Adam; the
+      RULE_OPTIMIZERS -> Lion, Nadam, AMSGrad, ScheduleFreeSGD / AdamW with
+      their defaults).
     accumulate_batches: if > 0, wraps it in GradientAccumulation with this
       num_batches.
   """
   from learner import optimizers  # pylint: disable=g-import-not-at-top
+  rules = {
+      'lion': lambda: optimizers.Lion.Params(),
+      'nadam': lambda: optimizers.Nadam.Params(),
+      'amsgrad': lambda: optimizers.AMSGrad.Params(),
+      'sf_sgd': lambda: optimizers.ScheduleFreeSGD.Params(),
+      'sf_adamw': lambda: optimizers.ScheduleFreeAdamW.Params(),
+  }
   if cfg.optimizer == 'momentum':
     p = optimizers.Momentum.Params().Set(alpha=cfg.momentum)
+  elif cfg.optimizer in rules:
+    p = rules[cfg.optimizer]()
   else:
     p = optimizers.Adam.Params().Set(beta1=cfg.beta1, beta2=cfg.beta2,
                                      epsilon=cfg.epsilon)

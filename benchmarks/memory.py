@@ -13,10 +13,14 @@ set size (getrusage ru_maxrss):
     run for `--steps` micro-steps (applying steps included);
   * `learner_accum_clip`: the same with clip_gradient_norm_to_value=1.0;
   * `tf_fused_clip`: the hand-written fused Momentum + tf.clip_by_global_norm
-    step (no accumulation) for comparison.
+    step (no accumulation) for comparison;
+  * `learner_lion`, `learner_nadam`, `learner_amsgrad`, `learner_sf_sgd`,
+    `learner_sf_adamw`: our Learner with that rule (its fused kernel,
+    multi_tensor_rules.cc) and clip_gradient_norm_to_value=1.0.
 The growth of each over `baseline` is compared with its allowance:
 (slots + accumulators) x 4 bytes x parameters, + 10 % (issue 8): 2 x 4 B
-for the learners, 1 x 4 B for the fused step. Growth above the allowance
+for the accumulating learners, 1 x 4 B for the fused step, the rule's
+slots (RULE_SLOTS) for the rule modes. Growth above the allowance
 means hidden copies of variables or gradients (e.g. a materialised scaled
 gradient). `--sharded` adds the rows of benchmarks/sharded_memory.py
 instead (ZeRO-1: optimizer-state bytes per replica and step time, sharded
@@ -39,10 +43,16 @@ from benchmarks import sharded_memory
 from benchmarks import timing
 from benchmarks import variable_sets
 
-MODES = ('baseline', 'learner_accum', 'learner_accum_clip', 'tf_fused_clip')
+# The rules of the fused kernels of multi_tensor_rules.cc, by their slots
+# (each mode 'learner_<rule>': our Learner with clip 1.0, no accumulation).
+RULE_SLOTS = {'lion': 1, 'nadam': 2, 'amsgrad': 3, 'sf_sgd': 2,
+              'sf_adamw': 3}
+MODES = ('baseline', 'learner_accum', 'learner_accum_clip',
+         'tf_fused_clip') + tuple('learner_' + r for r in RULE_SLOTS)
 # Slot-sized buffers (4 B per parameter each) a mode is allowed to add.
-ALLOWED_COPIES = {'learner_accum': 2, 'learner_accum_clip': 2,
-                  'tf_fused_clip': 1}
+ALLOWED_COPIES = dict({'learner_accum': 2, 'learner_accum_clip': 2,
+                       'tf_fused_clip': 1},
+                      **{'learner_' + r: k for r, k in RULE_SLOTS.items()})
 _RESULT_PREFIX = 'MEMORY_RESULT '
 
 
@@ -75,6 +85,11 @@ def RunChild(mode, set_name, steps, num_batches):
     step = Step
   elif mode == 'tf_fused_clip':
     row = peer_rows.TfFusedRow(cfg, weights, grads)
+    step = row.step
+  elif mode[len('learner_'):] in RULE_SLOTS:
+    row = learner_row.LearnerRow(
+        peer_rows.UpdateConfig(mode[len('learner_'):], total_steps=1000),
+        specs, weights, grads)
     step = row.step
   else:
     row = learner_row.LearnerRow(

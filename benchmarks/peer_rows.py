@@ -27,11 +27,16 @@ import numpy as np
 import tensorflow as tf
 
 
+# The rules with fused kernels in learner/optimizers/kernels/
+# multi_tensor_rules.cc: only the learner rows run them (no peer rows).
+RULE_OPTIMIZERS = ('lion', 'nadam', 'amsgrad', 'sf_sgd', 'sf_adamw')
+
+
 class UpdateConfig(object):
   """What every row of one update benchmark does.
 
   Attributes:
-    optimizer: 'momentum' or 'adam'.
+    optimizer: 'momentum', 'adam' or one of RULE_OPTIMIZERS.
     lr: base learning rate (float).
     total_steps: cosine schedule length in applied updates. The default 4
       makes the rate differ at each of the 3 checked steps (so the numpy check
@@ -45,12 +50,16 @@ class UpdateConfig(object):
 
   def __init__(self, optimizer, lr=None, total_steps=4, alpha=0.1,
                clip=1.0):
-    if optimizer not in ('momentum', 'adam'):
-      raise ValueError("UpdateConfig: optimizer=%r; expected 'momentum' or "
-                       "'adam' (--optimizers=momentum,adam)." % optimizer)
+    if optimizer not in ('momentum', 'adam') + RULE_OPTIMIZERS:
+      raise ValueError("UpdateConfig: optimizer=%r; expected one of %s "
+                       "(e.g. --optimizers=momentum,adam)." %
+                       (optimizer, ['momentum', 'adam'] +
+                        list(RULE_OPTIMIZERS)))
     self.optimizer = optimizer
-    self.lr = lr if lr is not None else (0.1 if optimizer == 'momentum' else
-                                         1e-3)
+    # SGD-type rules take SGD's rate (schedule-free SGD at 1e-3 moves the
+    # weights by less than XLA's float32 reassociation changes them).
+    self.lr = lr if lr is not None else (
+        0.1 if optimizer in ('momentum', 'sf_sgd') else 1e-3)
     self.total_steps = total_steps
     self.alpha = alpha
     self.clip = clip

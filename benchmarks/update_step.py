@@ -1,7 +1,8 @@
 """Benchmark: one optimizer update step, ours against the best peers.
 
     python -m benchmarks.update_step [--quick] [--sets=small,resnet50]
-        [--optimizers=momentum,adam] [--steps=N] [--warmup=N] [--output=PATH]
+        [--optimizers=momentum,adam,lion,nadam,amsgrad,sf_sgd,sf_adamw]
+        [--steps=N] [--warmup=N] [--output=PATH]
 
 For each variable set (`small`: 20 variables, 1.0 M parameters; `resnet50`:
 161 variables with ResNet-50's shapes, 25.6 M parameters) and each optimizer
@@ -62,6 +63,9 @@ CHECK_STEPS = 3
 CHECK_TOLERANCE = 2e-3
 PEERS = ('tf_fused', 'tf_fused_jit', 'keras', 'optax_jit', 'torch')
 PROBE = '_bandwidth_probe'
+# The rows run for the peer_rows.RULE_OPTIMIZERS (the peers are Momentum and
+# Adam only).
+RULE_ROWS = ('learner', 'learner_fallback', 'learner_jit')
 
 
 def ParseArgs(argv):
@@ -76,7 +80,10 @@ def ParseArgs(argv):
                       help='Comma-separated variable sets: small, resnet50.')
   parser.add_argument('--optimizers', default=None,
                       help='Comma-separated: momentum, adam (default both; '
-                      'with --quick, Adam runs on the small set only).')
+                      'with --quick, Adam runs on the small set only), or '
+                      'the rules with fused kernels: lion, nadam, amsgrad, '
+                      'sf_sgd, sf_adamw (rows learner, learner_fallback, '
+                      'learner_jit only).')
   parser.add_argument('--rows', default='',
                       help='Comma-separated row names to run (default all).')
   parser.add_argument('--steps', type=int, default=None,
@@ -145,6 +152,8 @@ def BuildRows(cfg, specs, weights, grads, wanted, notes):
       continue
     if name == 'tf_fused_folded' and cfg.optimizer != 'momentum':
       continue
+    if cfg.optimizer in peer_rows.RULE_OPTIMIZERS and name not in RULE_ROWS:
+      continue
     try:
       rows.append(build())
     except Exception as e:  # pylint: disable=broad-except
@@ -152,8 +161,15 @@ def BuildRows(cfg, specs, weights, grads, wanted, notes):
   return rows
 
 
-def Reference(cfg, weights, grads, form):
-  """The numpy reference weights after CHECK_STEPS steps in `form`."""
+def Reference(cfg, specs, weights, grads, form):
+  """The reference weights after CHECK_STEPS steps in `form`: numpy's for
+  Momentum and Adam; for the RULE_OPTIMIZERS a fresh `learner_fallback`
+  (the pure-TF path, which the fused kernels equal bit for bit)."""
+  if cfg.optimizer in peer_rows.RULE_OPTIMIZERS:
+    row = learner_row.LearnerRow(cfg, specs, weights, grads, fused=False)
+    for _ in range(CHECK_STEPS):
+      row.step()
+    return [w.astype('float64') for w in row.Weights()]
   kw = dict(steps=CHECK_STEPS, lr=cfg.lr, total_steps=cfg.total_steps,
             alpha=cfg.alpha, clip=cfg.clip, form=form)
   if cfg.optimizer == 'momentum':
@@ -186,7 +202,7 @@ def RunOne(set_name, opt_name, args, gbps, notes):
       continue
     form = row.reference_form
     if form not in refs:
-      refs[form] = Reference(cfg, weights, grads, form)
+      refs[form] = Reference(cfg, specs, weights, grads, form)
     err = numpy_reference.MaxRelativeError(weights, row.Weights(), refs[form])
     checked[row.name] = dict(first_call_s=first_s, max_rel_err=err,
                              check_ok=bool(err <= CHECK_TOLERANCE))

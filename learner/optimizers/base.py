@@ -332,7 +332,8 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
   def _MultiTensorApply(self, lr, vgs, grad_scale, measure=None):
     """The whole update as one fused multi-tensor op, when it can run.
 
-    For optimizers with `_ApplyDenseMulti` (SGD, Momentum, Adam, AdamW):
+    For optimizers with `_ApplyDenseMulti` (SGD, Momentum, Adam, AdamW, Lion,
+    Nadam, AMSGrad; schedule-free has its own `_FusedApply`):
     the same numbers as `_ApplyOne` per variable, decoupled weight decay
     included (learner/optimizers/kernels). Sparse gradients are densified
     as `_ApplyOne` does, unless they need a lazy update (then, as under

@@ -49,3 +49,15 @@ def test_trainer_quickest_run_trains_both_sides(tmp_path):
     # well below it after 60 steps (measured: ours 0.3-0.9, Keras 0.2; Keras's
     # Momentum form lags during the warmup ramp: 2.4 after 30 steps).
     assert r['final_loss'] < 1.5, (side, r['final_loss'])
+
+
+def test_memory_rule_mode_allowance_is_its_slots(tmp_path):
+  # AMSGrad keeps m, v and v_max: 3 x 4 B x params, + 10 %.
+  payload = memory.main(['--quick', '--steps=2', '--num_batches=2',
+                         '--modes=learner_amsgrad',
+                         '--output=%s' % (tmp_path / 'm.json')])
+  assert not payload['notes'], payload['notes']
+  row = payload['rows']['learner_amsgrad']
+  n = payload['baseline']['num_params']
+  assert row['allowance_bytes'] == pytest.approx(3 * 4 * n * 1.1)
+  assert row['peak_rss'] > 0

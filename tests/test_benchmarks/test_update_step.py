@@ -153,3 +153,20 @@ def test_fused_targets_are_ratios_of_the_named_rows():
       'resnet50 momentum learner / limit <= 1.30 (issue 16)': (1.2, True),
       'resnet50 momentum learner / optax_jit <= 0.85 (issue 16)': (0.8, True),
       'resnet50 momentum learner / learner_fallback < 1': (0.5, True)}
+
+
+def test_rule_optimizers_run_learner_rows_equal_to_the_pure_tf_path(tmp_path):
+  # The fused rules (multi_tensor_rules.cc): only the learner rows, each
+  # checked against a fresh pure-TF learner (bit-identical: err 0).
+  payload = update_step.main([
+      '--sets=small', '--optimizers=lion,sf_adamw', '--steps=1',
+      '--warmup=0', '--rows=learner,learner_fallback',
+      '--output=%s' % (tmp_path / 'u.json')])
+  assert [(r['optimizer'], sorted(r['rows'])) for r in payload['results']] == [
+      ('lion', ['learner', 'learner_fallback']),
+      ('sf_adamw', ['learner', 'learner_fallback'])]
+  for res in payload['results']:
+    assert res['bytes_per_param'] == {'lion': 20, 'sf_adamw': 36}[
+        res['optimizer']]
+    for row in res['rows'].values():
+      assert row['max_rel_err'] == 0.0 and row['check_ok']

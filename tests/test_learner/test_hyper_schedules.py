@@ -117,7 +117,7 @@ _OPS_BEFORE = {
     'momentum': (momentum.Momentum.Params(), 31, 32),
     'adam': (adam.Adam.Params(), 39, 29),
     'adamw': (adam.AdamW.Params(), 51, 30),
-    'lion': (lion.Lion.Params(), 45, 45),
+    'lion': (lion.Lion.Params(), 45, 20),
     'lamb': (lamb.LAMB.Params().Set(weight_decay=0.01), 139, 139),
     'rmsprop': (rmsprop.RMSProp.Params(), 23, 23),
     'ema': (ema.Ema.Params().Set(optimizer=base.SGD.Params()), 40, 40),

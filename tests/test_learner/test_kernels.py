@@ -514,7 +514,8 @@ def test_the_first_use_compile_says_one_line_on_stderr(tmp_path, capfd):
   captured = capfd.readouterr()
   assert captured.out == ''
   assert captured.err == (
-      'Compiling the fused optimizer kernels (multi_tensor_ops.cc, once per '
+      'Compiling the fused optimizer kernels (multi_tensor_ops.cc, '
+      'multi_tensor_rules.cc, once per '
       'TensorFlow version and machine, about 20 s) into %s.\n' % target)
   assert target.read_text() == 'lib'
   # Built: a second call finds it and says nothing.

@@ -84,6 +84,8 @@ def test_kernel_sources_ship_as_package_data():
   # learner/optimizers/kernels/loader.py compiles the .cc on first use, so
   # an installed (non-editable) package must carry it.
   pattern = _Cfg()['options.package_data']['learner.optimizers.kernels']
-  assert pattern.strip() == '*.cc'
+  assert [p.strip() for p in pattern.split(',')] == ['*.cc', '*.h']
   kernels_dir = os.path.join(_ROOT, 'learner', 'optimizers', 'kernels')
-  assert 'multi_tensor_ops.cc' in os.listdir(kernels_dir)
+  for name in ('multi_tensor_ops.cc', 'multi_tensor_rules.cc',
+               'multi_tensor_common.h'):
+    assert name in os.listdir(kernels_dir), name

@@ -3,6 +3,9 @@
   multi_tensor_ops.cc  the C++ ops: sum of squares with a finite flag,
                        SGD / Momentum / Adam apply, checked accumulate,
                        in-place zero
+  multi_tensor_rules.cc  the newer rules' apply ops: Lion, Nadam, AMSGrad,
+                         schedule-free SGD / AdamW
+  multi_tensor_common.h  the chunk split and apply base the latter share
   loader.py            compiles them on first use into a cache, loads them
   multi_tensor.py      the Python entry points and when they may run
   shared_ops.py        InXla, the finite checks, ScaleGradient, BlockSum:
@@ -15,7 +18,11 @@ from learner.optimizers.kernels.loader import Library
 from learner.optimizers.kernels.loader import Unavailable
 from learner.optimizers.kernels.multi_tensor import Accumulate
 from learner.optimizers.kernels.multi_tensor import ApplyAdam
+from learner.optimizers.kernels.multi_tensor import ApplyAMSGrad
+from learner.optimizers.kernels.multi_tensor import ApplyLion
 from learner.optimizers.kernels.multi_tensor import ApplyMomentum
+from learner.optimizers.kernels.multi_tensor import ApplyNadam
+from learner.optimizers.kernels.multi_tensor import ApplyScheduleFree
 from learner.optimizers.kernels.multi_tensor import ApplySGD
 from learner.optimizers.kernels.multi_tensor import HalfSumSquares
 from learner.optimizers.kernels.multi_tensor import LogPath

@@ -1,12 +1,13 @@
-"""Builds and loads the multi-tensor kernels (multi_tensor_ops.cc).
+"""Builds and loads the multi-tensor kernels (SOURCES: one library).
 
 Compiled on first use, not at install: `pip install -e '.[cpu,test]'`
 builds in an isolated environment that has no TensorFlow (its headers and
 libtensorflow_framework come with the installed wheel), and a build at
 install would tie the package to the TensorFlow present then. On first use
-the source is compiled with g++ (or $CXX) against the installed TensorFlow
-(`tf.sysconfig` flags) into a cache directory, keyed by the TensorFlow
-version and a hash of the source, the flags, the compiler and the CPU, so a
+the sources (SOURCES, with the header they share, HEADERS) are compiled
+with g++ (or $CXX) against the installed TensorFlow (`tf.sysconfig` flags)
+into one library in a cache directory, keyed by the TensorFlow version and
+a hash of every source and header, the flags, the compiler and the CPU, so a
 new TensorFlow or an edited kernel rebuilds and everything else reuses the
 library (about 20 s of CPU once per machine and TensorFlow version).
 
@@ -44,7 +45,11 @@ import tempfile
 from absl import logging
 import tensorflow as tf
 
-SOURCE = pathlib.Path(__file__).with_name('multi_tensor_ops.cc')
+_HERE = pathlib.Path(__file__).parent
+# multi_tensor_ops.cc: norms, SGD / Momentum / Adam, accumulation (issue 16);
+# multi_tensor_rules.cc: the newer rules (issue 27). Both into one library.
+SOURCES = (_HERE / 'multi_tensor_ops.cc', _HERE / 'multi_tensor_rules.cc')
+HEADERS = (_HERE / 'multi_tensor_common.h',)
 ENV_SWITCH = 'TF_LEARNER_FUSED_KERNELS'
 ENV_CACHE = 'TF_LEARNER_KERNEL_CACHE'
 # No fused multiply-add: the kernels then round exactly as TF's own
@@ -140,13 +145,17 @@ def _Load():
 
 
 def _Command(compiler, output):
-  return ([compiler] + list(CXX_FLAGS) + [str(SOURCE), '-o', str(output)] +
+  return ([compiler] + list(CXX_FLAGS) + [str(s) for s in SOURCES] +
+          ['-o', str(output)] +
           tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags())
 
 
 def _Key():
-  """Hash of the source, compile command, compiler version and CPU flags."""
-  h = hashlib.sha256(SOURCE.read_bytes())
+  """Hash of the sources and headers, compile flags and CPU flags."""
+  h = hashlib.sha256()
+  for path in SOURCES + HEADERS:
+    h.update(path.name.encode())
+    h.update(path.read_bytes())
   h.update(' '.join(CXX_FLAGS + tuple(tf.sysconfig.get_compile_flags()) +
                     tuple(tf.sysconfig.get_link_flags())).encode())
   h.update(platform.machine().encode())
@@ -196,7 +205,7 @@ def _SayCompiling(path):
   """
   sys.stderr.write('Compiling the fused optimizer kernels (%s, once per '
                    'TensorFlow version and machine, about 20 s) into %s.\n'
-                   % (SOURCE.name, path))
+                   % (', '.join(s.name for s in SOURCES), path))
   sys.stderr.flush()
 
 

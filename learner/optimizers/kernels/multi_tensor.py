@@ -201,6 +201,115 @@ def ApplyAdam(variables, ms, vs, grads, scalars, grad_factor, wd_rate,
               measure=measure, decay=decay, scale_grad=scale)
 
 
+def _Factor(grad_factor):
+  """(scale_grad attr, factor input): grad_factor None means f = 1, unused."""
+  scale = grad_factor is not None
+  return scale, grad_factor if scale else tf.constant(1.0)
+
+
+def ApplyLion(variables, ms, grads, scalars, grad_factor, wd_rate, decay,
+              measure=None):
+  """Lion over lists (TfLearnerMultiApplyLion, multi_tensor_rules.cc).
+
+  c = beta1 m + (1 - beta1) g;  w <- w - lr sign(c);
+  m <- beta2 m + (1 - beta2) g, with g * grad_factor folded in.
+
+  Args:
+    variables, ms, grads: aligned lists (float32; dense grads).
+    scalars: (lr, beta1, 1 - beta1, beta2, 1 - beta2), float32 scalars as
+      the pure-TF path computes them.
+    grad_factor, wd_rate, decay, measure: as `ApplyAdam`.
+
+  Returns:
+    As `ApplySGD`.
+  """
+  scale, factor = _Factor(grad_factor)
+  return _Run(loader.Library().tf_learner_multi_apply_lion, variables,
+              [v.handle for v in variables], [m.handle for m in ms], grads,
+              *scalars, factor, wd_rate, measure=measure, decay=decay,
+              scale_grad=scale)
+
+
+def ApplyNadam(variables, ms, vs, grads, scalars, grad_factor, wd_rate,
+               decay, measure=None):
+  """Nadam over lists (TfLearnerMultiApplyNadam, multi_tensor_rules.cc).
+
+  m <- (1 - b1) g + b1 m;  v <- (1 - b2) g^2 + b2 v;
+  w <- w - lr (u' (m / (1 - P')) + (1 - u) (g / (1 - P)))
+             / (sqrt(v / (1 - b2^t)) + eps).
+
+  Args:
+    variables, ms, vs, grads: aligned lists.
+    scalars: (lr, b1, 1 - b1, b2, 1 - b2, u', 1 - P', 1 - u, 1 - P,
+      1 - b2^t, eps): float32 scalars as the pure-TF path computes them
+      (rules/adam_family.py, Nadam).
+    grad_factor, wd_rate, decay, measure: as `ApplyAdam`.
+
+  Returns:
+    As `ApplySGD`.
+  """
+  scale, factor = _Factor(grad_factor)
+  return _Run(loader.Library().tf_learner_multi_apply_nadam, variables,
+              [v.handle for v in variables], [m.handle for m in ms],
+              [v.handle for v in vs], grads, *scalars, factor, wd_rate,
+              measure=measure, decay=decay, scale_grad=scale)
+
+
+def ApplyAMSGrad(variables, ms, vs, v_maxs, grads, scalars, grad_factor,
+                 wd_rate, decay, measure=None):
+  """AMSGrad over lists (TfLearnerMultiApplyAMSGrad, multi_tensor_rules.cc).
+
+  m <- (1 - b1) g + b1 m;  v <- (1 - b2) g^2 + b2 v;
+  v_max <- max(v_max, v / k2);  w <- w - lr (m / k1) / (sqrt(v_max) + eps).
+
+  Args:
+    variables, ms, vs, v_maxs, grads: aligned lists.
+    scalars: (lr, b1, 1 - b1, b2, 1 - b2, k1, k2, eps): float32 scalars;
+      k1, k2 the bias corrections 1 - b^t, or 1.0 for none (exact).
+    grad_factor, wd_rate, decay, measure: as `ApplyAdam`.
+
+  Returns:
+    As `ApplySGD`.
+  """
+  scale, factor = _Factor(grad_factor)
+  return _Run(loader.Library().tf_learner_multi_apply_ams_grad, variables,
+              [v.handle for v in variables], [m.handle for m in ms],
+              [v.handle for v in vs], [v.handle for v in v_maxs], grads,
+              *scalars, factor, wd_rate, measure=measure, decay=decay,
+              scale_grad=scale)
+
+
+def ApplyScheduleFree(variables, zs, xs, vs, grads, first, scalars,
+                      grad_factor, decay, measure=None):
+  """Schedule-free SGD (vs None) or AdamW over lists, in one op.
+
+  TfLearnerMultiApplyScheduleFreeSGD / ...AdamW (multi_tensor_rules.cc):
+  u = g (SGD) or g / (sqrt(v' / (1 - b2^t)) + eps) with v' = b2 v +
+  (1 - b2) g^2 (AdamW); u += wd y where `decay`; z0, x0 = y if `first`;
+  z <- z0 - lr_z u;  x <- (1 - c) x0 + c z;  y <- b1 x + (1 - b1) z.
+
+  Args:
+    variables (y), zs, xs, vs (None for SGD), grads: aligned lists.
+    first: bool scalar, True at the first update (z and x start from y).
+    scalars: (lr_z, c, 1 - c, b1, 1 - b1, wd) float32 scalars, then for
+      AdamW (b2, 1 - b2, 1 - b2^t, eps).
+    grad_factor, decay, measure: as `ApplyAdam` (wd here is the rule's
+      decoupled_weight_decay, applied inside u).
+
+  Returns:
+    As `ApplySGD`.
+  """
+  scale, factor = _Factor(grad_factor)
+  handles = [[t.handle for t in group] for group in (variables, zs, xs)]
+  if vs is None:
+    op_fn = loader.Library().tf_learner_multi_apply_schedule_free_sgd
+  else:
+    op_fn = loader.Library().tf_learner_multi_apply_schedule_free_adam_w
+    handles.append([v.handle for v in vs])
+  return _Run(op_fn, variables, *handles, grads, first, *scalars, factor,
+              measure=measure, decay=decay, scale_grad=scale)
+
+
 def Accumulate(accumulators, grads, weight):
   """acc += weight * g for every pair if every g is finite, in one op.
 

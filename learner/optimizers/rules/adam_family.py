@@ -24,12 +24,17 @@ Optimal Rate", NeurIPS 2024. Reference implementation: optax 0.2.8
 (`nadam`, `radam`, `adamax`, `amsgrad`, `contrib.adopt`), whose numbers the
 tests match (tests/data/optax_adam_family.json).
 
+Fused kernels (kernels/multi_tensor_rules.cc, the same numbers bit for
+bit): Nadam (TfLearnerMultiApplyNadam) and AMSGrad
+(TfLearnerMultiApplyAMSGrad); RAdam, Adamax and ADOPT run the pure-TF path.
+
 One module: the five share the moment updates, the float64 bias
 corrections, the checks of beta1/beta2/epsilon and the epsilon convention.
 """
 
 import tensorflow as tf
 
+from learner.optimizers import kernels
 from learner.optimizers.base import BaseOptimizer
 from learner.optimizers.rules import common
 from params import checks
@@ -184,6 +189,23 @@ class Nadam(_AdamFamily):
     v_hat = v / self._Correction(self.params.beta2, t, var)
     return self._Descend(lr, var, m_hat / (tf.sqrt(v_hat) +
                                             Cast(self.params.epsilon, var)))
+
+  def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
+                       wd_rate, decay, measure):
+    """One TfLearnerMultiApplyNadam: `_ApplyDense`'s scalars, fused loop."""
+    p = self.params
+    var = variables[0]
+    t = self._T()
+    u_t, u_next, p_t, p_next = self._Schedule(t)
+    scalars = (Cast(lr, var), Cast(p.beta1, var), Cast(1. - p.beta1, var),
+               Cast(p.beta2, var), Cast(1. - p.beta2, var),
+               Cast(u_next, var), Cast(1. - p_next, var),
+               Cast(1. - u_t, var), Cast(1. - p_t, var),
+               self._Correction(p.beta2, t, var), Cast(p.epsilon, var))
+    factor = None if grad_scale is None else Cast(grad_scale, var)
+    return kernels.ApplyNadam(variables, [s['m'] for s in slots],
+                              [s['v'] for s in slots], grads, scalars,
+                              factor, wd_rate, decay, measure)
 
 
 class RAdam(_AdamFamily):
@@ -350,6 +372,25 @@ class AMSGrad(_AdamFamily):
     v_max = slots['v_max'].assign(tf.maximum(slots['v_max'], v))
     return self._Descend(lr, var,
                          m / (tf.sqrt(v_max) + Cast(p.epsilon, var)))
+
+  def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
+                       wd_rate, decay, measure):
+    """One TfLearnerMultiApplyAMSGrad; a correction that is off is 1.0
+    (x / 1 = x exactly, so the numbers are `_ApplyDense`'s)."""
+    p = self.params
+    var = variables[0]
+    t = self._T()
+    one = Cast(1.0, var)
+    k1 = self._Correction(p.beta1, t, var) if p.bias_correction_mu else one
+    k2 = self._Correction(p.beta2, t, var) if p.bias_correction_nu else one
+    scalars = (Cast(lr, var), Cast(p.beta1, var), Cast(1. - p.beta1, var),
+               Cast(p.beta2, var), Cast(1. - p.beta2, var), k1, k2,
+               Cast(p.epsilon, var))
+    factor = None if grad_scale is None else Cast(grad_scale, var)
+    return kernels.ApplyAMSGrad(
+        variables, [s['m'] for s in slots], [s['v'] for s in slots],
+        [s['v_max'] for s in slots], grads, scalars, factor, wd_rate, decay,
+        measure)
 
 
 class ADOPT(_AdamFamily):

@@ -4,11 +4,13 @@
   m <- beta2 m + (1-beta2) g
 
 Source: Chen et al., "Symbolic Discovery of Optimization Algorithms",
-NeurIPS 2023, Program 1; written out (no fused kernel).
+NeurIPS 2023, Program 1. Fused kernel: TfLearnerMultiApplyLion
+(kernels/multi_tensor_rules.cc), the same numbers bit for bit.
 """
 
 import tensorflow as tf
 
+from learner.optimizers import kernels
 from learner.optimizers.base import BaseOptimizer
 from learner.optimizers.rules.common import Cast
 from params import checks
@@ -63,3 +65,19 @@ class Lion(BaseOptimizer):
     ops = [var.assign_sub(Cast(lr, var) * tf.sign(c)),
            m.assign(b2 * m + (1. - b2) * grad)]
     return tf.group(ops) if not tf.executing_eagerly() else None
+
+  def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
+                       wd_rate, decay, measure):
+    """One TfLearnerMultiApplyLion over all variables (see BaseOptimizer).
+
+    The scalars are the ones `_ApplyDense` builds (scheduled betas too), so
+    the op gives its numbers bit for bit.
+    """
+    var = variables[0]
+    b1 = self.Hyper('beta1', var.dtype)
+    b2 = self.Hyper('beta2', var.dtype)
+    scalars = (Cast(lr, var), Cast(b1, var), Cast(1. - b1, var),
+               Cast(b2, var), Cast(1. - b2, var))
+    factor = None if grad_scale is None else Cast(grad_scale, var)
+    return kernels.ApplyLion(variables, [s['m'] for s in slots], grads,
+                             scalars, factor, wd_rate, decay, measure)

@@ -69,8 +69,11 @@ class _ScheduleFree(BaseOptimizer):
   """What schedule-free SGD and AdamW share: warmup, average, y/z/x slots.
 
   Subclasses give `_Interpolation()` (b1) and `_Direction(...)` (u).
-  `Apply` is written out (no fused kernel): the step's scalars (lr_z, c) are
-  computed once per update from the checkpointed `lr_max` and `weight_sum`.
+  `Apply` is written out: the step's scalars (lr_z, c) are computed once
+  per update from the checkpointed `lr_max` and `weight_sum`; then one
+  fused op updates every variable (TfLearnerMultiApplyScheduleFree*,
+  kernels/multi_tensor_rules.cc) where it can run, else `_UpdateOne` per
+  variable (the same numbers).
   Sparse gradients are densified. The eval weights follow Ema's protocol:
   `EvalAverages()`, `EvalAverageClasses(p)`, `GetAverage(var)`,
   `AverageCheckpointKeySuffix(var)`, `SwapAverages()`.
@@ -158,20 +161,21 @@ class _ScheduleFree(BaseOptimizer):
         (its y, z, x do not move; the average's weight still advances).
       _grad_scale: internal (ApplyScaled): None or a float32 scalar
         multiplying every gradient.
-      _measure: internal; unused (no fused op).
+      _measure: internal (the learner's var_norm/all): None, or a
+        kernels.WeightMeasure the fused op measures y into.
 
     Raises:
       ValueError: if a variable was not bound with `Bind`.
     """
-    del _measure
     lr = tf.convert_to_tensor(lr, tf.float32)
     present = [vg for vg in var_grads.Flatten() if vg.grad is not None]
     for vg in present:
       self._CheckBound(vg.var)
     lr_z, c, lr_max, total = self.StepScalars(lr)
     t = self.num_updates + 1
-    ops = []
-    for vg in present:
+    fused, op = self._FusedApply(present, lr_z, c, t, _grad_scale, _measure)
+    ops = [op] if fused else []
+    for vg in ([] if fused else present):
       grad = tf.convert_to_tensor(vg.grad)  # Sums duplicate sparse rows.
       if _grad_scale is not None:
         grad = kernels.ScaleGradient(grad, _grad_scale)
@@ -179,6 +183,59 @@ class _ScheduleFree(BaseOptimizer):
     with tf.control_dependencies([o for o in ops if o is not None]):
       ops += [self._lr_max.assign(lr_max), self._weight_sum.assign(total)]
     return self._FinishApply(ops)
+
+  def FusedApplyReason(self, vgs):
+    """None if the update of `vgs` runs as one fused op, else why not (str).
+
+    The fused op (kernels/multi_tensor_rules.cc) repeats `_UpdateOne` with
+    the class's own `_Direction`; a subclass that changes either keeps the
+    pure-TF path, as do low-precision slots and everything
+    `kernels.Unsupported` refuses (XLA, a strategy, a GPU, float64).
+    """
+    owner = next(k for k in type(self).__mro__
+                 if '_FusedDirectionScalars' in vars(k))
+    if owner is _ScheduleFree:
+      return 'no fused kernel for this rule'
+    for name in ('_Direction', '_UpdateOne', '_Interpolation'):
+      if getattr(type(self), name) is not getattr(owner, name):
+        return '%s overrides %s of %s' % (type(self).__name__, name,
+                                          owner.__name__)
+    if self.params.slot_dtype is not None:
+      return 'slot_dtype=%s (the fused kernels hold slots in the variable ' \
+             'dtype)' % tf.as_dtype(self.params.slot_dtype).name
+    return kernels.Unsupported([vg.var for vg in vgs], [
+        vg.grad.values if isinstance(vg.grad, tf.IndexedSlices) else vg.grad
+        for vg in vgs])
+
+  def _FusedDirectionScalars(self, var, t):
+    """The direction's float32 scalars for the fused op ([] for SGD)."""
+    raise NotImplementedError
+
+  def _FusedApply(self, vgs, lr_z, c, t, grad_scale, measure):
+    """(fused, op): every variable's z, x, y update in one op, if it can
+    run (`FusedApplyReason`); the same numbers as `_UpdateOne` bit for bit
+    (tests/test_learner/test_rule_kernels.py). fused False: nothing ran."""
+    reason = self.FusedApplyReason(vgs) if vgs else 'no gradient'
+    kernels.LogPath('%s update' % type(self).__name__, reason)
+    if reason:
+      return False, None
+    variables = [vg.var for vg in vgs]
+    var = variables[0]
+    wd = self.params.decoupled_weight_decay or 0.0
+    decay = [bool(wd) and self._decay_mask.get(var_grad_lib.VarName(v), True)
+             for v in variables]
+    b1 = self._Interpolation()
+    c = _Cast(c, var)
+    scalars = [_Cast(lr_z, var), c, 1. - c, _Cast(b1, var),
+               _Cast(1. - b1, var), _Cast(wd, var)]
+    scalars += self._FusedDirectionScalars(var, t)
+    slots = [self.GetSlots(v) for v in variables]
+    vs = [s['v'] for s in slots] if 'v' in slots[0] else None
+    factor = None if grad_scale is None else tf.cast(grad_scale, var.dtype)
+    return True, kernels.ApplyScheduleFree(
+        variables, [s['z'] for s in slots], [s[EVAL_SLOT] for s in slots],
+        vs, [tf.convert_to_tensor(vg.grad) for vg in vgs],
+        tf.equal(self.num_updates, 0), scalars, factor, decay, measure)
 
   def _UpdateOne(self, var, grad, lr_z, c, t):
     """The ops of one variable's z, x, y update (see the module docstring)."""
@@ -294,6 +351,10 @@ class ScheduleFreeSGD(_ScheduleFree):
     del var, slots, t
     return grad, []
 
+  def _FusedDirectionScalars(self, var, t):
+    del var, t
+    return []
+
 
 class ScheduleFreeAdamW(_ScheduleFree):
   """Schedule-free AdamW: u = g / (sqrt(v_hat) + eps) (+ wd * y).
@@ -350,3 +411,11 @@ class ScheduleFreeAdamW(_ScheduleFree):
                                    tf.cast(t, tf.float64)), var)
     u = grad / (tf.sqrt(v_new / correction) + _Cast(p.epsilon, var))
     return u, [v.assign(v_new)]
+
+  def _FusedDirectionScalars(self, var, t):
+    """(b2, 1 - b2, 1 - b2^t, eps) as `_Direction` computes them."""
+    p = self.params
+    correction = _Cast(1. - tf.pow(tf.constant(p.beta2, tf.float64),
+                                   tf.cast(t, tf.float64)), var)
+    return [_Cast(p.beta2, var), _Cast(1. - p.beta2, var), correction,
+            _Cast(p.epsilon, var)]

@@ -1,0 +1,256 @@
+// What the multi-tensor apply ops of multi_tensor_rules.cc share: the chunk
+// split over threads, the locked variables, the in-pass weight measure and
+// a base class for "N variables, S slot groups, N gradients, scalars".
+//
+// The same machinery as the head of multi_tensor_ops.cc (ForEachChunk,
+// SumSquares, LockedVariables, MultiApplyBase), written once more in its
+// own namespace (tf_learner::common) so the two translation units of the
+// library do not collide; multi_tensor_ops.cc keeps its copy until it is
+// switched to this header (one change in that file, left to its owner).
+// See multi_tensor_ops.cc for why the split is not TF's ParallelFor.
+
+#ifndef TF_LEARNER_MULTI_TENSOR_COMMON_H_
+#define TF_LEARNER_MULTI_TENSOR_COMMON_H_
+
+#define EIGEN_USE_THREADS
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/shape_inference.h"
+#include "tensorflow/core/kernels/training_op_helpers.h"
+#include "tensorflow/core/platform/threadpool.h"
+
+namespace tf_learner {
+namespace common {
+
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using CPUDevice = Eigen::ThreadPoolDevice;
+
+constexpr int64_t kChunk = 1 << 14;  // 16384 floats = 64 KiB per array.
+constexpr int kMaxSlots = 4;
+
+struct Chunk {
+  int tensor;
+  int64_t begin;
+  int64_t end;
+};
+
+// Chunks of at most kChunk elements, none spanning two tensors.
+inline std::vector<Chunk> MakeChunks(const std::vector<int64_t>& sizes) {
+  std::vector<Chunk> chunks;
+  for (int t = 0; t < static_cast<int>(sizes.size()); ++t) {
+    for (int64_t b = 0; b < sizes[t]; b += kChunk) {
+      chunks.push_back({t, b, std::min(sizes[t], b + kChunk)});
+    }
+  }
+  return chunks;
+}
+
+struct ChunkRun {
+  std::atomic<int64_t> next{0};
+  int64_t total = 0;
+  std::mutex mu;
+  std::condition_variable idle;
+  int running = 0;
+  bool closed = false;
+  const std::function<void(int64_t)>* fn = nullptr;
+};
+
+inline void DrainChunks(ChunkRun* run) {
+  for (int64_t c = run->next.fetch_add(1); c < run->total;
+       c = run->next.fetch_add(1)) {
+    (*run->fn)(c);
+  }
+}
+
+// fn(c) for every chunk index c, on the caller and up to NumThreads() - 1
+// pool helpers that take chunks from a shared counter; the caller waits
+// only for helpers that started before it ran out of chunks.
+inline void ForEachChunk(OpKernelContext* ctx, int64_t num_chunks,
+                         const std::function<void(int64_t)>& fn) {
+  if (num_chunks == 0) return;
+  auto* pool = ctx->device()->tensorflow_cpu_worker_threads()->workers;
+  const int64_t helpers =
+      std::min<int64_t>(pool->NumThreads() - 1, num_chunks - 1);
+  if (helpers <= 0) {
+    for (int64_t c = 0; c < num_chunks; ++c) fn(c);
+    return;
+  }
+  auto run = std::make_shared<ChunkRun>();
+  run->total = num_chunks;
+  run->fn = &fn;
+  for (int64_t h = 0; h < helpers; ++h) {
+    pool->Schedule([run]() {
+      {
+        std::lock_guard<std::mutex> lock(run->mu);
+        if (run->closed) return;
+        ++run->running;
+      }
+      DrainChunks(run.get());
+      std::lock_guard<std::mutex> lock(run->mu);
+      if (--run->running == 0) run->idle.notify_all();
+    });
+  }
+  DrainChunks(run.get());
+  std::unique_lock<std::mutex> lock(run->mu);
+  run->closed = true;
+  run->idle.wait(lock, [&run]() { return run->running == 0; });
+}
+
+// sum(x[i]^2) over [0, n): float lanes over blocks of 1024, blocks in
+// double (the order of multi_tensor_ops.cc's SumSquares, bit for bit).
+inline double SumSquares(const float* x, int64_t n) {
+  double total = 0.0;
+  for (int64_t b = 0; b < n; b += 1024) {
+    const int64_t e = std::min(n, b + 1024);
+    float lanes[16] = {0.f};
+    int64_t i = b;
+    for (; i + 16 <= e; i += 16) {
+      for (int j = 0; j < 16; ++j) lanes[j] += x[i + j] * x[i + j];
+    }
+    float s = 0.f;
+    for (int j = 0; j < 16; ++j) s += lanes[j];
+    for (; i < e; ++i) s += x[i] * x[i];
+    total += s;
+  }
+  return total;
+}
+
+// sum over tensors (in order) of half their chunk sums (in chunk order): the
+// total TfLearnerMultiSumSquares gives for the same tensors.
+inline double CombineHalves(const std::vector<Chunk>& chunks,
+                            const std::vector<double>& partial,
+                            int num_tensors) {
+  std::vector<double> half(num_tensors, 0.0);
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    half[chunks[c].tensor] += partial[c];
+  }
+  double sum = 0.0;
+  for (double h : half) sum += h * 0.5;
+  return sum;
+}
+
+// The float32 tensors of resource inputs `inputs`, locked exclusively (in a
+// global order) and safe to update in place.
+class LockedVariables {
+ public:
+  LockedVariables(OpKernelContext* ctx, const std::vector<int>& inputs)
+      : locks_(tensorflow::MaybeLockVariableInputMutexesInOrder<CPUDevice,
+                                                                 float>(
+            ctx, /*do_lock=*/true, /*sparse=*/false, inputs)) {
+    tensors_.resize(inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      OP_REQUIRES_OK(ctx,
+                     tensorflow::GetInputTensorFromVariable<CPUDevice, float>(
+                         ctx, inputs[i], /*lock_held=*/true, /*sparse=*/false,
+                         &tensors_[i]));
+      OP_REQUIRES(ctx, tensors_[i].IsInitialized(),
+                  tensorflow::errors::FailedPrecondition(
+                      "Attempting to use an uninitialized variable: input ",
+                      inputs[i]));
+    }
+  }
+
+  float* data(int i) { return tensors_[i].flat<float>().data(); }
+  const Tensor& tensor(int i) const { return tensors_[i]; }
+
+ private:
+  tensorflow::VariableInputLockHolder locks_;
+  std::vector<Tensor> tensors_;
+};
+
+inline float Scalar(OpKernelContext* ctx, int input) {
+  return ctx->input(input).scalar<float>()();
+}
+
+// Base of the apply ops: N variables, `num_slots` slot groups of N, N
+// gradients, then scalar inputs. Attrs: N, decay (one bool per variable),
+// measure_weights, scale_grad. Output 0: sum(w_old^2) / 2 when measured.
+class RuleApplyBase : public OpKernel {
+ public:
+  RuleApplyBase(OpKernelConstruction* ctx, int num_slots)
+      : OpKernel(ctx), num_slots_(num_slots) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("N", &n_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("decay", &decay_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("measure_weights", &measure_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("scale_grad", &scale_grad_));
+    OP_REQUIRES(ctx, static_cast<int>(decay_.size()) == n_,
+                tensorflow::errors::InvalidArgument(
+                    "decay has ", decay_.size(), " entries, expected N=", n_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    std::vector<int> inputs(n_ * (1 + num_slots_));
+    for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = i;
+    LockedVariables vars(ctx, inputs);
+    if (!ctx->status().ok()) return;
+    std::vector<int64_t> sizes(n_);
+    for (int i = 0; i < n_; ++i) {
+      const Tensor& g = ctx->input(grads_first() + i);
+      sizes[i] = g.NumElements();
+      for (int s = 0; s <= num_slots_; ++s) {
+        OP_REQUIRES(ctx, vars.tensor(s * n_ + i).shape().IsSameSize(g.shape()),
+                    tensorflow::errors::InvalidArgument(
+                        "tensor ", i, " (slot group ", s, "): shape ",
+                        vars.tensor(s * n_ + i).shape().DebugString(),
+                        " != gradient shape ", g.shape().DebugString()));
+      }
+    }
+    Prepare(ctx);
+    if (!ctx->status().ok()) return;
+    Tensor* measured = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, {}, &measured));
+    const std::vector<Chunk> chunks = MakeChunks(sizes);
+    std::vector<double> partial(measure_ ? chunks.size() : 0, 0.0);
+    ForEachChunk(ctx, chunks.size(), [&](int64_t c) {
+      const Chunk& k = chunks[c];
+      float* slots[kMaxSlots] = {nullptr, nullptr, nullptr, nullptr};
+      for (int s = 0; s < num_slots_; ++s) {
+        slots[s] = vars.data((s + 1) * n_ + k.tensor) + k.begin;
+      }
+      const float* g =
+          ctx->input(grads_first() + k.tensor).flat<float>().data() + k.begin;
+      float* w = vars.data(k.tensor) + k.begin;
+      if (measure_) partial[c] = SumSquares(w, k.end - k.begin);
+      Update(w, slots, g, k.end - k.begin, decay_[k.tensor]);
+    });
+    measured->scalar<float>()() =
+        measure_ ? static_cast<float>(CombineHalves(chunks, partial, n_))
+                 : 0.f;
+  }
+
+ protected:
+  int scalars_first() const { return n_ * (2 + num_slots_); }
+  bool scale_grad() const { return scale_grad_; }
+  // Reads the scalar inputs (after the variables are locked).
+  virtual void Prepare(OpKernelContext* ctx) = 0;
+  // Updates `n` elements of one variable and its slots in place.
+  virtual void Update(float* w, float* const* slots, const float* g,
+                      int64_t n, bool decay) const = 0;
+
+ private:
+  int grads_first() const { return n_ * (1 + num_slots_); }
+
+  int n_ = 0;
+  int num_slots_;
+  bool measure_ = false;
+  bool scale_grad_ = false;
+  std::vector<bool> decay_;
+};
+
+}  // namespace common
+}  // namespace tf_learner
+
+#endif  // TF_LEARNER_MULTI_TENSOR_COMMON_H_
