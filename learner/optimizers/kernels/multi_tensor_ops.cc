@@ -46,6 +46,7 @@
 #include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/kernels/training_op_helpers.h"
 #include "tensorflow/core/platform/threadpool.h"
+#include "multi_tensor_common.h"
 
 namespace tf_learner {
 namespace {
@@ -57,115 +58,17 @@ using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 using CPUDevice = Eigen::ThreadPoolDevice;
 
-constexpr int64_t kChunk = 1 << 14;  // 16384 floats = 64 KiB per array.
-
-struct Chunk {
-  int tensor;
-  int64_t begin;
-  int64_t end;
-};
-
-std::vector<Chunk> MakeChunks(const std::vector<int64_t>& sizes) {
-  std::vector<Chunk> chunks;
-  for (int t = 0; t < static_cast<int>(sizes.size()); ++t) {
-    for (int64_t b = 0; b < sizes[t]; b += kChunk) {
-      chunks.push_back({t, b, std::min(sizes[t], b + kChunk)});
-    }
-  }
-  return chunks;
-}
-
-// Runs fn(chunk index) for every chunk, on the calling thread and
-// NumThreads() - 1 helpers from the intra-op pool, so exactly as many
-// threads work as the pool has, whether or not the caller is one of the
-// pool's threads. Each thread takes the next chunk from a shared counter, so
-// a thread the OS deschedules leaves its share to the others. A helper that
-// starts after the caller ran out of chunks does nothing, and the caller
-// waits only for helpers already working, so a busy pool never blocks it.
-//
-// (The first version used TF's adaptive ParallelFor. Measured alone on the
-// resnet50 set on a quiet machine: the Momentum apply took 26.3 ms with it
-// and 24.9 ms with this split; a 2-thread C++ loop over arrays of the same
-// size outside TF takes 18.2 ms. What costs the rest inside TF is not yet
-// found.)
-struct ChunkRun {
-  std::atomic<int64_t> next{0};
-  int64_t total = 0;
-  std::mutex mu;
-  std::condition_variable idle;
-  int running = 0;
-  bool closed = false;
-  const std::function<void(int64_t)>* fn = nullptr;
-};
-
-void DrainChunks(ChunkRun* run) {
-  for (int64_t c = run->next.fetch_add(1); c < run->total;
-       c = run->next.fetch_add(1)) {
-    (*run->fn)(c);
-  }
-}
-
-void ForEachChunk(OpKernelContext* ctx, int64_t num_chunks,
-                  const std::function<void(int64_t)>& fn) {
-  if (num_chunks == 0) return;
-  auto* pool = ctx->device()->tensorflow_cpu_worker_threads()->workers;
-  const int64_t helpers = std::min<int64_t>(pool->NumThreads() - 1,
-                                            num_chunks - 1);
-  if (helpers <= 0) {
-    for (int64_t c = 0; c < num_chunks; ++c) fn(c);
-    return;
-  }
-  auto run = std::make_shared<ChunkRun>();
-  run->total = num_chunks;
-  run->fn = &fn;
-  for (int64_t h = 0; h < helpers; ++h) {
-    pool->Schedule([run]() {
-      {
-        std::lock_guard<std::mutex> lock(run->mu);
-        if (run->closed) return;
-        ++run->running;
-      }
-      DrainChunks(run.get());
-      std::lock_guard<std::mutex> lock(run->mu);
-      if (--run->running == 0) run->idle.notify_all();
-    });
-  }
-  DrainChunks(run.get());
-  std::unique_lock<std::mutex> lock(run->mu);
-  run->closed = true;
-  run->idle.wait(lock, [&run]() { return run->running == 0; });
-}
-
-// ForEachChunk in reverse chunk order: fn(num_chunks - 1), ..., fn(0) (as
-// the shared counter hands them out). A pass that follows a forward read
-// pass over the same arrays (the gradient norm before an apply, the finite
-// check before an accumulate) starts with the chunks that pass read last,
-// which are still in the last-level cache, instead of the first ones, which
-// were evicted: the tail of the second read of g comes from cache. Every
-// chunk is independent, so the order changes no value.
-void ForEachChunkReversed(OpKernelContext* ctx, int64_t num_chunks,
-                          const std::function<void(int64_t)>& fn) {
-  ForEachChunk(ctx, num_chunks,
-               [&fn, num_chunks](int64_t c) { fn(num_chunks - 1 - c); });
-}
-
-// sum(x[i]^2) over [0, n): float lanes over blocks of 1024, blocks in double.
-double SumSquares(const float* x, int64_t n) {
-  double total = 0.0;
-  for (int64_t b = 0; b < n; b += 1024) {
-    const int64_t e = std::min(n, b + 1024);
-    float lanes[16] = {0.f};
-    int64_t i = b;
-    for (; i + 16 <= e; i += 16) {
-      for (int j = 0; j < 16; ++j) lanes[j] += x[i + j] * x[i + j];
-    }
-    float s = 0.f;
-    for (int j = 0; j < 16; ++j) s += lanes[j];
-    for (; i < e; ++i) s += x[i] * x[i];
-    total += s;
-  }
-  return total;
-}
+// The chunks, the work split and the sum of squares are shared with
+// multi_tensor_rules.cc (multi_tensor_common.h).
+using common::Chunk;
+using common::CombineHalves;
+using common::ForEachChunk;
+using common::ForEachChunkReversed;
+using common::kChunk;
+using common::LockedVariables;
+using common::MakeChunks;
+using common::Scalar;
+using common::SumSquares;
 
 std::vector<double> PerTensorHalves(const std::vector<Chunk>& chunks,
                                     const std::vector<double>& partial,
@@ -196,15 +99,6 @@ std::vector<double> PerTensorHalves(const std::vector<Chunk>& chunks,
   }
   for (double& h : half) h *= 0.5;
   return half;
-}
-
-// The total of PerTensorHalves in tensor order: TfLearnerMultiSumSquares'
-// `total` over the same tensors, bit for bit.
-double CombineHalves(const std::vector<Chunk>& chunks,
-                     const std::vector<double>& partial, int num_tensors) {
-  double sum = 0.0;
-  for (double h : PerTensorHalves(chunks, partial, num_tensors)) sum += h;
-  return sum;
 }
 
 // ---- TfLearnerMultiSumSquares ----------------------------------------------
@@ -241,43 +135,10 @@ class MultiSumSquaresOp : public OpKernel {
 
 // ---- variables ------------------------------------------------------------
 
-// The float32 tensors of the resource inputs [first, first + count), locked
-// (exclusively, in a global order) and made safe to update in place.
-class LockedVariables {
- public:
-  LockedVariables(OpKernelContext* ctx, const std::vector<int>& inputs)
-      : locks_(tensorflow::MaybeLockVariableInputMutexesInOrder<CPUDevice,
-                                                                 float>(
-            ctx, /*do_lock=*/true, /*sparse=*/false, inputs)) {
-    tensors_.resize(inputs.size());
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      OP_REQUIRES_OK(ctx,
-                     tensorflow::GetInputTensorFromVariable<CPUDevice, float>(
-                         ctx, inputs[i], /*lock_held=*/true, /*sparse=*/false,
-                         &tensors_[i]));
-      OP_REQUIRES(ctx, tensors_[i].IsInitialized(),
-                  tensorflow::errors::FailedPrecondition(
-                      "Attempting to use an uninitialized variable: input ",
-                      inputs[i]));
-    }
-  }
-
-  float* data(int i) { return tensors_[i].flat<float>().data(); }
-  const Tensor& tensor(int i) const { return tensors_[i]; }
-
- private:
-  tensorflow::VariableInputLockHolder locks_;
-  std::vector<Tensor> tensors_;
-};
-
 std::vector<int> Range(int first, int count) {
   std::vector<int> out(count);
   for (int i = 0; i < count; ++i) out[i] = first + i;
   return out;
-}
-
-float Scalar(OpKernelContext* ctx, int input) {
-  return ctx->input(input).scalar<float>()();
 }
 
 // Checks that every variable group and the gradients have the same shapes.
