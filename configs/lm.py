@@ -61,6 +61,10 @@ class CharTransformerTask(task_lib.BaseTask):
     p.Define('num_layers', 2, 'Transformer blocks.')
     p.Define('num_heads', 4, 'Attention heads per block.')
     p.Define('hidden_dim', 512, 'Feed-forward hidden width (ReLU).')
+    p.Define('dropout_prob', 0.0,
+             'Dropout probability, in training steps only, on the input '
+             '(embedding + positions), the attention probabilities and '
+             'each sub-layer output before its residual add; 0: none.')
     return p
 
   @classmethod
@@ -70,6 +74,7 @@ class CharTransformerTask(task_lib.BaseTask):
                          ('num_layers', 2), ('num_heads', 4),
                          ('hidden_dim', 512)):
       specs[key] = checks.Int(1, example=example)
+    specs['dropout_prob'] = checks.Real(0, 1, high_open=True, example=0.1)
     return specs
 
   def __init__(self, params):
@@ -82,14 +87,31 @@ class CharTransformerTask(task_lib.BaseTask):
         embedding_dim=p.model_dim))
     sp = layers.TransformerStack.Params().Set(num_layers=p.num_layers)
     sp.block.Set(model_dim=p.model_dim, num_heads=p.num_heads,
-                 hidden_dim=p.hidden_dim)
+                 hidden_dim=p.hidden_dim, atten_dropout_prob=p.dropout_prob,
+                 residual_dropout_prob=p.dropout_prob)
     self.CreateChild('stack', sp)
+    self.CreateChild('input_dropout', layers.DropoutLayer.Params().Set(
+        keep_prob=1.0 - p.dropout_prob))
+    self._training = False
+
+  def _ReplicaStep(self, batch):
+    """BaseTask's train step, traced with dropout on (`training=True`).
+
+    Evaluation (EvalStep) traces FProp with the flag off: no dropout.
+    """
+    self._training = True
+    try:
+      return super()._ReplicaStep(batch)
+    finally:
+      self._training = False
 
   def ComputePredictions(self, theta, batch):
     ids = tf.cast(batch.ids, tf.int32)
     x = self.emb.EmbLookup(theta.emb, ids)
     x += self.pos.FProp(theta.pos, tf.shape(ids)[1])[None]
-    x = self.stack.FProp(theta.stack, x)  # No dropout: nothing to switch.
+    x = self.input_dropout.FProp(theta.input_dropout, x,
+                                 training=self._training)
+    x = self.stack.FProp(theta.stack, x, training=self._training)
     return NestedMap(logits=self.emb.Logits(theta.emb, x))
 
   def ComputeLoss(self, theta, predictions, batch):
