@@ -48,6 +48,12 @@ class CharTransformerTask(task_lib.BaseTask):
   [vocab_size, model_dim] gradient, and the one learner that trains 'emb'
   applies that sum once per step.
 
+  `dropout_prob` (default 0: none) drops, in train steps only, the input
+  (embedding + positions), the attention probabilities and each block's
+  sub-layer outputs before the residual add (Vaswani et al. 2017, 5.4);
+  evaluation is deterministic. The task knows a train step by its own
+  `_ReplicaStep`, which traces FProp with `training=True`.
+
   Metrics (weight = target characters in the batch): 'loss', the mean
   cross-entropy in nats; 'bits_per_char' = loss / ln 2; 'accuracy', the
   fraction of next characters predicted exactly (argmax).
