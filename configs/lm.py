@@ -313,11 +313,12 @@ class CharTransformerLarge(CharTransformerMuon):
   the held-out bits/char `xz -9e` reaches given the train text (1.411:
   `python -m configs.char_data --compressor_bound`); not reached.
   Measured without dropout (one run of 3300 planned steps, 2.2 steps/s
-  on a quiet 2-core machine, stopped at 2400): held-out 1.791 at step 600, then 1.928,
-  2.146, 2.398 at 1200, 1800, 2400: it overfits the 418,000 train
+  on a quiet 2-core machine, stopped at 2400): held-out 1.791 at step 600,
+  then 1.928, 2.146, 2.398 at 1200, 1800, 2400: it overfits the 418,000 train
   characters. With DROPOUT_PROB 0.1 (one run, 2026-12-04, ~0.5-0.7
   steps/s on a machine shared by ~8 jobs): 2.128, 1.854, 1.763 at step
-  300, 600, 900 (still falling); 0.2: 2.401 at 300 (stopped). MAX_STEPS
+  300, 600, 900 (still falling; stopped at 1050 by the
+  session's deadline); 0.2: 2.401 at 300 (stopped). MAX_STEPS
   is the best point measured, 900 (about 7 minutes on a quiet machine).
   """
 
