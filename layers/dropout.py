@@ -9,12 +9,20 @@ training=False)`. Every layer in `layers/` that has dropout takes the same
 `training` keyword (default False: evaluation, deterministic) and passes it
 on to its children, so a model is trained with `training=True` and
 evaluated with the default.
+
+Inside a train step of a task (`params.step_seeds.StepSeeds`, opened by
+`BaseTask`) the mask is stateless, drawn from (the layer's seed, the global
+step), so a resumed run draws the masks of the uninterrupted one; elsewhere
+(a layer called on its own) it is `tf.nn.dropout`'s stateful draw.
 """
+
+import zlib
 
 import tensorflow as tf
 
 from params import BaseLayer
 from params import checks
+from params import step_seeds
 
 
 class DropoutLayer(BaseLayer):
@@ -64,5 +72,15 @@ class DropoutLayer(BaseLayer):
       for d in p.noise_shape_broadcast_dims:
         shape[d] = 1
       noise_shape = tf.stack(shape)
+    seed = step_seeds.NextSeed(self._LayerSeed())
+    if seed is not None:
+      return tf.nn.experimental.stateless_dropout(
+          x, rate=1.0 - p.keep_prob, seed=seed, noise_shape=noise_shape)
     return tf.nn.dropout(x, rate=1.0 - p.keep_prob, noise_shape=noise_shape,
                          seed=p.random_seed)
+
+  def _LayerSeed(self):
+    """p.random_seed, or the crc32 of the layer's path (the same each run)."""
+    if self.params.random_seed is not None:
+      return int(self.params.random_seed)
+    return zlib.crc32(self.path.encode('utf-8'))

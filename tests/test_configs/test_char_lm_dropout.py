@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from params import registry
 import configs.lm  # pylint: disable=unused-import
@@ -44,3 +45,23 @@ def test_dropout_prob_one_is_refused_naming_the_key():
   p.dropout_prob = 1.0
   with pytest.raises(ValueError, match='dropout_prob'):
     p.Instantiate()
+
+
+def _TrainLosses(task, batch, steps):
+  return [float(task.TrainStep(batch)['metrics']['loss'][0].numpy())
+          for _ in range(steps)]
+
+
+def test_dropout_masks_are_a_function_of_the_step(tmp_path):
+  # Two tasks built alike train alike (the masks are drawn from the global
+  # step, params.step_seeds, not from a per-process random state), and a
+  # task restored from the other's checkpoint continues as it does: the
+  # masks a resume draws are those of the uninterrupted run.
+  batch = _Batch()
+  a, b = _Task(0.5), _Task(0.5)
+  assert _TrainLosses(a, batch, 3) == _TrainLosses(b, batch, 3)
+  path = tf.train.Checkpoint(task=a).save(str(tmp_path / 'ckpt'))
+  c = _Task(0.5)
+  tf.train.Checkpoint(task=c).restore(path).assert_existing_objects_matched()
+  assert int(c.global_step.numpy()) == 3
+  assert _TrainLosses(a, batch, 2) == _TrainLosses(c, batch, 2)

@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 from layers import dropout
+from params import step_seeds
 
 
 def _Drop(**kw):
@@ -44,3 +45,26 @@ def test_bad_keep_prob_raises(keep_prob):
   with pytest.raises(ValueError,
                      match=r'keep_prob=%r is outside \(0, 1\]' % keep_prob):
     _Drop(keep_prob=keep_prob)
+
+
+def test_in_a_step_seeds_scope_the_mask_is_keyed_by_step_and_call():
+  layer = dropout.DropoutLayer.Params().Set(name='d', keep_prob=0.5).Instantiate()
+  x = tf.ones([4, 256])
+
+  def Masks(step, calls=1):
+    with step_seeds.StepSeeds(step):
+      return [layer.FProp(layer.theta, x, training=True).numpy()
+              for _ in range(calls)]
+
+  first, second = Masks(7, calls=2)
+  # The same step gives the same mask in a new scope (a resumed run) ...
+  np.testing.assert_array_equal(Masks(7)[0], first)
+  # ... another step, or a second draw in the step, another mask.
+  assert (Masks(8)[0] != first).any() and (second != first).any()
+  # Inverted dropout: kept units are 1 / keep_prob, about half are kept.
+  assert set(np.unique(first).tolist()) <= {0.0, 2.0}
+  assert 0.4 < float(np.mean(first == 2.0)) < 0.6
+  # Not training: the identity, scope or not.
+  with step_seeds.StepSeeds(7):
+    np.testing.assert_array_equal(layer.FProp(layer.theta, x).numpy(),
+                                  x.numpy())

@@ -42,6 +42,7 @@ from learner.training.model import task_params
 from params import BaseLayer
 from params import NestedMap
 from params import checks
+from params import step_seeds
 
 def CheckLossOutput(task, out):
   """Returns `out` if it is ComputeLoss's (metrics, per_example) pair.
@@ -323,8 +324,15 @@ class BaseTask(BaseLayer):
 
     Returns the step output (see `TrainStep`); its tensors depend on every
     learner's update, so the global step that follows them counts a done
-    step.
+    step. Random layers draw from the global step inside it
+    (`params.step_seeds`: a resumed run draws the masks of the
+    uninterrupted one).
     """
+    with step_seeds.StepSeeds(self._global_step.read_value()):
+      return self._ReplicaStepSeeded(batch)
+
+  def _ReplicaStepSeeded(self, batch):
+    """`_ReplicaStep` inside its StepSeeds scope (random layers' masks)."""
     batch = _AsNestedMap(batch)
     with gradient_tape.GradientTape():
       metrics, _ = self.FProp(self.theta, batch)
