@@ -126,7 +126,8 @@ class MultiApplyNadamOp : public MultiApplyBase {
               bool decay) const override {
     WithFlags(
         [&](auto s, auto d) {
-          Run<decltype(s)::value, decltype(d)::value>(w, slots[0], slots[1], g, n);
+          Run<decltype(s)::value, decltype(d)::value>(w, slots[0], slots[1],
+                                                      g, n);
         },
         scale_grad(), decay);
   }
