@@ -5,8 +5,9 @@
 // run-time flags to template arguments (WithFlags).
 //
 // In its own namespace (tf_learner::common) so the two translation units of
-// the library share one definition. See multi_tensor_ops.cc for why the
-// split is not TF's ParallelFor.
+// the library share one definition. ForEachChunk below says why the split
+// is not TF's ParallelFor; the head of multi_tensor_ops.cc, why the loops
+// round exactly as TF's own kernels.
 
 #ifndef TF_LEARNER_MULTI_TENSOR_COMMON_H_
 #define TF_LEARNER_MULTI_TENSOR_COMMON_H_
