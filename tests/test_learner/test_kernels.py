@@ -389,6 +389,38 @@ def test_zero_op_sets_every_element_to_positive_zero_in_place():
     assert kernels.Zero(accs) is None
 
 
+def test_sgd_op_without_a_scale_grad_attr_loads_and_steps():
+  # The shared apply base reads scale_grad only for ops registered with it.
+  w = tf.Variable([1.0, -2.0, 4.0])
+
+  @tf.function
+  def Step():
+    kernels.ApplySGD([w], [tf.constant([0.5, 1.0, -2.0])], tf.constant(0.5),
+                     tf.constant(0.25), [True])
+
+  graph = Step.get_concrete_function().graph
+  ops = [o for o in graph.get_operations()
+         if o.type == 'TfLearnerMultiApplySGD']
+  assert len(ops) == 1
+  assert 'decay' in ops[0].node_def.attr
+  assert 'scale_grad' not in ops[0].node_def.attr
+  Step()
+  # w - g * 0.5 - 0.25 * w, by hand (exact in float32).
+  np.testing.assert_array_equal(w.numpy(), [0.5, -2.0, 4.0])
+
+
+@pytest.mark.parametrize('group', [0, 1])
+def test_momentum_shape_mismatch_names_the_slot_group(group):
+  shapes = [[3], [3]]
+  shapes[group] = [4]
+  w, a = tf.Variable(tf.zeros(shapes[0])), tf.Variable(tf.zeros(shapes[1]))
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match='tensor 0 \\(slot group %d\\)' % group):
+    kernels.ApplyMomentum([w], [a], [tf.ones([3])], tf.constant(0.1),
+                          tf.constant(0.9), None, tf.constant(0.0), [False],
+                          False)
+
+
 def test_without_a_compiler_the_loader_says_why(monkeypatch, tmp_path):
   monkeypatch.setenv('TF_LEARNER_KERNEL_CACHE', str(tmp_path))
   monkeypatch.delenv('CXX', raising=False)

@@ -5,7 +5,7 @@
                        in-place zero
   multi_tensor_rules.cc  the newer rules' apply ops: Lion, Nadam, AMSGrad,
                          schedule-free SGD / AdamW
-  multi_tensor_common.h  the chunk split and apply base the latter share
+  multi_tensor_common.h  the chunk split and the apply base both share
   loader.py            compiles them on first use into a cache, loads them
   multi_tensor.py      the Python entry points and when they may run
   shared_ops.py        InXla, the finite checks, ScaleGradient, BlockSum:

@@ -1,13 +1,13 @@
-// What the multi-tensor apply ops of multi_tensor_rules.cc share: the chunk
-// split over threads, the locked variables, the in-pass weight measure and
-// a base class for "N variables, S slot groups, N gradients, scalars".
+// What the multi-tensor apply ops of multi_tensor_ops.cc and
+// multi_tensor_rules.cc share: the chunk split over threads, the locked
+// variables, the in-pass weight measure, the base class for "N variables,
+// S slot groups, N gradients, scalars" (MultiApplyBase) and the dispatch of
+// run-time flags to template arguments (WithFlags).
 //
-// The same machinery as the head of multi_tensor_ops.cc (ForEachChunk,
-// SumSquares, LockedVariables, MultiApplyBase), written once more in its
-// own namespace (tf_learner::common) so the two translation units of the
-// library do not collide; multi_tensor_ops.cc keeps its copy until it is
-// switched to this header (one change in that file, left to its owner).
-// See multi_tensor_ops.cc for why the split is not TF's ParallelFor.
+// In its own namespace (tf_learner::common) so the two translation units of
+// the library share one definition. ForEachChunk below says why the split
+// is not TF's ParallelFor; the head of multi_tensor_ops.cc, why the loops
+// round exactly as TF's own kernels.
 
 #ifndef TF_LEARNER_MULTI_TENSOR_COMMON_H_
 #define TF_LEARNER_MULTI_TENSOR_COMMON_H_
@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <type_traits>
 #include <vector>
 
 #include "tensorflow/core/framework/op.h"
@@ -198,17 +199,46 @@ inline float Scalar(OpKernelContext* ctx, int input) {
   return ctx->input(input).scalar<float>()();
 }
 
+// Calls fn(std::integral_constant<bool, f>{}...) with one constant per
+// run-time flag, in order: WithFlags(fn, scale, decay) calls
+// fn(std::true_type{}, std::false_type{}) when scale and not decay. The
+// callee passes the constants on as template arguments
+// (Run<decltype(s)::value, ...>), so each combination gets its own loop
+// without a branch inside (2^flags loops are compiled).
+template <typename Fn>
+inline void WithFlags(Fn&& fn) {
+  fn();
+}
+
+template <typename Fn, typename... Rest>
+inline void WithFlags(Fn&& fn, bool first, Rest... rest) {
+  if (first) {
+    WithFlags([&fn](auto... known) { fn(std::true_type{}, known...); },
+              rest...);
+  } else {
+    WithFlags([&fn](auto... known) { fn(std::false_type{}, known...); },
+              rest...);
+  }
+}
+
 // Base of the apply ops: N variables, `num_slots` slot groups of N, N
 // gradients, then scalar inputs. Attrs: N, decay (one bool per variable),
-// measure_weights, scale_grad. Output 0: sum(w_old^2) / 2 when measured.
-class RuleApplyBase : public OpKernel {
+// measure_weights and, if `has_scale_grad`, scale_grad (an op registered
+// without that attr passes false; scale_grad() is then false). Output 0:
+// sum(w_old^2) / 2 when measured, else 0.
+// Errors (InvalidArgument): decay without N entries (at construction); a
+// variable or slot whose shape is not its gradient's (in Compute, before
+// any element is written).
+class MultiApplyBase : public OpKernel {
  public:
-  RuleApplyBase(OpKernelConstruction* ctx, int num_slots)
+  MultiApplyBase(OpKernelConstruction* ctx, int num_slots, bool has_scale_grad)
       : OpKernel(ctx), num_slots_(num_slots) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("N", &n_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("decay", &decay_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("measure_weights", &measure_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("scale_grad", &scale_grad_));
+    if (has_scale_grad) {
+      OP_REQUIRES_OK(ctx, ctx->GetAttr("scale_grad", &scale_grad_));
+    }
     OP_REQUIRES(ctx, static_cast<int>(decay_.size()) == n_,
                 tensorflow::errors::InvalidArgument(
                     "decay has ", decay_.size(), " entries, expected N=", n_));
@@ -236,8 +266,12 @@ class RuleApplyBase : public OpKernel {
     Tensor* measured = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, {}, &measured));
     const std::vector<Chunk> chunks = MakeChunks(sizes);
+    // With measure_weights, each chunk of w is summed just before its
+    // update, which then reads w from cache: the weights' norm (before the
+    // update) costs no memory pass of its own.
+    // Reversed: the gradient norm op read g forward just before.
     std::vector<double> partial(measure_ ? chunks.size() : 0, 0.0);
-    ForEachChunk(ctx, chunks.size(), [&](int64_t c) {
+    ForEachChunkReversed(ctx, chunks.size(), [&](int64_t c) {
       const Chunk& k = chunks[c];
       float* slots[kMaxSlots] = {nullptr, nullptr, nullptr, nullptr};
       for (int s = 0; s < num_slots_; ++s) {

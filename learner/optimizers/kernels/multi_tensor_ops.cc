@@ -58,8 +58,8 @@ using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 using CPUDevice = Eigen::ThreadPoolDevice;
 
-// The chunks, the work split and the sum of squares are shared with
-// multi_tensor_rules.cc (multi_tensor_common.h).
+// The chunks, the work split, the sum of squares and the apply base are
+// shared with multi_tensor_rules.cc (multi_tensor_common.h).
 using common::Chunk;
 using common::CombineHalves;
 using common::ForEachChunk;
@@ -67,8 +67,10 @@ using common::ForEachChunkReversed;
 using common::kChunk;
 using common::LockedVariables;
 using common::MakeChunks;
+using common::MultiApplyBase;
 using common::Scalar;
 using common::SumSquares;
+using common::WithFlags;
 
 std::vector<double> PerTensorHalves(const std::vector<Chunk>& chunks,
                                     const std::vector<double>& partial,
@@ -165,87 +167,14 @@ std::vector<int64_t> Sizes(OpKernelContext* ctx, int first, int n) {
   return sizes;
 }
 
-// Base of the apply ops: N variables, `num_slots` slot groups, N gradients,
-// then scalars; attrs N, decay (list of bool, one per variable).
-class MultiApplyBase : public OpKernel {
- public:
-  MultiApplyBase(OpKernelConstruction* ctx, int num_slots)
-      : OpKernel(ctx), num_slots_(num_slots) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("N", &n_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("decay", &decay_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("measure_weights", &measure_));
-    OP_REQUIRES(ctx, static_cast<int>(decay_.size()) == n_,
-                tensorflow::errors::InvalidArgument(
-                    "decay has ", decay_.size(), " entries, expected N=", n_));
-  }
-
-  void Compute(OpKernelContext* ctx) override {
-    std::vector<int> inputs = Range(0, n_ * (1 + num_slots_));
-    LockedVariables vars(ctx, inputs);
-    if (!ctx->status().ok()) return;
-    std::vector<LockedVariables*> groups = {&vars};
-    if (!CheckShapes(ctx, groups, grads_first(), n_)) return;
-    // Slot shapes: slot s of variable i is vars tensor (s + 1) * n_ + i.
-    for (int s = 1; s <= num_slots_; ++s) {
-      for (int i = 0; i < n_; ++i) {
-        OP_REQUIRES(ctx,
-                    vars.tensor(s * n_ + i).shape().IsSameSize(
-                        vars.tensor(i).shape()),
-                    tensorflow::errors::InvalidArgument(
-                        "slot ", s, " of variable ", i, " has shape ",
-                        vars.tensor(s * n_ + i).shape().DebugString()));
-      }
-    }
-    Prepare(ctx);
-    if (!ctx->status().ok()) return;
-    Tensor* measured = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, {}, &measured));
-    const std::vector<int64_t> sizes = Sizes(ctx, grads_first(), n_);
-    const std::vector<Chunk> chunks = MakeChunks(sizes);
-    // With measure_weights, each chunk of w is summed just before its
-    // update, which then reads w from cache: the weights' norm (before the
-    // update) costs no memory pass of its own.
-    // Reversed: the gradient norm op read g forward just before.
-    std::vector<double> partial(measure_ ? chunks.size() : 0, 0.0);
-    ForEachChunkReversed(ctx, chunks.size(), [&](int64_t c) {
-      const Chunk& k = chunks[c];
-      float* slots[2] = {nullptr, nullptr};
-      for (int s = 0; s < num_slots_; ++s) {
-        slots[s] = vars.data((s + 1) * n_ + k.tensor) + k.begin;
-      }
-      const float* g =
-          ctx->input(grads_first() + k.tensor).flat<float>().data() + k.begin;
-      float* w = vars.data(k.tensor) + k.begin;
-      if (measure_) partial[c] = SumSquares(w, k.end - k.begin);
-      Update(w, slots, g, k.end - k.begin, decay_[k.tensor]);
-    });
-    measured->scalar<float>()() =
-        measure_ ? static_cast<float>(CombineHalves(chunks, partial, n_)) : 0.f;
-  }
-
- protected:
-  int grads_first() const { return n_ * (1 + num_slots_); }
-  int scalars_first() const { return n_ * (2 + num_slots_); }
-  // Reads the scalar inputs (after the variables are locked).
-  virtual void Prepare(OpKernelContext* ctx) = 0;
-  // Updates `n` elements of one variable in place.
-  virtual void Update(float* w, float* const* slots, const float* g,
-                      int64_t n, bool decay) const = 0;
-
- private:
-  int n_ = 0;
-  int num_slots_;
-  bool measure_ = false;
-  std::vector<bool> decay_;
-};
-
 // ---- TfLearnerMultiApplySGD ------------------------------------------------
 // Inputs: vars, grads, alpha, wd_rate.
 // w' = w - g * alpha; with decay: w' - wd_rate * w.
 
 class MultiApplySGDOp : public MultiApplyBase {
  public:
-  explicit MultiApplySGDOp(OpKernelConstruction* ctx) : MultiApplyBase(ctx, 0) {}
+  explicit MultiApplySGDOp(OpKernelConstruction* ctx)
+      : MultiApplyBase(ctx, 0, /*has_scale_grad=*/false) {}
 
  protected:
   void Prepare(OpKernelContext* ctx) override {
@@ -254,11 +183,7 @@ class MultiApplySGDOp : public MultiApplyBase {
   }
   void Update(float* w, float* const* slots, const float* g, int64_t n,
               bool decay) const override {
-    if (decay) {
-      Run<true>(w, g, n);
-    } else {
-      Run<false>(w, g, n);
-    }
+    WithFlags([&](auto d) { Run<decltype(d)::value>(w, g, n); }, decay);
   }
 
  private:
@@ -285,9 +210,8 @@ class MultiApplySGDOp : public MultiApplyBase {
 class MultiApplyMomentumOp : public MultiApplyBase {
  public:
   explicit MultiApplyMomentumOp(OpKernelConstruction* ctx)
-      : MultiApplyBase(ctx, 1) {
+      : MultiApplyBase(ctx, 1, /*has_scale_grad=*/true) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("use_nesterov", &nesterov_));
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("scale_grad", &scale_grad_));
   }
 
  protected:
@@ -300,18 +224,12 @@ class MultiApplyMomentumOp : public MultiApplyBase {
   void Update(float* w, float* const* slots, const float* g, int64_t n,
               bool decay) const override {
     // Every flag is a template argument: each loop is branch-free.
-    const int key =
-        (scale_grad_ ? 4 : 0) + (nesterov_ ? 2 : 0) + (decay ? 1 : 0);
-    switch (key) {
-      case 0: return Run<false, false, false>(w, slots[0], g, n);
-      case 1: return Run<false, false, true>(w, slots[0], g, n);
-      case 2: return Run<false, true, false>(w, slots[0], g, n);
-      case 3: return Run<false, true, true>(w, slots[0], g, n);
-      case 4: return Run<true, false, false>(w, slots[0], g, n);
-      case 5: return Run<true, false, true>(w, slots[0], g, n);
-      case 6: return Run<true, true, false>(w, slots[0], g, n);
-      default: return Run<true, true, true>(w, slots[0], g, n);
-    }
+    WithFlags(
+        [&](auto s, auto nv, auto d) {
+          Run<decltype(s)::value, decltype(nv)::value, decltype(d)::value>(
+              w, slots[0], g, n);
+        },
+        scale_grad(), nesterov_, decay);
   }
 
  private:
@@ -330,7 +248,7 @@ class MultiApplyMomentumOp : public MultiApplyBase {
     }
   }
 
-  bool nesterov_ = false, scale_grad_ = false;
+  bool nesterov_ = false;
   float lr_ = 0.f, mom_ = 0.f, factor_ = 1.f, wd_ = 0.f;
 };
 
@@ -344,9 +262,7 @@ class MultiApplyMomentumOp : public MultiApplyBase {
 class MultiApplyAdamOp : public MultiApplyBase {
  public:
   explicit MultiApplyAdamOp(OpKernelConstruction* ctx)
-      : MultiApplyBase(ctx, 2) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("scale_grad", &scale_grad_));
-  }
+      : MultiApplyBase(ctx, 2, /*has_scale_grad=*/true) {}
 
  protected:
   void Prepare(OpKernelContext* ctx) override {
@@ -363,13 +279,12 @@ class MultiApplyAdamOp : public MultiApplyBase {
   void Update(float* w, float* const* slots, const float* g, int64_t n,
               bool decay) const override {
     // Every flag is a template argument: each loop is branch-free.
-    const int key = (scale_grad_ ? 2 : 0) + (decay ? 1 : 0);
-    switch (key) {
-      case 0: return Run<false, false>(w, slots[0], slots[1], g, n);
-      case 1: return Run<false, true>(w, slots[0], slots[1], g, n);
-      case 2: return Run<true, false>(w, slots[0], slots[1], g, n);
-      default: return Run<true, true>(w, slots[0], slots[1], g, n);
-    }
+    WithFlags(
+        [&](auto s, auto d) {
+          Run<decltype(s)::value, decltype(d)::value>(w, slots[0], slots[1],
+                                                      g, n);
+        },
+        scale_grad(), decay);
   }
 
  private:
@@ -392,7 +307,6 @@ class MultiApplyAdamOp : public MultiApplyBase {
     }
   }
 
-  bool scale_grad_ = false;
   float alpha_ = 0.f, one_minus_b1_ = 0.f, one_minus_b2_ = 0.f, eps_ = 0.f;
   float factor_ = 1.f, wd_ = 0.f;
 };

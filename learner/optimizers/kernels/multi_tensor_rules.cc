@@ -29,8 +29,9 @@
 namespace tf_learner {
 namespace {
 
-using common::RuleApplyBase;
+using common::MultiApplyBase;
 using common::Scalar;
+using common::WithFlags;
 using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::OpKernelContext;
 
@@ -54,10 +55,10 @@ inline float MaxNaN(float a, float b) {
 // c = beta1 * m + (1 - beta1) * g;  w' = w - lr * sign(c)
 // m' = beta2 * m + (1 - beta2) * g;  decay: w' - wd_rate * w.
 
-class MultiApplyLionOp : public RuleApplyBase {
+class MultiApplyLionOp : public MultiApplyBase {
  public:
   explicit MultiApplyLionOp(OpKernelConstruction* ctx)
-      : RuleApplyBase(ctx, 1) {}
+      : MultiApplyBase(ctx, 1, /*has_scale_grad=*/true) {}
 
  protected:
   void Prepare(OpKernelContext* ctx) override {
@@ -72,13 +73,11 @@ class MultiApplyLionOp : public RuleApplyBase {
   }
   void Update(float* w, float* const* slots, const float* g, int64_t n,
               bool decay) const override {
-    const int key = (scale_grad() ? 2 : 0) + (decay ? 1 : 0);
-    switch (key) {
-      case 0: return Run<false, false>(w, slots[0], g, n);
-      case 1: return Run<false, true>(w, slots[0], g, n);
-      case 2: return Run<true, false>(w, slots[0], g, n);
-      default: return Run<true, true>(w, slots[0], g, n);
-    }
+    WithFlags(
+        [&](auto s, auto d) {
+          Run<decltype(s)::value, decltype(d)::value>(w, slots[0], g, n);
+        },
+        scale_grad(), decay);
   }
 
  private:
@@ -111,10 +110,10 @@ class MultiApplyLionOp : public RuleApplyBase {
 // m_hat = u_next (m' / (1 - P_next)) + (1 - u) (g / (1 - P))
 // w' = w - lr (m_hat / (sqrt(v' / (1 - b2^t)) + eps));  decay as Lion.
 
-class MultiApplyNadamOp : public RuleApplyBase {
+class MultiApplyNadamOp : public MultiApplyBase {
  public:
   explicit MultiApplyNadamOp(OpKernelConstruction* ctx)
-      : RuleApplyBase(ctx, 2) {}
+      : MultiApplyBase(ctx, 2, /*has_scale_grad=*/true) {}
 
  protected:
   void Prepare(OpKernelContext* ctx) override {
@@ -125,13 +124,12 @@ class MultiApplyNadamOp : public RuleApplyBase {
   }
   void Update(float* w, float* const* slots, const float* g, int64_t n,
               bool decay) const override {
-    const int key = (scale_grad() ? 2 : 0) + (decay ? 1 : 0);
-    switch (key) {
-      case 0: return Run<false, false>(w, slots[0], slots[1], g, n);
-      case 1: return Run<false, true>(w, slots[0], slots[1], g, n);
-      case 2: return Run<true, false>(w, slots[0], slots[1], g, n);
-      default: return Run<true, true>(w, slots[0], slots[1], g, n);
-    }
+    WithFlags(
+        [&](auto s, auto d) {
+          Run<decltype(s)::value, decltype(d)::value>(w, slots[0], slots[1],
+                                                      g, n);
+        },
+        scale_grad(), decay);
   }
 
  private:
@@ -169,10 +167,10 @@ class MultiApplyNadamOp : public RuleApplyBase {
 // w' = w - lr ((m' / correction1) / (sqrt(v_max') + eps));  decay as Lion.
 // (A correction of 1 stands for "no bias correction": x / 1 = x exactly.)
 
-class MultiApplyAMSGradOp : public RuleApplyBase {
+class MultiApplyAMSGradOp : public MultiApplyBase {
  public:
   explicit MultiApplyAMSGradOp(OpKernelConstruction* ctx)
-      : RuleApplyBase(ctx, 3) {}
+      : MultiApplyBase(ctx, 3, /*has_scale_grad=*/true) {}
 
  protected:
   void Prepare(OpKernelContext* ctx) override {
@@ -183,13 +181,11 @@ class MultiApplyAMSGradOp : public RuleApplyBase {
   }
   void Update(float* w, float* const* slots, const float* g, int64_t n,
               bool decay) const override {
-    const int key = (scale_grad() ? 2 : 0) + (decay ? 1 : 0);
-    switch (key) {
-      case 0: return Run<false, false>(w, slots, g, n);
-      case 1: return Run<false, true>(w, slots, g, n);
-      case 2: return Run<true, false>(w, slots, g, n);
-      default: return Run<true, true>(w, slots, g, n);
-    }
+    WithFlags(
+        [&](auto s, auto d) {
+          Run<decltype(s)::value, decltype(d)::value>(w, slots, g, n);
+        },
+        scale_grad(), decay);
   }
 
  private:
@@ -231,10 +227,10 @@ class MultiApplyAMSGradOp : public RuleApplyBase {
 // schedule-free rules decay inside u, as the reference does.)
 
 template <bool kAdam>
-class MultiApplyScheduleFreeOp : public RuleApplyBase {
+class MultiApplyScheduleFreeOp : public MultiApplyBase {
  public:
   explicit MultiApplyScheduleFreeOp(OpKernelConstruction* ctx)
-      : RuleApplyBase(ctx, kAdam ? 3 : 2) {}
+      : MultiApplyBase(ctx, kAdam ? 3 : 2, /*has_scale_grad=*/true) {}
 
  protected:
   void Prepare(OpKernelContext* ctx) override {
@@ -248,17 +244,12 @@ class MultiApplyScheduleFreeOp : public RuleApplyBase {
   }
   void Update(float* w, float* const* slots, const float* g, int64_t n,
               bool decay) const override {
-    const int key = (scale_grad() ? 4 : 0) + (first_ ? 2 : 0) + (decay ? 1 : 0);
-    switch (key) {
-      case 0: return Run<false, false, false>(w, slots, g, n);
-      case 1: return Run<false, false, true>(w, slots, g, n);
-      case 2: return Run<false, true, false>(w, slots, g, n);
-      case 3: return Run<false, true, true>(w, slots, g, n);
-      case 4: return Run<true, false, false>(w, slots, g, n);
-      case 5: return Run<true, false, true>(w, slots, g, n);
-      case 6: return Run<true, true, false>(w, slots, g, n);
-      default: return Run<true, true, true>(w, slots, g, n);
-    }
+    WithFlags(
+        [&](auto s, auto f, auto d) {
+          Run<decltype(s)::value, decltype(f)::value, decltype(d)::value>(
+              w, slots, g, n);
+        },
+        scale_grad(), first_, decay);
   }
 
  private:
