@@ -28,6 +28,9 @@ from learner.training.jobs import evaler as evaler_lib
 from learner.training.jobs import export as export_lib
 from learner.training.jobs import trainer as trainer_lib
 from learner.optimizers.var_grad import VarGrad
+from learner.optimizers.wrappers.ema import Ema
+from learner.optimizers.wrappers.lookahead import Lookahead
+from learner.optimizers.wrappers.swa import SWA
 from params import NestedMap
 from params import registry
 from schedules import ConstantOne
@@ -89,6 +92,16 @@ def test_more_elementwise_rules_match_unsharded_with_clip(strategy, name):
   w0 = cases.Mlp.Params().Instantiate().vars.w1.numpy()
   # AdaDelta at lr 0.05 moves w1 by ~4e-4 in 20 steps.
   assert np.abs(cases.Weights(strategy, got)['w1'][0] - w0).max() > 1e-4
+
+
+def test_averaging_wrappers_are_still_refused():
+  """Ema, Lookahead and SWA keep full-size averages: refused at build."""
+  for wrapper_cls in (Ema, Lookahead, SWA):
+    p = Learner.Params().Set(
+        name='loss', learning_rate=0.1, shard_optimizer_state=True,
+        optimizer=wrapper_cls.Params().Set(optimizer=Adam.Params()))
+    with pytest.raises(ValueError, match='keep full-size averages'):
+      p.Instantiate()
 
 
 def test_schedule_free_is_refused_with_the_reason():
