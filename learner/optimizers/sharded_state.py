@@ -47,8 +47,15 @@ import tensorflow as tf
 from learner.optimizers import base as base_optimizer
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.base import SGD
+from learner.optimizers.rules.adadelta import AdaDelta
 from learner.optimizers.rules.adagrad import Adagrad
 from learner.optimizers.rules.adam import Adam
+from learner.optimizers.rules.adam_family import ADOPT
+from learner.optimizers.rules.adam_family import AMSGrad
+from learner.optimizers.rules.adam_family import Adamax
+from learner.optimizers.rules.adam_family import Nadam
+from learner.optimizers.rules.adam_family import RAdam
+from learner.optimizers.rules.lion import Lion
 from learner.optimizers.rules.momentum import Momentum
 from learner.optimizers.rules.rmsprop import RMSProp
 from learner.optimizers.var_grad import VarGrad
@@ -56,7 +63,10 @@ from params import NestedMap
 
 # The update rules whose step on one element reads only that element's
 # weight, gradient and slots (and scalars): a flat slice updates exactly.
-ELEMENTWISE_RULES = (SGD, Momentum, Adam, Adagrad, RMSProp)
+# The padding elements (gradient 0, slots 0) stay 0 in every one of them
+# (Lion's sign(0) = 0; Adamax and ADOPT divide 0 by epsilon).
+ELEMENTWISE_RULES = (SGD, Momentum, Adam, Adagrad, RMSProp, Lion, Nadam,
+                     RAdam, Adamax, AMSGrad, ADOPT, AdaDelta)
 SHARDED_REASON = 'sharded optimizer state (ZeRO-1)'
 
 
@@ -84,7 +94,9 @@ def RuleToShard(path, optimizer):
         'elementwise rules %s (optionally inside GradientAccumulation) are '
         'sharded by flat slices; a rule or wrapper that needs whole tensors '
         '(Muon orthogonalizes matrices; Adafactor, LAMB, LARS use per-tensor '
-        'statistics; Ema, Lookahead, SWA keep full-size averages) is not. '
+        'statistics; Ema, Lookahead, SWA keep full-size averages; schedule-'
+        'free keeps its eval weights x as a slot that eval and export swap '
+        'into the model whole) is not. '
         'Set shard_optimizer_state=False or use one of those rules.' %
         (path, type(rule).__name__,
          ', '.join(c.__name__ for c in ELEMENTWISE_RULES)))

@@ -12,7 +12,10 @@ import tensorflow as tf
 from learner import gradient_tape
 from learner.learner import Learner
 from learner.optimizers.rules.adam import Adam
+from learner.optimizers.rules.adadelta import AdaDelta
 from learner.optimizers.rules.adam import AdamW
+from learner.optimizers.rules import adam_family
+from learner.optimizers.rules.lion import Lion
 from learner.optimizers.rules.momentum import Momentum
 from learner.optimizers.wrappers.accumulation import GradientAccumulation
 from params import BaseLayer
@@ -100,6 +103,20 @@ OPTS = {
     'momentum': lambda: Momentum.Params().Set(alpha=0.9),
     'adam': lambda: Adam.Params(),
     'adamw': lambda: AdamW.Params().Set(decoupled_weight_decay=0.1),
+}
+
+
+# The other elementwise rules (issue 26 item 2), each with a non-default
+# setting that reaches every slot.
+MORE_RULES = {
+    'lion': lambda: Lion.Params().Set(decoupled_weight_decay=0.1),
+    'nadam': lambda: adam_family.Nadam.Params().Set(
+        momentum_schedule='dozat'),
+    'radam': lambda: adam_family.RAdam.Params().Set(threshold=4.0),
+    'adamax': lambda: adam_family.Adamax.Params(),
+    'amsgrad': lambda: adam_family.AMSGrad.Params().Set(beta2=0.9),
+    'adopt': lambda: adam_family.ADOPT.Params(),
+    'adadelta': lambda: AdaDelta.Params().Set(decay=0.9),
 }
 
 
