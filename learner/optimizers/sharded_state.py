@@ -489,3 +489,24 @@ class _SlotView(tf.__internal__.tracking.Trackable):
         with tf.device(copy.device):
           ops.append(copy[a - lo:b - lo].assign(value[a - off:b - off]))
     return tf.group(ops) if ops and not tf.executing_eagerly() else None
+
+
+def OneReplicaNotice(learner_params, num_replicas):
+  """The NOTICE line for sharding asked with one replica, or None.
+
+  Sharding with one replica keeps the whole state (nothing to split): the
+  trainer says so once, so a run that meant to shard is not silently plain.
+
+  Args:
+    learner_params: the task's learner params (a list).
+    num_replicas: the strategy's num_replicas_in_sync.
+  """
+  names = [lp.name for lp in learner_params
+           if 'shard_optimizer_state' in lp and lp.shard_optimizer_state]
+  if num_replicas > 1 or not names:
+    return None
+  return ('NOTICE: learner(s) %s set shard_optimizer_state but the strategy '
+          'has 1 replica: the optimizer state is not sharded. Run with '
+          'several replicas (--strategy=mirrored with GPUs or '
+          '--cpu_devices=N, or the launcher with --strategy=multi_worker).'
+          % ', '.join(names))

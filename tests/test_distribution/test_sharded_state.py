@@ -471,3 +471,47 @@ def test_variables_outside_the_first_bind_are_refused(strategy):
     lrn.optimizer.Bind([task.vars.w1, task.vars.b1])
     with pytest.raises(ValueError, match=r"Bind with variables \['mlp/w2'\]"):
       lrn.optimizer.Bind([task.vars.w1, task.vars.w2])
+
+
+# ---- the command line: --cpu_devices, the one-replica notice ------------------
+
+
+def _Cli(tmp_path, *flags):
+  import subprocess  # pylint: disable=g-import-not-at-top
+  env = dict(os.environ, PYTHONPATH=os.getcwd())
+  return subprocess.run(
+      [sys.executable, '-m', 'learner.trainer',
+       '--model=regression.DistributedLinearRegression',
+       '--logdir=%s' % (tmp_path / 'run'), '--max_steps=20',
+       '--params_override=task.train.learner.shard_optimizer_state : True'] +
+      list(flags), capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.slow
+def test_cli_mirrored_on_two_cpu_devices_shards_and_one_replica_says_not(
+    tmp_path):
+  two = _Cli(tmp_path, '--strategy=mirrored', '--cpu_devices=2')
+  assert two.returncode == 0, two.stderr
+  assert 'Training on 2 replicas in sync (MirroredStrategy).' in two.stdout
+  assert 'NOTICE' not in two.stdout
+  one = _Cli(tmp_path / 'one')
+  assert one.returncode == 0, one.stderr
+  assert ('NOTICE: learner(s) learner set shard_optimizer_state but the '
+          'strategy has 1 replica') in one.stdout
+  # 2 replicas on the same global batches train the one-device weights.
+  for name in ('w', 'b'):
+    key = 'task/_private_vars/%s/.ATTRIBUTES/VARIABLE_VALUE' % name
+    got = [tf.train.load_checkpoint(str(d / 'run' / 'ckpt')).get_tensor(key)
+           for d in (tmp_path, tmp_path / 'one')]
+    np.testing.assert_allclose(got[0], got[1], rtol=1e-5)
+
+
+@pytest.mark.parametrize('flags, needle', [
+    (['--cpu_devices=0', '--strategy=mirrored'], '--cpu_devices=0 must be'),
+    (['--cpu_devices=2'], 'only applies with --strategy=mirrored'),
+])
+def test_cli_cpu_devices_is_checked_before_any_file(tmp_path, flags, needle):
+  out = _Cli(tmp_path, *flags)
+  assert out.returncode == 2 and needle in out.stderr, out.stderr
+  assert len(out.stderr.strip().splitlines()) == 1
+  assert not (tmp_path / 'run').exists()

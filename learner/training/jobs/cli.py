@@ -168,6 +168,11 @@ def DefineFlags():
                       'worker from TF_CONFIG; start them with '
                       'python -m learner.launcher) or tpu. See '
                       'docs/distributed.md.')
+  flags.DEFINE_integer('cpu_devices', None,
+                       '--strategy=mirrored on a machine without a GPU: '
+                       'split its CPU into this many logical devices, one '
+                       'replica each (to try several replicas, e.g. a '
+                       'sharded optimizer state, on one CPU); >= 1.')
   flags.DEFINE_string('init_from_checkpoint', None,
                       'Warm-start the weights from this checkpoint (prefix, '
                       'directory or logdir) when the logdir has none.')
@@ -284,6 +289,30 @@ def _BadSeedOrLogdir(seed, logdir):
   return None
 
 
+def _SplitCpu(cpu_devices, strategy):
+  """Splits the CPU into `cpu_devices` logical devices; an error line or None.
+
+  Only with --strategy=mirrored (the strategy that uses every logical CPU
+  of a machine without a GPU), before TensorFlow's runtime starts.
+  """
+  if cpu_devices is None:
+    return None
+  if isinstance(cpu_devices, bool) or cpu_devices < 1:
+    return ('--cpu_devices=%s must be an int >= 1 (the logical CPU devices '
+            'of --strategy=mirrored), e.g. --cpu_devices=2.' % cpu_devices)
+  if strategy != 'mirrored':
+    return ('--cpu_devices=%d only applies with --strategy=mirrored (got '
+            '--strategy=%s); drop it or add --strategy=mirrored.' %
+            (cpu_devices, strategy))
+  try:
+    tf.config.set_logical_device_configuration(
+        tf.config.list_physical_devices('CPU')[0],
+        [tf.config.LogicalDeviceConfiguration()] * cpu_devices)
+  except RuntimeError as e:  # The runtime already started.
+    return '--cpu_devices=%d could not be applied: %s' % (cpu_devices, e)
+  return None
+
+
 def main(argv):
   del argv
   if FLAGS.list:
@@ -300,7 +329,8 @@ def main(argv):
           FLAGS.model.replace('.', '_'), file=sys.stderr)
     return 2
   bad_flag = (mode_keys.FlagNotForMode(FLAGS.mode, FLAGS) or
-              _BadSeedOrLogdir(FLAGS.seed, FLAGS.logdir))
+              _BadSeedOrLogdir(FLAGS.seed, FLAGS.logdir) or
+              _SplitCpu(FLAGS.cpu_devices, FLAGS.strategy))
   if bad_flag:
     print('ERROR: %s' % bad_flag, file=sys.stderr)
     return 2

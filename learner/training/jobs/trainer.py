@@ -47,6 +47,7 @@ import numpy as np
 import tensorflow as tf
 
 from params import checks
+from learner.optimizers import sharded_state
 from learner.optimizers.wrappers import replica_local
 from learner.training.services import checkpointer as checkpointer_lib
 from learner.training.cluster import distribution
@@ -339,6 +340,10 @@ class Trainer:
         p.task.train.replicas_to_aggregate,
         self._strategy.num_replicas_in_sync)
     task = self._BuildTask(train=True)
+    notice = sharded_state.OneReplicaNotice(
+        task.LearnerParamsList(), self._strategy.num_replicas_in_sync)
+    if notice:
+      self._Print(notice)
     input_gen = (self._checked.train_input if self._checked is not None
                  else p.train_input.Instantiate())
     input_gen.CheckBatchSize()
