@@ -91,7 +91,8 @@ def RuleToShard(path, optimizer):
   if not isinstance(rule, ELEMENTWISE_RULES) or rule.inner_optimizers:
     raise ValueError(
         '%s: shard_optimizer_state=True with optimizer %s: only the '
-        'elementwise rules %s (optionally inside GradientAccumulation) are '
+        'elementwise rules %s and their subclasses (AdamW is an Adam) '
+        '(optionally inside GradientAccumulation) are '
         'sharded by flat slices; a rule or wrapper that needs whole tensors '
         '(Muon orthogonalizes matrices; Adafactor, LAMB, LARS use per-tensor '
         'statistics; Ema, Lookahead, SWA keep full-size averages; schedule-'
