@@ -54,8 +54,6 @@ def _BytesByDevice(variables, skip=()):
 
 def _Build(strategy, specs, weights, grads, shard):
   """(learner, step fn, model variables) of one run under `strategy`."""
-  from learner import learner as learner_lib  # pylint: disable=g-import-not-at-top
-  from params import NestedMap  # pylint: disable=g-import-not-at-top
   with strategy.scope():
     vs = [tf.Variable(w, name=s.name) for s, w in zip(specs, weights)]
     gs = [tf.Variable(g, trainable=False, name=s.name + '_grad')

@@ -57,10 +57,6 @@ class DropoutLayer(BaseLayer):
         why='the probability of keeping, not of dropping')
     return specs
 
-  def __init__(self, params):
-    super().__init__(params)
-    p = self.params
-
   def FProp(self, theta, x, training=False):
     """x [any shape] -> same shape; dropout only if `training`."""
     p = self.params
