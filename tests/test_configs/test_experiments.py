@@ -111,3 +111,25 @@ def test_two_learners_report_per_learner_metrics(tmp_path):
       'digits/layer_0/b', 'digits/layer_0/w']
   assert sorted(rest.optimizer.bound_variables) == [
       'digits/layer_1/b', 'digits/layer_1/w']
+
+
+def test_char_transformer_large_cools_down_by_1_sqrt_over_the_last_20_percent():
+  p = registry.GetParams('lm.CharTransformerLarge')
+  total = p.task.train.max_steps
+  start = total - int(round(0.2 * total))
+  for lp in p.task.train.learner:
+    sched = lp.lr_schedule.Instantiate()
+    # The TransformerSchedule by hand (model_dim d 192, warmup w: 200, and
+    # 50 on the Muon learner): d**-0.5 * min((s + 1) * w**-1.5,
+    # (s + 1)**-0.5); then y_c * (1 - sqrt((s - start) / (total - start))).
+    d = lp.lr_schedule.schedules[0].model_dim
+    w = lp.lr_schedule.schedules[0].warmup_steps
+    assert (d, w) in ((192, 50), (192, 200))
+    y_c = d**-0.5 * (start + 1)**-0.5
+    for step, want in ((0, d**-0.5 * w**-1.5),
+                       (start - 1, d**-0.5 * start**-0.5),
+                       (start, y_c),
+                       (start + (total - start) // 4, y_c * (1 - 0.5)),
+                       (total, 0.0), (total + 10, 0.0)):
+      got = float(sched.Value(step))
+      assert got == pytest.approx(want, rel=1e-5, abs=1e-9), (lp.name, step)
