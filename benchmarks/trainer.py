@@ -7,7 +7,7 @@
                                  [--repeats=N] [--output=PATH]
 
 Sides (issue 27.2): `ours` (the registered experiment through the Trainer),
-`keras` (its Keras twin through model.fit; digits and the char LM), `loop`
+`keras` (its Keras twin through model.fit; every model), `loop`
 (benchmarks/hand_loop.py: the experiment's own model and update written as
 a bare tf.function loop, Adam only: the char LM and mnist1d.ConvNet), and
 `ours_jit` / `loop_jit` (the same with jit_compile=True). `steady_x_loop`
@@ -76,15 +76,14 @@ DIGITS = 'digits.MlpMomentum'
 CHAR_LM = 'lm.CharTransformer'
 CONVNET = 'mnist1d.ConvNet'
 # Per model: steps (full, quick), the steps left out of steady/s (W) and the
-# sides it has (the loop writes Adam only; mnist1d.ConvNet has no Keras twin
-# yet).
+# sides it has (the loop writes Adam only).
 _JIT_SIDES = ('ours_jit', 'loop_jit')
 MODELS = {DIGITS: dict(steps=(1200, 200), warmup=(100, 100),
                        sides=('ours', 'keras')),
           CHAR_LM: dict(steps=(400, 20), warmup=(50, 10),
                         sides=('ours', 'keras', 'loop') + _JIT_SIDES),
           CONVNET: dict(steps=(600, 20), warmup=(50, 10),
-                        sides=('ours', 'loop') + _JIT_SIDES)}
+                        sides=('ours', 'keras', 'loop') + _JIT_SIDES)}
 SIDES = ('ours', 'keras', 'loop') + _JIT_SIDES
 _RESULT_PREFIX = 'TRAINER_RESULT '
 _LOG_LINE = re.compile(r'^step (\d+)/')
@@ -239,16 +238,65 @@ def _KerasCharLm(params, steps):
   return model, dataset.map(lambda b: (b['ids'], b['labels']))
 
 
+def _KerasConvNet(params, steps):
+  """mnist1d.ConvNet as keras.Sequential, from our task's initial weights.
+
+  The same layers (Conv1D 5 x 32 SAME ReLU + MaxPooling1D 2, three times;
+  Flatten; Dense 10), Adam(1e-2, 0.9, 0.999, 1e-7), no clipping, sparse
+  cross-entropy on logits and an 'accuracy' metric (ours computes both),
+  compiled with Keras's defaults. The kernels and biases are copied from
+  our task before training.
+
+  Raises:
+    ValueError: the twin's loss on the first batch is not ours (to 1e-5,
+      naming both).
+  """
+  import keras  # pylint: disable=g-import-not-at-top
+  from params import NestedMap  # pylint: disable=g-import-not-at-top
+  del steps
+  task = params.task.Instantiate()
+  tp = params.task
+  layers = [keras.Input((tp.length,)), keras.layers.Reshape((tp.length, 1))]
+  for _ in range(tp.num_conv):
+    layers += [keras.layers.Conv1D(tp.filters, tp.kernel_size,
+                                   padding='same', activation='relu'),
+               keras.layers.MaxPooling1D(2)]
+  layers += [keras.layers.Flatten(), keras.layers.Dense(tp.num_classes)]
+  model = keras.Sequential(layers)
+  ours = [getattr(task, 'conv_%d' % i) for i in range(tp.num_conv)]
+  theirs = [l for l in model.layers if isinstance(l, keras.layers.Conv1D)]
+  for src, dst in zip(ours + [task.head], theirs + [model.layers[-1]]):
+    dst.kernel.assign(src.kernel.numpy())
+    dst.bias.assign(src.bias.numpy())
+  model.compile(
+      optimizer=keras.optimizers.Adam(learning_rate=1e-2, beta_1=0.9,
+                                      beta_2=0.999, epsilon=1e-7),
+      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      metrics=['accuracy'])
+  dataset = params.train_input.Instantiate().GetDataset()
+  first = next(iter(dataset))
+  ours_loss = float(task.FProp(task.theta, NestedMap(first))[0]['loss'][0])
+  theirs_loss = float(model.compute_loss(
+      y=first['labels'], y_pred=model(first['features'])))
+  if abs(ours_loss - theirs_loss) > 1e-5 * abs(ours_loss):
+    raise ValueError('ConvNet loss on the first batch: ours %r, the Keras '
+                     'twin %r; the twin must mirror configs/mnist1d.py.' %
+                     (ours_loss, theirs_loss))
+  return model, dataset.map(lambda b: (b['features'], b['labels']))
+
+
 def RunKeras(model_name, steps, warmup):
   """Trains the same model with Keras model.fit; returns a result dict."""
   params = _ExperimentParams(model_name, steps)
-  build = _KerasCharLm if model_name == CHAR_LM else _KerasDigits
+  build = {CHAR_LM: _KerasCharLm, CONVNET: _KerasConvNet}.get(
+      model_name, _KerasDigits)
   # Digits: the clock starts before the data is loaded and the model built,
   # as ours starts before the Trainer loads the data and builds the task.
-  # The char LM's clock starts after the twin is checked against our task.
+  # The char LM's and ConvNet's clocks start after the twin is checked
+  # against our task.
   start = time.perf_counter()
   model, dataset = build(params, steps)
-  if model_name == CHAR_LM:
+  if model_name in (CHAR_LM, CONVNET):
     start = time.perf_counter()
   clock = _KerasClock()
   model.fit(dataset, epochs=1, steps_per_epoch=steps, verbose=0,
@@ -370,7 +418,8 @@ _TARGETS = {
     CHAR_LM: [('ours', 'keras', 'steady_steps_per_s', 1.25),
               ('ours', 'loop', 'steady_steps_per_s', 0.95),
               ('ours_jit', 'loop_jit', 'steady_steps_per_s', 0.95)],
-    CONVNET: [('ours', 'loop', 'steady_steps_per_s', 0.95),
+    CONVNET: [('ours', 'keras', 'steady_steps_per_s', 1.0),
+              ('ours', 'loop', 'steady_steps_per_s', 0.95),
               ('ours_jit', 'loop_jit', 'steady_steps_per_s', 0.95)],
 }
 

@@ -1,4 +1,4 @@
-"""benchmarks.trainer's lm.CharTransformer rows and their Keras twin.
+"""benchmarks.trainer's Keras twins (lm.CharTransformer, mnist1d.ConvNet).
 
 The twin (benchmarks/char_lm_keras.py) is checked against our task in
 process: the parameter count by hand and the loss of the same weights on
@@ -70,3 +70,39 @@ def test_trainer_char_lm_quickest_run_trains_every_side(tmp_path):
   assert [t['target'] for t in part['targets']] == [
       'ours steady steps/s / keras >= 1.25',
       'ours steady steps/s / loop >= 0.95']
+
+
+# mnist1d.ConvNet: conv 5*1*32 + 32, twice 5*32*32 + 32, head 160*10 + 10.
+_CONVNET_PARAMS = (5 * 32 + 32) + 2 * (5 * 32 * 32 + 32) + (160 * 10 + 10)
+
+
+def test_convnet_keras_twin_has_our_weights_and_computes_our_loss():
+  assert _CONVNET_PARAMS == 12106
+  p = cli_lib.LoadExperimentParams(trainer.CONVNET)
+  model, _ = trainer._KerasConvNet(p, 2)  # Checks the loss itself.
+  assert model.count_params() == _CONVNET_PARAMS
+  task = p.task.Instantiate()
+  # A fresh input's first batch (iterating the returned dataset again would
+  # reshuffle).
+  batch = next(iter(p.train_input.Instantiate().GetDataset()))
+  ours = float(task.FProp(task.theta, NestedMap(batch))[0]['loss'][0])
+  theirs = float(model.compute_loss(y=batch['labels'],
+                                    y_pred=model(batch['features'])))
+  assert theirs == pytest.approx(ours, rel=1e-6)
+  # 10 classes: the initial loss is near ln 10 = 2.30 nats.
+  assert 1.5 < ours < 3.5
+
+
+def test_trainer_convnet_quickest_run_has_a_keras_side(tmp_path):
+  payload = trainer.main(['--model=%s' % trainer.CONVNET, '--steps=2',
+                          '--warmup_steps=1', '--sides=ours,keras',
+                          '--output=%s' % (tmp_path / 't.json')])
+  assert not payload['notes'], payload['notes']
+  part = payload['models'][trainer.CONVNET]
+  assert sorted(part['results']) == ['keras', 'ours']
+  for side in ('ours', 'keras'):
+    # Two Adam steps at 1e-2 from ~2.3 nats.
+    assert 1.0 < part['results'][side]['final_loss'] < 3.5
+  assert part['results']['keras']['num_params'] == _CONVNET_PARAMS
+  assert [t['target'] for t in part['targets']] == [
+      'ours steady steps/s / keras >= 1.00']
