@@ -314,7 +314,9 @@ class CharTransformerLarge(CharTransformerMuon):
   BATCH_SIZE 32, dropout DROPOUT_PROB, MAX_STEPS steps; each learner's
   rate follows its TransformerSchedule until the last COOLDOWN of the run,
   then cools down to 0 by 1 - sqrt from the value it had there
-  (`WithCooldown`). The target is the held-out bits/char `xz -9e` reaches
+  (`WithCooldown`; the cooldown is placed by MAX_STEPS: `--max_steps`
+  stops the run elsewhere without moving it, and a subclass with another
+  MAX_STEPS moves it). The target is the held-out bits/char `xz -9e` reaches
   given the train text (1.411: `python -m configs.char_data
   --compressor_bound`); not reached.
   Measured (the full run, 2026-12-04, a quiet 2-core machine, 1.4-1.7
