@@ -417,8 +417,10 @@ def Main(argv, out=None, err=None):
     out.write('peak: %.6g at step %d\n' % (summary['peak'],
                                             summary['peak_step']))
     out.write('end:  %.6g at step %d\n' % (summary['end_value'], end))
+    branch = schedule.step if isinstance(schedule, Branched) else None
     for b, before, after in summary['boundaries']:
-      out.write('boundary %d: %.6g -> %.6g\n' % (b, before, after))
+      out.write('boundary %d%s: %.6g -> %.6g\n' % (
+          b, ' (branch)' if b == branch else '', before, after))
     if rate is not None:
       out.write('learning_rate %.6g: peak rate %.6g, end rate %.6g\n' %
                 (rate, rate * summary['peak'], rate * summary['end_value']))
