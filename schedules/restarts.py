@@ -73,7 +73,14 @@ class CosineWithRestarts(BaseSchedule):
     else:
       t_mul_t = tf.constant(t_mul, tf.float64)
       i = tf.floor(tf.math.log(1.0 - x * (1.0 - t_mul)) / math.log(t_mul))
-      done = (1.0 - tf.pow(t_mul_t, i)) / (1.0 - t_mul)
+      # The log ratio can land an ulp off an integer at a restart (log(8) /
+      # log(2) < 3 in tf.function), so correct i by one either way so that
+      # done(i) <= x < done(i + 1).
+      def _Done(k):
+        return (1.0 - tf.pow(t_mul_t, k)) / (1.0 - t_mul)
+      i += (tf.cast(x >= _Done(i + 1.0), tf.float64) -
+            tf.cast(x < _Done(i), tf.float64))
+      done = _Done(i)
       r = (x - done) / tf.pow(t_mul_t, i)
     peak = tf.pow(tf.constant(float(p.m_mul), tf.float64), i)
     return ((1.0 - p.alpha) * peak * 0.5 * (1.0 + tf.cos(math.pi * r)) +

@@ -92,6 +92,26 @@ def test_s32_cosine_with_restarts_by_hand():
                              rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.parametrize('t_mul, restarts', [
+    (2.0, [50, 150, 350, 750, 1550]), (3.0, [50, 200, 650, 2000]),
+    (1.0, [50, 100, 350])])
+def test_s32_every_restart_is_1_eagerly_in_tf_function_and_under_xla(
+    t_mul, restarts):
+  # By hand: with P = 50 the restarts are at P (1 + t + ... + t^(i-1)),
+  # where the value jumps back to its peak (m_mul 1: exactly 1) and the
+  # step before is the end of a cosine (near 0). In tf.function, log(8) /
+  # log(2) came out just below 3 and step 350 gave 0 instead of 1 (a
+  # fresh user's schedules.plot showed it).
+  sched = sch.CosineWithRestarts.Params().Set(
+      first_decay_steps=50, t_mul=t_mul).Instantiate()
+  graph = tf.function(sched.Value)
+  xla = tf.function(sched.Value, jit_compile=True)
+  for step in restarts:
+    for fn in (sched.Value, graph, xla):
+      assert float(fn(tf.constant(step, tf.int64))) == 1.0, (fn, step)
+      assert float(fn(tf.constant(step - 1, tf.int64))) < 1e-3, (fn, step)
+
+
 def test_s32_cosine_with_restarts_refusals():
   for kw, match in [(dict(first_decay_steps=0), 'first_decay_steps=0'),
                     (dict(first_decay_steps=5, t_mul=0.5), 't_mul=0.5'),
