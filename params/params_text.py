@@ -238,9 +238,13 @@ def _ReadLineValue(shown, key, value_text, current):
     raise ValueError('Line %s: cannot read the value of %r: %s.%s' %
                      (shown, key, _OneLine(e), hint)) from None
   if err:
+    hint = _ExampleHint(key, current)
+    if (isinstance(current, int) and not isinstance(current, bool) and
+        value_text.strip()[:1] in ('"', "'")):
+      hint += (" A schedule's length may instead be one duration, e.g. "
+               "'2000 examples' or '3 epochs'.")
     raise ValueError('Line %s: wrong type for %r: %s.%s' %
-                     (shown, key, _OneLine(err).rstrip('.'),
-                      _ExampleHint(key, current)))
+                     (shown, key, _OneLine(err).rstrip('.'), hint))
   return value
 
 

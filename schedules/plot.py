@@ -6,7 +6,10 @@ Usage:
   python -m schedules.plot --params_text="cls : Class('schedules.cosine.CosineDecay'); total_steps : 1000" --end=1200
   python -m schedules.plot --params_text=/path/to/params.txt --end=5000
   python -m schedules.plot --params_text=/logs/stable/params.txt \
-      --branch_step=8000 --branch_params_text=/logs/cooldown/params.txt
+      --branch_step=8000 --branch_params_text=/tmp/cooldown_schedule.txt
+  (the branch's text is the schedule the run resumed with; a logdir's
+  params.txt keeps its first run's params, so write the new one out, e.g.
+  from the --params_override you resumed with)
 
 --model takes a registered experiment (params.registry key); the schedule is
 task.train.learner[--learner].lr_schedule. --params_text takes the text (or

@@ -142,6 +142,20 @@ def test_a_duration_in_params_text_is_read_and_a_typo_suggests_the_form():
   assert p.task.train.learner.lr_schedule.warmup_steps == '160 examples'
   with pytest.raises(ValueError, match="wrong type .* got str 'abc'"):
     p.Copy().FromText("task.train.max_steps : 'abc'")
+  # A quoted string that is no duration: the one-line error also names the
+  # two duration forms (a fresh user's '1 epochs 100 steps' got only "write
+  # an int").
+  with pytest.raises(ValueError) as e:
+    p.Copy().FromText(
+        "task.train.learner.lr_schedule.decay_steps : '1 epochs 100 steps'")
+  assert len(str(e.value).splitlines()) == 1
+  assert str(e.value).endswith(
+      "e.g. task.train.learner.lr_schedule.decay_steps : 10. A schedule's "
+      "length may instead be one duration, e.g. '2000 examples' or "
+      "'3 epochs'.")
+  with pytest.raises(ValueError) as e:  # Not quoted: no duration hint.
+    p.Copy().FromText('task.train.max_steps : 2.5')
+  assert 'duration' not in str(e.value)
   with pytest.raises(ValueError, match="total_steps='3 epocs' is not an int.*"
                      "or a duration such as '3 epochs'"):
     _Wsd(total_steps='3 epocs').Instantiate()
