@@ -62,7 +62,6 @@ takes effect, so the losses agree only roughly. The target
 import argparse
 import json
 import math
-import os
 import re
 import resource
 import sys

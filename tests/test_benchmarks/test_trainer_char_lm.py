@@ -12,7 +12,6 @@ import pytest
 
 from benchmarks import char_lm_keras
 from benchmarks import trainer
-from learner.training.jobs import trainer as trainer_lib
 from learner.training.jobs import cli as cli_lib
 from params import NestedMap
 
