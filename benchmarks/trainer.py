@@ -209,6 +209,21 @@ def _KerasDigits(params, steps):
   return model, dataset
 
 
+def _CheckFirstLoss(task, model, batch, inputs_key, what, config):
+  """Raises unless the Keras twin's loss on `batch` is our task's (to 1e-5).
+
+  Raises:
+    ValueError: naming both losses and the config the twin must mirror.
+  """
+  from params import NestedMap  # pylint: disable=g-import-not-at-top
+  ours = float(task.FProp(task.theta, NestedMap(batch))[0]['loss'][0])
+  theirs = float(model.compute_loss(y=batch['labels'],
+                                    y_pred=model(batch[inputs_key])))
+  if abs(ours - theirs) > 1e-5 * abs(ours):
+    raise ValueError('%s loss on the first batch: ours %r, the Keras twin %r; '
+                     'the twin must mirror %s.' % (what, ours, theirs, config))
+
+
 def _KerasCharLm(params, steps):
   """benchmarks/char_lm_keras.py's twin, from our task's initial weights.
 
@@ -218,7 +233,6 @@ def _KerasCharLm(params, steps):
   """
   from benchmarks import char_lm_keras  # pylint: disable=g-import-not-at-top
   from configs import lm  # pylint: disable=g-import-not-at-top
-  from params import NestedMap  # pylint: disable=g-import-not-at-top
   del steps
   exp = lm.CharTransformer()
   task = params.task.Instantiate()
@@ -226,14 +240,8 @@ def _KerasCharLm(params, steps):
                               0.98, 1e-9, clip_norm=1.0)
   char_lm_keras.CopyWeights(task, model)
   dataset = params.train_input.Instantiate().GetDataset()
-  first = next(iter(dataset))
-  ours = float(task.FProp(task.theta, NestedMap(first))[0]['loss'][0])
-  theirs = float(model.compute_loss(y=first['labels'],
-                                    y_pred=model(first['ids'])))
-  if abs(ours - theirs) > 1e-5 * abs(ours):
-    raise ValueError('CharTransformer loss on the first batch: ours %r, the '
-                     'Keras twin %r; the twin must mirror configs/lm.py.' %
-                     (ours, theirs))
+  _CheckFirstLoss(task, model, next(iter(dataset)), 'ids', 'CharTransformer',
+                  'configs/lm.py')
   return model, dataset.map(lambda b: (b['ids'], b['labels']))
 
 
@@ -251,7 +259,6 @@ def _KerasConvNet(params, steps):
       naming both).
   """
   import keras  # pylint: disable=g-import-not-at-top
-  from params import NestedMap  # pylint: disable=g-import-not-at-top
   del steps
   task = params.task.Instantiate()
   tp = params.task
@@ -273,14 +280,8 @@ def _KerasConvNet(params, steps):
       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
       metrics=['accuracy'])
   dataset = params.train_input.Instantiate().GetDataset()
-  first = next(iter(dataset))
-  ours_loss = float(task.FProp(task.theta, NestedMap(first))[0]['loss'][0])
-  theirs_loss = float(model.compute_loss(
-      y=first['labels'], y_pred=model(first['features'])))
-  if abs(ours_loss - theirs_loss) > 1e-5 * abs(ours_loss):
-    raise ValueError('ConvNet loss on the first batch: ours %r, the Keras '
-                     'twin %r; the twin must mirror configs/mnist1d.py.' %
-                     (ours_loss, theirs_loss))
+  _CheckFirstLoss(task, model, next(iter(dataset)), 'features', 'ConvNet',
+                  'configs/mnist1d.py')
   return model, dataset.map(lambda b: (b['features'], b['labels']))
 
 

@@ -326,7 +326,7 @@ class CharTransformerLarge(CharTransformerMuon):
   (stopped at 2400) it overfits the 418,000 train characters after about
   600 steps (best 1.791); with dropout 0.1 and no cooldown, 1.660 at
   step 1800; dropout 0.2: 2.401 at 300 (stopped).
-    """
+  """
 
   DROPOUT_PROB = 0.1
   BATCH_SIZE = 32

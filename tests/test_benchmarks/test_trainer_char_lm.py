@@ -50,12 +50,17 @@ def test_twin_refuses_a_model_of_another_size():
     char_lm_keras.CopyWeights(task, model)
 
 
-def test_trainer_char_lm_quickest_run_trains_every_side(tmp_path):
-  payload = trainer.main(['--model=%s' % trainer.CHAR_LM, '--steps=2',
-                          '--warmup_steps=1', '--sides=ours,keras,loop',
+def _QuickestRun(tmp_path, model, sides):
+  """benchmarks.trainer on `model`, 2 steps (W = 1): the model's payload."""
+  payload = trainer.main(['--model=%s' % model, '--steps=2',
+                          '--warmup_steps=1', '--sides=%s' % sides,
                           '--output=%s' % (tmp_path / 't.json')])
   assert not payload['notes'], payload['notes']
-  part = payload['models'][trainer.CHAR_LM]
+  return payload['models'][model]
+
+
+def test_trainer_char_lm_quickest_run_trains_every_side(tmp_path):
+  part = _QuickestRun(tmp_path, trainer.CHAR_LM, 'ours,keras,loop')
   assert part['warmup_steps'] == 1
   assert sorted(part['results']) == ['keras', 'loop', 'ours']
   for side in ('ours', 'keras', 'loop'):
@@ -93,11 +98,7 @@ def test_convnet_keras_twin_has_our_weights_and_computes_our_loss():
 
 
 def test_trainer_convnet_quickest_run_has_a_keras_side(tmp_path):
-  payload = trainer.main(['--model=%s' % trainer.CONVNET, '--steps=2',
-                          '--warmup_steps=1', '--sides=ours,keras',
-                          '--output=%s' % (tmp_path / 't.json')])
-  assert not payload['notes'], payload['notes']
-  part = payload['models'][trainer.CONVNET]
+  part = _QuickestRun(tmp_path, trainer.CONVNET, 'ours,keras')
   assert sorted(part['results']) == ['keras', 'ours']
   for side in ('ours', 'keras'):
     # Two Adam steps at 1e-2 from ~2.3 nats.
