@@ -608,10 +608,18 @@ def CondAsCall(pred, true_fn, false_fn):
   every op of the branch not taken as dead; for the applying branch of an
   accumulation micro-step that is ~5 ops per variable on every micro-step.
   Run as a call, a micro-step that only accumulates executes just its own
-  branch. Eagerly and under XLA it is the plain tf.cond.
+  branch. Eagerly it is the plain tf.cond. Under XLA it is a
+  tf.switch_case with `false_fn` as branch 0: XLA:CPU (TF 2.21) keeps a
+  variable that a branch passes through unchanged in place only when that
+  branch is branch 0 of an indexed conditional (openxla/xla#46314, fixed
+  upstream in 2026-07); as a tf.cond it copied every weight and optimizer
+  slot in the accumulate-only branch of a micro-step
+  (tests/test_learner/test_learner_xla.py).
   """
+  if kernels.InXla():
+    return tf.switch_case(tf.cast(pred, tf.int32), [false_fn, true_fn])
   out = tf.cond(pred, true_fn, false_fn)
-  if tf.executing_eagerly() or kernels.InXla():
+  if tf.executing_eagerly():
     return out
   flat = tf.nest.flatten(out)
   if_ops = set()
