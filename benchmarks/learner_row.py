@@ -107,18 +107,29 @@ class LearnerRow(object):
     learner: the built Learner.
     vars: the model variables it updates.
     eval_metrics: the eval_metrics of the last traced Apply (symbolic).
+    steps_per_call: the steps one `step()` runs (1, or the loop's length).
   """
 
   reference_form = 'tf'
 
   def __init__(self, cfg, specs, weights, grads, jit_compile=False,
                accumulate_batches=0, name=None, clip=True,
-               check_finite_weights=False, fused=True, fetch_metrics=False):
+               check_finite_weights=False, fused=True, fetch_metrics=False,
+               steps_per_call=1):
     """`fused=False` traces the step with the multi-tensor kernels off
     (learner/optimizers/kernels: the pure-TF path, row `learner_fallback`).
     `fetch_metrics=True` makes the step return the eval metrics' values, as
     the trainer's step does (row `learner_jit_metrics`); otherwise they are
-    pruned from the traced step (var_norm/all then costs nothing)."""
+    pruned from the traced step (var_norm/all then costs nothing).
+    `steps_per_call` > 1 makes one `step()` run that many steps in one
+    tf.function call, as the trainer's `TrainLoop` runs a loop's steps
+    (row `learner_loop`): the traced step is called once, then in a
+    tf.while_loop (parallel_iterations 1), with its metrics fetched; the
+    per-call cost of a tf.function (binding, its captured variables'
+    inputs, the executor's start) is paid once per call."""
+    if steps_per_call < 1:
+      raise ValueError('LearnerRow: steps_per_call=%r; expected an int >= 1.'
+                       % (steps_per_call,))
     from learner import learner as learner_lib  # pylint: disable=g-import-not-at-top
     from learner.optimizers import kernels  # pylint: disable=g-import-not-at-top
     from learner.optimizers import var_grad  # pylint: disable=g-import-not-at-top
@@ -138,9 +149,12 @@ class LearnerRow(object):
       p.check_finite_weights = True
     self.learner = p.Instantiate()
     self.learner.Bind(self.vmap)
-    self._fetch_metrics = fetch_metrics
-    self.step = tf.function(self._Step, jit_compile=jit_compile)
-    traced = self.step
+    self._fetch_metrics = fetch_metrics or steps_per_call > 1
+    self.steps_per_call = steps_per_call
+    one_step = tf.function(self._Step, jit_compile=jit_compile)
+    traced = one_step
+    if steps_per_call > 1:
+      traced = tf.function(lambda: _Loop(one_step, steps_per_call))
 
     def _Step():
       # The path is fixed when the step is traced (the fused one is the
@@ -162,3 +176,14 @@ class LearnerRow(object):
 
   def Weights(self):
     return [np.array(v.numpy()) for v in self.vars]
+
+
+def _Loop(step_fn, num_steps):
+  """`num_steps` calls of the traced `step_fn` in one graph, as
+  `BaseTask._TrainLoop` runs them: the first outside a tf.while_loop (it
+  fixes the carried outputs' structure), the rest inside it."""
+  out = step_fn()
+  _, out = tf.while_loop(lambda i, unused_out: i < num_steps,
+                         lambda i, unused_out: (i + 1, step_fn()),
+                         (tf.constant(1), out), parallel_iterations=1)
+  return out

@@ -18,7 +18,12 @@ the same run:
       `learner_fallback` the same Learner with them off (the pure-TF path,
       also what runs under jit_compile); `learner_jit_metrics`: learner_jit
       whose step returns its eval metrics, as the trainer's step does
-      (the other learner rows let tf.function prune them);
+      (the other learner rows let tf.function prune them); `learner_loop`:
+      `learner` as the trainer runs it, LOOP_STEPS steps (metrics fetched)
+      per tf.function call in a tf.while_loop (its times are per step;
+      the per-call cost of a tf.function with many captured variables is
+      paid once per call, as in the trainer's TrainLoop; not a peer of
+      the per-call rows);
   (b) `tf_fused`, `tf_fused_jit`: a hand-written tf.function over TF's fused
       ResourceApplyMomentum/ResourceApplyAdam and tf.clip_by_global_norm;
       `tf_fused_folded` (Momentum only) is a design prototype, not a peer:
@@ -60,6 +65,9 @@ from benchmarks import torch_rows
 from benchmarks import variable_sets
 
 CHECK_STEPS = 3
+# Steps per call of the row `learner_loop` (the trainer's TrainLoop runs up
+# to p.train.steps_per_loop steps per call, ending at each log interval).
+LOOP_STEPS = 10
 CHECK_TOLERANCE = 2e-3
 PEERS = ('tf_fused', 'tf_fused_jit', 'keras', 'optax_jit', 'torch')
 PROBE = '_bandwidth_probe'
@@ -119,6 +127,9 @@ def BuildRows(cfg, specs, weights, grads, wanted, notes):
       ('learner_jit_metrics', lambda: learner_row.LearnerRow(
           cfg, specs, weights, grads, jit_compile=True, fetch_metrics=True,
           name='learner_jit_metrics')),
+      ('learner_loop', lambda: learner_row.LearnerRow(
+          cfg, specs, weights, grads, steps_per_call=LOOP_STEPS,
+          name='learner_loop')),
       ('learner_checked', lambda: learner_row.LearnerRow(
           cfg, specs, weights, grads, check_finite_weights=True,
           name='learner_checked')),
@@ -161,16 +172,16 @@ def BuildRows(cfg, specs, weights, grads, wanted, notes):
   return rows
 
 
-def Reference(cfg, specs, weights, grads, form):
-  """The reference weights after CHECK_STEPS steps in `form`: numpy's for
+def Reference(cfg, specs, weights, grads, form, steps=CHECK_STEPS):
+  """The reference weights after `steps` steps in `form`: numpy's for
   Momentum and Adam; for the RULE_OPTIMIZERS a fresh `learner_fallback`
   (the pure-TF path, which the fused kernels equal bit for bit)."""
   if cfg.optimizer in peer_rows.RULE_OPTIMIZERS:
     row = learner_row.LearnerRow(cfg, specs, weights, grads, fused=False)
-    for _ in range(CHECK_STEPS):
+    for _ in range(steps):
       row.step()
     return [w.astype('float64') for w in row.Weights()]
-  kw = dict(steps=CHECK_STEPS, lr=cfg.lr, total_steps=cfg.total_steps,
+  kw = dict(steps=steps, lr=cfg.lr, total_steps=cfg.total_steps,
             alpha=cfg.alpha, clip=cfg.clip, form=form)
   if cfg.optimizer == 'momentum':
     return numpy_reference.Momentum(weights, grads, momentum=cfg.momentum,
@@ -200,12 +211,15 @@ def RunOne(set_name, opt_name, args, gbps, notes):
                    (set_name, opt_name, row.name, type(e).__name__,
                     str(e).splitlines()[0][:300]))
       continue
-    form = row.reference_form
-    if form not in refs:
-      refs[form] = Reference(cfg, specs, weights, grads, form)
-    err = numpy_reference.MaxRelativeError(weights, row.Weights(), refs[form])
+    # A row running several steps per call ran CHECK_STEPS calls.
+    per_call = getattr(row, 'steps_per_call', 1)
+    key = (row.reference_form, CHECK_STEPS * per_call)
+    if key not in refs:
+      refs[key] = Reference(cfg, specs, weights, grads, *key)
+    err = numpy_reference.MaxRelativeError(weights, row.Weights(), refs[key])
     checked[row.name] = dict(first_call_s=first_s, max_rel_err=err,
-                             check_ok=bool(err <= CHECK_TOLERANCE))
+                             check_ok=bool(err <= CHECK_TOLERANCE),
+                             steps_per_call=per_call)
     active[row.name] = row.step
   probe = bandwidth.BandwidthProbe(threads=2)
   active[PROBE] = probe
@@ -228,6 +242,9 @@ def RunOne(set_name, opt_name, args, gbps, notes):
   for name in active:
     r = dict(stats[name])
     r.update(checked[name])
+    # Times per step: a call of a looping row ran steps_per_call steps.
+    for k in ('median_s', 'p10_s', 'p90_s'):
+      r[k] /= r['steps_per_call']
     r['ratio_to_limit'] = r['median_s'] / limit_s
     r['ratio_to_best_peer'] = (r['median_s'] / best_peer
                                if best_peer else None)

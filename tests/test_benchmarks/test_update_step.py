@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from benchmarks import bandwidth
+from benchmarks import learner_row
 from benchmarks import numpy_reference
 from benchmarks import peer_rows
 from benchmarks import update_step
@@ -102,11 +103,31 @@ def test_quickest_run_every_row_matches_its_numpy_reference(tmp_path):
   for res in payload['results']:
     rows = res['rows']
     for name in ('learner', 'learner_fallback', 'learner_jit',
-                 'learner_jit_metrics', 'tf_fused', 'keras'):
+                 'learner_jit_metrics', 'learner_loop', 'tf_fused', 'keras'):
       assert name in rows, (res['optimizer'], sorted(rows))
     for name, r in rows.items():
       assert r['check_ok'], (res['optimizer'], name, r['max_rel_err'])
       assert r['steps'] == 3
+      assert r['steps_per_call'] == (update_step.LOOP_STEPS
+                                     if name == 'learner_loop' else 1)
+
+
+def test_loop_row_runs_its_steps_as_the_per_call_row_bit_for_bit():
+  # One call of the looping row is steps_per_call steps of the plain row:
+  # the same weights, bit for bit, and the same counters.
+  specs = variable_sets.Specs('small')[:3]
+  weights, grads = variable_sets.MakeValues(specs)
+  cfg = peer_rows.UpdateConfig('momentum', total_steps=10)
+  plain = learner_row.LearnerRow(cfg, specs, weights, grads)
+  loop = learner_row.LearnerRow(cfg, specs, weights, grads, steps_per_call=4)
+  for _ in range(4):
+    plain.step()
+  out = loop.step()
+  assert float(out['num_updates']) == 4.0
+  for a, b in zip(plain.Weights(), loop.Weights()):
+    np.testing.assert_array_equal(a, b)
+  with pytest.raises(ValueError, match='steps_per_call=0'):
+    learner_row.LearnerRow(cfg, specs, weights, grads, steps_per_call=0)
 
 
 def test_folded_clip_prototype_matches_momentum_when_the_clip_scale_changes():
