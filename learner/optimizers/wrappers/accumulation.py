@@ -311,14 +311,26 @@ class GradientAccumulation(wrapper.BaseWrapper):
     the accumulators through, and XLA:CPU copies every one of them there,
     on every micro-step (tests/test_learner/test_learner_xla.py).
     """
+    for (var, _), new in zip(var_grads,
+                             self._SelectSums(var_grads, weight, is_finite)):
+      self._accums[var_grad_lib.VarName(var)].assign(new)
+    self._CountMicroBatch(weight, is_finite)
+
+  def _SelectSums(self, var_grads, weight, is_finite):
+    """[where(is_finite, acc - (-weight) * g, acc)] for (var, g) pairs."""
+    sums = []
     for var, g in var_grads:
       acc = self._accums[var_grad_lib.VarName(var)]
       g = tf.convert_to_tensor(g)
       if g.dtype != acc.dtype:
         g = tf.cast(g, acc.dtype)
       value = acc.read_value()
-      acc.assign(tf.where(is_finite,
-                          value - tf.cast(-weight, acc.dtype) * g, value))
+      sums.append(tf.where(is_finite,
+                           value - tf.cast(-weight, acc.dtype) * g, value))
+    return sums
+
+  def _CountMicroBatch(self, weight, is_finite):
+    """The scalars of `_Add` / `_DropMicroBatch`, as selects."""
     counted = tf.logical_and(tf.logical_not(is_finite), weight > 0.0)
     self._weight_sum.assign_add(tf.where(is_finite, weight, 0.0))
     if _CountsAtOnce():
@@ -388,15 +400,16 @@ class GradientAccumulation(wrapper.BaseWrapper):
     return (sums, self._weight_sum.read_value(),
             self._window_dropped.read_value())
 
-  def Zero(self):
-    """Empties the window: accumulators, weight, counter back to zero."""
+  def Zero(self, accumulators=True):
+    """Empties the window: accumulators, weight, counter back to zero
+    (`accumulators=False`: the scalars only; the caller zeroes them)."""
     # A zero computed at run time: tf.zeros of a static shape is folded into
     # a graph constant by grappler (up to 10 MB per tensor), which the
     # assigned variable would then alias, so the next in-place add copies
     # every accumulator (and the constants hold another copy of them).
     # (micro_step >= 0, so this is 0; grappler cannot fold it.)
     zero = tf.cast(tf.minimum(self._micro_step.read_value(), 0), tf.float32)
-    accs = list(self._accums.values())
+    accs = list(self._accums.values()) if accumulators else []
     # In place when the fused op can run (no fresh buffer per accumulator).
     fused = kernels.Zero(accs) if accs else None
     ops = ([fused] if fused is not None else
@@ -465,6 +478,10 @@ class GradientAccumulation(wrapper.BaseWrapper):
       weighted, weight, (bad,) = all_reduce(weighted, weight, [bad])
       micro_step = self.Accumulate(list(zip(variables, weighted)), weight,
                                    tf.constant(True), num_dropped=bad)
+    elif kernels.InXla():
+      return self._AccumulateOrApplyXla(var_grads, dense, weight,
+                                        apply_window, when_accumulating,
+                                        all_reduce)
     else:
       micro_step = self._AccumulateChecked(variables, dense, weight)
     is_apply = self.IsApplyStep(micro_step)
@@ -481,10 +498,50 @@ class GradientAccumulation(wrapper.BaseWrapper):
                                         when_accumulating)
     return outputs, is_apply
 
-  def _Window(self, var_grads, all_reduce):
-    """The completed window's Window (sums all-reduced if `all_reduce`)."""
+  def _AccumulateOrApplyXla(self, var_grads, dense, weight, apply_window,
+                            when_accumulating, all_reduce):
+    """`AccumulateOrApply` under XLA: the accumulators outside the cond.
+
+    The applying branch computes the window's sums from the accumulators
+    and this micro-batch (`_SelectSums`) without writing them; after the
+    cond one select writes every accumulator in place: 0 when the window
+    was applied, else acc + weight * g (or acc, dropped). The cond then
+    writes no accumulator, so no branch passes one through, which XLA:CPU
+    would copy (tests/test_learner/test_learner_xla.py). 12 B/param per
+    micro-step, as `_SelectAccumulate`; the applying micro-step reads the
+    accumulators and g once more.
+    """
+    pairs = [(vg.var, g) for vg, g in zip(var_grads.Flatten(), dense)]
+    finite = kernels.SumOfSquaresFinite(dense)
+    self._CountMicroBatch(weight, finite)
+    is_apply = self.IsApplyStep(self._micro_step.assign_add(1))
+    sums_reduce = all_reduce if self.params.sync_on_apply else None
+
+    def _ApplyWindow():
+      sums = self._SelectSums(pairs, weight, finite)
+      outputs = apply_window(self._Window(var_grads, sums_reduce, sums))
+      flat = tf.nest.flatten(outputs)
+      with tf.control_dependencies(flat):
+        self.Zero(accumulators=False)
+      return tf.nest.pack_sequence_as(outputs, [tf.identity(x) for x in flat])
+
+    outputs = base_optimizer.CondAsCall(is_apply, _ApplyWindow,
+                                        when_accumulating)
+    # The zero is read from the micro-step counter after the cond (which
+    # the applying branch resets): the select depends on the cond's
+    # outputs, so its in-place write cannot overtake that branch's reads.
+    zero = tf.cast(tf.minimum(self._micro_step.read_value(), 0), tf.float32)
+    for (var, _), new in zip(pairs, self._SelectSums(pairs, weight, finite)):
+      acc = self._accums[var_grad_lib.VarName(var)]
+      acc.assign(tf.where(is_apply, tf.cast(zero, acc.dtype), new))
+    return outputs, is_apply
+
+  def _Window(self, var_grads, all_reduce, sums=None):
+    """The completed window's Window (sums all-reduced if `all_reduce`);
+    `sums`, if given, in place of the accumulators' values."""
     vgs = var_grads.Flatten()
-    sums, wsum, dropped = self.AccumulatedSums([vg.var for vg in vgs])
+    read, wsum, dropped = self.AccumulatedSums([vg.var for vg in vgs])
+    sums = read if sums is None else sums
     if all_reduce is not None:
       sums, wsum, (dropped,) = all_reduce(sums, wsum, [dropped])
     if not _CountsAtOnce():
