@@ -485,18 +485,26 @@ class GradientAccumulation(wrapper.BaseWrapper):
     else:
       micro_step = self._AccumulateChecked(variables, dense, weight)
     is_apply = self.IsApplyStep(micro_step)
+    outputs = base_optimizer.CondAsCall(
+        is_apply, self._ApplyWindowFn(var_grads, apply_window, all_reduce),
+        when_accumulating)
+    return outputs, is_apply
+
+  def _ApplyWindowFn(self, var_grads, apply_window, all_reduce,
+                     sums_fn=None):
+    """The applying branch: `apply_window` on the window, then the window
+    is emptied (the accumulators too unless `sums_fn` gives the sums)."""
     sums_reduce = all_reduce if self.params.sync_on_apply else None
 
     def _ApplyWindow():
-      outputs = apply_window(self._Window(var_grads, sums_reduce))
+      sums = sums_fn() if sums_fn else None
+      outputs = apply_window(self._Window(var_grads, sums_reduce, sums))
       flat = tf.nest.flatten(outputs)
       with tf.control_dependencies(flat):
-        self.Zero()
+        self.Zero(accumulators=sums_fn is None)
       return tf.nest.pack_sequence_as(outputs, [tf.identity(x) for x in flat])
 
-    outputs = base_optimizer.CondAsCall(is_apply, _ApplyWindow,
-                                        when_accumulating)
-    return outputs, is_apply
+    return _ApplyWindow
 
   def _AccumulateOrApplyXla(self, var_grads, dense, weight, apply_window,
                             when_accumulating, all_reduce):
@@ -515,18 +523,11 @@ class GradientAccumulation(wrapper.BaseWrapper):
     finite = kernels.SumOfSquaresFinite(dense)
     self._CountMicroBatch(weight, finite)
     is_apply = self.IsApplyStep(self._micro_step.assign_add(1))
-    sums_reduce = all_reduce if self.params.sync_on_apply else None
-
-    def _ApplyWindow():
-      sums = self._SelectSums(pairs, weight, finite)
-      outputs = apply_window(self._Window(var_grads, sums_reduce, sums))
-      flat = tf.nest.flatten(outputs)
-      with tf.control_dependencies(flat):
-        self.Zero(accumulators=False)
-      return tf.nest.pack_sequence_as(outputs, [tf.identity(x) for x in flat])
-
-    outputs = base_optimizer.CondAsCall(is_apply, _ApplyWindow,
-                                        when_accumulating)
+    outputs = base_optimizer.CondAsCall(
+        is_apply, self._ApplyWindowFn(
+            var_grads, apply_window, all_reduce,
+            sums_fn=lambda: self._SelectSums(pairs, weight, finite)),
+        when_accumulating)
     # The zero is read from the micro-step counter after the cond (which
     # the applying branch resets): the select depends on the cond's
     # outputs, so its in-place write cannot overtake that branch's reads.
