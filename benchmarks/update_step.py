@@ -13,7 +13,7 @@ the same run:
       jit_compile=True; `learner_checked`: plain, with
       check_finite_weights=True (an update that makes a weight non-finite
       is undone; costs a copy of the weights and slots per step);
-      jit_compile=True; `learner` runs the fused multi-tensor kernels
+      `learner` runs the fused multi-tensor kernels
       (learner/optimizers/kernels: one norm op, one apply op per step),
       `learner_fallback` the same Learner with them off (the pure-TF path,
       also what runs under jit_compile); `learner_jit_metrics`: learner_jit
@@ -83,7 +83,7 @@ def ParseArgs(argv):
       formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--quick', action='store_true',
                       help='Few steps (20 timed, 2 warm-up), Adam on the '
-                      'small set only: under 2 min.')
+                      'small set only: 2-3 min.')
   parser.add_argument('--sets', default='small,resnet50',
                       help='Comma-separated variable sets: small, resnet50.')
   parser.add_argument('--optimizers', default=None,

@@ -74,6 +74,9 @@ def test_trainer_char_lm_quickest_run_trains_every_side(tmp_path):
   assert [t['target'] for t in part['targets']] == [
       'ours steady steps/s / keras >= 1.25',
       'ours steady steps/s / loop >= 0.95']
+  # One steady step judges nothing (a --quick run printed 'met' for a
+  # hand loop still warming up).
+  assert [t['met'] for t in part['targets']] == [None, None]
 
 
 # mnist1d.ConvNet: conv 5*1*32 + 32, twice 5*32*32 + 32, head 160*10 + 10.
@@ -106,3 +109,15 @@ def test_trainer_convnet_quickest_run_has_a_keras_side(tmp_path):
   assert part['results']['keras']['num_params'] == _CONVNET_PARAMS
   assert [t['target'] for t in part['targets']] == [
       'ours steady steps/s / keras >= 1.00']
+
+
+def test_targets_are_judged_from_min_judged_steps_on():
+  results = {'ours': {'steady_steps_per_s': 5.0},
+             'keras': {'steady_steps_per_s': 4.0},
+             'loop': {'steady_steps_per_s': 6.0}}
+  rows = trainer._Targets(trainer.CHAR_LM, results, trainer.MIN_JUDGED_STEPS)
+  assert [(r['value'], r['met']) for r in rows] == [(1.25, True),
+                                                    (5.0 / 6.0, False)]
+  short = trainer._Targets(trainer.CHAR_LM, results,
+                           trainer.MIN_JUDGED_STEPS - 1)
+  assert [r['met'] for r in short] == [None, None]
