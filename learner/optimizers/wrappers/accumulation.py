@@ -293,31 +293,17 @@ class GradientAccumulation(wrapper.BaseWrapper):
       self._weight_sum.assign_add(weight)
       return tf.constant(True)
 
-    if kernels.InXla():
-      self._SelectAccumulate(var_grads, weight, is_finite)
-    else:
-      base_optimizer.CondAsCall(is_finite, _Add,
-                                lambda: self._DropMicroBatch(weight))
+    base_optimizer.CondAsCall(is_finite, _Add,
+                              lambda: self._DropMicroBatch(weight))
     return self._micro_step.assign_add(1)
 
-  def _SelectAccumulate(self, var_grads, weight, is_finite):
-    """Under XLA: `_Add` or the drop as selects, not as a cond.
-
-    acc = where(is_finite, acc - (-weight) * g, acc) is one fused loop that
-    XLA updates in place (12 B/param, `_Add`'s numbers: x - (-w) * g is
-    ResourceApplyGradientDescent's with alpha = -w); a dropped micro-batch
-    leaves every accumulator bit for bit, and is counted as
-    `_DropMicroBatch` counts it. As a cond, the branch that drops passes
-    the accumulators through, and XLA:CPU copies every one of them there,
-    on every micro-step (tests/test_learner/test_learner_xla.py).
-    """
-    for (var, _), new in zip(var_grads,
-                             self._SelectSums(var_grads, weight, is_finite)):
-      self._accums[var_grad_lib.VarName(var)].assign(new)
-    self._CountMicroBatch(weight, is_finite)
-
   def _SelectSums(self, var_grads, weight, is_finite):
-    """[where(is_finite, acc - (-weight) * g, acc)] for (var, g) pairs."""
+    """[where(is_finite, acc - (-weight) * g, acc)] for (var, g) pairs.
+
+    Under XLA, the micro-batch added (or dropped) as a select: one fused
+    loop, `_Add`'s numbers (x - (-w) * g is ResourceApplyGradientDescent's
+    with alpha = -w); a dropped micro-batch leaves the sums bit for bit.
+    """
     sums = []
     for var, g in var_grads:
       acc = self._accums[var_grad_lib.VarName(var)]
@@ -400,15 +386,20 @@ class GradientAccumulation(wrapper.BaseWrapper):
     return (sums, self._weight_sum.read_value(),
             self._window_dropped.read_value())
 
+  def _RuntimeZero(self):
+    """float32 0 computed at run time from the micro-step counter (>= 0).
+
+    tf.zeros of a static shape is folded into a graph constant by grappler
+    (up to 10 MB per tensor), which the assigned variable would then alias,
+    so the next in-place add copies every accumulator (and the constants
+    hold another copy of them); grappler cannot fold this one.
+    """
+    return tf.cast(tf.minimum(self._micro_step.read_value(), 0), tf.float32)
+
   def Zero(self, accumulators=True):
     """Empties the window: accumulators, weight, counter back to zero
     (`accumulators=False`: the scalars only; the caller zeroes them)."""
-    # A zero computed at run time: tf.zeros of a static shape is folded into
-    # a graph constant by grappler (up to 10 MB per tensor), which the
-    # assigned variable would then alias, so the next in-place add copies
-    # every accumulator (and the constants hold another copy of them).
-    # (micro_step >= 0, so this is 0; grappler cannot fold it.)
-    zero = tf.cast(tf.minimum(self._micro_step.read_value(), 0), tf.float32)
+    zero = self._RuntimeZero()
     accs = list(self._accums.values()) if accumulators else []
     # In place when the fused op can run (no fresh buffer per accumulator).
     fused = kernels.Zero(accs) if accs else None
@@ -516,8 +507,8 @@ class GradientAccumulation(wrapper.BaseWrapper):
     was applied, else acc + weight * g (or acc, dropped). The cond then
     writes no accumulator, so no branch passes one through, which XLA:CPU
     would copy (tests/test_learner/test_learner_xla.py). 12 B/param per
-    micro-step, as `_SelectAccumulate`; the applying micro-step reads the
-    accumulators and g once more.
+    micro-step; the applying micro-step reads the accumulators and g once
+    more.
     """
     pairs = [(vg.var, g) for vg, g in zip(var_grads.Flatten(), dense)]
     finite = kernels.SumOfSquaresFinite(dense)
@@ -531,7 +522,7 @@ class GradientAccumulation(wrapper.BaseWrapper):
     # The zero is read from the micro-step counter after the cond (which
     # the applying branch resets): the select depends on the cond's
     # outputs, so its in-place write cannot overtake that branch's reads.
-    zero = tf.cast(tf.minimum(self._micro_step.read_value(), 0), tf.float32)
+    zero = self._RuntimeZero()
     for (var, _), new in zip(pairs, self._SelectSums(pairs, weight, finite)):
       acc = self._accums[var_grad_lib.VarName(var)]
       acc.assign(tf.where(is_apply, tf.cast(zero, acc.dtype), new))
@@ -541,7 +532,8 @@ class GradientAccumulation(wrapper.BaseWrapper):
     """The completed window's Window (sums all-reduced if `all_reduce`);
     `sums`, if given, in place of the accumulators' values."""
     vgs = var_grads.Flatten()
-    read, wsum, dropped = self.AccumulatedSums([vg.var for vg in vgs])
+    read, wsum, dropped = self.AccumulatedSums(
+        [vg.var for vg in vgs] if sums is None else [])
     sums = read if sums is None else sums
     if all_reduce is not None:
       sums, wsum, (dropped,) = all_reduce(sums, wsum, [dropped])
