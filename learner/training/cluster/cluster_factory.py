@@ -12,7 +12,8 @@ here: the devices that train together are the replicas of the
 tf.distribute strategy, so `Current()` reads the strategy whose scope is
 current (`tf.distribute.get_strategy()`; the default strategy, one
 replica, outside any scope). Only the field that Lingvo's configs and
-`lr_util` read is offered; any other Lingvo field is refused by name.
+`lr_util` read is offered; any other Lingvo field is refused by name
+(docs/lingvo.md, "lr_util and cluster_factory").
 """
 
 from learner.training.cluster import strategy as strategy_lib
