@@ -232,7 +232,7 @@ BAD_VALUES = [
     ('task.train.learning_rate : 0.5', 'learning_rate'),  # Beside a learner.
     ('task.train.vn_std : 0.1', 'vn_std'),
     ('task.train.ema_decay : 1.0', 'ema_decay'),
-    ('task.train.ema_decay_moving_vars : True', 'ema_decay_moving_vars'),
+    ('task.train.ema_decay_moving_vars : 1', 'ema_decay_moving_vars'),
     ('task.train.save_interval_seconds : 0', 'save_interval_seconds'),
     ("task.train.early_stop.metric_history.metric : 'log_pplx'; "
      'task.train.early_stop.window : 100', 'metric_history.metric'),

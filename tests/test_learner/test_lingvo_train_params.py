@@ -29,6 +29,8 @@ from learner.training.jobs import validate
 from learner.training.model.task import BaseTask
 from params import NestedMap
 from params import registry
+from configs import model_tasks
+from configs import regression
 import trainer_helpers
 
 _KEY = 'regression.LinearRegression'
@@ -228,7 +230,7 @@ def test_ema_decay_averages_as_tfs_moving_average_with_num_updates():
 
 @pytest.mark.parametrize('key, value, fix', [
     ('vn_std', 0.1, 'task.train.vn_std : 0.0'),
-    ('ema_decay_moving_vars', True, 'set it to None'),
+    ('ema_decay_moving_vars', 'yes', 'set it to None'),
     ('pruning_hparams_dict', {'a': 1}, 'set it to None'),
     ('ema_decay', 1.0, 'not in [0, 1)'),
 ])
@@ -239,6 +241,79 @@ def test_knobs_not_offered_are_refused_by_name(key, value, fix):
     BaseTask(p)
   assert str(e.value).startswith('task.train.%s : ' % key)
   assert fix in str(e.value) and '\n' not in str(e.value)
+
+
+class _WithMovingStat(model_tasks.LinearRegressionTask):
+  """The regression task plus one non-trainable variable (a moving stat)."""
+
+  def __init__(self, params):
+    super().__init__(params)
+    self.CreateVariable('moving_mean', [], init=0.0, trainable=False)
+
+
+def _MovingVarsTask(cls, **train):
+  p = registry.GetParams(_KEY).task.Copy(frozen=False)
+  p.cls = cls
+  p.train.Set(learner=None, learning_rate=0.1,
+              optimizer=optimizers.SGD.Params(), ema_decay_moving_vars=True)
+  p.train.Set(**train)
+  return p.Instantiate()
+
+
+def test_ema_decay_moving_vars_true_averages_what_lingvo_would_here():
+  # Lingvo averages trainable + "moving_vars" variables; this model has only
+  # trainable ones (w, b), so True is Lingvo's EMA: both averaged.
+  task = _MovingVarsTask(model_tasks.LinearRegressionTask, ema_decay=0.99)
+  (lrn,) = task.CreateLearners()
+  ema = lrn.optimizer
+  assert ema.params.cls is optimizers.Ema
+  for v in task.ModelVars().Flatten():
+    assert float(ema.GetAverage(v).numpy()) == 0.0  # A copy of w / b at 0.
+
+
+def test_ema_decay_moving_vars_true_beside_a_non_trainable_var_is_refused():
+  task = _MovingVarsTask(_WithMovingStat, ema_decay=0.99)
+  with pytest.raises(ValueError) as e:
+    task.CreateLearners()
+  msg = str(e.value)
+  assert msg.startswith('task.train.ema_decay_moving_vars : True: ')
+  assert '1 non-trainable variable(s)' in msg and 'moving_mean' in msg
+  assert 'Set it to None' in msg and '\n' not in msg
+
+
+def test_ema_decay_moving_vars_true_without_ema_changes_nothing():
+  # Lingvo reads the flag only when its EMA is on.
+  task = _MovingVarsTask(_WithMovingStat, ema_decay=0.0)
+  (lrn,) = task.CreateLearners()
+  assert lrn.optimizer.params.cls is optimizers.SGD
+
+
+def test_the_cli_refuses_moving_vars_beside_a_moving_stat_in_one_line(
+    tmp_path, capsys):
+  class _RegressionWithStat(regression.LinearRegression):  # pylint: disable=unused-variable
+
+    def Task(self):
+      p = super().Task()
+      p.cls = _WithMovingStat
+      p.train.Set(learner=None, learning_rate=0.05,
+                  optimizer=optimizers.SGD.Params(), ema_decay=0.99,
+                  ema_decay_moving_vars=True)
+      return p
+
+  registry.Register(_RegressionWithStat)
+  key = registry._KeyOf(_RegressionWithStat)  # pylint: disable=protected-access
+  logdir = tmp_path / 'never'
+  try:
+    code, _, err = trainer_helpers.RunMain(
+        ['--model=' + key, '--logdir=%s' % logdir, '--mode=train'], capsys)
+  finally:  # Other tests list every registered experiment.
+    registry._REGISTRY.pop(key)  # pylint: disable=protected-access
+  lines = err.strip().splitlines()
+  assert code == 2 and len(lines) == 1, err
+  assert lines[0].startswith(
+      'ERROR: task.train.ema_decay_moving_vars : True: '), err
+  assert 'moving_mean' in lines[0]
+  assert not logdir.exists()
 
 
 def test_lingvos_early_stop_window_counts_global_steps_since_the_best():

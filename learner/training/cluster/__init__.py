@@ -5,6 +5,7 @@
     datasets.py       input sharding and per-replica batching
     replicas.py       replica agreement, worker logdirs, peer failures
   launcher.py         `python -m learner.launcher`: N local workers
+  cluster_factory.py  Lingvo's `cluster_factory.Current()`, from the strategy
 
 The bottom floor: imports nothing else of learner/training/.
 """

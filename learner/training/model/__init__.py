@@ -5,6 +5,7 @@
   input_generator.py  BaseInputGenerator (the experiments' datasets are in
                       configs/inputs.py)
   model_analysis.py   the variables table of model_analysis.txt
+  lr_util.py          Lingvo's car lr_util: p.train's schedule set in epochs
 
 Imports services/ and cluster/ only (never jobs/).
 """

@@ -269,6 +269,7 @@ class BaseTask(BaseLayer):
                          'learner names must differ.' % (self.path, n))
     self._CheckJitCompile()
     model_vars = self.ModelVars()
+    task_params.CheckEmaMovingVars(self.params.train, model_vars)
     learners = []
     for lp in lps:
       learner = self.CreateChild(lp.name, lp)

@@ -139,8 +139,10 @@ def _DefineLingvoStepKeys(tp):
             '(10 + step))) by wrapping each learner\'s optimizer in Ema; '
             'evaluation and export use the averages, as in Lingvo.')
   tp.Define('ema_decay_moving_vars', None,
-            'Lingvo: also average the "moving_vars" collection. There is '
-            'no such collection here: True is refused.')
+            'Lingvo: also average the "moving_vars" collection (batch-norm '
+            'statistics). There is no such collection here: True is '
+            'accepted when it changes nothing (no EMA, or no non-trainable '
+            'model variable) and refused otherwise (CheckEmaMovingVars).')
   tp.Define('ema_schedule', None,
             'Schedule params of the EMA decay over steps (overrides '
             'ema_decay; capped at 1).')
@@ -367,19 +369,19 @@ def CheckLingvoKnobs(tp):
   Raises:
     ValueError: one line naming the key, the value and the fix, for
       `vn_std` > 0 (variational noise is not offered yet),
-      `ema_decay_moving_vars` True, a `pruning_hparams_dict`, or
-      `ema_decay` outside [0, 1).
+      `ema_decay_moving_vars` not None or a bool (True is checked
+      against the variables by `CheckEmaMovingVars`), a
+      `pruning_hparams_dict`, or `ema_decay` outside [0, 1).
   """
   if tp.vn_std:
     raise ValueError(
         'task.train.vn_std : %r: Lingvo\'s variational noise on the weights '
         'is not offered here yet; set task.train.vn_std : 0.0 (or add the '
         'noise in the task\'s FProp).' % (tp.vn_std,))
-  if tp.ema_decay_moving_vars:
+  if not isinstance(tp.ema_decay_moving_vars, (type(None), bool)):
     raise ValueError(
-        'task.train.ema_decay_moving_vars : %r: there is no "moving_vars" '
-        'collection here (ema_decay averages every variable a learner '
-        'updates); set it to None.' % (tp.ema_decay_moving_vars,))
+        'task.train.ema_decay_moving_vars : %r is not None, False or True; '
+        'set it to None (Lingvo\'s default).' % (tp.ema_decay_moving_vars,))
   if tp.pruning_hparams_dict:
     raise ValueError(
         'task.train.pruning_hparams_dict : set: model pruning is not offered '
@@ -395,6 +397,45 @@ def CheckLingvoKnobs(tp):
     if value != default:
       logging.warning('task.train.%s : %r is accepted and has no effect '
                       'here: it %s (docs/lingvo.md).', key, value, why)
+
+
+def CheckEmaMovingVars(tp, model_vars):
+  """Accepts `ema_decay_moving_vars` True where it changes nothing, or refuses.
+
+  Lingvo (base_model.py) adds its "moving_vars" collection, the moving
+  statistics of its batch-norm layers (non-trainable variables updated in
+  the forward pass), to the variables its EMA averages. Here the EMA
+  averages the variables the learners train, and there is no such
+  collection. So True is Lingvo's behaviour, and accepted, when the EMA is
+  off (Lingvo ignores the flag then) or the model has no non-trainable
+  variable (Lingvo's collection would be empty). Otherwise those variables
+  may be moving statistics that Lingvo would average and we would not.
+
+  Args:
+    tp: the task's train params.
+    model_vars: NestedMap of the task's model variables (`ModelVars()`).
+
+  Raises:
+    ValueError: one line naming the key, the non-trainable variables (up to
+      5) and the fix, if `ema_decay_moving_vars` is True, the EMA is on
+      (`ema_decay` > 0 or an `ema_schedule`) and the model has a
+      non-trainable variable.
+  """
+  if tp.ema_decay_moving_vars is not True:
+    return
+  if not tp.ema_decay and tp.ema_schedule is None:
+    return
+  frozen = sorted(checkpointer_lib.VariableName(v)
+                  for v in model_vars.Flatten() if not v.trainable)
+  if frozen:
+    raise ValueError(
+        'task.train.ema_decay_moving_vars : True: Lingvo would also average '
+        'its "moving_vars" collection (batch-norm statistics), which does '
+        'not exist here, and this model has %d non-trainable variable(s) '
+        'that could be such statistics (%s); the EMA here averages only '
+        'trained variables. Set it to None to leave them un-averaged.' %
+        (len(frozen), ', '.join(frozen[:5]) +
+         (', ...' if len(frozen) > 5 else '')))
 
 
 def StepsPerLoop(tp):
