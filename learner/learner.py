@@ -217,7 +217,7 @@ class Learner(BaseLayer):
     self._bound = None  # frozenset of bound variable names after Bind.
     self._global_step = _Ref(None)  # Not tracked: the task checkpoints it.
     self._warned_no_grad = set()
-    self._is_accum = getattr(type(self.optimizer), 'IS_ACCUMULATION', False)
+    self._is_accum = type(self.optimizer).IS_ACCUMULATION
     self._replica_local = replica_local.Configure(  # Easgd, LocalSgd.
         checks.Where(self), self.optimizer, cross_replica)
     self._perturber = gradient_tape.FindPerturber(self.path, self.optimizer)
