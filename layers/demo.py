@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from params import checks
 from params.base_layer import BaseLayer
+from params.base_layer import VariableName
 
 
 class Linear(BaseLayer):
@@ -94,7 +95,7 @@ def Main(out=sys.stdout):
   out.write('# Params (ToText)\n%s\n' % p.ToText())
   out.write('# Variables: vars key, variable name, shape, dtype\n')
   for key, var in model.vars.FlattenItems():
-    name = var.name[:-2] if var.name.endswith(':0') else var.name
+    name = VariableName(var)
     out.write('%-12s %-16s %-10s %s\n' % (key, name, var.shape.as_list(),
                                           var.dtype.name))
   batch = np.random.default_rng(0).normal(size=(4, p.input_dim))

@@ -8,15 +8,9 @@ initializer.
 
 import tensorflow as tf
 
+from layers import activations
 from params import BaseLayer
 from params import checks
-
-_ACTIVATIONS = {
-    'none': tf.identity,
-    'relu': tf.nn.relu,
-    'tanh': tf.tanh,
-    'sigmoid': tf.sigmoid,
-}
 
 
 class DenseLayer(BaseLayer):
@@ -36,7 +30,7 @@ class DenseLayer(BaseLayer):
     p.Define('input_dim', 0, 'Input features; must be > 0.')
     p.Define('output_dim', 0, 'Output features; must be > 0.')
     p.Define('activation', 'relu',
-             'One of %s.' % sorted(_ACTIVATIONS))
+             'One of %s (layers/activations.py).' % list(activations.NAMES))
     return p
 
   @classmethod
@@ -49,9 +43,7 @@ class DenseLayer(BaseLayer):
   def __init__(self, params):
     super().__init__(params)
     p = self.params
-    if p.activation not in _ACTIVATIONS:
-      raise ValueError('%s: activation %r is not one of %s.' %
-                       (self.path, p.activation, sorted(_ACTIVATIONS)))
+    self._activation = activations.GetActivation(p.activation, self.path)
     self.CreateVariable('w', [p.input_dim, p.output_dim],
                         init=('glorot_uniform' if p.params_init is None
                               else p.params_init))
@@ -59,4 +51,4 @@ class DenseLayer(BaseLayer):
 
   def FProp(self, theta, x):
     y = tf.matmul(x, theta.w) + theta.b
-    return _ACTIVATIONS[self.params.activation](y)
+    return self._activation(y)

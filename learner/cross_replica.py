@@ -34,6 +34,7 @@ import tensorflow as tf
 from tensorflow.python.ops import resource_variable_ops  # pylint: disable=g-direct-tensorflow-import
 
 from learner.optimizers.var_grad import VarGrad
+from schedules.base_schedule import NumReplicasInSync
 
 # Registry of collective group keys, one per set of devices (explicit,
 # process-wide: the collective runtime requires one key per device group).
@@ -55,7 +56,7 @@ def NumReplicas():
     return 1
   if tf.distribute.in_cross_replica_context():
     return 1
-  return tf.distribute.get_replica_context().num_replicas_in_sync
+  return NumReplicasInSync()
 
 
 def _Keys():

@@ -58,6 +58,7 @@ import threading
 import tensorflow as tf
 
 from learner import cross_replica
+from learner.optimizers import base as base_optimizer
 from learner.optimizers.var_grad import VarGrad
 
 _STATE = threading.local()
@@ -170,7 +171,8 @@ def FindPerturber(learner_path, optimizer):
       around one (SAM's second pass is not run per micro-batch).
   """
   found = [o for o in optimizer.Descendants()
-           if getattr(type(o), 'NEEDS_SECOND_PASS', False)]
+           if isinstance(o, base_optimizer.BaseOptimizer)
+           and type(o).NEEDS_SECOND_PASS]
   if not found:
     return None
   names = [o.path for o in found]
@@ -178,7 +180,7 @@ def FindPerturber(learner_path, optimizer):
     raise ValueError(
         'Learner %r: optimizer holds %d optimizers that need a second pass '
         '(%s); keep one Sam per learner.' % (learner_path, len(found), names))
-  if getattr(type(optimizer), 'IS_ACCUMULATION', False):
+  if type(optimizer).IS_ACCUMULATION:
     raise ValueError(
         'Learner %r: optimizer : a gradient accumulation around %s (%s) is '
         'not supported: the second pass is not run per micro-batch; drop '

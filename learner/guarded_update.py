@@ -50,7 +50,7 @@ class GuardedUpdate:
 
   def __init__(self, path, optimizer, num_updates, num_skipped,
                check_finite_weights):
-    accumulates = getattr(type(optimizer), 'IS_ACCUMULATION', False)
+    accumulates = type(optimizer).IS_ACCUMULATION
     # What an undo puts back: not an accumulation's accumulators (the
     # window empties either way), so its inner optimizer.
     self._optimizer = optimizer

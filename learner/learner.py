@@ -53,6 +53,7 @@ from params import IsTrainable
 from params import NestedMap
 from params import checks
 from schedules import exponential
+from schedules.base_schedule import BaseSchedule
 
 _CLIP_KEYS = ('clip_gradient_norm_to_value',
               'clip_gradient_single_norm_to_value', 'clip_gradient_value',
@@ -217,7 +218,7 @@ class Learner(BaseLayer):
     self._bound = None  # frozenset of bound variable names after Bind.
     self._global_step = _Ref(None)  # Not tracked: the task checkpoints it.
     self._warned_no_grad = set()
-    self._is_accum = getattr(type(self.optimizer), 'IS_ACCUMULATION', False)
+    self._is_accum = type(self.optimizer).IS_ACCUMULATION
     self._replica_local = replica_local.Configure(  # Easgd, LocalSgd.
         checks.Where(self), self.optimizer, cross_replica)
     self._perturber = gradient_tape.FindPerturber(self.path, self.optimizer)
@@ -264,6 +265,33 @@ class Learner(BaseLayer):
   def loss_names(self):
     """The metric names of this learner's losses, in order."""
     return list(self._loss_names)
+
+  # ---- what the runtime asks -------------------------------------------------
+
+  def UpdateWithDevMetric(self, value, mode):
+    """Gives the dev metric to every schedule of this learner (Lingvo's
+    `UpdateWithMetric`: e.g. DevBasedSchedule's plateau decay).
+
+    Args:
+      value: Python float, the evaluated metric (task.eval.dev_metric).
+      mode: 'min' or 'max', whether lower or higher `value` is better.
+    """
+    for layer in self.Descendants():
+      if isinstance(layer, BaseSchedule):
+        layer.UpdateWithMetric(self.num_updates, value, mode=mode)
+
+  def DigestedWeights(self):
+    """{id(model variable): the variable the workers compare in its place}.
+
+    The weights of a replica-local optimizer (Easgd, LocalSgd) differ
+    between replicas on purpose; their evaluated copies (the center, the
+    averages) are what must agree, so those stand in for them. Empty for
+    every other optimizer: the model variables themselves are compared.
+    """
+    if not type(self.optimizer).REPLICA_LOCAL:
+      return {}
+    return {id(var): self.optimizer.GetAverage(var)
+            for var in self.optimizer.bound_variables.values()}
 
   # ---- Lingvo's public surface -----------------------------------------------
 

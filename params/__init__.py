@@ -16,4 +16,5 @@ from params.base_layer import BaseLayer
 from params.base_layer import IsTrainable
 from params.base_layer import SKIP_LP_REGULARIZATION
 from params.base_layer import VarCollections
+from params.base_layer import VariableName
 from params import registry

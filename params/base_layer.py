@@ -544,6 +544,26 @@ def _KerasContainerVars(value, where):
   return [_KerasVars(v, '%s[%d]' % (where, i)) for i, v in enumerate(value)]
 
 
+def VariableName(var):
+  """A variable's name without TF's ':0' suffix (str), e.g. 'task/enc/w'.
+
+  The one definition of a variable's name: checkpoints key variables by it,
+  and every regex of the framework (bprop_variable_filter,
+  weight_decay_exclude, Composite's map, Lars exclusions) is matched with
+  re.search on it. Under tf.distribute the primary copy's name is used.
+
+  Args:
+    var: a tf.Variable (or anything with a `name`).
+
+  Raises:
+    TypeError: `var` has no name.
+  """
+  name = getattr(var, 'name', None)
+  if name is None:
+    raise TypeError('%r has no name.' % (var,))
+  return name[:-2] if name.endswith(':0') else name
+
+
 def IsTrainable(var):
   """True if learners may train `var`: a trainable variable, not frozen.
 

@@ -317,13 +317,20 @@ def StepAsFloat(step):
   return tf.cast(step, tf.float64)
 
 
-def NumReplicasInSync():
-  """Returns the number of replicas of the current tf.distribute strategy.
+def NumReplicasInSync(strategy=None):
+  """Python int: replicas that compute one global batch together (all workers).
 
-  1 outside any strategy scope. Used where Lingvo inferred the number of
-  splits from its cluster.
+  The one definition of the replica count: of `strategy`, else of the
+  current tf.distribute strategy (1 outside any strategy scope). Schedules
+  use it where Lingvo inferred the number of splits from its cluster; the
+  trainer's datasets and checks through `cluster.strategy.NumReplicas`, the
+  learner's collectives through `cross_replica.NumReplicas`.
+
+  Args:
+    strategy: a tf.distribute.Strategy, or None for the current one.
   """
-  return tf.distribute.get_strategy().num_replicas_in_sync
+  strategy = strategy or tf.distribute.get_strategy()
+  return int(strategy.num_replicas_in_sync)
 
 
 class Constant(BaseSchedule):

@@ -154,6 +154,20 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
   # True when a subclass's own Apply accepts `_grad_scale` (ApplyScaled then
   # calls it instead of materialising the scaled gradients).
   APPLY_TAKES_GRAD_SCALE = False
+  # The features the runtime asks an optimizer's class about, declared here
+  # once with their defaults (a subclass sets its own; nothing probes them
+  # with getattr). True for gradient accumulation: global steps feed one
+  # update (MicroBatchesPerUpdateOf), and it must be the outermost wrapper.
+  IS_ACCUMULATION = False
+  # True when the step needs a second forward/backward pass at perturbed
+  # weights (Sam); the gradient tape finds it (gradient_tape.FindPerturber).
+  NEEDS_SECOND_PASS = False
+  # True for a wrapper whose replicas train their own copies
+  # (wrappers/replica_local.py: Easgd, LocalSgd).
+  REPLICA_LOCAL = False
+  # How the jobs name the weights evaluated instead of the trained ones
+  # (e.g. 'EMA averages'); None: the trained weights are evaluated.
+  EVAL_WEIGHTS_LABEL = None
 
   def __init__(self, params):
     super().__init__(params)
@@ -407,6 +421,16 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
   def MicroBatchesPerUpdate(self):
     """Python int: global steps (micro-batches) per applied update: 1 here,
     `num_batches` for gradient accumulation (the runtime asks this)."""
+    return type(self).MicroBatchesPerUpdateOf(self.params)
+
+  @classmethod
+  def MicroBatchesPerUpdateOf(cls, params):
+    """Python int: global steps per applied update of an optimizer built
+    from `params` (this class's Params): 1; gradient accumulation says its
+    `num_batches`. The one definition: the instance method above and the
+    task's schedule-length conversion (before any layer is built) ask it.
+    """
+    del params  # An update per global step whatever the params.
     return 1
 
   def _FinishApply(self, ops):
@@ -453,7 +477,7 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
       ValueError: if a variable was not bound with `Bind`.
     """
     if (type(self).Apply is not BaseOptimizer.Apply and
-        not getattr(type(self), 'APPLY_TAKES_GRAD_SCALE', False)):
+        not type(self).APPLY_TAKES_GRAD_SCALE):
       scaled = var_grads.Transform(
           lambda vg: vg if vg.grad is None else var_grad_lib.VarGrad(
               vg.var, kernels.ScaleGradient(vg.grad, grad_scale)))
@@ -682,7 +706,7 @@ def CheckInnerOptimizerParams(owner, key, inner_params,
     raise ValueError(
         '%s: params.%s must be the params of a BaseOptimizer subclass (e.g. '
         'SGD.Params()), got %r.' % (owner, key, cls if cls else inner_params))
-  if not getattr(cls, 'IS_ACCUMULATION', False):
+  if not cls.IS_ACCUMULATION:
     return
   if owner_is_accumulation:
     raise ValueError(

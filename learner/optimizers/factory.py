@@ -38,8 +38,25 @@ from params import value_codec
 # A class's own param names are accepted too.
 _OPTIMIZERS = rules.FactoryTable()  # one registration point: rules.RULES
 
-_WRAPPER_NAMES = ('batch_gradients', 'lars', 'ema', 'lookahead', 'swa',
-                  'sam', 'easgd', 'local_sgd')
+# The one table of the wrappers get_optimizer_wrapper_fn names, as
+# rules.RULES is for the rules: name -> (wrapper class, {accepted keyword
+# (MoXing/optax/TF Addons spelling): param}). A class's own param names are
+# accepted too.
+_WRAPPERS = {
+    'batch_gradients': (gradient_accumulation.GradientAccumulation, {}),
+    'lars': (lars_lib.Lars, {'ratio': 'eta'}),
+    'ema': (ema_lib.Ema, {'ema_decay': 'decay'}),
+    'lookahead': (lookahead_lib.Lookahead,
+                  {'sync_period': 'k', 'slow_step_size': 'alpha'}),
+    'swa': (swa_lib.SWA, {'start_averaging': 'swa_start',
+                          'average_period': 'swa_freq'}),
+    'sam': (sam_lib.Sam, {}),
+    'easgd': (easgd_lib.Easgd,
+              {'communication_period': 'tau', 'moving_rate': 'alpha'}),
+    'local_sgd': (local_sgd_lib.LocalSgd,
+                  {'communication_period': 'tau', 'moving_rate': 'alpha'}),
+}
+_WRAPPER_NAMES = tuple(_WRAPPERS)
 
 # Params no factory keyword may set (structure, not knobs).
 _RESERVED = ('cls', 'name', 'optimizer', 'dtype', 'fprop_dtype', 'params_init',
@@ -216,31 +233,10 @@ class OptimizerWrapperFn(_Factory):
         fix='Wrap the other optimizers first and apply \'batch_gradients\' '
         'last.')
     kwargs = {k: v for k, v in self._kwargs.items() if k != 'learning_rate'}
-    if self._name == 'batch_gradients':
-      p = gradient_accumulation.GradientAccumulation.Params()
-      aliases = {}
-    elif self._name == 'lars':
-      p = lars_lib.Lars.Params()
-      aliases = {'ratio': 'eta'}
-    elif self._name == 'lookahead':
-      p = lookahead_lib.Lookahead.Params()
-      aliases = {'sync_period': 'k', 'slow_step_size': 'alpha'}
-    elif self._name == 'swa':
-      p = swa_lib.SWA.Params()
-      aliases = {'start_averaging': 'swa_start',
-                 'average_period': 'swa_freq'}
-    elif self._name == 'sam':
-      p = sam_lib.Sam.Params()
-      aliases = {}
-    elif self._name in ('easgd', 'local_sgd'):
-      p = (easgd_lib.Easgd if self._name == 'easgd' else
-           local_sgd_lib.LocalSgd).Params()
-      aliases = {'communication_period': 'tau', 'moving_rate': 'alpha'}
-    else:
-      p = ema_lib.Ema.Params()
-      aliases = {'ema_decay': 'decay'}
+    cls, aliases = _WRAPPERS[self._name]
+    p = cls.Params()
     p.optimizer = inner_params
-    return _SetKwargs(where, p, kwargs, aliases)
+    return _SetKwargs(where, p, kwargs, dict(aliases))
 
   def TextSpec(self):
     """Returns ('...get_optimizer_wrapper_fn', kwargs with name, inner)."""

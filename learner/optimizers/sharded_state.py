@@ -86,7 +86,7 @@ def RuleToShard(path, optimizer):
       matrices; Adafactor, LAMB, LARS: per-tensor statistics).
   """
   rule = optimizer
-  if getattr(type(optimizer), 'IS_ACCUMULATION', False):
+  if type(optimizer).IS_ACCUMULATION:
     rule = optimizer.optimizer
   if not isinstance(rule, ELEMENTWISE_RULES) or rule.inner_optimizers:
     raise ValueError(

@@ -3,6 +3,7 @@
 import tensorflow as tf
 
 from params import NestedMap
+from params import VariableName as VarName  # The one definition (params/base_layer.py).
 
 
 class VarGrad:
@@ -46,21 +47,6 @@ class VarGrad:
 
   def __repr__(self):
     return 'VarGrad(var=%r, grad=%r)' % (self.var, self.grad)
-
-
-def VarName(var):
-  """The variable's name without the ':0' suffix, e.g. 'task/enc/w'.
-
-  Every regex in the framework (bprop_variable_filter, weight_decay_exclude,
-  Composite's map, Lars exclusions) is matched with re.search on this name.
-  Under tf.distribute the name of the primary copy is used.
-  """
-  name = getattr(var, 'name', None)
-  if name is None:
-    raise TypeError('%r has no name.' % (var,))
-  if name.endswith(':0'):
-    name = name[:-2]
-  return name
 
 
 def SanitizedName(var_name):

@@ -92,7 +92,7 @@ class BaseWrapper(base_optimizer.BaseOptimizer):
     super().__init__(params)
     base_optimizer.CheckInnerOptimizerParams(
         type(self).__name__, 'optimizer', self.params.optimizer,
-        owner_is_accumulation=getattr(type(self), 'IS_ACCUMULATION', False))
+        owner_is_accumulation=type(self).IS_ACCUMULATION)
     base_optimizer.CheckNoWrapperDecay(self)
     self.CreateChild('optimizer', self.params.optimizer)
 

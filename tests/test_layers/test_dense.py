@@ -18,7 +18,7 @@ def test_dense_layer_computes_relu_of_affine():
 
 
 @pytest.mark.parametrize('key,value', [('input_dim', 0),
-                                       ('activation', 'gelu')])
+                                       ('activation', 'gelu_fast')])
 def test_dense_layer_refuses_bad_params(key, value):
   p = dense.DenseLayer.Params().Set(name='d', input_dim=2, output_dim=2)
   p.Set(**{key: value})
@@ -40,3 +40,14 @@ def test_params_text_naming_the_old_dense_layer_path_still_loads():
   assert (p.layer.input_dim, p.layer.output_dim, p.layer.activation) == (
       3, 2, 'tanh')
   assert "layer.cls : Class('layers.dense.DenseLayer')" in p.ToText()
+
+
+def test_dense_layer_takes_every_activation_of_the_one_table():
+  # One table for every layer (layers/activations.py): exact GELU of
+  # x @ w + b with w = 1, b = 0: [1, -3] -> -2 each; gelu(-2) =
+  # -2 * Phi(-2) = -2 * 0.0227501319 = -0.0455002639.
+  layer = dense.DenseLayer.Params().Set(
+      name='d', input_dim=2, output_dim=2, activation='gelu',
+      params_init=1.0).Instantiate()
+  y = layer.FProp(layer.theta, tf.constant([[1.0, -3.0]]))
+  np.testing.assert_allclose(y.numpy(), [[-0.0455002639] * 2], rtol=1e-6)

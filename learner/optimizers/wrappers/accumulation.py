@@ -146,14 +146,15 @@ class GradientAccumulation(wrapper.BaseWrapper):
     """int64 variable: updates applied (the inner optimizer's counter)."""
     return self.optimizer.num_updates
 
-  def MicroBatchesPerUpdate(self):
+  @classmethod
+  def MicroBatchesPerUpdateOf(cls, params):
     """`num_batches`: global steps per applied update (a Python int).
 
     With `num_batches_schedule` the window length changes with the update
     count (`WindowLength`); this stays `num_batches`, which the trainer's
     schedule-length checks use.
     """
-    return self.params.num_batches
+    return int(params.num_batches)
 
   def WindowLength(self):
     """int64 scalar: micro-batches in the current window.

@@ -231,7 +231,7 @@ registration.register_checkpoint_saver(
 
 def IsReplicaLocal(optimizer):
   """True if `optimizer` (a BaseOptimizer) is a replica-local wrapper."""
-  return bool(getattr(type(optimizer), 'REPLICA_LOCAL', False))
+  return type(optimizer).REPLICA_LOCAL
 
 
 def Configure(where, optimizer, collectives):

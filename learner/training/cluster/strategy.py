@@ -24,6 +24,9 @@ from tensorflow.python.distribute import multi_worker_util
 from tensorflow.python.eager import context
 # pylint: enable=g-direct-tensorflow-import
 
+# The replica count's one definition, under the name the trainer uses.
+from schedules.base_schedule import NumReplicasInSync as NumReplicas  # pylint: disable=unused-import
+
 
 STRATEGY_NAMES = ('default', 'mirrored', 'multi_worker', 'tpu')
 
@@ -366,12 +369,6 @@ def StrategyName(strategy=None):
   if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
     return 'MultiWorkerMirroredStrategy'
   return type(strategy).__name__
-
-
-def NumReplicas(strategy=None):
-  """int: replicas that compute one global batch together (all workers)."""
-  strategy = strategy or tf.distribute.get_strategy()
-  return int(strategy.num_replicas_in_sync)
 
 
 def CheckReplicasToAggregate(replicas_to_aggregate, num_replicas):

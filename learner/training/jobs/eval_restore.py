@@ -182,7 +182,7 @@ def EvalWeightsLabel(classes):
   """
   labels = []
   for cls in classes:
-    label = getattr(cls, 'EVAL_WEIGHTS_LABEL', 'averages')
+    label = cls.EVAL_WEIGHTS_LABEL or 'averages'
     if label not in labels:
       labels.append(label)
   return ' and '.join(labels) or 'averages'

@@ -48,7 +48,6 @@ import tensorflow as tf
 
 from params import checks
 from learner.optimizers import sharded_state
-from learner.optimizers.wrappers import replica_local
 from learner.training.services import checkpointer as checkpointer_lib
 from learner.training.cluster import distribution
 from learner.training.services import early_stop as early_stop_lib
@@ -63,7 +62,6 @@ from learner.training.services import stops
 from learner.training.services import summary as summary_lib
 from learner.training.model import task_params
 from learner.training.jobs import validate
-from schedules.base_schedule import BaseSchedule
 
 
 # The EMA helpers live with the restore that the read-only jobs share.
@@ -634,10 +632,7 @@ class Trainer:
             (dev.dev_metric, sorted(results)))
       value = results[dev.dev_metric]
       for learner in task.learners:
-        for sched in learner.Descendants():
-          if isinstance(sched, BaseSchedule):
-            sched.UpdateWithMetric(learner.num_updates, value,
-                                   mode=dev.dev_metric_mode)
+        learner.UpdateWithDevMetric(value, dev.dev_metric_mode)
       if self._best is not None and self._best.MaybeSave(step, value,
                                                          dev.dev_metric):
         self._Print('New best %s %.5g at global step %d.' %
@@ -736,9 +731,7 @@ def _DigestedWeights(task):
   between replicas on purpose) the copies its evaluation reads."""
   kept = {}
   for learner in task.learners:
-    if replica_local.IsReplicaLocal(learner.optimizer):
-      for var in learner.optimizer.bound_variables.values():
-        kept[id(var)] = learner.optimizer.GetAverage(var)
+    kept.update(learner.DigestedWeights())
   return [kept.get(id(v), v) for v in task.ModelVars().Flatten()]
 
 

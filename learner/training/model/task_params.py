@@ -23,6 +23,7 @@ from absl import logging
 import schedules
 from learner import learner as learner_lib
 from learner.optimizers.wrappers import ema as ema_lib
+from learner.optimizers import base as base_optimizer
 from learner.optimizers import factory as optimizer_factory
 from learner.optimizers.rules import adam as adam_rule
 from learner.training.services import checkpointer as checkpointer_lib
@@ -478,8 +479,10 @@ def _MicroBatchesPerUpdate(lp):
   if opt is None and fn is not None:
     opt, _ = optimizer_factory.OptimizerParamsFromFn(fn)
   while isinstance(opt, hyperparams.Params):
-    if getattr(getattr(opt, 'cls', None), 'IS_ACCUMULATION', False):
-      return int(opt.num_batches)
+    cls = opt.cls if 'cls' in opt else None
+    if (isinstance(cls, type) and issubclass(cls, base_optimizer.BaseOptimizer)
+        and cls.IS_ACCUMULATION):
+      return cls.MicroBatchesPerUpdateOf(opt)
     opt = opt.Get('optimizer') if 'optimizer' in opt else None
   return 1
 

@@ -41,6 +41,7 @@ from tensorflow.python.checkpoint import graph_view  # pylint: disable=g-direct-
 
 from learner.training.services import skipped_steps
 from params import BaseLayer
+from params import VariableName
 
 _VAR_SUFFIX = '/.ATTRIBUTES/VARIABLE_VALUE'
 VARIABLE_NAMES_FILE = 'variable_names.json'
@@ -542,7 +543,7 @@ def VariableCheckpointKeys(layer, root_key='task'):
   def _Walk(obj, prefix):
     if isinstance(obj, BaseLayer):
       for name, var in obj.OwnVariables().items():
-        out[_VarName(var)] = '%s/_private_vars/%s%s' % (prefix, name,
+        out[VariableName(var)] = '%s/_private_vars/%s%s' % (prefix, name,
                                                          _VAR_SUFFIX)
       for name, child in obj.OwnChildren().items():
         _Walk(child, '%s/_private_children/%s' % (prefix, name))
@@ -571,18 +572,9 @@ def _KerasVariableKeys(layer, root_key, out):
   for obj in objects:
     if not isinstance(obj, tf.keras.Variable):
       continue
-    name = _VarName(obj.value)
+    name = VariableName(obj.value)
     if name not in out:
       out[name] = '/'.join(ref.name for ref in paths[obj]) + _VAR_SUFFIX
-
-
-def VariableName(var):
-  """A variable's name without TF's ':0' suffix (str), as checkpoints key it."""
-  name = var.name
-  return name[:-2] if name.endswith(':0') else name
-
-
-_VarName = VariableName
 
 
 def _NewestIn(directory):

@@ -14,6 +14,8 @@ no weight, so the last checkpoint stays the last good one).
 
 import numpy as np
 
+from params import VariableName
+
 
 class NonFiniteTrainingError(RuntimeError):
   """Training cannot go on: its updates or its weights are not finite."""
@@ -30,7 +32,7 @@ def NonFiniteVariables(variables):
     if not v.dtype.is_floating:
       continue
     if not np.all(np.isfinite(np.asarray(v.numpy(), np.float64))):
-      bad.append(v.name[:-2] if v.name.endswith(':0') else v.name)
+      bad.append(VariableName(v))
   return bad
 
 
