@@ -266,32 +266,17 @@ class Learner(BaseLayer):
     """The metric names of this learner's losses, in order."""
     return list(self._loss_names)
 
-  # ---- what the runtime asks -------------------------------------------------
-
   def UpdateWithDevMetric(self, value, mode):
-    """Gives the dev metric to every schedule of this learner (Lingvo's
-    `UpdateWithMetric`: e.g. DevBasedSchedule's plateau decay).
-
-    Args:
-      value: Python float, the evaluated metric (task.eval.dev_metric).
-      mode: 'min' or 'max', whether lower or higher `value` is better.
-    """
+    """Gives the dev metric (a float; `mode` 'min'/'max': which is better)
+    to this learner's schedules (e.g. DevBasedSchedule's plateau decay)."""
     for layer in self.Descendants():
       if isinstance(layer, BaseSchedule):
         layer.UpdateWithMetric(self.num_updates, value, mode=mode)
 
   def DigestedWeights(self):
-    """{id(model variable): the variable the workers compare in its place}.
-
-    The weights of a replica-local optimizer (Easgd, LocalSgd) differ
-    between replicas on purpose; their evaluated copies (the center, the
-    averages) are what must agree, so those stand in for them. Empty for
-    every other optimizer: the model variables themselves are compared.
-    """
-    if not type(self.optimizer).REPLICA_LOCAL:
-      return {}
-    return {id(var): self.optimizer.GetAverage(var)
-            for var in self.optimizer.bound_variables.values()}
+    """{id(model variable): the copy the workers compare in its place}
+    (replica_local.DigestedWeights; empty unless Easgd/LocalSgd)."""
+    return replica_local.DigestedWeights(self.optimizer)
 
   # ---- Lingvo's public surface -----------------------------------------------
 
@@ -627,7 +612,8 @@ class Learner(BaseLayer):
       stats, has_nan_or_inf = self._guard.Run(
           p, tracker, vgs, lr, gradient_mask, gradient_adjuster, applier,
           **window)
-      self._UpdateLossScale(has_nan_or_inf, window_finite)
+      if p.loss_scale is not None:
+        self.loss_scale.UpdateAfterStep(has_nan_or_inf, window_finite)
       return stats
 
     if self._is_accum:
@@ -681,14 +667,6 @@ class Learner(BaseLayer):
           tf.float32), one)
     return eval_metrics
 
-  def _UpdateLossScale(self, has_nan_or_inf, window_finite):
-    """Feeds the step's overflow (and the window's) to the loss scale."""
-    if self.params.loss_scale is None:
-      return
-    finite = tf.logical_not(has_nan_or_inf)
-    if window_finite is not None:
-      finite = tf.logical_and(finite, window_finite)
-    self.loss_scale.Update(finite)
 
 
 # ---- helpers ---------------------------------------------------------------

@@ -149,6 +149,22 @@ class LossScale(BaseLayer):
       return x * tf.cast(inv, tf.float64)
     return tf.cast(tf.cast(x, tf.float32) * inv, x.dtype)
 
+  def UpdateAfterStep(self, has_nan_or_inf, window_finite=None):
+    """Feeds a learner step's overflow (and its window's) to `Update`.
+
+    Args:
+      has_nan_or_inf: bool scalar tensor, the step saw a NaN/Inf gradient.
+      window_finite: None, or a bool scalar tensor: every micro-batch of
+        the accumulation window was finite.
+
+    Returns:
+      `Update`'s op (None when executing eagerly).
+    """
+    finite = tf.logical_not(has_nan_or_inf)
+    if window_finite is not None:
+      finite = tf.logical_and(finite, window_finite)
+    return self.Update(finite)
+
   def Update(self, grads_finite):
     """Adjusts the scale after a step (dynamic mode; fixed: no-op).
 

@@ -179,7 +179,10 @@ def test_rules_are_one_family_per_module_with_formula_and_source():
 
 # Issue 22, item 1: a Learner of Lingvo's size (Lingvo 0.14.2's whole
 # learner.py is 551 lines); what grew in it lives beside it.
-MAX_LEARNER_CLASS_LINES = 600
+# Issue 37 raised it to 610: the questions the runtime asks a learner
+# (UpdateWithDevMetric, DigestedWeights) belong to it, not to the trainer
+# walking its tree; the cap stays an alarm, not a place to steer code from.
+MAX_LEARNER_CLASS_LINES = 610
 
 
 def _ClassLines(path, name):

@@ -234,6 +234,25 @@ def IsReplicaLocal(optimizer):
   return type(optimizer).REPLICA_LOCAL
 
 
+def DigestedWeights(optimizer):
+  """{id(bound variable): its evaluated copy} for a replica-local optimizer.
+
+  The weights of Easgd and LocalSgd differ between replicas on purpose;
+  their evaluated copies (the center, the averages) are what the workers
+  must agree on, so the trainer's weights digest compares those instead.
+
+  Args:
+    optimizer: a BaseOptimizer (a learner's top optimizer).
+
+  Returns:
+    dict; empty when `optimizer` is not replica-local.
+  """
+  if not type(optimizer).REPLICA_LOCAL:
+    return {}
+  return {id(var): optimizer.GetAverage(var)
+          for var in optimizer.bound_variables.values()}
+
+
 def Configure(where, optimizer, collectives):
   """The learner's check and set-up: is `optimizer` replica-local?
 
