@@ -173,6 +173,12 @@ class _Layout:
     self.num_replicas = num_replicas
     self.shard = max(1, math.ceil(self.total / num_replicas))
     self.strategy = tf.distribute.get_strategy()
+    # One tf.function per layout, traced once (its input is always
+    # [local replicas, shard] of this dtype). strategy.gather called eagerly
+    # would define and trace a new tf.function inside TF's collective
+    # all-gather at every call: a retracing warning and about a second per
+    # save for a small model.
+    self._gather = tf.function(self._GatherRows)
 
   def LocalReplicaIds(self):
     """The global replica ids of this process's replicas, in local order."""
@@ -200,6 +206,29 @@ class _Layout:
     if pad:
       parts.append(tf.zeros([pad], dtype))
     return tf.concat(parts, axis=0) if len(parts) > 1 else parts[0]
+
+  def Gathered(self, copies):
+    """The full flat vector of an ON_READ shard variable, from every replica.
+
+    Args:
+      copies: this process's copies of the variable ([shard] each), in local
+        replica order.
+
+    Returns:
+      [N * shard] tensor of the variable's dtype: the replicas' shards
+      concatenated in replica order (across workers too: one collective, on
+      every worker, which must all call this in the same order).
+    """
+    return self._gather(tf.stack([c.read_value() for c in copies]))
+
+  def _GatherRows(self, rows):
+    """[local replicas, shard] -> [N * shard]; traced once (`Gathered`)."""
+    strategy = self.strategy
+    local = iter(tf.unstack(rows, num=rows.shape[0]))
+    per_replica = strategy.experimental_distribute_values_from_function(
+        lambda ctx: next(local))
+    with strategy.scope():
+      return strategy.gather(per_replica, axis=0)
 
   def Split(self, flat):
     """The full tensors of every variable from the [N * shard] vector."""
@@ -466,15 +495,10 @@ class _SlotView(tf.__internal__.tracking.Trackable):
     return list(values) if values else [self._slot]
 
   def _serialize_to_tensors(self):
-    # strategy.gather (cross-replica context) concatenates every replica's
-    # shard in replica order, across workers too (one collective per slot
-    # and variable under MultiWorkerMirroredStrategy, on every worker).
-    strategy = self._layout.strategy
-    copies = iter(self._Copies())
-    per_replica = strategy.experimental_distribute_values_from_function(
-        lambda ctx: next(copies).read_value())
-    with strategy.scope():
-      flat = strategy.gather(per_replica, axis=0)
+    # The layout's traced all-gather concatenates every replica's shard in
+    # replica order, across workers too (one collective per slot and
+    # variable under MultiWorkerMirroredStrategy, on every worker).
+    flat = self._layout.Gathered(self._Copies())
     return {'VARIABLE_VALUE': tf.identity(self._layout.Split(flat)[
         self._index])}
 
