@@ -173,7 +173,53 @@ def test_one_replica_is_a_plain_bind():
   zero = lrn.optimizer.__dict__['_zero']
   assert not zero.sharded
   assert lrn.optimizer.GetSlots(task.vars.w1)['m'].shape == [3, 5]
+  assert sharded_state.ShardedBytesLine([lrn.optimizer]) is None
   assert sharded_state.SHARDED_REASON
+
+
+# ---- the start-up line: optimizer-state bytes per replica --------------------
+
+
+@pytest.mark.parametrize('accumulate', [False, True])
+def test_bytes_line_counts_the_created_slots_by_hand(strategy, accumulate):
+  # Adam, 33 float32 elements over 2 replicas: shards of 17 (1 padding).
+  # Per replica 2 slots x 17 x 4 B = 136 B; unsharded 2 x 33 x 4 B = 264 B.
+  # GradientAccumulation's accumulators are not counted (full size in both).
+  opt = cases.Accumulated('adam') if accumulate else cases.OPTS['adam']()
+  _, lrn = cases.Run(strategy, opt, True, steps=1)
+  assert sharded_state.ShardedBytesLine([lrn.optimizer]) == (
+      'Optimizer state sharded over 2 replicas: 136 B per replica '
+      '(unsharded 264 B).')
+  _, plain = cases.Run(strategy, cases.OPTS['adam'](), False, steps=1)
+  assert sharded_state.StateOf(plain.optimizer) is None
+  assert sharded_state.ShardedBytesLine([plain.optimizer]) is None
+  # Two learners: the sharded one is counted; Momentum's 1 slot adds
+  # 17 x 4 = 68 B per replica and 33 x 4 = 132 B unsharded.
+  _, mom = cases.Run(strategy, cases.OPTS['momentum'](), True, steps=1)
+  assert sharded_state.ShardedBytesLine(
+      [lrn.optimizer, plain.optimizer, mom.optimizer]) == (
+          'Optimizer state sharded over 2 replicas: 204 B per replica '
+          '(unsharded 396 B).')
+
+
+def test_bytes_line_in_mib_with_padding(strategy):
+  # 1000 x 1000 + 3 = 1,000,003 float32 elements over 2 replicas: shards of
+  # 500,002 (1 padding element). Adam per replica: 2 x 500,002 x 4 B =
+  # 4,000,016 B = 3.81 MiB; unsharded 2 x 1,000,003 x 4 B = 8,000,024 B =
+  # 7.63 MiB.
+  with strategy.scope():
+    variables = NestedMap(w=tf.Variable(tf.zeros([1000, 1000]), name='w'),
+                          b=tf.Variable(tf.zeros([3]), name='b'))
+    lrn = Learner.Params().Set(name='loss', learning_rate=0.1,
+                               optimizer=Adam.Params(),
+                               shard_optimizer_state=True).Instantiate()
+    lrn.Bind(variables)
+  zero = sharded_state.StateOf(lrn.optimizer)
+  assert zero.SlotBytesPerReplica() == 4000016
+  assert zero.UnshardedSlotBytes() == 8000024
+  assert sharded_state.ShardedBytesLine([lrn.optimizer]) == (
+      'Optimizer state sharded over 2 replicas: 3.81 MiB per replica '
+      '(unsharded 7.63 MiB).')
 
 
 def _Save(strategy, opt, shard, path, steps=5):
@@ -494,10 +540,14 @@ def test_cli_mirrored_on_two_cpu_devices_shards_and_one_replica_says_not(
   assert two.returncode == 0, two.stderr
   assert 'Training on 2 replicas in sync (MirroredStrategy).' in two.stdout
   assert 'NOTICE' not in two.stdout
+  # Plain SGD keeps no slot: nothing to shard, and the line says so.
+  assert ('Optimizer state sharded over 2 replicas: 0 B per replica '
+          '(unsharded 0 B).') in two.stdout.splitlines()
   one = _Cli(tmp_path / 'one')
   assert one.returncode == 0, one.stderr
   assert ('NOTICE: learner(s) learner set shard_optimizer_state but the '
           'strategy has 1 replica') in one.stdout
+  assert 'Optimizer state sharded' not in one.stdout
   # 2 replicas on the same global batches train the one-device weights.
   for name in ('w', 'b'):
     key = 'task/_private_vars/%s/.ATTRIBUTES/VARIABLE_VALUE' % name
@@ -532,6 +582,9 @@ def test_cli_saves_of_sharded_slots_trace_no_new_function(tmp_path):
   assert out.returncode == 0, out.stderr
   assert out.stdout.count('Eval at global step') == 3, out.stdout
   assert 'triggered tf.function retracing' not in out.stderr, out.stderr
+  # w [1] and b [1]: 2 elements, shards of 1; Momentum's one float32 slot.
+  assert ('Optimizer state sharded over 2 replicas: 4 B per replica '
+          '(unsharded 8 B).') in out.stdout.splitlines()
   ckpt = str(tmp_path / 'run' / 'ckpt')
   assert tf.train.latest_checkpoint(ckpt).endswith('ckpt-60')
   # The saved slot is the full, gathered one (w and b: shape [1] each).
