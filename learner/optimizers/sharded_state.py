@@ -173,6 +173,12 @@ class _Layout:
     self.num_replicas = num_replicas
     self.shard = max(1, math.ceil(self.total / num_replicas))
     self.strategy = tf.distribute.get_strategy()
+    # One tf.function per layout, traced once (its input is always
+    # [local replicas, shard] of this dtype). strategy.gather called eagerly
+    # would define and trace a new tf.function inside TF's collective
+    # all-gather at every call: a retracing warning and about a second per
+    # save for a small model.
+    self._gather = tf.function(self._GatherRows)
 
   def LocalReplicaIds(self):
     """The global replica ids of this process's replicas, in local order."""
@@ -200,6 +206,29 @@ class _Layout:
     if pad:
       parts.append(tf.zeros([pad], dtype))
     return tf.concat(parts, axis=0) if len(parts) > 1 else parts[0]
+
+  def Gathered(self, copies):
+    """The full flat vector of an ON_READ shard variable, from every replica.
+
+    Args:
+      copies: this process's copies of the variable ([shard] each), in local
+        replica order.
+
+    Returns:
+      [N * shard] tensor of the variable's dtype: the replicas' shards
+      concatenated in replica order (across workers too: one collective, on
+      every worker, which must all call this in the same order).
+    """
+    return self._gather(tf.stack([c.read_value() for c in copies]))
+
+  def _GatherRows(self, rows):
+    """[local replicas, shard] -> [N * shard]; traced once (`Gathered`)."""
+    strategy = self.strategy
+    local = iter(tf.unstack(rows, num=rows.shape[0]))
+    per_replica = strategy.experimental_distribute_values_from_function(
+        lambda ctx: next(local))
+    with strategy.scope():
+      return strategy.gather(per_replica, axis=0)
 
   def Split(self, flat):
     """The full tensors of every variable from the [N * shard] vector."""
@@ -360,6 +389,14 @@ class ShardedState(tf.Module):
                for slots in self.shard_slots.values()
                for s in slots.values())
 
+  def UnshardedSlotBytes(self):
+    """Bytes the same slots take unsharded, on each replica: for every
+    slot, the element count of its dtype's variables (no padding) times the
+    slot's dtype size."""
+    return sum(self._layouts[dtype].total * s.dtype.size
+               for dtype, slots in self.shard_slots.items()
+               for s in slots.values())
+
 
 def _CheckNoDecayExclusion(rule, variables):
   """Raises ValueError if weight_decay_exclude spares some of `variables`
@@ -466,15 +503,10 @@ class _SlotView(tf.__internal__.tracking.Trackable):
     return list(values) if values else [self._slot]
 
   def _serialize_to_tensors(self):
-    # strategy.gather (cross-replica context) concatenates every replica's
-    # shard in replica order, across workers too (one collective per slot
-    # and variable under MultiWorkerMirroredStrategy, on every worker).
-    strategy = self._layout.strategy
-    copies = iter(self._Copies())
-    per_replica = strategy.experimental_distribute_values_from_function(
-        lambda ctx: next(copies).read_value())
-    with strategy.scope():
-      flat = strategy.gather(per_replica, axis=0)
+    # The layout's traced all-gather concatenates every replica's shard in
+    # replica order, across workers too (one collective per slot and
+    # variable under MultiWorkerMirroredStrategy, on every worker).
+    flat = self._layout.Gathered(self._Copies())
     return {'VARIABLE_VALUE': tf.identity(self._layout.Split(flat)[
         self._index])}
 
@@ -490,6 +522,56 @@ class _SlotView(tf.__internal__.tracking.Trackable):
         with tf.device(copy.device):
           ops.append(copy[a - lo:b - lo].assign(value[a - off:b - off]))
     return tf.group(ops) if ops and not tf.executing_eagerly() else None
+
+
+def StateOf(optimizer):
+  """The ShardedState of a learner's built optimizer, or None.
+
+  None when the learner does not set shard_optimizer_state; a state whose
+  `sharded` is False when it was bound with one replica.
+  """
+  rule = optimizer
+  if getattr(type(optimizer), 'IS_ACCUMULATION', False):
+    rule = optimizer.optimizer
+  return rule.__dict__.get('_zero')
+
+
+def _FormatBytes(num_bytes):
+  """'136 B', '18.77 KiB', '1.23 MiB', '2.00 GiB' (powers of 1024)."""
+  if num_bytes < 1024:
+    return '%d B' % num_bytes
+  for unit in ('KiB', 'MiB', 'GiB'):
+    num_bytes /= 1024.0
+    if num_bytes < 1024 or unit == 'GiB':
+      return '%.2f %s' % (num_bytes, unit)
+
+
+def ShardedBytesLine(optimizers):
+  """The start-up line on the sharded optimizer state, or None.
+
+  Counts the slots actually created: per replica, each slot's [shard]
+  (padding included); unsharded, each slot at the full size of its
+  variables. Summed over the learners that shard; not counted (the same
+  sharded or not): the w_r shard copy of the weights, a
+  GradientAccumulation's accumulators, the learners that do not shard.
+
+  Args:
+    optimizers: the task's learners' built and bound optimizers.
+
+  Returns:
+    'Optimizer state sharded over N replicas: <bytes> per replica
+    (unsharded <bytes>).', with bytes in B, KiB, MiB or GiB; None when no
+    learner's state is sharded (no learner asks, or one replica).
+  """
+  states = [st for st in (StateOf(o) for o in optimizers)
+            if st is not None and st.sharded]
+  if not states:
+    return None
+  return ('Optimizer state sharded over %d replicas: %s per replica '
+          '(unsharded %s).' % (
+              states[0].num_replicas,
+              _FormatBytes(sum(st.SlotBytesPerReplica() for st in states)),
+              _FormatBytes(sum(st.UnshardedSlotBytes() for st in states))))
 
 
 def OneReplicaNotice(learner_params, num_replicas):

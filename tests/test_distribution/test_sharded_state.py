@@ -173,7 +173,53 @@ def test_one_replica_is_a_plain_bind():
   zero = lrn.optimizer.__dict__['_zero']
   assert not zero.sharded
   assert lrn.optimizer.GetSlots(task.vars.w1)['m'].shape == [3, 5]
+  assert sharded_state.ShardedBytesLine([lrn.optimizer]) is None
   assert sharded_state.SHARDED_REASON
+
+
+# ---- the start-up line: optimizer-state bytes per replica --------------------
+
+
+@pytest.mark.parametrize('accumulate', [False, True])
+def test_bytes_line_counts_the_created_slots_by_hand(strategy, accumulate):
+  # Adam, 33 float32 elements over 2 replicas: shards of 17 (1 padding).
+  # Per replica 2 slots x 17 x 4 B = 136 B; unsharded 2 x 33 x 4 B = 264 B.
+  # GradientAccumulation's accumulators are not counted (full size in both).
+  opt = cases.Accumulated('adam') if accumulate else cases.OPTS['adam']()
+  _, lrn = cases.Run(strategy, opt, True, steps=1)
+  assert sharded_state.ShardedBytesLine([lrn.optimizer]) == (
+      'Optimizer state sharded over 2 replicas: 136 B per replica '
+      '(unsharded 264 B).')
+  _, plain = cases.Run(strategy, cases.OPTS['adam'](), False, steps=1)
+  assert sharded_state.StateOf(plain.optimizer) is None
+  assert sharded_state.ShardedBytesLine([plain.optimizer]) is None
+  # Two learners: the sharded one is counted; Momentum's 1 slot adds
+  # 17 x 4 = 68 B per replica and 33 x 4 = 132 B unsharded.
+  _, mom = cases.Run(strategy, cases.OPTS['momentum'](), True, steps=1)
+  assert sharded_state.ShardedBytesLine(
+      [lrn.optimizer, plain.optimizer, mom.optimizer]) == (
+          'Optimizer state sharded over 2 replicas: 204 B per replica '
+          '(unsharded 396 B).')
+
+
+def test_bytes_line_in_mib_with_padding(strategy):
+  # 1000 x 1000 + 3 = 1,000,003 float32 elements over 2 replicas: shards of
+  # 500,002 (1 padding element). Adam per replica: 2 x 500,002 x 4 B =
+  # 4,000,016 B = 3.81 MiB; unsharded 2 x 1,000,003 x 4 B = 8,000,024 B =
+  # 7.63 MiB.
+  with strategy.scope():
+    variables = NestedMap(w=tf.Variable(tf.zeros([1000, 1000]), name='w'),
+                          b=tf.Variable(tf.zeros([3]), name='b'))
+    lrn = Learner.Params().Set(name='loss', learning_rate=0.1,
+                               optimizer=Adam.Params(),
+                               shard_optimizer_state=True).Instantiate()
+    lrn.Bind(variables)
+  zero = sharded_state.StateOf(lrn.optimizer)
+  assert zero.SlotBytesPerReplica() == 4000016
+  assert zero.UnshardedSlotBytes() == 8000024
+  assert sharded_state.ShardedBytesLine([lrn.optimizer]) == (
+      'Optimizer state sharded over 2 replicas: 3.81 MiB per replica '
+      '(unsharded 7.63 MiB).')
 
 
 def _Save(strategy, opt, shard, path, steps=5):
@@ -494,16 +540,59 @@ def test_cli_mirrored_on_two_cpu_devices_shards_and_one_replica_says_not(
   assert two.returncode == 0, two.stderr
   assert 'Training on 2 replicas in sync (MirroredStrategy).' in two.stdout
   assert 'NOTICE' not in two.stdout
+  # Plain SGD keeps no slot: nothing to shard, and the line says so.
+  assert ('Optimizer state sharded over 2 replicas: 0 B per replica '
+          '(unsharded 0 B).') in two.stdout.splitlines()
   one = _Cli(tmp_path / 'one')
   assert one.returncode == 0, one.stderr
   assert ('NOTICE: learner(s) learner set shard_optimizer_state but the '
           'strategy has 1 replica') in one.stdout
+  assert 'Optimizer state sharded' not in one.stdout
   # 2 replicas on the same global batches train the one-device weights.
   for name in ('w', 'b'):
     key = 'task/_private_vars/%s/.ATTRIBUTES/VARIABLE_VALUE' % name
     got = [tf.train.load_checkpoint(str(d / 'run' / 'ckpt')).get_tensor(key)
            for d in (tmp_path, tmp_path / 'one')]
     np.testing.assert_allclose(got[0], got[1], rtol=1e-5)
+
+
+def _SavesAndEvals(tmp_path):
+  """A 60-step train_and_eval on 2 CPU replicas, Momentum sharded: 6
+  periodic saves of 2 variables x 1 slot, 3 evals (20, 40 and the final
+  one), each eval that improves also saving best/."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  env = dict(os.environ, PYTHONPATH=os.getcwd())
+  return subprocess.run(
+      [sys.executable, '-m', 'learner.trainer',
+       '--model=regression.LinearRegression', '--mode=train_and_eval',
+       '--strategy=mirrored', '--cpu_devices=2',
+       '--logdir=%s' % (tmp_path / 'run'), '--max_steps=60',
+       '--params_override=task.train.learner.shard_optimizer_state : True; '
+       'task.train.save_interval_steps : 10; task.eval.interval_steps : 20'],
+      capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.slow
+def test_cli_saves_of_sharded_slots_trace_no_new_function(tmp_path):
+  # Each save gathered each (variable, slot) with strategy.gather called
+  # eagerly, which defines a new tf.function inside TF at every call: here
+  # 12 + traces of CollectiveAllReduce._batch_all_gather's function, TF's
+  # 'triggered tf.function retracing' warning, and ~1 s per save (digits).
+  out = _SavesAndEvals(tmp_path)
+  assert out.returncode == 0, out.stderr
+  assert out.stdout.count('Eval at global step') == 3, out.stdout
+  assert 'triggered tf.function retracing' not in out.stderr, out.stderr
+  # w [1] and b [1]: 2 elements, shards of 1; Momentum's one float32 slot.
+  assert ('Optimizer state sharded over 2 replicas: 4 B per replica '
+          '(unsharded 8 B).') in out.stdout.splitlines()
+  ckpt = str(tmp_path / 'run' / 'ckpt')
+  assert tf.train.latest_checkpoint(ckpt).endswith('ckpt-60')
+  # The saved slot is the full, gathered one (w and b: shape [1] each).
+  reader = tf.train.load_checkpoint(ckpt)
+  slots = [k for k in reader.get_variable_to_shape_map()
+           if '/momentum/' in k and k.endswith('VARIABLE_VALUE')]
+  assert len(slots) == 2, slots
+  assert all(np.abs(reader.get_tensor(k)).max() > 0 for k in slots)
 
 
 @pytest.mark.parametrize('flags, needle', [

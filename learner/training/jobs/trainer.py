@@ -342,6 +342,10 @@ class Trainer:
         task.LearnerParamsList(), self._strategy.num_replicas_in_sync)
     if notice:
       self._Print(notice)
+    sharded_bytes = sharded_state.ShardedBytesLine(
+        [learner.optimizer for learner in task.learners])
+    if sharded_bytes:
+      self._Print(sharded_bytes)
     input_gen = (self._checked.train_input if self._checked is not None
                  else p.train_input.Instantiate())
     input_gen.CheckBatchSize()
