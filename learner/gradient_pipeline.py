@@ -6,7 +6,8 @@ window-averaged) gradient and the optimizer, `Learner._Update` runs
   Prescale -> Regularize -> Mask -> Norms -> Adjust -> CheckFinite -> Track
     -> ClipByNorm -> Scale -> [ClipAdaptive] -> ClipByValue
 
-(ClipAdaptive runs with the Learner's adaptive_clip_ratio; under several
+(ClipAdaptive runs with the Learner's adaptive_clip_ratio, whose params,
+checks and units are here too; under several
 replicas `Track` is `SkipFlags`, combined over the replicas by the
 learner, then `AgreedSkip`).
 
@@ -30,10 +31,11 @@ import collections
 import tensorflow as tf
 
 from learner.optimizers import kernels
-from learner.optimizers import resolve
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
+from params import VariableName
+from params import checks
 from params import SKIP_LP_REGULARIZATION
 from params import VarCollections
 
@@ -299,69 +301,6 @@ def Norms(variables, grads, prescale, var_norms, per_variable):
   return GradNorms(half, grad_norm), metrics
 
 
-def DefersVarNorm(p):
-  """True when var_norm/all is measured with the update, not in `Norms`.
-
-  With var_norm_metrics alone (not per variable, no check_finite_weights)
-  the Learner measures the weights in `MeasuredApply` / `WeightsHalf`:
-  inside a fused apply op the weights' norm costs no read pass of its own.
-  Not under XLA, where no fused op runs and a read of a weight inside the
-  update's cond makes XLA copy the weight (the Learner passes the metrics
-  measured before the cond through it instead).
-  """
-  return bool(p.var_norm_metrics and not p.per_variable_norm_metrics and
-              not p.check_finite_weights and not kernels.InXla())
-
-
-def WeightsHalf(variables):
-  """float32 scalar sum(w^2) / 2 over `variables`, read now (0 if none)."""
-  if not variables:
-    return tf.constant(0.0)
-  return tf.add_n(HalfSquaredNorms([v.read_value() for v in variables]))
-
-
-def MeasuredApply(variables, applied, applier, apply_fn):
-  """Runs `apply_fn` and returns sum(w^2) / 2 of `variables` before it.
-
-  When `applier` updates all of `applied` in one fused op (its
-  `FusedApplyReason` is None), the op measures the weights it updates as
-  it reads them (a kernels.WeightMeasure passed down the apply, returned
-  through it; no side channel); the variables without a gradient, which
-  no op writes, are read afterwards. Otherwise every
-  variable is read and measured first, and the update waits for that sum
-  (so no read is alive when the update writes in place).
-
-  Args:
-    variables: every variable of the learner (var_norm/all's set).
-    applied: list of VarGrad that `apply_fn` updates (grads not None).
-    applier: the optimizer (or Window) `apply_fn` calls.
-    apply_fn: callable(measure=None) that builds the update, passing
-      `measure` (a kernels.WeightMeasure) to the applier's Apply.
-
-  Returns:
-    float32 scalar.
-
-  Raises:
-    AssertionError: if the fused ops did not update exactly `applied`
-      (a bug: FusedApplyReason promised they would).
-  """
-  fused_reason = getattr(applier, 'FusedApplyReason', None)
-  if not applied or fused_reason is None or fused_reason(applied):
-    half = WeightsHalf(variables)
-    with tf.control_dependencies([half]):
-      apply_fn()
-    return half
-  measure = kernels.WeightMeasure()
-  apply_fn(measure)
-  expected = {id(vg.var) for vg in applied}
-  if measure.variables != expected:
-    raise AssertionError(
-        'MeasuredApply: the fused ops updated %d variables, expected %d.' %
-        (len(measure.variables), len(expected)))
-  rest = [v for v in variables if id(v) not in expected]
-  return measure.Total() + WeightsHalf(rest)
-
-
 def Adjust(var_grads, grads, gradient_adjuster):
   """Runs the user's `gradient_adjuster` on the measured gradients.
 
@@ -605,6 +544,76 @@ def Scale(clip, prescale, clip_value):
   return Scaling(scale, per_variable, clip_value)
 
 
+# ---- adaptive gradient clipping (AGC), whole: params, checks, units, stage --
+# Brock, De, Smith & Simonyan, "High-Performance Large-Scale Image Recognition
+# Without Normalization", ICML 2021, section 4.1; units as optax's
+# adaptive_grad_clip. The Learner defines the params, checks them and its
+# variables at Bind; guarded_update runs ClipAdaptive after Scale.
+
+
+def DefineAdaptiveClipParams(p):
+  """Defines the Learner's AGC params on `p` (ClipAdaptive below)."""
+  p.Define(
+      'adaptive_clip_ratio', 0.0,
+      'If > 0, adaptive gradient clipping (AGC; Brock et al. 2021): each '
+      'unit\'s gradient (a dense layer\'s output column, a conv kernel\'s '
+      'output channel, a whole vector) is scaled down to at most this ratio '
+      'times the unit\'s weight norm (optax\'s adaptive_grad_clip), after '
+      'norm clipping. Typical 0.01-0.16. 0 = off.')
+  p.Define(
+      'adaptive_clip_eps', 1e-3,
+      'AGC: a unit\'s weight norm counts as at least this (> 0), so '
+      'zero-initialised weights still move. Used when adaptive_clip_ratio > '
+      '0.')
+
+
+def AdaptiveClipChecks():
+  """{key: checks spec} of the AGC params, for Learner.ValueChecks."""
+  return dict(
+      adaptive_clip_ratio=checks.Real(
+          0, example=0.01, why='the largest gradient/weight norm ratio of a '
+          'unit; 0 turns it off'),
+      adaptive_clip_eps=checks.Real(
+          0, low_open=True, example=1e-3,
+          why='the smallest weight norm a unit counts as'))
+
+
+def CheckAdaptiveClipUnits(p, variables):
+  """With AGC on, raises ValueError naming a variable of rank > 5 (no unit
+  convention for it; UnitAxes)."""
+  if p.adaptive_clip_ratio:
+    for v in variables:
+      UnitAxes(v.shape, VariableName(v))
+
+
+def UnitAxes(shape, name='variable'):
+  """The axes a unit's norm runs over (optax's `unitwise_norm`).
+
+  Args:
+    shape: the variable's static shape (a list of ints or TensorShape).
+    name: the variable's name, for the error.
+
+  Returns:
+    None (the whole tensor is one unit) or a tuple of axes.
+
+  Raises:
+    ValueError: rank > 5.
+  """
+  shape = list(shape)
+  if sum(1 for d in shape if d != 1) <= 1:
+    return None
+  if len(shape) in (2, 3):
+    return (0,)
+  if len(shape) in (4, 5):
+    return tuple(range(len(shape) - 1))
+  raise ValueError(
+      'adaptive_clip_ratio: variable %r has shape %s (rank %d); adaptive '
+      'clipping knows units of ranks 0-5 only (optax\'s unitwise_norm). '
+      'Reshape the variable, exclude it from this learner '
+      '(bprop_variable_exclusion) or set adaptive_clip_ratio=0.' %
+      (name, shape, len(shape)))
+
+
 def ClipAdaptive(variables, grads, scaling, ratio, eps):
   """Adaptive gradient clipping (AGC), unit-wise, after norm clipping.
 
@@ -662,7 +671,7 @@ def ClipAdaptive(variables, grads, scaling, ratio, eps):
 
 def _ClipUnits(var, grad, ratio, eps):
   """(clipped grad, number of clipped units float32, number of units)."""
-  axes = resolve.UnitAxes(var.shape, var_grad_lib.VarName(var))
+  axes = UnitAxes(var.shape, VariableName(var))
   dtype = tf.float64 if grad.dtype == tf.float64 else tf.float32
   g = tf.cast(grad, dtype)
   w = tf.cast(var.read_value(), dtype)

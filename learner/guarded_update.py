@@ -141,7 +141,7 @@ class GuardedUpdate:
                                    p.skip_lp_1d_vectors)
     metrics.update(m)
     grads = pipeline.Mask(variables, grads, gradient_mask)
-    defer = pipeline.DefersVarNorm(p)
+    defer = DefersVarNorm(p)
     norms, m = pipeline.Norms(variables, grads, grad_prescale,
                               p.var_norm_metrics and not defer,
                               p.per_variable_norm_metrics)
@@ -199,7 +199,7 @@ class GuardedUpdate:
       lr, var_grads, grads, scaling, applier: as `_Update` has them.
       measured: None, or the variables whose sum(w^2) / 2 before the update
         gives var_norm/all (inside a fused apply op when it can be,
-        pipeline.MeasuredApply; read in the skip branch).
+        MeasuredApply; read in the skip branch).
       held: optional {name: float32 scalar}, passed through the cond
         unchanged (one stacked vector). Under XLA the learner passes its
         metrics: var_norm/* and l1/l2_loss read the weights, and a read
@@ -231,12 +231,12 @@ class GuardedUpdate:
       if measured is None:
         _Apply()
         return _Outputs(self.CountApplied())
-      half = pipeline.MeasuredApply(measured, applied.Flatten(), applier,
+      half = MeasuredApply(measured, applied.Flatten(), applier,
                                     _Apply)
       return _Outputs(self.CountApplied(), half)
 
     def _Skip():
-      half = None if measured is None else pipeline.WeightsHalf(measured)
+      half = None if measured is None else WeightsHalf(measured)
       return _Outputs(self.CountSkipped(reason()), half)
 
     out = tf.cond(skip, _Skip, _DoUpdate)
@@ -441,3 +441,70 @@ def SkipReason(has_nan_or_inf, losses_finite):
   return reason
 
 
+# ---- var_norm/all measured with the update ----------------------------------
+# With the Learner's var_norm_metrics alone the weights' norm is taken where
+# the update reads them anyway: inside a fused apply op (a
+# kernels.WeightMeasure handed down the apply), else in one read before it.
+
+
+def DefersVarNorm(p):
+  """True when var_norm/all is measured with the update, not in `Norms`.
+
+  With var_norm_metrics alone (not per variable, no check_finite_weights)
+  the Learner measures the weights in `MeasuredApply` / `WeightsHalf`:
+  inside a fused apply op the weights' norm costs no read pass of its own.
+  Not under XLA, where no fused op runs and a read of a weight inside the
+  update's cond makes XLA copy the weight (the Learner passes the metrics
+  measured before the cond through it instead).
+  """
+  return bool(p.var_norm_metrics and not p.per_variable_norm_metrics and
+              not p.check_finite_weights and not kernels.InXla())
+
+
+def WeightsHalf(variables):
+  """float32 scalar sum(w^2) / 2 over `variables`, read now (0 if none)."""
+  if not variables:
+    return tf.constant(0.0)
+  return tf.add_n(pipeline.HalfSquaredNorms([v.read_value() for v in variables]))
+
+
+def MeasuredApply(variables, applied, applier, apply_fn):
+  """Runs `apply_fn` and returns sum(w^2) / 2 of `variables` before it.
+
+  When `applier` updates all of `applied` in one fused op (its
+  `FusedApplyReason` is None), the op measures the weights it updates as
+  it reads them (a kernels.WeightMeasure passed down the apply, returned
+  through it; no side channel); the variables without a gradient, which
+  no op writes, are read afterwards. Otherwise every
+  variable is read and measured first, and the update waits for that sum
+  (so no read is alive when the update writes in place).
+
+  Args:
+    variables: every variable of the learner (var_norm/all's set).
+    applied: list of VarGrad that `apply_fn` updates (grads not None).
+    applier: the optimizer (or Window) `apply_fn` calls.
+    apply_fn: callable(measure=None) that builds the update, passing
+      `measure` (a kernels.WeightMeasure) to the applier's Apply.
+
+  Returns:
+    float32 scalar.
+
+  Raises:
+    AssertionError: if the fused ops did not update exactly `applied`
+      (a bug: FusedApplyReason promised they would).
+  """
+  fused_reason = getattr(applier, 'FusedApplyReason', None)
+  if not applied or fused_reason is None or fused_reason(applied):
+    half = WeightsHalf(variables)
+    with tf.control_dependencies([half]):
+      apply_fn()
+    return half
+  measure = kernels.WeightMeasure()
+  apply_fn(measure)
+  expected = {id(vg.var) for vg in applied}
+  if measure.variables != expected:
+    raise AssertionError(
+        'MeasuredApply: the fused ops updated %d variables, expected %d.' %
+        (len(measure.variables), len(expected)))
+  rest = [v for v in variables if id(v) not in expected]
+  return measure.Total() + WeightsHalf(rest)

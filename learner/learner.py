@@ -136,7 +136,7 @@ class Learner(BaseLayer):
     p.Define('clip_gradient_value', 0.0,
              'If > 0, clip every gradient element to [-value, value], after '
              'norm clipping. 0 = off.')
-    resolve.DefineAdaptiveClipParams(p)
+    pipeline.DefineAdaptiveClipParams(p)
     p.Define('grad_norm_to_clip_to_zero', 0.0,
              'If > 0, skip the step when the global gradient norm is >= '
              'this. 0 = off.')
@@ -231,7 +231,7 @@ class Learner(BaseLayer):
     for key in _CLIP_KEYS:
       specs[key] = checks.Real(0, none_ok=key in _NONE_OK_KEYS, example=1.0,
                                why='0 turns it off')
-    specs.update(resolve.AdaptiveClipChecks())
+    specs.update(pipeline.AdaptiveClipChecks())
     return specs
 
   # ---- properties ----------------------------------------------------------
@@ -355,7 +355,7 @@ class Learner(BaseLayer):
           (self.path, p.bprop_variable_filter, p.bprop_variable_exclusion,
            [var_grad_lib.VarName(v) for v in _AsMap(vmap).Flatten()
             if IsTrainable(v)]))
-    resolve.CheckAdaptiveClipUnits(p, variables)
+    pipeline.CheckAdaptiveClipUnits(p, variables)
     self.optimizer.Bind(selected)
     self._bound = frozenset(self._bound or ()) | frozenset(
         var_grad_lib.VarName(v) for v in variables)

@@ -13,73 +13,9 @@ import tensorflow as tf
 
 from learner.optimizers import base as base_optimizer
 from learner.optimizers import factory as optimizer_factory
-from learner.optimizers import var_grad as var_grad_lib
 from params import checks
 from schedules import base_schedule
 from schedules import keras_adapter
-
-
-def DefineAdaptiveClipParams(p):
-  """Defines the Learner's AGC params on `p` (gradient_pipeline.ClipAdaptive)."""
-  p.Define(
-      'adaptive_clip_ratio', 0.0,
-      'If > 0, adaptive gradient clipping (AGC; Brock et al. 2021): each '
-      'unit\'s gradient (a dense layer\'s output column, a conv kernel\'s '
-      'output channel, a whole vector) is scaled down to at most this ratio '
-      'times the unit\'s weight norm (optax\'s adaptive_grad_clip), after '
-      'norm clipping. Typical 0.01-0.16. 0 = off.')
-  p.Define(
-      'adaptive_clip_eps', 1e-3,
-      'AGC: a unit\'s weight norm counts as at least this (> 0), so '
-      'zero-initialised weights still move. Used when adaptive_clip_ratio > '
-      '0.')
-
-
-def AdaptiveClipChecks():
-  """{key: checks spec} of the AGC params, for Learner.ValueChecks."""
-  return dict(
-      adaptive_clip_ratio=checks.Real(
-          0, example=0.01, why='the largest gradient/weight norm ratio of a '
-          'unit; 0 turns it off'),
-      adaptive_clip_eps=checks.Real(
-          0, low_open=True, example=1e-3,
-          why='the smallest weight norm a unit counts as'))
-
-
-def CheckAdaptiveClipUnits(p, variables):
-  """With AGC on, raises ValueError naming a variable of rank > 5 (no unit
-  convention for it; UnitAxes)."""
-  if p.adaptive_clip_ratio:
-    for v in variables:
-      UnitAxes(v.shape, var_grad_lib.VarName(v))
-
-
-def UnitAxes(shape, name='variable'):
-  """The axes a unit's norm runs over (optax's `unitwise_norm`).
-
-  Args:
-    shape: the variable's static shape (a list of ints or TensorShape).
-    name: the variable's name, for the error.
-
-  Returns:
-    None (the whole tensor is one unit) or a tuple of axes.
-
-  Raises:
-    ValueError: rank > 5.
-  """
-  shape = list(shape)
-  if sum(1 for d in shape if d != 1) <= 1:
-    return None
-  if len(shape) in (2, 3):
-    return (0,)
-  if len(shape) in (4, 5):
-    return tuple(range(len(shape) - 1))
-  raise ValueError(
-      'adaptive_clip_ratio: variable %r has shape %s (rank %d); adaptive '
-      'clipping knows units of ranks 0-5 only (optax\'s unitwise_norm). '
-      'Reshape the variable, exclude it from this learner '
-      '(bprop_variable_exclusion) or set adaptive_clip_ratio=0.' %
-      (name, shape, len(shape)))
 
 
 def CheckLearnerParams(owner, p):
