@@ -531,7 +531,7 @@ def StateOf(optimizer):
   `sharded` is False when it was bound with one replica.
   """
   rule = optimizer
-  if getattr(type(optimizer), 'IS_ACCUMULATION', False):
+  if type(optimizer).IS_ACCUMULATION:
     rule = optimizer.optimizer
   return rule.__dict__.get('_zero')
 
