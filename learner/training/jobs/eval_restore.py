@@ -303,7 +303,11 @@ def RestoreForEval(checkpoint_path, task):
   """
   ckpt = tf.train.Checkpoint(task=task)
   try:
-    status = ckpt.restore(checkpoint_path)
+    try:
+      status = ckpt.restore(checkpoint_path)
+    except Exception as e:  # Gone or damaged: the caller reports it.
+      checkpointer_lib.QuietFailedRestore(e)  # TF's 30 lines at exit.
+      raise
     status.expect_partial()  # The slots, iterator, counters: not read.
     status.assert_existing_objects_matched()
   except AssertionError as e:
