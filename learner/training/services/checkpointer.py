@@ -154,21 +154,32 @@ def QuietFailedRestore(error):
   lives on; when it is garbage-collected (often at exit) TF logs one
   warning per checkpoint value it did not restore (the optimizer slots,
   the input iterator, the counters: 30 lines and more, long after the
-  one-line report of the failure). The coordinator is found in the frames
-  of the error's traceback and marked partial, which is what
-  `expect_partial()` does. Safe to call with any error (no coordinator:
-  nothing happens).
+  one-line report of the failure). The coordinator (or the load status
+  holding it) is found in the frames of the error's traceback, and of the
+  errors it was raised from (TF re-raises a NotFoundError as a new one),
+  and marked partial, which is what `expect_partial()` does. Safe to call
+  with any error (no coordinator: nothing happens).
 
   Args:
-    error: the exception the restore raised (its `__traceback__` is read).
+    error: the exception the restore raised (its `__traceback__`,
+      `__context__` and `__cause__` are read).
   """
-  tb = error.__traceback__
-  while tb is not None:
-    for value in list(tb.tb_frame.f_locals.values()):
-      # pylint: disable-next=protected-access
-      if isinstance(value, tf_checkpoint._CheckpointRestoreCoordinator):
-        value.expect_partial = True
-    tb = tb.tb_next
+  # pylint: disable-next=protected-access
+  coordinator = tf_checkpoint._CheckpointRestoreCoordinator
+  errors, seen = [error], set()
+  while errors:
+    e = errors.pop()
+    if e is None or id(e) in seen:
+      continue
+    seen.add(id(e))
+    errors += [e.__context__, e.__cause__]
+    tb = e.__traceback__
+    while tb is not None:
+      for value in list(tb.tb_frame.f_locals.values()):
+        for obj in (value, getattr(value, '_checkpoint', None)):
+          if isinstance(obj, coordinator):
+            obj.expect_partial = True
+      tb = tb.tb_next
 
 
 def _ReadStateFile(directory):
