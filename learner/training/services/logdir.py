@@ -17,7 +17,9 @@ One logdir holds one run. Its files belong to the jobs that write them:
                     these go there instead; on a read-only logdir without
                     it the job writes nothing (`IsWritable`).
   Other jobs that only read checkpoints write their own directory in the
-  same way, named after the job (`evaler/`, `export/`).
+  same way, named after the job (`evaler/`, `export/`), or the directory of
+  their output flag (`--evaler_dir`, `--export_dir`); on a read-only logdir
+  without it they refuse before any work (`CheckJobDirWritable`).
 
 A rerun of a finished train job (`FinishedMetrics`) writes nothing and
 returns the stored metrics, so metrics.json and params.txt stay
@@ -305,6 +307,34 @@ def IsWritable(path):
       break
     path = parent
   return os.access(path, os.W_OK)
+
+
+def CheckJobDirWritable(logdir, job_dir, mode, flag):
+  """Refuses a read-only job that would write into an unwritable logdir.
+
+  The evaler and the export write `<logdir>/<job_dir>` unless their output
+  flag (`--evaler_dir`, `--export_dir`) names another directory; on a
+  read-only logdir without that flag they would fail at their first write
+  (TF's PermissionDeniedError traceback, after the work). Called before
+  any work, so nothing is read, built or written.
+
+  Args:
+    logdir: the run's logdir (it need not exist yet).
+    job_dir: the job's directory under it, e.g. 'evaler', 'export'.
+    mode: the job's --mode value, for the message.
+    flag: the output flag's name without dashes, e.g. 'evaler_dir'.
+
+  Raises:
+    errors.ExperimentError: one line naming the directory, the flag and the
+      fix, when `<logdir>/<job_dir>` cannot be written (`IsWritable`).
+  """
+  path = os.path.join(logdir, job_dir)
+  if IsWritable(path):
+    return
+  raise errors.ExperimentError(
+      '--mode=%s writes %s, but %s is read-only (not writable by this '
+      'process); nothing was done. Give --%s=<a writable directory> to write '
+      'there instead.' % (mode, path, logdir, flag))
 
 
 def CheckNotAnotherExperiment(logdir, text):
