@@ -36,6 +36,7 @@ from learner.optimizers import base as base_optimizer
 from learner.optimizers import factory as optimizer_factory
 from learner.optimizers import var_grad
 from learner.training.services import checkpointer as checkpointer_lib
+from learner.training.services import failed_restore
 from params import IsTrainable
 
 CheckpointMismatchError = checkpointer_lib.CheckpointMismatchError
@@ -306,7 +307,7 @@ def RestoreForEval(checkpoint_path, task):
     try:
       status = ckpt.restore(checkpoint_path)
     except Exception as e:  # Gone or damaged: the caller reports it.
-      checkpointer_lib.QuietFailedRestore(e)  # TF's 30 lines at exit.
+      failed_restore.QuietFailedRestore(e)  # TF's 30 lines at exit.
       raise
     status.expect_partial()  # The slots, iterator, counters: not read.
     status.assert_existing_objects_matched()

@@ -37,9 +37,9 @@ import re
 
 from absl import logging
 import tensorflow as tf
-from tensorflow.python.checkpoint import checkpoint as tf_checkpoint  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.checkpoint import graph_view  # pylint: disable=g-direct-tensorflow-import
 
+from learner.training.services import failed_restore
 from learner.training.services import skipped_steps
 from params import BaseLayer
 
@@ -142,44 +142,6 @@ def CompleteCheckpoints(directory, prefix='ckpt'):
     if names <= set(shards):
       found.append((int(m.group(1)), base))
   return [b for _, b in sorted(found)]
-
-
-def QuietFailedRestore(error):
-  """Silences TF's warnings about the restore that raised `error`.
-
-  A `tf.train.Checkpoint.restore` that raises after TF read the checkpoint's
-  object graph (a data file deleted by the trainer's rotation while an
-  evaler reads it, a damaged shard, a replica-count refusal) returns no
-  status object to call `expect_partial()` on, yet TF's restore coordinator
-  lives on; when it is garbage-collected (often at exit) TF logs one
-  warning per checkpoint value it did not restore (the optimizer slots,
-  the input iterator, the counters: 30 lines and more, long after the
-  one-line report of the failure). The coordinator (or the load status
-  holding it) is found in the frames of the error's traceback, and of the
-  errors it was raised from (TF re-raises a NotFoundError as a new one),
-  and marked partial, which is what `expect_partial()` does. Safe to call
-  with any error (no coordinator: nothing happens).
-
-  Args:
-    error: the exception the restore raised (its `__traceback__`,
-      `__context__` and `__cause__` are read).
-  """
-  # pylint: disable-next=protected-access
-  coordinator = tf_checkpoint._CheckpointRestoreCoordinator
-  errors, seen = [error], set()
-  while errors:
-    e = errors.pop()
-    if e is None or id(e) in seen:
-      continue
-    seen.add(id(e))
-    errors += [e.__context__, e.__cause__]
-    tb = e.__traceback__
-    while tb is not None:
-      for value in list(tb.tb_frame.f_locals.values()):
-        for obj in (value, getattr(value, '_checkpoint', None)):
-          if isinstance(obj, coordinator):
-            obj.expect_partial = True
-      tb = tb.tb_next
 
 
 def _ReadStateFile(directory):
@@ -407,7 +369,7 @@ class Checkpointer:
         raise CheckpointMismatchError(self._MismatchMessage(path, e)) from None
       except Exception as e:  # pylint: disable=broad-except
         # A damaged file surfaces as OpError, IndexError, ValueError, ...
-        QuietFailedRestore(e)
+        failed_restore.QuietFailedRestore(e)
         msg = '%s: %s' % (type(e).__name__, str(e).split('\n')[0])
         logging.warning('Checkpoint %s is unreadable (%s); trying the '
                         'previous one.', path, msg)
