@@ -224,8 +224,9 @@ class Trainer:
     Raises:
       validate.ExperimentError: a refused value (before anything is
         written; see `learner.training.jobs.validate`), a logdir of another
-        experiment, or (`logdir.LogdirInUseError`) a logdir another live
-        train job holds.
+        experiment, a logdir (or its train/, ckpt/...) a train job cannot
+        write (`logdir.CheckTrainWritable`), or (`logdir.LogdirInUseError`)
+        a logdir another live train job holds.
       NothingToEvaluateError: mode eval without a checkpoint to evaluate
         (none in the logdir, or `checkpoint` names none).
     """
@@ -263,7 +264,9 @@ class Trainer:
           with_eval=self._mode == ModeKeys.TRAIN_AND_EVAL)
       if stored is not None:
         return self._ReportFinished(stored)
-    if trains:
+    if trains:  # One line, not TF's PermissionDeniedError at a summary.
+      logdir_lib.CheckTrainWritable(self._logdir, self._mode == (
+          ModeKeys.TRAIN_AND_EVAL), bool(self._params.task.eval.dev_metric))
       self._CheckWarmStart(ckpt_dir)
     if trains:
       for line in self._duration_lines:

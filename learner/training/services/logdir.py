@@ -309,6 +309,42 @@ def IsWritable(path):
   return os.access(path, os.W_OK)
 
 
+def CheckTrainWritable(logdir, evaluates, keeps_best):
+  """Refuses a train job on a logdir it cannot write, before any file.
+
+  A train job writes the logdir itself (params.txt, metrics.json,
+  model_analysis.txt), train/, ckpt/ and, evaluating, eval/ and best/; on
+  a read-only one a resume would otherwise stop at its first summary with
+  TF's PermissionDeniedError traceback (CreateSummaryFileWriter). Each is
+  asked with `IsWritable` (itself if it exists, else its nearest existing
+  parent), so a logdir that does not exist yet needs a writable parent.
+
+  Args:
+    logdir: the job's logdir (it need not exist).
+    evaluates: the job writes eval/ (train_and_eval).
+    keeps_best: it writes best/ when it evaluates (a dev_metric is set).
+
+  Raises:
+    errors.ExperimentError: one line naming the logdir, what cannot be
+      written and the fixes; nothing has been read or written.
+  """
+  names = ['', 'train', CKPT_DIR] + (
+      ['eval'] + (['best'] if keeps_best else []) if evaluates else [])
+  bad = [name for name in names if not IsWritable(os.path.join(logdir, name))]
+  if not bad:
+    return
+  what = ('it is' if bad[0] == '' else '%s %s' % (
+      ', '.join(n + '/' for n in bad), 'is' if len(bad) == 1 else 'are'))
+  steps = CheckpointSteps(logdir)
+  kept = (' (its checkpoints, newest ckpt-%d, are untouched)' % steps[-1]
+          if steps else '')
+  raise errors.ExperimentError(
+      '--logdir=%s cannot be written by this process: %s read-only; nothing '
+      'was changed%s. Make it writable to train there, or give another '
+      '--logdir (a copy of this one resumes the run); --mode=eval '
+      '--eval_dir=<dir> evaluates a read-only logdir.' % (logdir, what, kept))
+
+
 def CheckJobDirWritable(logdir, job_dir, mode, flag):
   """Refuses a read-only job that would write into an unwritable logdir.
 
