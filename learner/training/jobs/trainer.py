@@ -264,9 +264,13 @@ class Trainer:
           with_eval=self._mode == ModeKeys.TRAIN_AND_EVAL)
       if stored is not None:
         return self._ReportFinished(stored)
-    if trains:  # One line, not TF's PermissionDeniedError at a summary.
+    if trains:  # One line each, not TF's traceback after a first file.
       logdir_lib.CheckTrainWritable(self._logdir, self._mode == (
           ModeKeys.TRAIN_AND_EVAL), bool(self._params.task.eval.dev_metric))
+      with validate.Refusing():
+        replica_local.CheckResumeReplicaCount(
+            self._checked.task.learners, tf.train.latest_checkpoint(
+                ckpt_dir), self._strategy.num_replicas_in_sync)
       self._CheckWarmStart(ckpt_dir)
     if trains:
       for line in self._duration_lines:
