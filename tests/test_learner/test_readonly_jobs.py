@@ -427,3 +427,33 @@ def test_evaler_and_export_command_lines_on_a_really_read_only_logdir(
     assert _Md5s(logdir) == before
   finally:
     _Writable(logdir)
+
+
+def test_a_newest_checkpoint_without_its_index_is_named_with_the_one_used(
+    trained, tmp_path, capsys):
+  # Issue: --mode=export with ckpt-30.index deleted exported ckpt-20, exit
+  # 0, and no line said the newest was skipped. Now one line names both
+  # (the state file still lists ckpt-30); --mode=eval says the same.
+  logdir = tmp_path / 'run'
+  shutil.copytree(trained, logdir)
+  os.remove(logdir / 'ckpt' / 'ckpt-30.index')
+  ckpt = logdir / 'ckpt'
+  assert eval_restore.ResolveEvalCheckpoint(str(logdir)) == [
+      str(ckpt / ('ckpt-%d' % s)) for s in (30, 20, 10)]
+  line = ('WARNING: checkpoint %s/ckpt-30 cannot be read (no ckpt-30.index: '
+          'deleted, or its save did not finish); using %s/ckpt-20 (global '
+          'step 20) instead.' % (ckpt, ckpt))
+  base = ['--model=' + _ONE_EMA, '--logdir=%s' % logdir]
+  code, out, err = trainer_helpers.RunMain(base + ['--mode=export'], capsys)
+  assert code == 0, err
+  lines = out.splitlines()
+  assert lines[0] == line
+  assert lines[1].startswith('Exported %s/ckpt-20 (EMA averages of 1 '
+                             'variables) to %s/export/20: ' % (ckpt, logdir))
+  _CheckExport(logdir / 'export' / '20', str(ckpt / 'ckpt-20'))
+  code, out, err = trainer_helpers.RunMain(base + ['--mode=eval'], capsys)
+  assert code == 0, err
+  assert out.splitlines().count(line) == 1
+  metrics = json.loads((logdir / 'eval_job' / 'metrics.json').read_text())
+  assert metrics['global_step'] == 20
+  _AssertValues(metrics, _Expected(str(ckpt / 'ckpt-20')))
