@@ -457,3 +457,36 @@ def test_a_newest_checkpoint_without_its_index_is_named_with_the_one_used(
   metrics = json.loads((logdir / 'eval_job' / 'metrics.json').read_text())
   assert metrics['global_step'] == 20
   _AssertValues(metrics, _Expected(str(ckpt / 'ckpt-20')))
+
+
+def test_the_default_dataset_named_or_not_is_one_directory(tmp_path, capsys):
+  # Issue: --mode=eval wrote eval_job/ and --evaler_dataset=dev (the
+  # default dataset, Dev() being the first defined) the same numbers into
+  # eval_job_dev/. Now the default, named or not, is eval_job/ (evaler/
+  # for the evaler); another dataset keeps its own directory.
+  key = 'readonly_experiments.TwoLearnersDevTest'
+  logdir = tmp_path / 'run'
+  _Train(logdir, key, mode='train')
+  base = ['--model=' + key, '--logdir=%s' % logdir]
+  code, _, err = trainer_helpers.RunMain(base + ['--mode=eval'], capsys)
+  assert code == 0, err
+  default = json.loads((logdir / 'eval_job' / 'metrics.json').read_text())
+  _AssertValues(default, _Expected(str(logdir / 'ckpt' / 'ckpt-30'), key))
+  code, _, err = trainer_helpers.RunMain(
+      base + ['--mode=eval', '--evaler_dataset=dev'], capsys)
+  assert code == 0, err
+  assert json.loads((logdir / 'eval_job' / 'metrics.json').read_text()) == (
+      default)
+  code, _, err = trainer_helpers.RunMain(
+      base + ['--mode=eval', '--evaler_dataset=test'], capsys)
+  assert code == 0, err
+  test = json.loads((logdir / 'eval_job_test' / 'metrics.json').read_text())
+  assert test['global_step'] == 30 and test['loss'] != default['loss']
+  code, _, err = trainer_helpers.RunMain(
+      base + ['--mode=evaler', '--evaler_dataset=dev'], capsys)
+  assert code == 0, err
+  record = json.loads((logdir / 'evaler' / 'metrics.json').read_text())
+  last = record['evaluations'][-1]['metrics']
+  assert last == {k: default[k] for k in ('w', 'b', 'loss')}
+  assert sorted(n for n in os.listdir(logdir) if n.startswith('eval')) == [
+      'eval_job', 'eval_job_test', 'evaler']

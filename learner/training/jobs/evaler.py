@@ -70,6 +70,7 @@ from learner.training.services import logdir as logdir_lib
 from learner.training.services import stops
 from learner.training.services import summary as summary_lib
 from learner.training.jobs import validate
+from params import registry
 
 METRICS_FILE = 'metrics.json'
 DEFAULT_TIMEOUT_SECS = 3600.0
@@ -507,7 +508,9 @@ def Main(params, flag_values):
   --evaler_dir before any work), 128 + the signal number when stopped by
   SIGINT (130) or SIGTERM (143), with one line and no traceback.
   """
-  job_dir = logdir_lib.EvalerDir(flag_values.evaler_dataset)
+  job_dir = logdir_lib.EvalerDir(
+      flag_values.evaler_dataset, registry.DefaultEvalDataset(
+          flag_values.model))
   try:  # Every value (dev_metric, eval input...) before anything is written.
     if not flag_values.evaler_dir:
       logdir_lib.CheckJobDirWritable(flag_values.logdir, job_dir, 'evaler',

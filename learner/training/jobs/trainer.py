@@ -106,7 +106,7 @@ class Trainer:
     eval_dir: mode eval: where its TensorBoard run and metrics.json go
       instead of '<logdir>/eval_job' (e.g. when the logdir is read-only).
     eval_job_dir: mode eval: the directory under the logdir it writes
-      ('eval_job'; 'eval_job_dev' for --evaler_dataset=dev).
+      ('eval_job'; `logdir.EvalJobDir`: 'eval_job_test' for another set).
 
   Raises:
     ValueError: unknown mode; params without 'task'; checkpoint or

@@ -47,14 +47,22 @@ EVAL_JOB_DIR = 'eval_job'
 EVALER_DIR = 'evaler'
 
 
-def EvalJobDir(dataset=None):
-  """'eval_job', or 'eval_job_<dataset>' for --evaler_dataset=<dataset>."""
-  return EVAL_JOB_DIR + ('_' + dataset if dataset else '')
+def EvalJobDir(dataset=None, default=None):
+  """'eval_job', or 'eval_job_<dataset>' for --evaler_dataset=<dataset>.
+
+  The experiment's default dataset (`default`, the one evaluated when
+  none is named) is 'eval_job' whether named or not: one directory for
+  the same evaluation.
+  """
+  return EVAL_JOB_DIR + ('_' + dataset if dataset not in (None, default)
+                         else '')
 
 
-def EvalerDir(dataset=None):
-  """'evaler', or 'evaler_<dataset>' for --evaler_dataset=<dataset>."""
-  return EVALER_DIR + ('_' + dataset if dataset else '')
+def EvalerDir(dataset=None, default=None):
+  """'evaler', or 'evaler_<dataset>' for --evaler_dataset=<dataset> other
+  than the experiment's `default` (as `EvalJobDir`)."""
+  return EVALER_DIR + ('_' + dataset if dataset not in (None, default)
+                       else '')
 
 _CKPT_INDEX_RE = re.compile(r'^ckpt-(\d+)\.index$')
 
