@@ -304,6 +304,18 @@ def EvalDatasets(cls):
           if callable(getattr(cls, m, None))]
 
 
+def DefaultEvalDataset(key):
+  """The eval dataset `GetParams(key)` takes when none is named (a str).
+
+  The first of 'eval', 'dev', 'test' that the experiment defines (Eval(),
+  Dev(), Test()).
+
+  Raises:
+    LookupError: unknown key (with close matches).
+  """
+  return EvalDatasets(GetClass(key))[0]
+
+
 def GetParams(key, overrides=None, eval_dataset=None):
   """Returns the experiment's params: a Params with task/train_input/eval_input.
 

@@ -77,6 +77,20 @@ class TwoLearnersEmaFn(_Base):
         'ema', get_optimizer_fn('sgd', learning_rate=0.2), decay=EMA_DECAY))
 
 
+@registry.Register
+class TwoLearnersDevTest(TwoLearnersOneEma):
+  """Lingvo's datasets, no Eval(): Dev() (the default; the test split) and
+  Test() (the train split), for the directories of --evaler_dataset."""
+
+  Eval = None
+
+  def Dev(self):
+    return _Base.Eval(self)
+
+  def Test(self):
+    return _Base.Eval(self).Set(split='train')
+
+
 # test_trainer_averaging.py: the other averaging wrappers on 'lb'.
 LOOKAHEAD_K = 7  # Syncs at updates 7, 14, 21, 28: none at a checkpoint.
 SWA_START, SWA_FREQ = 9, 10  # Samples after global steps 10, 20, 30.

@@ -16,6 +16,7 @@ import sys
 import time
 
 import pytest
+import tensorflow as tf
 
 from params import registry
 from learner.training.jobs import evaler as evaler_lib
@@ -185,3 +186,52 @@ def test_a_signal_stops_the_waiting_evaler_in_one_line(tmp_path, signum,
       signal.Signals(signum).name]
   assert out == ''
   assert not os.path.exists(tmp_path / 'run')
+
+
+def _DamageValuesKeepGraph(prefix):
+  """Flips bytes 64..16 before the object graph in `prefix`'s data shard.
+
+  TF writes the object graph (key '_CHECKPOINTABLE_OBJECT_GRAPH') at the
+  end of the shard, after the values, with its length and checksum just
+  before it; the bytes before those are the task's variables (the input
+  iterator's large state comes first). So the graph still reads and the
+  restore fails on a value's checksum (DataLossError), after TF built its
+  restore coordinator: as when the trainer's rotation deletes a
+  checkpoint's files while an evaler beside it reads them.
+  """
+  reader = tf.train.load_checkpoint(prefix)
+  graph = len(reader.get_tensor('_CHECKPOINTABLE_OBJECT_GRAPH'))
+  path = prefix + '.data-00000-of-00001'
+  with open(path, 'r+b') as f:
+    data = bytearray(f.read())
+    end = len(data) - graph
+    data[end - 64:end - 16] = bytes(
+        b ^ 0xff for b in data[end - 64:end - 16])
+    f.seek(0)
+    f.write(data)
+
+
+def test_a_restore_that_fails_part_way_prints_no_tf_warnings_at_exit(
+    tmp_path):
+  # Issue: an evaler beside the trainer printed, at exit, 32 TF lines
+  # 'Value in checkpoint could not be found in the restored object:
+  # ...optimizer._slots...' (one per value not restored, for each
+  # checkpoint whose files went away while it was read). Now only its own
+  # one line about the checkpoint, and nothing on stderr.
+  trainer_lib.Trainer(_Params(), str(tmp_path), stream=io.StringIO()).Run()
+  bad = os.path.join(str(tmp_path), 'ckpt', 'ckpt-20')
+  _DamageValuesKeepGraph(bad)
+  proc = subprocess.run(
+      [sys.executable, '-m', 'learner.trainer', '--model=' + _KEY,
+       '--mode=evaler', '--logdir=%s' % tmp_path, '--evaler_timeout_secs=5',
+       '--params_override=task.train.max_steps : 40; '
+       'task.train.save_interval_steps : 10; task.train.save_max_to_keep : '
+       '10'], env=_ENV, capture_output=True, text=True, timeout=_TIMEOUT)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  said = [l for l in proc.stdout.splitlines() if 'cannot be read' in l]
+  assert len(said) == 1 and said[0].startswith(
+      'Evaler: checkpoint %s (global step 20) cannot be read (DataLossError: '
+      % bad), proc.stdout
+  assert ('Evaler stopped: evaluated the final checkpoint (global step 40); '
+          '3 checkpoint(s) evaluated now') in proc.stdout
+  assert proc.stderr == '', proc.stderr[:3000]

@@ -268,3 +268,63 @@ def test_a_full_disk_is_one_line_and_the_run_resumes_after_space_is_freed(
     assert 'Resumed from %s at global step 20.' % (
         logdir / 'ckpt' / 'ckpt-20') in out
     assert _CheckpointsIn(logdir) == [10, 20, 30]
+
+
+def _AsReadOnlyUser():
+  """The command prefix under which chmod a-w stops writes, or None.
+
+  As in test_readonly_jobs.py: root without CAP_DAC_OVERRIDE and
+  CAP_DAC_READ_SEARCH (setpriv), since the mode bits do not stop root.
+  """
+  if os.geteuid() != 0:
+    return []
+  return (['setpriv', '--bounding-set', '-dac_override,-dac_read_search']
+          if shutil.which('setpriv') else None)
+
+
+def _SetWritable(path, writable):
+  for root, dirs, files in os.walk(path):
+    for name in dirs + files + ['.']:
+      p = os.path.join(root, name)
+      mode = os.stat(p).st_mode
+      os.chmod(p, (mode | 0o200) if writable else (mode & ~0o222))
+
+
+def test_a_resume_on_a_read_only_logdir_or_train_dir_is_one_line(
+    finished, tmp_path):
+  # Issue: the resume stopped with TF's 'PermissionDeniedError ...
+  # CreateSummaryFileWriter' traceback. Now one line, exit 2, no file
+  # changed, for a read-only logdir and for a read-only train/ alone.
+  prefix = _AsReadOnlyUser()
+  if prefix is None:
+    pytest.skip('running as root without setpriv: chmod would not bind')
+  whole, train = tmp_path / 'whole', tmp_path / 'train_only'
+  shutil.copytree(finished, whole)
+  shutil.copytree(finished, train)
+  _SetWritable(whole, False)
+  _SetWritable(train / 'train', False)
+  before = [_Md5s(whole), _Md5s(train)]
+  env = dict(_ENV, PYTHONPATH=os.path.dirname(os.path.dirname(
+      os.path.dirname(os.path.abspath(__file__)))))
+  resume = ['--model=' + _KEY, '--params_override=task.train.max_steps : '
+            '30; task.train.save_interval_steps : 10']
+  try:
+    results = trainer_helpers.RunModuleBatch(
+        'learner.trainer', [resume + ['--logdir=%s' % whole],
+                            resume + ['--logdir=%s' % train]],
+        env, _TIMEOUT, prefix=prefix)
+  finally:
+    _SetWritable(whole, True)
+    _SetWritable(train, True)
+  fix = ('; nothing was changed (its checkpoints, newest ckpt-20, are '
+         'untouched). Make it writable to train there, or give another '
+         '--logdir (a copy of this one resumes the run); --mode=eval '
+         '--eval_dir=<dir> evaluates a read-only logdir.\n')
+  assert [r['code'] for r in results] == [2, 2], results
+  assert results[0]['stderr'] == (
+      'ERROR: --logdir=%s cannot be written by this process: it is '
+      'read-only%s' % (whole, fix))
+  assert results[1]['stderr'] == (
+      'ERROR: --logdir=%s cannot be written by this process: train/ is '
+      'read-only%s' % (train, fix))
+  assert [_Md5s(whole), _Md5s(train)] == before

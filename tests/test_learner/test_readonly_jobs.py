@@ -284,6 +284,8 @@ def test_eval_command_line_on_a_really_read_only_logdir(trained, tmp_path):
     ('eval', ['--init_from_checkpoint_rules=a=>b'],
      'init_from_checkpoint_rules'),
     ('evaler', ['--strategy=mirrored'], 'strategy'),
+    ('eval', ['--evaler_dir=/tmp/x'], 'evaler_dir'),
+    ('evaler', ['--export_dir=/tmp/x'], 'export_dir'),
 ])
 def test_a_flag_the_mode_does_not_read_is_refused_in_one_line(
     tmp_path, capsys, mode, extra, flag):
@@ -331,3 +333,160 @@ def test_the_trainer_class_takes_checkpoint_and_eval_dir_in_eval_only(mode):
                        '.%s.' % mode):
       trainer_lib.Trainer(registry.GetParams(_ONE_EMA), '/tmp/unused',
                           mode=mode, **kw)
+
+
+def _RefusalLine(mode, logdir, flag):
+  return ('ERROR: --mode=%s writes %s, but %s is read-only (not writable by '
+          'this process); nothing was done. Give --%s=<a writable directory> '
+          'to write there instead.\n' % (mode, os.path.join(str(logdir), mode),
+                                         logdir, flag))
+
+
+def _CheckEvalerRecord(out_dir):
+  record = json.loads((out_dir / 'metrics.json').read_text())
+  assert [e['global_step'] for e in record['evaluations']] == [10, 20, 30]
+  for e in record['evaluations']:
+    _AssertValues(e['metrics'], _Expected(e['checkpoint']))
+
+
+def _CheckExport(export_dir, prefix):
+  want = _Expected(prefix)
+  x = np.array([0.0, 1.0, -2.5], np.float32)
+  y = tf.saved_model.load(str(export_dir)).signatures['serving_default'](
+      x=tf.constant(x))['y'].numpy()
+  np.testing.assert_allclose(y, want['w'] * x + want['b'], rtol=1e-5)
+
+
+def test_evaler_and_export_refuse_a_read_only_logdir_or_write_their_dir(
+    trained, tmp_path, capsys, monkeypatch):
+  # Issue: both wrote <logdir>/evaler, <logdir>/export and ended in a
+  # PermissionDeniedError traceback; now one line, exit 2, before any work,
+  # and --evaler_dir / --export_dir (as eval's --eval_dir) write elsewhere.
+  logdir = tmp_path / 'run'
+  shutil.copytree(trained, logdir)
+  before = _Md5s(logdir)
+  if not _ReadOnly(logdir):  # Root: chmod does not stop it; say it does.
+    monkeypatch.setattr(logdir_lib, 'IsWritable', lambda p: not str(
+        p).startswith(str(logdir)))
+  base = ['--model=' + _ONE_EMA, '--logdir=%s' % logdir]
+  try:
+    for mode, flag in (('evaler', 'evaler_dir'), ('export', 'export_dir')):
+      code, out, err = trainer_helpers.RunMain(base + ['--mode=' + mode],
+                                               capsys)
+      assert (code, out) == (2, '')
+      assert err == _RefusalLine(mode, logdir, flag)
+    assert _Md5s(logdir) == before
+    code, out, err = trainer_helpers.RunMain(
+        base + ['--mode=evaler', '--evaler_dir=%s' % (tmp_path / 'ev')],
+        capsys)
+    assert code == 0, err
+    assert out.splitlines()[-1].endswith('(%s).' % (tmp_path / 'ev' /
+                                                   'metrics.json'))
+    _CheckEvalerRecord(tmp_path / 'ev')
+    assert any(n.startswith('events.') for n in os.listdir(tmp_path / 'ev'))
+    code, out, err = trainer_helpers.RunMain(
+        base + ['--mode=export', '--export_dir=%s' % (tmp_path / 'ex')],
+        capsys)
+    assert code == 0, err
+    assert out.startswith('Exported %s/ckpt/ckpt-30 (EMA averages of 1 '
+                          'variables) to %s/30: ' % (logdir, tmp_path / 'ex'))
+    _CheckExport(tmp_path / 'ex' / '30', str(logdir / 'ckpt' / 'ckpt-30'))
+    assert _Md5s(logdir) == before  # Not a byte, not a new file.
+  finally:
+    _Writable(logdir)
+
+
+def test_evaler_and_export_command_lines_on_a_really_read_only_logdir(
+    trained, tmp_path):
+  prefix = _AsReadOnlyUser()
+  if prefix is None:
+    pytest.skip('running as root without setpriv: chmod would not bind')
+  logdir = tmp_path / 'run'
+  shutil.copytree(trained, logdir)
+  _ReadOnly(logdir)
+  before = _Md5s(logdir)
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', CUDA_VISIBLE_DEVICES='',
+             PYTHONPATH=os.pathsep.join([_HERE, _ROOT]))
+  base = ['--model=' + _ONE_EMA, '--logdir=%s' % logdir]
+  try:
+    results = trainer_helpers.RunModuleBatch('learner.trainer', [
+        base + ['--mode=evaler'], base + ['--mode=export'],
+        base + ['--mode=evaler', '--evaler_dir=%s' % (tmp_path / 'ev')],
+        base + ['--mode=export', '--export_dir=%s' % (tmp_path / 'ex')]],
+                                             env, _TIMEOUT, prefix=prefix)
+    assert [r['code'] for r in results] == [2, 2, 0, 0], results
+    assert results[0]['stderr'] == _RefusalLine('evaler', logdir,
+                                                'evaler_dir')
+    assert results[1]['stderr'] == _RefusalLine('export', logdir,
+                                                'export_dir')
+    for r in results[2:]:
+      assert 'Traceback' not in r['stderr'] and (
+          'Permission' not in r['stderr']), r['stderr'][-2000:]
+    _CheckEvalerRecord(tmp_path / 'ev')
+    _CheckExport(tmp_path / 'ex' / '30', str(logdir / 'ckpt' / 'ckpt-30'))
+    assert _Md5s(logdir) == before
+  finally:
+    _Writable(logdir)
+
+
+def test_a_newest_checkpoint_without_its_index_is_named_with_the_one_used(
+    trained, tmp_path, capsys):
+  # Issue: --mode=export with ckpt-30.index deleted exported ckpt-20, exit
+  # 0, and no line said the newest was skipped. Now one line names both
+  # (the state file still lists ckpt-30); --mode=eval says the same.
+  logdir = tmp_path / 'run'
+  shutil.copytree(trained, logdir)
+  os.remove(logdir / 'ckpt' / 'ckpt-30.index')
+  ckpt = logdir / 'ckpt'
+  assert eval_restore.ResolveEvalCheckpoint(str(logdir)) == [
+      str(ckpt / ('ckpt-%d' % s)) for s in (30, 20, 10)]
+  line = ('WARNING: checkpoint %s/ckpt-30 cannot be read (no ckpt-30.index: '
+          'deleted, or its save did not finish); using %s/ckpt-20 (global '
+          'step 20) instead.' % (ckpt, ckpt))
+  base = ['--model=' + _ONE_EMA, '--logdir=%s' % logdir]
+  code, out, err = trainer_helpers.RunMain(base + ['--mode=export'], capsys)
+  assert code == 0, err
+  lines = out.splitlines()
+  assert lines[0] == line
+  assert lines[1].startswith('Exported %s/ckpt-20 (EMA averages of 1 '
+                             'variables) to %s/export/20: ' % (ckpt, logdir))
+  _CheckExport(logdir / 'export' / '20', str(ckpt / 'ckpt-20'))
+  code, out, err = trainer_helpers.RunMain(base + ['--mode=eval'], capsys)
+  assert code == 0, err
+  assert out.splitlines().count(line) == 1
+  metrics = json.loads((logdir / 'eval_job' / 'metrics.json').read_text())
+  assert metrics['global_step'] == 20
+  _AssertValues(metrics, _Expected(str(ckpt / 'ckpt-20')))
+
+
+def test_the_default_dataset_named_or_not_is_one_directory(tmp_path, capsys):
+  # Issue: --mode=eval wrote eval_job/ and --evaler_dataset=dev (the
+  # default dataset, Dev() being the first defined) the same numbers into
+  # eval_job_dev/. Now the default, named or not, is eval_job/ (evaler/
+  # for the evaler); another dataset keeps its own directory.
+  key = 'readonly_experiments.TwoLearnersDevTest'
+  logdir = tmp_path / 'run'
+  _Train(logdir, key, mode='train')
+  base = ['--model=' + key, '--logdir=%s' % logdir]
+  code, _, err = trainer_helpers.RunMain(base + ['--mode=eval'], capsys)
+  assert code == 0, err
+  default = json.loads((logdir / 'eval_job' / 'metrics.json').read_text())
+  _AssertValues(default, _Expected(str(logdir / 'ckpt' / 'ckpt-30'), key))
+  code, _, err = trainer_helpers.RunMain(
+      base + ['--mode=eval', '--evaler_dataset=dev'], capsys)
+  assert code == 0, err
+  assert json.loads((logdir / 'eval_job' / 'metrics.json').read_text()) == (
+      default)
+  code, _, err = trainer_helpers.RunMain(
+      base + ['--mode=eval', '--evaler_dataset=test'], capsys)
+  assert code == 0, err
+  test = json.loads((logdir / 'eval_job_test' / 'metrics.json').read_text())
+  assert test['global_step'] == 30 and test['loss'] != default['loss']
+  code, _, err = trainer_helpers.RunMain(
+      base + ['--mode=evaler', '--evaler_dataset=dev'], capsys)
+  assert code == 0, err
+  record = json.loads((logdir / 'evaler' / 'metrics.json').read_text())
+  last = record['evaluations'][-1]['metrics']
+  assert last == {k: default[k] for k in ('w', 'b', 'loss')}
+  assert sorted(n for n in os.listdir(logdir) if n.startswith('eval')) == [
+      'eval_job', 'eval_job_test', 'evaler']

@@ -74,18 +74,20 @@ print(json.dumps(results))
 '''
 
 
-def RunModuleBatch(module, argvs, env, timeout):
+def RunModuleBatch(module, argvs, env, timeout, prefix=()):
   """Runs `python -m module` on each argv in one new process.
 
   Starting TensorFlow once instead of once per argv; the first run is
   exactly a fresh `python -m`, the later ones share its loaded modules
-  (flags are reset between runs).
+  (flags are reset between runs). `prefix`: a command to run the
+  interpreter under (e.g. setpriv's, see test_readonly_jobs.py).
 
   Returns:
     [{'code': exit status, 'stderr': text}] in the order of `argvs`.
   """
   proc = subprocess.run(
-      [sys.executable, '-c', _BATCH_CODE, module, json.dumps(argvs)],
+      list(prefix) + [sys.executable, '-c', _BATCH_CODE, module,
+                      json.dumps(argvs)],
       env=env, capture_output=True, text=True, timeout=timeout)
   assert proc.returncode == 0, proc.stderr[-3000:]
   return json.loads(proc.stdout.strip().splitlines()[-1])

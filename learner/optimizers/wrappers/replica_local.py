@@ -112,8 +112,8 @@ def ScatterCopies(var, stacked):
     stacked: Tensor [N, *var.shape] (what `GatherCopies` returned).
 
   Raises:
-    ValueError: if N is not this strategy's number of replicas (the
-      checkpoint was written with another replica count).
+    ReplicaCountError (a ValueError): if N is not this strategy's number
+      of replicas (the checkpoint was written with another replica count).
   """
   _CheckCount(var, stacked)
   strategy = _StrategyOf(var)
@@ -128,12 +128,74 @@ def ScatterCopies(var, stacked):
   strategy.run(_Assign)
 
 
+class ReplicaCountError(ValueError):
+  """A checkpoint holds the copies of another number of replicas."""
+
+
+def CheckpointReplicaCount(reader):
+  """The replica count whose copies a checkpoint holds, or None.
+
+  Read from the shapes of its `ReplicaCopies` keys
+  ('.../_replica_copies/<name>/.ATTRIBUTES/replicas', [N, ...]), without
+  restoring anything, so a trainer can refuse a resume on another count
+  before it writes a file.
+
+  Args:
+    reader: a `tf.train.load_checkpoint` reader of the checkpoint.
+
+  Returns:
+    N (int), or None when the checkpoint has no replica-local copies.
+  """
+  counts = sorted({int(shape[0]) for key, shape in
+                   reader.get_variable_to_shape_map().items()
+                   if '/%s/' % _COPIES_ATTR in key and key.endswith(
+                       '/.ATTRIBUTES/' + _COPIES_KEY) and shape})
+  return counts[-1] if counts else None
+
+
+def CheckResumeReplicaCount(learners, checkpoint_path, num_replicas):
+  """Refuses to resume EASGD / local SGD on another replica count.
+
+  A replica-local optimizer saves each replica's copy, so its checkpoint
+  restores only on as many replicas as wrote it. Checked on the
+  checkpoint's shapes (`CheckpointReplicaCount`), so a trainer can refuse
+  before it writes a file (no events file, no params.txt). A checkpoint
+  that cannot be read is left to the restore to report.
+
+  Args:
+    learners: the task's built learners.
+    checkpoint_path: the checkpoint the run would resume from, or None.
+    num_replicas: this run's `strategy.num_replicas_in_sync`.
+
+  Raises:
+    ReplicaCountError: one line naming the checkpoint, both counts and
+      the fixes, when a learner's optimizer is replica-local and the
+      checkpoint holds the copies of another number of replicas.
+  """
+  if not checkpoint_path or not any(IsReplicaLocal(l.optimizer)
+                                    for l in learners):
+    return
+  try:
+    saved = CheckpointReplicaCount(tf.train.load_checkpoint(checkpoint_path))
+  except (tf.errors.OpError, ValueError):  # Damaged: the restore says so.
+    return
+  if saved and saved != num_replicas:
+    raise ReplicaCountError(
+        'Checkpoint %s holds the copies of %d replicas of a replica-local '
+        'optimizer (EASGD / local SGD) but this run has %d; nothing was '
+        'written. Resume it on %d replicas (e.g. --cpu_devices=%d or %d '
+        'workers), or train on %d in a new --logdir; --mode=eval, evaler '
+        'and export read its center on any count.' % (
+            checkpoint_path, saved, num_replicas, saved, saved, saved,
+            num_replicas))
+
+
 def _CheckCount(var, stacked):
-  """Raises ValueError unless stacked.shape[0] is this run's replica count."""
+  """Raises ReplicaCountError unless stacked.shape[0] is this run's count."""
   strategy = _StrategyOf(var)
   n = strategy.num_replicas_in_sync if strategy is not None else 1
   if int(stacked.shape[0]) != n:
-    raise ValueError(
+    raise ReplicaCountError(
         'Replica-local variable %r: the checkpoint holds the copies of %d '
         'replicas but this run has %d. Resume EASGD / local SGD training '
         'with %d replicas (the eval jobs read the center on any count).' %

@@ -141,10 +141,10 @@ def DefineFlags():
                       '<logdir>/ckpt. Alias: --export_checkpoint.')
   flags.DEFINE_enum('evaler_dataset', None, ['eval', 'dev', 'test'],
                     '--mode=eval or evaler: evaluate the experiment\'s '
-                    'Eval(), Dev() or Test() (Lingvo\'s datasets); written '
-                    'under <logdir>/eval_job_<dataset> or '
-                    '<logdir>/evaler_<dataset>. Default: the first the '
-                    'experiment defines, under eval_job/ or evaler/.')
+                    'Eval(), Dev() or Test() (Lingvo\'s datasets). Default: '
+                    'the first the experiment defines, written under '
+                    'eval_job/ or evaler/ (also when named); another under '
+                    '<logdir>/eval_job_<dataset> or <logdir>/evaler_<dataset>.')
   flags.DEFINE_string('eval_dir', None,
                       '--mode=eval: write its TensorBoard run and '
                       'metrics.json here instead of <logdir>/eval_job (e.g. '
@@ -209,7 +209,9 @@ def _EvalArgs(mode):
   flag, checkpoint = eval_restore.ChosenCheckpoint(FLAGS)
   return dict(checkpoint=checkpoint, checkpoint_flag=flag,
               eval_dir=FLAGS.eval_dir,
-              eval_job_dir=logdir_lib.EvalJobDir(FLAGS.evaler_dataset))
+              eval_job_dir=logdir_lib.EvalJobDir(
+                  FLAGS.evaler_dataset,
+                  registry.DefaultEvalDataset(FLAGS.model)))
 
 
 def _ResumeHint():

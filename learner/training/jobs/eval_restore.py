@@ -22,7 +22,10 @@ Which checkpoint: `EvalCandidates(directory)` lists the checkpoints a job
 may read in a directory (those its state file lists and those complete on
 disk, oldest first); `ResolveEvalCheckpoint(logdir, checkpoint)` turns the
 `--checkpoint` flag (a prefix, or a directory such as `<logdir>/best`, or
-none: `<logdir>/ckpt`) into the candidates, newest first.
+none: `<logdir>/ckpt`) into the candidates, newest first, led by any newer
+one the state file lists whose `.index` is gone, so that
+`RestoreNewestForEval` says in one line which checkpoint it skipped and
+which one it used instead.
 
 Nothing here writes a file: a read-only logdir restores as any other.
 """
@@ -36,6 +39,7 @@ from learner.optimizers import base as base_optimizer
 from learner.optimizers import factory as optimizer_factory
 from learner.optimizers import var_grad
 from learner.training.services import checkpointer as checkpointer_lib
+from learner.training.services import failed_restore
 from params import IsTrainable
 
 CheckpointMismatchError = checkpointer_lib.CheckpointMismatchError
@@ -82,6 +86,22 @@ def EvalCandidates(directory):
   return sorted(found, key=lambda p: (_StepOf(p), p))
 
 
+def _ListedWithoutIndex(directory, newer_than):
+  """The checkpoints the state file lists, newer than step `newer_than`,
+  whose `.index` file is missing (deleted, or never finished), newest
+  first; [] when the state file cannot be read."""
+  try:
+    state = tf.train.get_checkpoint_state(directory)
+  except (tf.errors.OpError, ValueError):
+    return []
+  listed = [p if os.path.isabs(p) else os.path.join(directory, p)
+            for p in (state.all_model_checkpoint_paths if state else [])]
+  return sorted({os.path.normpath(p) for p in listed
+                 if _StepOf(p) > newer_than and
+                 not tf.io.gfile.exists(p + '.index')},
+                key=lambda p: (-_StepOf(p), p))
+
+
 _VERBS = {'eval': 'evaluate', 'export': 'export'}
 
 
@@ -98,7 +118,10 @@ def ResolveEvalCheckpoint(logdir, checkpoint=None, flag='--checkpoint',
     mode: 'eval' or 'export', for the error message.
 
   Returns:
-    A non-empty list of checkpoint prefixes, newest first.
+    A non-empty list of checkpoint prefixes, newest first. For a
+    directory, it starts with the checkpoints its state file lists beyond
+    the newest complete one whose `.index` is gone (they cannot be read:
+    `RestoreNewestForEval` reports each and uses the next).
 
   Raises:
     NoCheckpointError: there is no such checkpoint, or none in the
@@ -115,8 +138,9 @@ def ResolveEvalCheckpoint(logdir, checkpoint=None, flag='--checkpoint',
             os.path.join(logdir, 'best')))
   where = checkpoint or os.path.join(logdir, 'ckpt')
   found = EvalCandidates(where)
-  if not found and checkpoint:
-    found = EvalCandidates(os.path.join(where, 'ckpt'))
+  if not found and checkpoint and EvalCandidates(os.path.join(where, 'ckpt')):
+    where = os.path.join(where, 'ckpt')  # A logdir.
+    found = EvalCandidates(where)
   if not found:
     raise NoCheckpointError(
         'mode=%s: %sno checkpoint in %s to %s. Train first (mode train or '
@@ -124,7 +148,8 @@ def ResolveEvalCheckpoint(logdir, checkpoint=None, flag='--checkpoint',
         '<prefix or directory>.' % (
             mode, '%s=%s: ' % (flag, checkpoint) if checkpoint else '',
             where, _VERBS.get(mode, mode)))
-  return list(reversed(found))
+  return _ListedWithoutIndex(where, _StepOf(found[-1])) + list(
+      reversed(found))
 
 
 def ChosenCheckpoint(flag_values):
@@ -303,7 +328,11 @@ def RestoreForEval(checkpoint_path, task):
   """
   ckpt = tf.train.Checkpoint(task=task)
   try:
-    status = ckpt.restore(checkpoint_path)
+    try:
+      status = ckpt.restore(checkpoint_path)
+    except Exception as e:  # Gone or damaged: the caller reports it.
+      failed_restore.QuietFailedRestore(e)  # TF's 30 lines at exit.
+      raise
     status.expect_partial()  # The slots, iterator, counters: not read.
     status.assert_existing_objects_matched()
   except AssertionError as e:
@@ -328,8 +357,9 @@ def RestoreNewestForEval(candidates, task, report):
   Args:
     candidates: checkpoint prefixes, newest first (`ResolveEvalCheckpoint`).
     task: as for `RestoreForEval`.
-    report: callable(str): shows the one-line warning of each checkpoint
-      that cannot be read (and is skipped for the previous one).
+    report: callable(str): shows, once a checkpoint is restored, one
+      warning line per newer one that cannot be read (its `.index` gone,
+      or damaged), naming it, why, and the checkpoint used instead.
 
   Returns:
     (the restored prefix, its global step, the number of averages loaded).
@@ -341,17 +371,22 @@ def RestoreNewestForEval(candidates, task, report):
   """
   errors = []
   for path in candidates:
+    if not tf.io.gfile.exists(path + '.index'):
+      errors.append((path, 'no %s.index: deleted, or its save did not '
+                     'finish' % os.path.basename(path)))
+      continue
     try:
       step, n = RestoreForEval(path, task)
     except CheckpointMismatchError:
       raise
     except Exception as e:  # pylint: disable=broad-except
       # A damaged file surfaces as OpError, IndexError, DecodeError...
-      msg = '%s: %s' % (type(e).__name__, str(e).split('\n')[0][:200])
-      report('WARNING: checkpoint %s is unreadable (%s); using the previous '
-             'one.' % (path, msg))
-      errors.append((path, msg))
+      errors.append((path, '%s: %s' % (type(e).__name__,
+                                        str(e).split('\n')[0][:200])))
       continue
+    for bad, why in errors:
+      report('WARNING: checkpoint %s cannot be read (%s); using %s (global '
+             'step %d) instead.' % (bad, why, path, step))
     return path, step, n
   raise checkpointer_lib.NoReadableCheckpointError(
       'No checkpoint of %s can be read: %s. If these files are damaged, put '

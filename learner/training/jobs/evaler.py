@@ -15,8 +15,11 @@ step at which the trainer stopped early), when no new checkpoint came for
 (Ctrl-C) or SIGTERM, with one line (exit 130 or 143, as the trainer; see
 `stops`).
 
-Everything it writes is under `<logdir>/evaler/` (it never touches the
-trainer's files, params.txt included):
+Everything it writes is under `<logdir>/evaler/` (`<logdir>/evaler_<dataset>/`
+for a dataset other than the experiment's default, see `--evaler_dataset`),
+or under `--evaler_dir` when given (it never touches the trainer's files,
+params.txt included; on a read-only logdir without `--evaler_dir` it refuses
+in one line, exit 2, before any work):
   * the TensorBoard run 'evaler': every eval metric at each checkpoint's
     global step;
   * `metrics.json`: every evaluation ({'global_step', 'checkpoint',
@@ -67,6 +70,7 @@ from learner.training.services import logdir as logdir_lib
 from learner.training.services import stops
 from learner.training.services import summary as summary_lib
 from learner.training.jobs import validate
+from params import registry
 
 METRICS_FILE = 'metrics.json'
 DEFAULT_TIMEOUT_SECS = 3600.0
@@ -142,23 +146,31 @@ class Evaler:
     params: the experiment's params, as the trainer ran it ('task',
       'eval_input').
     logdir: the training run's logdir; checkpoints are read from
-      `<logdir>/ckpt`, everything is written to `<logdir>/evaler`.
+      `<logdir>/ckpt`, everything is written to `<logdir>/<job_dir>`, or
+      to `out_dir`.
     timeout_secs: stop when no new checkpoint came for this many seconds
       (None: wait for ever); checked about once a second.
     poll_secs: at least this many seconds between two evaluations' starts
       (`min_interval_secs` of `tf.train.checkpoints_iterator`).
     stream: where progress lines go (default sys.stdout).
+    job_dir: the directory under the logdir it writes (default 'evaler';
+      `logdir.EvalerDir(dataset)`).
+    out_dir: optional directory to write instead of `<logdir>/<job_dir>`
+      (e.g. when the logdir is read-only).
 
   Attributes:
     evaluated_steps: the global steps this `Run` evaluated, in order.
   """
 
   def __init__(self, params, logdir, timeout_secs=DEFAULT_TIMEOUT_SECS,
-               poll_secs=1.0, stream=None, job_dir=None):
+               poll_secs=1.0, stream=None, job_dir=None, out_dir=None):
     self._params = params
     self._logdir = logdir
     self._ckpt_dir = os.path.join(logdir, 'ckpt')
-    self._dir = os.path.join(logdir, job_dir or logdir_lib.EvalerDir())
+    self._job_dir = job_dir or logdir_lib.EvalerDir()
+    self._out_dir = out_dir
+    self._dir = (os.path.abspath(out_dir) if out_dir else
+                 os.path.join(logdir, self._job_dir))
     self._timeout = timeout_secs
     self._poll = poll_secs
     self._stream = stream or sys.stdout
@@ -358,12 +370,16 @@ class Evaler:
 
     Raises:
       validate.ExperimentError: the logdir's params.txt is of another
-        experiment (before anything is written).
+        experiment, or the logdir is read-only and no `out_dir` was given
+        (before anything is read or written).
       checkpointer.CheckpointMismatchError: a checkpoint does not restore
         every model variable of the task.
       stops.StopRequested: stopped by SIGINT or SIGTERM (main thread only;
         the message is the line to print).
     """
+    if not self._out_dir:
+      logdir_lib.CheckJobDirWritable(self._logdir, self._job_dir, 'evaler',
+                                     'evaler_dir')
     logdir_lib.CheckNotAnotherExperiment(self._logdir, self._params.ToText())
     task = self._params.task.Instantiate()
     newest = self._Newest()
@@ -477,16 +493,28 @@ def DefineFlags():
   flags.DEFINE_float(
       'evaler_poll_secs', 1.0,
       '--mode=evaler: at least this many seconds between two evaluations.')
+  flags.DEFINE_string(
+      'evaler_dir', None,
+      '--mode=evaler: write its TensorBoard run and metrics.json here '
+      'instead of <logdir>/evaler (needed for a read-only logdir, which it '
+      'refuses without this flag).')
 
 
 def Main(params, flag_values):
   """`--mode=evaler`: runs the evaler; returns the exit status.
 
   0 when it stopped by itself (final checkpoint, timeout), 2 for a refused
-  value or logdir (one ERROR: line), 128 + the signal number when stopped
-  by SIGINT (130) or SIGTERM (143), with one line and no traceback.
+  value or logdir (one ERROR: line; a read-only logdir without
+  --evaler_dir before any work), 128 + the signal number when stopped by
+  SIGINT (130) or SIGTERM (143), with one line and no traceback.
   """
+  job_dir = logdir_lib.EvalerDir(
+      flag_values.evaler_dataset, registry.DefaultEvalDataset(
+          flag_values.model))
   try:  # Every value (dev_metric, eval input...) before anything is written.
+    if not flag_values.evaler_dir:
+      logdir_lib.CheckJobDirWritable(flag_values.logdir, job_dir, 'evaler',
+                                     'evaler_dir')
     validate.Experiment(params, tf.distribute.get_strategy(), train=False,
                         evaluate=True)
   except validate.ExperimentError as e:
@@ -495,7 +523,7 @@ def Main(params, flag_values):
   evaler = Evaler(params, flag_values.logdir,
                   timeout_secs=flag_values.evaler_timeout_secs,
                   poll_secs=flag_values.evaler_poll_secs,
-                  job_dir=logdir_lib.EvalerDir(flag_values.evaler_dataset))
+                  job_dir=job_dir, out_dir=flag_values.evaler_dir)
   try:
     evaler.Run()
   except (validate.ExperimentError,

@@ -2,7 +2,8 @@ r"""The export job: a SavedModel of the task's predictions.
 
     python -m learner.trainer --model=digits.MlpMomentum --logdir=D --mode=export
 
-writes `<logdir>/export/<global step>/`, a SavedModel whose
+writes `<logdir>/export/<global step>/` (or `<--export_dir>/<global step>/`),
+a SavedModel whose
 `serving_default` signature (and the `predict` function of the loaded
 object) runs the task's `ComputePredictions` on a batch of features and
 returns its outputs ('logits' for the classifiers, 'y' for the regressions;
@@ -27,8 +28,10 @@ Why a mode of the trainer and not a separate binary (Model Garden has
 command line already resolves (the registry key, --params_file,
 --params_override) to build the same task, and Lingvo's trainer does the
 same (`--mode=write_inference_graph`). Like the evaler, it only reads the
-run's checkpoints and writes nothing but `<logdir>/export/`; an existing
-export of a step is left as it is. The SavedModel is written to a
+run's checkpoints and writes nothing but `<logdir>/export/` (or
+`--export_dir`); on a read-only logdir without `--export_dir` it refuses in
+one line, exit 2, before any work. An existing export of a step is left as
+it is. The SavedModel is written to a
 temporary directory and renamed into place, so a killed export leaves no
 half-written `<global step>/`.
 """
@@ -44,6 +47,8 @@ from learner.training.services import checkpointer as checkpointer_lib
 from learner.training.jobs import eval_restore
 from learner.training.services import logdir as logdir_lib
 
+
+EXPORT_DIR = 'export'  # Under the logdir, unless --export_dir.
 
 # The logdir has no checkpoint to export, or --checkpoint names none.
 NothingToExportError = eval_restore.NoCheckpointError
@@ -109,7 +114,7 @@ class _Serving(tf.Module):
 
 
 def Export(params, logdir, checkpoint=None, stream=None,
-           flag='--checkpoint'):
+           flag='--checkpoint', export_dir=None):
   """Writes the SavedModel of a checkpoint's predictions; returns its dir.
 
   Args:
@@ -119,22 +124,30 @@ def Export(params, logdir, checkpoint=None, stream=None,
     checkpoint: optional checkpoint (see `CheckpointToExport`).
     stream: where the one-line report goes (default sys.stdout).
     flag: the flag that gave `checkpoint`, for the error message.
+    export_dir: optional directory to write `<export_dir>/<global step>/`
+      into instead of `<logdir>/export` (e.g. for a read-only logdir).
 
   Returns:
     The export directory (left as it is when it already exists).
 
   Raises:
+    validate.ExperimentError: the logdir is read-only and no `export_dir`
+      was given (before any work).
     NothingToExportError: no checkpoint.
     checkpointer.CheckpointMismatchError: the checkpoint does not restore
       every model variable of the task.
   """
   stream = stream or sys.stdout
+  if not export_dir:
+    logdir_lib.CheckJobDirWritable(logdir, EXPORT_DIR, 'export', 'export_dir')
   candidates = eval_restore.ResolveEvalCheckpoint(logdir, checkpoint, flag,
                                                   mode='export')
   task = params.task.Instantiate()
   path, step, num_ema = eval_restore.RestoreNewestForEval(
       candidates, task, lambda line: stream.write(line + '\n'))
-  export_dir = os.path.join(logdir, 'export', str(step))
+  export_dir = os.path.join(
+      os.path.abspath(export_dir) if export_dir else os.path.join(
+          logdir, EXPORT_DIR), str(step))
   if tf.io.gfile.exists(os.path.join(export_dir, 'saved_model.pb')):
     stream.write('Already exported: %s (global step %d); left as it is.\n' %
                  (export_dir, step))
@@ -169,6 +182,11 @@ def DefineFlags():
   flags.DEFINE_string(
       'export_checkpoint', None,
       '--mode=export or eval: the same as --checkpoint (kept as its alias).')
+  flags.DEFINE_string(
+      'export_dir', None,
+      '--mode=export: write the SavedModel to <export_dir>/<global step>/ '
+      'instead of <logdir>/export/<global step>/ (needed for a read-only '
+      'logdir, which it refuses without this flag).')
 
 
 def Main(params, flag_values):
@@ -176,15 +194,21 @@ def Main(params, flag_values):
 
   The checkpoint is `--checkpoint` (or its alias `--export_checkpoint`):
   a prefix, or a directory such as <logdir>/best; default the newest in
-  <logdir>/ckpt.
+  <logdir>/ckpt. The SavedModel goes under `--export_dir` if given, else
+  <logdir>/export.
 
   Raises:
-    validate.ExperimentError: the logdir is of another experiment.
+    validate.ExperimentError: the logdir is of another experiment, or it is
+      read-only and --export_dir was not given (before any work).
   """
+  if not flag_values.export_dir:
+    logdir_lib.CheckJobDirWritable(flag_values.logdir, EXPORT_DIR, 'export',
+                                   'export_dir')
   logdir_lib.CheckNotAnotherExperiment(flag_values.logdir, params.ToText())
   flag, checkpoint = eval_restore.ChosenCheckpoint(flag_values)
   try:
-    Export(params, flag_values.logdir, checkpoint, flag=flag)
+    Export(params, flag_values.logdir, checkpoint, flag=flag,
+           export_dir=flag_values.export_dir)
   except (NothingToExportError, checkpointer_lib.CheckpointError) as e:
     print('ERROR: %s' % ' '.join(str(e).split()), file=sys.stderr)
     return 2

@@ -39,6 +39,8 @@ MODE_FLAGS = {
     'evaler_dataset': (ModeKeys.EVAL, ModeKeys.EVALER),
     'evaler_timeout_secs': (ModeKeys.EVALER,),
     'evaler_poll_secs': (ModeKeys.EVALER,),
+    'evaler_dir': (ModeKeys.EVALER,),
+    'export_dir': (ModeKeys.EXPORT,),
     'init_from_checkpoint': (ModeKeys.TRAIN, ModeKeys.TRAIN_AND_EVAL),
     'init_from_checkpoint_rules': (ModeKeys.TRAIN, ModeKeys.TRAIN_AND_EVAL),
     'strategy': ModeKeys.ALL,

@@ -104,7 +104,7 @@ class Trainer:
     eval_dir: mode eval: where its TensorBoard run and metrics.json go
       instead of '<logdir>/eval_job' (e.g. when the logdir is read-only).
     eval_job_dir: mode eval: the directory under the logdir it writes
-      ('eval_job'; 'eval_job_dev' for --evaler_dataset=dev).
+      ('eval_job'; `logdir.EvalJobDir`: 'eval_job_test' for another set).
 
   Raises:
     ValueError: unknown mode; params without 'task'; checkpoint or
@@ -222,8 +222,9 @@ class Trainer:
     Raises:
       validate.ExperimentError: a refused value (before anything is
         written; see `learner.training.jobs.validate`), a logdir of another
-        experiment, or (`logdir.LogdirInUseError`) a logdir another live
-        train job holds.
+        experiment, a logdir (or its train/, ckpt/...) a train job cannot
+        write (`logdir.CheckTrainWritable`), or (`logdir.LogdirInUseError`)
+        a logdir another live train job holds.
       NothingToEvaluateError: mode eval without a checkpoint to evaluate
         (none in the logdir, or `checkpoint` names none).
     """
@@ -261,7 +262,13 @@ class Trainer:
           with_eval=self._mode == ModeKeys.TRAIN_AND_EVAL)
       if stored is not None:
         return self._ReportFinished(stored)
-    if trains:
+    if trains:  # One line each, not TF's traceback after a first file.
+      logdir_lib.CheckTrainWritable(self._logdir, self._mode == (
+          ModeKeys.TRAIN_AND_EVAL), bool(self._params.task.eval.dev_metric))
+      with validate.Refusing():
+        replica_local.CheckResumeReplicaCount(
+            self._checked.task.learners, tf.train.latest_checkpoint(
+                ckpt_dir), self._strategy.num_replicas_in_sync)
       self._CheckWarmStart(ckpt_dir)
     if trains:
       for line in self._duration_lines:

@@ -1,6 +1,7 @@
 """Services the jobs use: what they write, print and stop on.
 
   checkpointer.py     checkpoints, warm starts, the best checkpoint
+  failed_restore.py   silences TF's warnings after a restore that raised
   logdir.py           who owns which file of a logdir; locks; params.txt
   summary.py, progress.py
                       TensorBoard scalars; the progress bar and log lines

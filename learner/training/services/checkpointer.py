@@ -39,6 +39,8 @@ from absl import logging
 import tensorflow as tf
 from tensorflow.python.checkpoint import graph_view  # pylint: disable=g-direct-tensorflow-import
 
+from learner.optimizers.wrappers import replica_local
+from learner.training.services import failed_restore
 from learner.training.services import skipped_steps
 from params import BaseLayer
 from params import VariableName
@@ -349,7 +351,9 @@ class Checkpointer:
 
     Raises:
       CheckpointError: a checkpoint lacks variables this run built (written
-        by another model: the message names them).
+        by another model: the message names them), or holds the copies of
+        another replica count (EASGD / local SGD: one line, not a damaged
+        file).
       NoReadableCheckpointError: checkpoints exist but none can be read.
     """
     candidates = list(reversed(
@@ -367,8 +371,12 @@ class Checkpointer:
         status.assert_existing_objects_matched()
       except AssertionError as e:
         raise CheckpointMismatchError(self._MismatchMessage(path, e)) from None
+      except replica_local.ReplicaCountError as e:  # Not a damaged file.
+        failed_restore.QuietFailedRestore(e)
+        raise CheckpointError('%s Nothing was trained.' % e) from None
       except Exception as e:  # pylint: disable=broad-except
         # A damaged file surfaces as OpError, IndexError, ValueError, ...
+        failed_restore.QuietFailedRestore(e)
         msg = '%s: %s' % (type(e).__name__, str(e).split('\n')[0])
         logging.warning('Checkpoint %s is unreadable (%s); trying the '
                         'previous one.', path, msg)

@@ -17,7 +17,9 @@ One logdir holds one run. Its files belong to the jobs that write them:
                     these go there instead; on a read-only logdir without
                     it the job writes nothing (`IsWritable`).
   Other jobs that only read checkpoints write their own directory in the
-  same way, named after the job (`evaler/`, `export/`).
+  same way, named after the job (`evaler/`, `export/`), or the directory of
+  their output flag (`--evaler_dir`, `--export_dir`); on a read-only logdir
+  without it they refuse before any work (`CheckJobDirWritable`).
 
 A rerun of a finished train job (`FinishedMetrics`) writes nothing and
 returns the stored metrics, so metrics.json and params.txt stay
@@ -45,14 +47,22 @@ EVAL_JOB_DIR = 'eval_job'
 EVALER_DIR = 'evaler'
 
 
-def EvalJobDir(dataset=None):
-  """'eval_job', or 'eval_job_<dataset>' for --evaler_dataset=<dataset>."""
-  return EVAL_JOB_DIR + ('_' + dataset if dataset else '')
+def EvalJobDir(dataset=None, default=None):
+  """'eval_job', or 'eval_job_<dataset>' for --evaler_dataset=<dataset>.
+
+  The experiment's default dataset (`default`, the one evaluated when
+  none is named) is 'eval_job' whether named or not: one directory for
+  the same evaluation.
+  """
+  return EVAL_JOB_DIR + ('_' + dataset if dataset not in (None, default)
+                         else '')
 
 
-def EvalerDir(dataset=None):
-  """'evaler', or 'evaler_<dataset>' for --evaler_dataset=<dataset>."""
-  return EVALER_DIR + ('_' + dataset if dataset else '')
+def EvalerDir(dataset=None, default=None):
+  """'evaler', or 'evaler_<dataset>' for --evaler_dataset=<dataset> other
+  than the experiment's `default` (as `EvalJobDir`)."""
+  return EVALER_DIR + ('_' + dataset if dataset not in (None, default)
+                       else '')
 
 _CKPT_INDEX_RE = re.compile(r'^ckpt-(\d+)\.index$')
 
@@ -305,6 +315,70 @@ def IsWritable(path):
       break
     path = parent
   return os.access(path, os.W_OK)
+
+
+def CheckTrainWritable(logdir, evaluates, keeps_best):
+  """Refuses a train job on a logdir it cannot write, before any file.
+
+  A train job writes the logdir itself (params.txt, metrics.json,
+  model_analysis.txt), train/, ckpt/ and, evaluating, eval/ and best/; on
+  a read-only one a resume would otherwise stop at its first summary with
+  TF's PermissionDeniedError traceback (CreateSummaryFileWriter). Each is
+  asked with `IsWritable` (itself if it exists, else its nearest existing
+  parent), so a logdir that does not exist yet needs a writable parent.
+
+  Args:
+    logdir: the job's logdir (it need not exist).
+    evaluates: the job writes eval/ (train_and_eval).
+    keeps_best: it writes best/ when it evaluates (a dev_metric is set).
+
+  Raises:
+    errors.ExperimentError: one line naming the logdir, what cannot be
+      written and the fixes; nothing has been read or written.
+  """
+  names = ['', 'train', CKPT_DIR] + (
+      ['eval'] + (['best'] if keeps_best else []) if evaluates else [])
+  bad = [name for name in names if not IsWritable(os.path.join(logdir, name))]
+  if not bad:
+    return
+  what = ('it is' if bad[0] == '' else '%s %s' % (
+      ', '.join(n + '/' for n in bad), 'is' if len(bad) == 1 else 'are'))
+  steps = CheckpointSteps(logdir)
+  kept = (' (its checkpoints, newest ckpt-%d, are untouched)' % steps[-1]
+          if steps else '')
+  raise errors.ExperimentError(
+      '--logdir=%s cannot be written by this process: %s read-only; nothing '
+      'was changed%s. Make it writable to train there, or give another '
+      '--logdir (a copy of this one resumes the run); --mode=eval '
+      '--eval_dir=<dir> evaluates a read-only logdir.' % (logdir, what, kept))
+
+
+def CheckJobDirWritable(logdir, job_dir, mode, flag):
+  """Refuses a read-only job that would write into an unwritable logdir.
+
+  The evaler and the export write `<logdir>/<job_dir>` unless their output
+  flag (`--evaler_dir`, `--export_dir`) names another directory; on a
+  read-only logdir without that flag they would fail at their first write
+  (TF's PermissionDeniedError traceback, after the work). Called before
+  any work, so nothing is read, built or written.
+
+  Args:
+    logdir: the run's logdir (it need not exist yet).
+    job_dir: the job's directory under it, e.g. 'evaler', 'export'.
+    mode: the job's --mode value, for the message.
+    flag: the output flag's name without dashes, e.g. 'evaler_dir'.
+
+  Raises:
+    errors.ExperimentError: one line naming the directory, the flag and the
+      fix, when `<logdir>/<job_dir>` cannot be written (`IsWritable`).
+  """
+  path = os.path.join(logdir, job_dir)
+  if IsWritable(path):
+    return
+  raise errors.ExperimentError(
+      '--mode=%s writes %s, but %s is read-only (not writable by this '
+      'process); nothing was done. Give --%s=<a writable directory> to write '
+      'there instead.' % (mode, path, logdir, flag))
 
 
 def CheckNotAnotherExperiment(logdir, text):
