@@ -48,6 +48,7 @@ import tensorflow as tf
 
 from params import checks
 from learner.optimizers import sharded_state
+from learner.optimizers.wrappers import replica_local
 from learner.training.services import checkpointer as checkpointer_lib
 from learner.training.cluster import distribution
 from learner.training.services import early_stop as early_stop_lib
