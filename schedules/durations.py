@@ -20,6 +20,7 @@ refuses a string where it expects a count (one line naming the param).
 import re
 
 from params import hyperparams
+from params.value_codec import IsNegativeDuration
 from schedules.base_schedule import BaseSchedule
 
 _DURATION = re.compile(
@@ -50,17 +51,30 @@ def _Schedules(p, key):
       yield sub, sp
 
 
+def _IsDuration(value):
+  """A duration string, or a negative one (which _Convert refuses)."""
+  return ParseDuration(value) is not None or IsNegativeDuration(value)
+
+
 def HasDurations(params):
-  """True if a schedule inside `params` has a duration string."""
+  """True if a schedule inside `params` has a duration string.
+
+  A negative one ('-2000 examples') counts, so that `ResolveDurations`
+  refuses it by name.
+  """
   for _, sp in _Schedules(params, ''):
     for _, value in sp.IterParams():
       values = value if isinstance(value, list) else [value]
-      if any(ParseDuration(v) is not None for v in values):
+      if any(_IsDuration(v) for v in values):
         return True
   return False
 
 
 def _Convert(key, value, examples_per_update, examples_per_epoch):
+  if IsNegativeDuration(value):
+    raise ValueError(
+        '%s : %r is a negative duration; a duration must be positive, e.g. '
+        '%r.' % (key, value, value.replace('-', '', 1).strip()))
   amount, unit = ParseDuration(value)
   examples = amount
   if unit == 'epochs':
@@ -92,23 +106,23 @@ def ResolveDurations(params, key, examples_per_update,
     examples at <examples_per_update> per update)".
 
   Raises:
-    ValueError: a duration in epochs without examples_per_epoch (one line).
+    ValueError: a negative duration ('-2000 examples'), or a duration in
+      epochs without examples_per_epoch (one line naming the key).
   """
   lines = []
   for skey, sp in _Schedules(params, key):
     for name, value in list(sp.IterParams()):
       full = '%s.%s' % (skey, name)
-      if ParseDuration(value) is not None:
+      if _IsDuration(value):
         n, examples = _Convert(full, value, examples_per_update,
                                examples_per_epoch)
         sp.Set(**{name: n})
         lines.append('%s : %r -> %d updates (%g examples at %d per update)'
                      % (full, value, n, examples, examples_per_update))
-      elif isinstance(value, list) and any(
-          ParseDuration(v) is not None for v in value):
+      elif isinstance(value, list) and any(_IsDuration(v) for v in value):
         out = []
         for i, v in enumerate(value):
-          if ParseDuration(v) is None:
+          if not _IsDuration(v):
             out.append(v)
             continue
           n, examples = _Convert('%s[%d]' % (full, i), v,

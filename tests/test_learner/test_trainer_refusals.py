@@ -37,9 +37,13 @@ _CASES = [
      ['task.eval.dev_metric', "'acc'", "['accuracy', 'loss']"]),
     (['--strategy=multi_worker'],
      ['--strategy=multi_worker', 'TF_CONFIG', 'learner.launcher']),
+    (["--params_override=task.train.learner.lr_schedule.schedule."
+      "warmup_steps : '-2000 examples'"],
+     ['task.train.learner.lr_schedule.schedule.warmup_steps',
+      "'-2000 examples'", 'negative duration', 'must be positive']),
 ]
 _IDS = ['learning_rate', 'clip', 'loss_name', 'filter', 'batch_size',
-        'dev_metric', 'multi_worker']
+        'dev_metric', 'multi_worker', 'negative_duration']
 
 
 _Main = trainer_helpers.RunMain
