@@ -70,7 +70,8 @@ def HasDurations(params):
   return False
 
 
-def _Convert(key, value, examples_per_update, examples_per_epoch):
+def _Convert(key, value, examples_per_update, examples_per_epoch,
+             epoch_size_fix):
   if IsNegativeDuration(value):
     raise ValueError(
         '%s : %r is a negative duration; a duration must be positive, e.g. '
@@ -83,14 +84,14 @@ def _Convert(key, value, examples_per_update, examples_per_epoch):
     if not examples_per_epoch:
       raise ValueError(
           '%s : %r is in epochs, but the train input does not say how many '
-          'examples an epoch has; give it in examples or updates.' %
-          (key, value))
+          'examples an epoch has; %sgive it in examples or updates.' %
+          (key, value, epoch_size_fix + ', or ' if epoch_size_fix else ''))
     examples = amount * examples_per_epoch
   return int(round(examples / examples_per_update)), examples
 
 
 def ResolveDurations(params, key, examples_per_update,
-                     examples_per_epoch=None):
+                     examples_per_epoch=None, epoch_size_fix=None):
   """Replaces every duration string in the schedules inside `params`.
 
   Args:
@@ -100,6 +101,9 @@ def ResolveDurations(params, key, examples_per_update,
       (global batch x micro-batches per applied update), an int > 0.
     examples_per_epoch: the train split's size, a callable giving it (called
       only for a duration in epochs), or None if unknown.
+    epoch_size_fix: how to give the epoch size, named in the refusal of a
+      duration in epochs without it (e.g. 'set train_input.num_examples');
+      None: the refusal says only to give the length in examples or updates.
 
   Returns:
     One line per conversion: "<key> : '<value>' -> <n> updates (<examples>
@@ -115,7 +119,7 @@ def ResolveDurations(params, key, examples_per_update,
       full = '%s.%s' % (skey, name)
       if _IsDuration(value):
         n, examples = _Convert(full, value, examples_per_update,
-                               examples_per_epoch)
+                               examples_per_epoch, epoch_size_fix)
         sp.Set(**{name: n})
         lines.append('%s : %r -> %d updates (%g examples at %d per update)'
                      % (full, value, n, examples, examples_per_update))
@@ -126,7 +130,8 @@ def ResolveDurations(params, key, examples_per_update,
             out.append(v)
             continue
           n, examples = _Convert('%s[%d]' % (full, i), v,
-                                 examples_per_update, examples_per_epoch)
+                                 examples_per_update, examples_per_epoch,
+                                 epoch_size_fix)
           out.append(n)
           lines.append('%s[%d] : %r -> %d updates (%g examples at %d per '
                        'update)' % (full, i, v, n, examples,
