@@ -14,8 +14,19 @@
   matmul          MatMulLastDim(x, w): x [..., i] @ w [i, o]
   demo            Linear, MlpClassifier: the demo tree of `python -m layers.demo`
 
-Imports point one way: `configs → layers → params`.
+Imports point one way: `configs → layers → params` (and learner.tf_log,
+which imports nothing of the project and no TensorFlow: see below).
 """
+
+from learner import tf_log as _tf_log
+
+# `python -m layers.demo` imports this package, and TensorFlow with it,
+# before layers/demo.py runs: quiet TensorFlow's start-up lines here, for
+# that command only (as the trainer does; learner/tf_log.py).
+with _tf_log.QuietImportFor('layers.demo'):
+  import tensorflow as _tf  # noqa: F401  pylint: disable=unused-import
+
+# pylint: disable=wrong-import-position
 
 from layers.activations import GetActivation
 from layers.attention import MultiHeadedAttention

@@ -173,6 +173,42 @@ def QuietImport(environ=None):
         os.write(2, b''.join(kept))
 
 
+def QuietImportFor(module, console_script=None):
+  """`QuietImport` when this process is the command `module`, else nothing.
+
+  A package whose command runs as `python -m <package>.<command>` (or as a
+  console script) loads TensorFlow in its own __init__, before the
+  command's module runs: that __init__ is the last moment to quiet
+  TensorFlow. It imports TensorFlow inside this context:
+
+    with tf_log.QuietImportFor('layers.demo'):
+      import tensorflow as tf
+
+  For the command, the level is set as for the trainer (`--tf_log_level=N`
+  on its command line, then the user's TF_CPP_MIN_LOG_LEVEL, then
+  QUIET_LEVEL; `QuietTensorFlow`) and TensorFlow loads under `QuietImport`.
+  Any other importer (a library user, a test) is left alone: no environment
+  variable is set and standard error is not held.
+
+  Args:
+    module: str, the dotted module of the command, e.g. 'schedules.plot'.
+    console_script: str or None, the file name of the command's console
+      script, e.g. 'tf-learner-plot-schedule'.
+
+  Returns:
+    A context manager to import TensorFlow in.
+  """
+  argv = getattr(sys, 'orig_argv', sys.argv)
+  is_module = argv[1:3] == ['-m', module]
+  is_script = (console_script is not None and
+               os.path.basename(sys.argv[0]) == console_script)
+  if not (is_module or is_script):
+    return contextlib.nullcontext()
+  QuietTensorFlow([sys.argv[0]] + [
+      a for a in argv[1:] if a.startswith(('--%s=' % FLAG, '-%s=' % FLAG))])
+  return QuietImport()
+
+
 @contextlib.contextmanager
 def InterruptAfterImport():
   """Holds a Ctrl-C (SIGINT) that arrives inside the block until it ends.

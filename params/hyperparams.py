@@ -218,7 +218,8 @@ class Params:
     if self.__dict__['_immutable']:
       raise AttributeError(
           'Params are frozen; cannot change %r. Make a mutable copy with '
-          'p.Copy(frozen=False) and change that.' % (name,))
+          'p.Copy(frozen=False) and change that.' %
+          (self.__dict__.get('_frozen_at', '') + name,))
 
   # ---- dotted paths --------------------------------------------------------
 
@@ -328,7 +329,7 @@ class Params:
     for name, param in self._params.items():
       res._params[name] = _Param(name, _CopyValue(param.value), param.doc)
     for k, v in self.__dict__.items():
-      if k not in ('_params', '_immutable'):
+      if k not in ('_params', '_immutable', '_frozen_at'):
         res.__dict__[k] = copy.deepcopy(v)
     if frozen is None:
       frozen = self._immutable
@@ -354,17 +355,25 @@ class Params:
   'layers[0].dim'. List and dict values are frozen too (at any depth): they
   read, compare and print as before, but `append`, item assignment and the
   other changes in place raise AttributeError. Undo only with an explicit
-  mutable copy: `p.Copy(frozen=False)`.
+  mutable copy: `p.Copy(frozen=False)`. A refused change names the param by
+  its dotted key from the Params frozen (e.g. 'train.boundaries',
+  'layers[0].dims[1]').
   """
+    return self._FreezeAt('')
+
+  def _FreezeAt(self, prefix):
+    """Freeze(), with `prefix` (e.g. 'task.train.') before every key."""
     self.__dict__['_immutable'] = True
-    for param in self._params.values():
-      param.value = _FrozenValue(param.value)
-      for sub in _NestedParams(param.value):
-        sub.Freeze()
+    self.__dict__['_frozen_at'] = prefix
+    for name, param in self._params.items():
+      param.value = _FrozenValue(param.value, prefix + name)
+      for key, sub in _NestedParamsWithKeys(param.value, prefix + name):
+        sub._FreezeAt(key + '.')
     return self
 
   def _Thaw(self):
     self.__dict__['_immutable'] = False
+    self.__dict__.pop('_frozen_at', None)
     for param in self._params.values():
       param.value = _ThawedValue(param.value)
       for sub in _NestedParams(param.value):
@@ -431,44 +440,71 @@ class InstantiableParams(Params):
 
 
 # ---- helpers on values --------------------------------------------------------
-_FROZEN_MESSAGE = ('Params are frozen; this %s value cannot change. Make a '
-                   'mutable copy with p.Copy(frozen=False) and change that.')
-
-
 def _RefuseChange(kind):
   def _Refuse(self, *unused_args, **unused_kwargs):
-    raise AttributeError(_FROZEN_MESSAGE % kind)
+    what = ('the %s value of %r' % (kind, self.key) if self.key else
+            'this %s value' % kind)
+    raise AttributeError('Params are frozen; %s cannot change. Make a '
+                         'mutable copy with p.Copy(frozen=False) and change '
+                         'that.' % what)
   return _Refuse
 
 
 class FrozenList(list):
-  """A list value of frozen Params: reads as a list, refuses every change."""
+  """A list value of frozen Params: reads as a list, refuses every change.
+
+  `key`: the param's dotted key (e.g. 'train.boundaries'), named when a
+  change is refused; None if unknown.
+  """
   append = extend = insert = remove = pop = clear = sort = reverse = (
       _RefuseChange('list'))
   __setitem__ = __delitem__ = __iadd__ = __imul__ = _RefuseChange('list')
 
+  def __init__(self, items=(), key=None):
+    super().__init__(items)
+    self.key = key
+
   def __reduce__(self):  # copy, deepcopy and pickle rebuild it whole.
-    return (FrozenList, (list(self),))
+    return (FrozenList, (list(self), self.key))
 
 
 class FrozenDict(dict):
-  """A dict value of frozen Params: reads as a dict, refuses every change."""
+  """A dict value of frozen Params: reads as a dict, refuses every change.
+
+  `key` as FrozenList's.
+  """
   __setitem__ = __delitem__ = _RefuseChange('dict')
   clear = pop = popitem = setdefault = update = _RefuseChange('dict')
   __ior__ = _RefuseChange('dict')
 
+  def __init__(self, items=(), key=None):
+    super().__init__(items)
+    self.key = key
+
   def __reduce__(self):
-    return (FrozenDict, (dict(self),))
+    return (FrozenDict, (dict(self), self.key))
 
 
-def _FrozenValue(value):
-  """`value` with its plain lists and dicts (at any depth) frozen."""
+def _ItemKey(key, index):
+  """'key[index]' (a list or tuple position, or a dict key's repr)."""
+  return '%s[%r]' % (key, index)
+
+
+def _FrozenValue(value, key=None):
+  """`value` with its plain lists and dicts (at any depth) frozen.
+
+  `key`, the param's dotted key, is kept on each frozen container (an
+  element's as 'key[i]') for the message that refuses a change.
+  """
   if type(value) in (list, FrozenList):
-    return FrozenList(_FrozenValue(v) for v in value)
+    return FrozenList((_FrozenValue(v, _ItemKey(key, i))
+                       for i, v in enumerate(value)), key)
   if type(value) in (dict, FrozenDict):
-    return FrozenDict((k, _FrozenValue(v)) for k, v in value.items())
+    return FrozenDict(((k, _FrozenValue(v, _ItemKey(key, k)))
+                       for k, v in value.items()), key)
   if type(value) is tuple:
-    return tuple(_FrozenValue(v) for v in value)
+    return tuple(_FrozenValue(v, _ItemKey(key, i))
+                 for i, v in enumerate(value))
   return value
 
 
@@ -514,6 +550,18 @@ def _NestedParams(value):
   elif isinstance(value, dict):
     for v in value.values():
       yield from _NestedParams(v)
+
+
+def _NestedParamsWithKeys(value, key):
+  """As `_NestedParams`, yielding (dotted key, Params): 'key', 'key[i]'."""
+  if isinstance(value, Params):
+    yield key, value
+  elif isinstance(value, (list, tuple)):
+    for i, v in enumerate(value):
+      yield from _NestedParamsWithKeys(v, _ItemKey(key, i))
+  elif isinstance(value, dict):
+    for k, v in value.items():
+      yield from _NestedParamsWithKeys(v, _ItemKey(key, k))
 
 
 def _CopyValue(value):

@@ -17,6 +17,7 @@ from params.hyperparams import Params
 from params.hyperparams import _CopyValue
 from params.hyperparams import _OneLine
 from params.value_codec import EncodeValue
+from params.value_codec import IsNegativeDuration
 from params.value_codec import MAX_ITEMS
 from params.value_codec import MAX_TEXT_CHARS
 from params.value_codec import _CallParams
@@ -237,6 +238,12 @@ def _ReadLineValue(shown, key, value_text, current):
               (key, key, value_text))
     raise ValueError('Line %s: cannot read the value of %r: %s.%s' %
                      (shown, key, _OneLine(e), hint)) from None
+  if err and (isinstance(current, int) and not isinstance(current, bool) and
+              plan[0] == 'value' and IsNegativeDuration(plan[1])):
+    raise ValueError(
+        'Line %s: %r : %r is a negative duration; a duration must be '
+        'positive, e.g. %s : %r.' % (shown, key, plan[1], key,
+                                     plan[1].replace('-', '', 1).strip()))
   if err:
     hint = _ExampleHint(key, current)
     if (isinstance(current, int) and not isinstance(current, bool) and

@@ -67,6 +67,21 @@ _DURATION = re.compile(
     r'^\s*[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?\s*(?:examples?|epochs?)\s*$')
 
 
+_NEGATIVE_DURATION = re.compile(
+    r'^\s*-\s*[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?\s*(?:examples?|epochs?)\s*$')
+
+
+def IsNegativeDuration(value):
+  """True if `value` is a str like '-2000 examples' or '-1.5 epochs'.
+
+  Such a value is refused wherever a duration is read (the params text, the
+  trainer's conversion), with a message that names the sign: a duration is
+  a length and must be positive. Any other value (an int, '2000 examples',
+  'abc') gives False.
+  """
+  return isinstance(value, str) and _NEGATIVE_DURATION.match(value) is not None
+
+
 def _IsCount(v):
   return (_IsNumber(v) and isinstance(v, int)) or (
       isinstance(v, str) and _DURATION.match(v) is not None)

@@ -1,36 +1,11 @@
 """Learning-rate schedules: pure functions of an integer step."""
 
-import contextlib as _contextlib
-import os as _os
-import sys as _sys
-
 from learner import tf_log as _tf_log
 
-
-def _QuietTensorFlowForPlot():
-  """Quiets TF's C++ start-up lines for the schedule plot command only.
-
-  `python -m schedules.plot` and `tf-learner-plot-schedule` import this
-  package, and TensorFlow with it, before schedules/plot.py runs, so this
-  is the last moment to quiet TensorFlow (as learner/tf_log.py does for the
-  trainer): `--tf_log_level=N` wins, then the user's own
-  TF_CPP_MIN_LOG_LEVEL, then '3', and TensorFlow loads under
-  `tf_log.QuietImport`. Any other importer is left alone.
-
-  Returns:
-    A context manager to load TensorFlow in.
-  """
-  argv = getattr(_sys, 'orig_argv', _sys.argv)
-  if (argv[1:3] != ['-m', 'schedules.plot'] and
-      _os.path.basename(_sys.argv[0]) != 'tf-learner-plot-schedule'):
-    return _contextlib.nullcontext()
-  _tf_log.QuietTensorFlow([_sys.argv[0]] + [
-      a for a in argv[1:] if a.startswith(('--tf_log_level=',
-                                           '-tf_log_level='))])
-  return _tf_log.QuietImport()
-
-
-with _QuietTensorFlowForPlot():
+# `python -m schedules.plot` and `tf-learner-plot-schedule` import this
+# package, and TensorFlow with it, before schedules/plot.py runs: quiet
+# TensorFlow's start-up lines here, for that command only.
+with _tf_log.QuietImportFor('schedules.plot', 'tf-learner-plot-schedule'):
   import tensorflow as _tf  # noqa: F401  pylint: disable=unused-import
 
 # pylint: disable=wrong-import-position

@@ -20,6 +20,7 @@ refuses a string where it expects a count (one line naming the param).
 import re
 
 from params import hyperparams
+from params.value_codec import IsNegativeDuration
 from schedules.base_schedule import BaseSchedule
 
 _DURATION = re.compile(
@@ -50,17 +51,31 @@ def _Schedules(p, key):
       yield sub, sp
 
 
+def _IsDuration(value):
+  """A duration string, or a negative one (which _Convert refuses)."""
+  return ParseDuration(value) is not None or IsNegativeDuration(value)
+
+
 def HasDurations(params):
-  """True if a schedule inside `params` has a duration string."""
+  """True if a schedule inside `params` has a duration string.
+
+  A negative one ('-2000 examples') counts, so that `ResolveDurations`
+  refuses it by name.
+  """
   for _, sp in _Schedules(params, ''):
     for _, value in sp.IterParams():
       values = value if isinstance(value, list) else [value]
-      if any(ParseDuration(v) is not None for v in values):
+      if any(_IsDuration(v) for v in values):
         return True
   return False
 
 
-def _Convert(key, value, examples_per_update, examples_per_epoch):
+def _Convert(key, value, examples_per_update, examples_per_epoch,
+             epoch_size_fix):
+  if IsNegativeDuration(value):
+    raise ValueError(
+        '%s : %r is a negative duration; a duration must be positive, e.g. '
+        '%r.' % (key, value, value.replace('-', '', 1).strip()))
   amount, unit = ParseDuration(value)
   examples = amount
   if unit == 'epochs':
@@ -69,14 +84,14 @@ def _Convert(key, value, examples_per_update, examples_per_epoch):
     if not examples_per_epoch:
       raise ValueError(
           '%s : %r is in epochs, but the train input does not say how many '
-          'examples an epoch has; give it in examples or updates.' %
-          (key, value))
+          'examples an epoch has; %sgive it in examples or updates.' %
+          (key, value, epoch_size_fix + ', or ' if epoch_size_fix else ''))
     examples = amount * examples_per_epoch
   return int(round(examples / examples_per_update)), examples
 
 
 def ResolveDurations(params, key, examples_per_update,
-                     examples_per_epoch=None):
+                     examples_per_epoch=None, epoch_size_fix=None):
   """Replaces every duration string in the schedules inside `params`.
 
   Args:
@@ -86,33 +101,37 @@ def ResolveDurations(params, key, examples_per_update,
       (global batch x micro-batches per applied update), an int > 0.
     examples_per_epoch: the train split's size, a callable giving it (called
       only for a duration in epochs), or None if unknown.
+    epoch_size_fix: how to give the epoch size, named in the refusal of a
+      duration in epochs without it (e.g. 'set train_input.num_examples');
+      None: the refusal says only to give the length in examples or updates.
 
   Returns:
     One line per conversion: "<key> : '<value>' -> <n> updates (<examples>
     examples at <examples_per_update> per update)".
 
   Raises:
-    ValueError: a duration in epochs without examples_per_epoch (one line).
+    ValueError: a negative duration ('-2000 examples'), or a duration in
+      epochs without examples_per_epoch (one line naming the key).
   """
   lines = []
   for skey, sp in _Schedules(params, key):
     for name, value in list(sp.IterParams()):
       full = '%s.%s' % (skey, name)
-      if ParseDuration(value) is not None:
+      if _IsDuration(value):
         n, examples = _Convert(full, value, examples_per_update,
-                               examples_per_epoch)
+                               examples_per_epoch, epoch_size_fix)
         sp.Set(**{name: n})
         lines.append('%s : %r -> %d updates (%g examples at %d per update)'
                      % (full, value, n, examples, examples_per_update))
-      elif isinstance(value, list) and any(
-          ParseDuration(v) is not None for v in value):
+      elif isinstance(value, list) and any(_IsDuration(v) for v in value):
         out = []
         for i, v in enumerate(value):
-          if ParseDuration(v) is None:
+          if not _IsDuration(v):
             out.append(v)
             continue
           n, examples = _Convert('%s[%d]' % (full, i), v,
-                                 examples_per_update, examples_per_epoch)
+                                 examples_per_update, examples_per_epoch,
+                                 epoch_size_fix)
           out.append(n)
           lines.append('%s[%d] : %r -> %d updates (%g examples at %d per '
                        'update)' % (full, i, v, n, examples,

@@ -49,6 +49,42 @@ def test_python_m_layers_demo_runs():
   assert 'mlp/output/b' in res.stdout and 'logits (4, 10)' in res.stdout
 
 
+def test_python_m_layers_demo_prints_no_tf_start_up_lines(onednn):
+  # README's demo, as a new user runs it (TF_CPP_MIN_LOG_LEVEL unset): the
+  # package quiets TensorFlow before loading it, as the trainer does (it
+  # printed absl's preamble, oneDNN and cpu_feature_guard lines). Under
+  # both oneDNN settings (tests/conftest.py). --tf_log_level=0 shows them.
+  root = os.path.dirname(os.path.dirname(layers.__file__))
+  env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS=onednn,
+             CUDA_VISIBLE_DEVICES='')
+  env.pop('TF_CPP_MIN_LOG_LEVEL', None)
+  res = subprocess.run([sys.executable, '-m', 'layers.demo'], cwd=root,
+                       env=env, capture_output=True, text=True, timeout=120)
+  assert res.returncode == 0, res.stderr[-2000:]
+  assert 'logits (4, 10)' in res.stdout
+  for noise in ('cpu_feature_guard', 'oneDNN', 'I0000', 'W0000',
+                'absl::InitializeLog'):
+    assert noise not in res.stderr, res.stderr
+
+
+def test_importing_layers_leaves_the_tf_log_level_alone():
+  # Only the demo command is quieted: a library import of `layers` sets no
+  # TF_CPP_MIN_LOG_LEVEL (as importing TensorFlow itself: unset, or '1'
+  # where jax is installed).
+  root = os.path.dirname(os.path.dirname(layers.__file__))
+  env = dict(os.environ)
+  env.pop('TF_CPP_MIN_LOG_LEVEL', None)
+
+  def LevelAfter(module):
+    return subprocess.run(
+        [sys.executable, '-c', 'import os, %s; '
+         'print(os.environ.get("TF_CPP_MIN_LOG_LEVEL"))' % module],
+        capture_output=True, text=True, timeout=120, env=env,
+        cwd=root).stdout.strip()
+
+  assert LevelAfter('layers') == LevelAfter('tensorflow')
+
+
 # What `python -m params.demo` printed before the demo moved to layers/
 # (issue 22), classes named by their old paths.
 _PRE_MOVE_TEXT = """\

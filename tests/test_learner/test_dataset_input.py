@@ -19,8 +19,11 @@ from learner import learner as learner_lib
 from learner import optimizers
 from learner.training.cluster import distribution
 from learner.training.jobs import trainer as trainer_lib
+from learner.training.jobs import validate
+from learner.training.model import task_params
 from learner.training.model.input_generator import DatasetInput
 from params import hyperparams
+import schedules as sch
 
 _X = np.linspace(-1.0, 1.0, 64).astype(np.float32)
 _Y = (3.0 * _X - 1.0).astype(np.float32)
@@ -116,3 +119,44 @@ def test_mirrored_resume_reproduces_uninterrupted_run(tmp_path):
   # And both are the single-device SGD on the same batches (each step's
   # two per-replica halves are one global batch of 8 consecutive examples).
   np.testing.assert_allclose(whole, _NumpySgd(10), rtol=1e-5)
+
+
+def _EpochParams(**input_kw):
+  """_Params with a cosine schedule of '3 epochs' and batch 100."""
+  p = _Params(30)
+  p.task.train.learner.lr_schedule = sch.CosineDecay.Params().Set(
+      total_steps='3 epochs')
+  p.train_input.Set(batch_size=100, **input_kw)
+  return p
+
+
+def test_num_examples_lets_a_schedule_length_be_given_in_epochs():
+  # 3 epochs * 1000 examples / batch 100 = 30 updates.
+  p = _EpochParams(num_examples=1000)
+  assert p.train_input.Instantiate().num_examples == 1000
+  lines = task_params.ResolveDurations(p)
+  assert p.task.train.learner.lr_schedule.total_steps == 30
+  assert lines == ["task.train.learner.lr_schedule.total_steps : '3 epochs' "
+                   '-> 30 updates (3000 examples at 100 per update)']
+
+
+def test_epochs_without_num_examples_name_it_as_the_fix(tmp_path):
+  # It said only "give it in examples or updates"; DatasetInput had no way
+  # to state its epoch size.
+  with pytest.raises(validate.ExperimentError, match=(
+      r"^task.train.learner.lr_schedule.total_steps : '3 epochs' is in "
+      r'epochs, but the train input does not say how many examples an epoch '
+      r'has; set train_input.num_examples \(examples per epoch\), or give '
+      r'it in examples or updates.$')):
+    trainer_lib.Trainer(_EpochParams(), str(tmp_path / 'run'),
+                        stream=io.StringIO())
+  assert not (tmp_path / 'run').exists()
+
+
+@pytest.mark.parametrize('bad', [0, -5, 2.5, True, '1000'])
+def test_refuses_a_bad_num_examples(bad):
+  p = DatasetInput.Params().Set(dataset_fn=_Examples, num_examples=bad)
+  with pytest.raises(ValueError) as e:
+    p.Instantiate()
+  assert 'num_examples' in str(e.value) and repr(bad) in str(e.value)
+  assert len(str(e.value).splitlines()) == 1

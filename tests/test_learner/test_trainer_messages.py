@@ -60,6 +60,36 @@ def test_a_bad_mode_is_one_error_line_exit_2(capsys):
       'evaler, export; --help describes them.\n')
 
 
+@pytest.mark.parametrize('value', ['abc', '2.5'])
+def test_a_cpu_devices_that_is_no_integer_says_what_it_takes(capsys, value):
+  # It was absl's "invalid literal for int() with base 10: 'abc'".
+  cli_lib.DefineFlags()
+  try:
+    with pytest.raises(SystemExit) as e:
+      cli_lib.ParseFlags(['trainer', '--model=m', '--cpu_devices=' + value])
+  finally:
+    cli_lib.FLAGS.unparse_flags()
+  assert e.value.code == 2
+  assert capsys.readouterr().err == (
+      'ERROR: --cpu_devices=%s is not an integer: --cpu_devices takes a '
+      'positive integer count of logical CPU devices (one replica each under '
+      '--strategy=mirrored), e.g. --cpu_devices=2.\n' % value)
+
+
+def test_a_numeric_flag_without_its_own_hint_says_integer_or_number(capsys):
+  cli_lib.DefineFlags()
+  for flag, kind in (('--max_steps=1e3', 'an integer'),
+                     ('--worker_register_timeout_secs=soon', 'a number')):
+    try:
+      with pytest.raises(SystemExit):
+        cli_lib.ParseFlags(['trainer', '--model=m', flag])
+    finally:
+      cli_lib.FLAGS.unparse_flags()
+    err = capsys.readouterr().err
+    assert err.startswith('ERROR: %s is not %s: ' % (flag, kind)), err
+    assert len(err.splitlines()) == 1 and 'invalid literal' not in err
+
+
 def test_an_unknown_flag_is_one_error_line_exit_2(capsys):
   cli_lib.DefineFlags()
   try:

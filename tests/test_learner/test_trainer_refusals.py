@@ -12,6 +12,7 @@ import os
 import pytest
 import tensorflow as tf
 
+from learner import optimizers
 from params import registry
 import schedules as sch
 from learner.training.jobs import trainer as trainer_lib
@@ -37,9 +38,13 @@ _CASES = [
      ['task.eval.dev_metric', "'acc'", "['accuracy', 'loss']"]),
     (['--strategy=multi_worker'],
      ['--strategy=multi_worker', 'TF_CONFIG', 'learner.launcher']),
+    (["--params_override=task.train.learner.lr_schedule.schedule."
+      "warmup_steps : '-2000 examples'"],
+     ['task.train.learner.lr_schedule.schedule.warmup_steps',
+      "'-2000 examples'", 'negative duration', 'must be positive']),
 ]
 _IDS = ['learning_rate', 'clip', 'loss_name', 'filter', 'batch_size',
-        'dev_metric', 'multi_worker']
+        'dev_metric', 'multi_worker', 'negative_duration']
 
 
 _Main = trainer_helpers.RunMain
@@ -119,14 +124,55 @@ def test_a_run_shorter_than_its_warmup_warns_once():
   # (multiplier 0.5 with the linear scale); a 20-step run ends at (20/50) of
   # it: 0.5 * 20/50 = 0.2 (the ramp is (t+1)/50, t = 19).
   w = _Check('digits.MlpMomentum', **{'task.train.max_steps': 20}).warnings
-  assert len(w) == 1, w
-  assert w[0].startswith('WARNING: task.train.max_steps 20 ends while '
-                         'task.train.learner.lr_schedule still rises')
-  assert 'multiplier at the last step is 0.2,' in w[0]
-  assert 'below the 0.5 it reaches at step 49' in w[0]
+  assert w == [
+      'WARNING: task.train.learner.lr_schedule.schedule.warmup_steps : 50 is '
+      'longer than the run (task.train.max_steps 20): the warmup never ends '
+      '(the multiplier at the last step is 0.2, below the 0.5 it reaches at '
+      'step 49); shorten the warmup or raise max_steps.']
   # Past the warmup (decaying, then held): no warmup warning.
   assert _Check('digits.MlpMomentum',
                 **{'task.train.max_steps': 600}).warnings == []
+
+
+def test_a_warmup_longer_than_the_run_warns_even_where_the_rate_is_flat():
+  # Lingvo's rampup from warmup_init 1.0 to 1 split is flat, so the
+  # value-based check saw nothing rise and a 5000-step warmup in a 30-step
+  # run trained silently. The legacy learner's key is task.train.
+  w = _Check('lingvo_ported.DigitsMlpLingvoTrain',
+             **{'task.train.max_steps': 30,
+                'task.train.lr_schedule.warmup': 5000}).warnings
+  assert w == [
+      'WARNING: task.train.lr_schedule.warmup : 5000 is longer than the run '
+      '(task.train.max_steps 30): the warmup never ends; shorten the warmup '
+      'or raise max_steps.']
+  assert _Check('lingvo_ported.DigitsMlpLingvoTrain',
+                **{'task.train.max_steps': 100}).warnings == []
+
+
+def test_a_long_warmup_counts_applied_updates_under_accumulation():
+  # 8 micro-batches per update: 40 global steps are 5 updates, fewer than
+  # the warmup's 10; 80 global steps are 10 updates: no warning.
+  w = _Check('digits.MlpLarsAccumulate',
+             **{'task.train.max_steps': 40}).warnings
+  assert len(w) == 1 and w[0].startswith(
+      'WARNING: task.train.learner.lr_schedule.warmup_steps : 10 is longer '
+      'than the run (task.train.max_steps 40 = 5 schedule steps)'), w
+  assert _Check('digits.MlpLarsAccumulate',
+                **{'task.train.max_steps': 80}).warnings == []
+
+
+def test_an_optimizers_own_warmup_longer_than_the_run_warns():
+  # Schedule-free's warmup_steps lives in the optimizer (counted in updates).
+  w = _Check('regression.LinearRegression', **{
+      'task.train.max_steps': 30,
+      'task.train.learner.optimizer_fn': None,
+      'task.train.learner.learning_rate': 0.05,
+      'task.train.learner.optimizer': optimizers.ScheduleFreeSGD.Params().Set(
+          warmup_steps=5000)}).warnings
+  assert w == [
+      'WARNING: task.train.learner.optimizer.warmup_steps : 5000 is longer '
+      'than the run (task.train.max_steps 30): the warmup never ends; '
+      'shorten the warmup or raise max_steps.']
 
 
 @pytest.mark.parametrize('index', [0, 1])

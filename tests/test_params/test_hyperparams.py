@@ -240,11 +240,14 @@ def test_freeze_is_deep():
   assert p.is_frozen
   with pytest.raises(AttributeError, match="frozen; cannot change 'name'"):
     p.name = 'x'
-  with pytest.raises(AttributeError, match="'beta1'"):
+  # A nested param is named by its dotted key from the frozen root.
+  with pytest.raises(AttributeError, match="change 'optimizer.beta1'"):
     p.optimizer.beta1 = 0.5
-  with pytest.raises(AttributeError, match="'learning_rate'"):
+  with pytest.raises(AttributeError,
+                     match=r"change 'layers\[1\].learning_rate'"):
     p.layers[1].learning_rate = 0.5
-  with pytest.raises(AttributeError, match="'beta1'"):
+  with pytest.raises(AttributeError,
+                     match=r'change "by_name\[\'enc\'\].beta1"'):
     p.by_name['enc'].beta1 = 0.5
   with pytest.raises(AttributeError, match='frozen'):
     p.Set(**{'layers[0].beta1': 0.5})
@@ -401,11 +404,41 @@ def _WithContainers():
         'dict_setitem', 'list_in_dict', 'list_in_tuple'])
 def test_frozen_params_refuse_changes_inside_their_lists_and_dicts(change):
   q = _WithContainers().Copy(frozen=True)
-  with pytest.raises(AttributeError, match='Params are frozen; this (list|'
-                     r'dict) value cannot change\. Make a mutable copy with '
-                     r'p\.Copy\(frozen=False\)'):
+  with pytest.raises(AttributeError, match='Params are frozen; the (list|'
+                     r'dict) value of .* cannot change\. Make a mutable copy '
+                     r'with p\.Copy\(frozen=False\)'):
     change(q)
   assert q.xs == [1, [2, 3]] and q.table == {'a': [1]} and q.pair == (1, [2])
+
+
+@pytest.mark.parametrize('change, key', [
+    (lambda q: q.xs.append(4), "the list value of 'xs'"),
+    (lambda q: q.xs[1].append(4), "the list value of 'xs[1]'"),
+    (lambda q: q.table.update(b=2), "the dict value of 'table'"),
+    (lambda q: q.table['a'].append(2), "the list value of \"table['a']\""),
+    (lambda q: q.pair[1].append(3), "the list value of 'pair[1]'"),
+    (lambda q: q.sub.xs.append(4), "the list value of 'sub.xs'"),
+    (lambda q: q.subs[0].table['a'].append(4),
+     "the list value of \"subs[0].table['a']\""),
+], ids=['list', 'nested_list', 'dict', 'list_in_dict', 'list_in_tuple',
+        'nested_params', 'params_in_a_list'])
+def test_a_refused_change_inside_frozen_params_names_the_dotted_key(change,
+                                                                    key):
+  # It said only "this list value cannot change", with no key.
+  q = _WithContainers()
+  q.Define('sub', _WithContainers(), '')
+  q.Define('subs', [_WithContainers()], '')
+  q.Freeze()
+  with pytest.raises(AttributeError) as e:
+    change(q)
+  assert str(e.value) == (
+      'Params are frozen; %s cannot change. Make a mutable copy with '
+      'p.Copy(frozen=False) and change that.' % key)
+  with pytest.raises(AttributeError, match="cannot change 'subs\\[0\\].xs'"):
+    q.subs[0].xs = []
+  # A frozen copy of a nested Params names keys from itself.
+  with pytest.raises(AttributeError, match="list value of 'xs'"):
+    q.sub.Copy().xs.append(4)
 
 
 def test_frozen_containers_read_compare_and_print_as_before():

@@ -159,3 +159,40 @@ def test_a_duration_in_params_text_is_read_and_a_typo_suggests_the_form():
   with pytest.raises(ValueError, match="total_steps='3 epocs' is not an int.*"
                      "or a duration such as '3 epochs'"):
     _Wsd(total_steps='3 epocs').Instantiate()
+
+
+def test_a_negative_duration_in_params_text_names_the_sign():
+  # It was "wrong type ... expected an int, got str '-2000 examples'" and
+  # then "may instead be one duration": the sign, the real fault, unnamed.
+  p = _Params(warmup_steps=5, total_steps=25, decay_steps=10)
+  key = 'task.train.learner.lr_schedule.warmup_steps'
+  for value, fixed in (("'-2000 examples'", "'2000 examples'"),
+                       ("'-1.5 epochs'", "'1.5 epochs'")):
+    with pytest.raises(ValueError) as e:
+      p.Copy().FromText('%s : %s' % (key, value))
+    assert len(str(e.value).splitlines()) == 1
+    assert str(e.value).endswith(
+        "%r : %s is a negative duration; a duration must be positive, e.g. "
+        "%s : %s." % (key, value, key, fixed)), str(e.value)
+    assert 'wrong type' not in str(e.value)
+
+
+def test_a_negative_duration_in_a_config_is_refused_before_any_file(
+    tmp_path):
+  # Set in code, the string reaches the trainer's conversion, which named no
+  # sign either (the schedule said "is a duration; only the trainer
+  # converts"). Both forms: a length and a list of boundaries.
+  p = _Params(warmup_steps='-160 examples', total_steps=25, decay_steps=10)
+  with pytest.raises(validate.ExperimentError, match=(
+      r"^task.train.learner.lr_schedule.warmup_steps : '-160 examples' is a "
+      r"negative duration; a duration must be positive, e.g. '160 "
+      r"examples'.$")):
+    trainer_lib.Trainer(p, str(tmp_path / 'run'), mode='train',
+                        stream=io.StringIO()).Run()
+  assert not (tmp_path / 'run').exists()
+  lp = learner_lib.Learner.Params().Set(
+      lr_schedule=sch.PiecewiseConstantSchedule.Params().Set(
+          boundaries=[5, '-1 epochs'], values=[1.0, 0.5, 0.1]))
+  with pytest.raises(ValueError, match=r"^L.lr_schedule.boundaries\[1\] : "
+                     r"'-1 epochs' is a negative duration"):
+    durations.ResolveDurations(lp, 'L', 32, lambda: 800)

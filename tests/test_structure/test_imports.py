@@ -22,7 +22,8 @@ Exceptions, each for a stated reason:
     nothing of the project and no TensorFlow (learner/__init__.py is lazy):
     `python -m schedules.plot` runs this package's __init__, which loads
     TensorFlow, before the command's own module, so that is the last moment
-    to quiet TensorFlow's start-up lines (UPWARD_ALLOWED).
+    to quiet TensorFlow's start-up lines (UPWARD_ALLOWED). layers/__init__.py
+    does the same for `python -m layers.demo`, for the same reason.
   * learner/__init__.py: its lazy export table maps names to module paths as
     strings (PEP 562); it has no import statement of a project module, but
     `from learner import X` is read as an import of the module the table
@@ -197,6 +198,8 @@ def TopLevelGraph(imports):
 UPWARD_ALLOWED = {
     ('schedules', 'learner.tf_log'):
         'the plot command quiets TensorFlow before this package loads it',
+    ('layers', 'learner.tf_log'):
+        'the demo command quiets TensorFlow before this package loads it',
 }
 
 

@@ -232,6 +232,20 @@ def _Refuse(error):
   return 2
 
 
+# What a numeric flag takes, for the refusal of a value absl cannot parse
+# (absl says only "invalid literal for int() with base 10: 'abc'").
+_NUMBER_FLAG_EXPECTS = {
+    'cpu_devices': 'a positive integer count of logical CPU devices (one '
+                   'replica each under --strategy=mirrored), e.g. '
+                   '--cpu_devices=2',
+    'max_steps': 'a positive integer count of global steps, e.g. '
+                 '--max_steps=1000',
+    'seed': 'an integer in [0, 2**32 - 1], e.g. --seed=1234',
+    'tf_log_level': 'an integer from 0 (every INFO line) to 3 (only FATAL '
+                    'lines), e.g. --tf_log_level=0',
+}
+
+
 def _FlagErrorLine(error):
   """absl's flag-parsing error as our one line (without 'ERROR: ')."""
   text = validate.OneLine(error)
@@ -240,6 +254,14 @@ def _FlagErrorLine(error):
     return ('--%s=%s is not one of %s; --help describes them.' %
             (enum.group(1), enum.group(2),
              ', '.join(enum.group(3).split('|'))))
+  number = re.match(r'^flag --(\w+)=(.*): (invalid literal for int\(\)|'
+                    r'could not convert string to float)', text)
+  if number:
+    name, value, kind = number.groups()
+    kind = 'an integer' if kind.startswith('invalid') else 'a number'
+    expects = _NUMBER_FLAG_EXPECTS.get(name, '%s; --help describes it' % kind)
+    return '--%s=%s is not %s: --%s takes %s.' % (name, value, kind, name,
+                                                 expects)
   if text.startswith('flag --'):
     text = text[len('flag '):]
   return '%s (--help lists every flag).' % text.replace(' ?', '?').rstrip('.')

@@ -35,10 +35,12 @@ import tensorflow as tf
 from params import NestedMap
 from params import hyperparams
 from learner.optimizers import var_grad
+from learner.optimizers.base import BaseOptimizer
 from learner.training.services import checkpointer
 from learner.training.cluster import distribution
 from learner.training.services import errors
 from params import IsTrainable
+from schedules.base_schedule import BaseSchedule
 from schedules.base_schedule import ScheduleValueError
 
 # Optimizer params holding lists of regexes on variable names.
@@ -364,7 +366,11 @@ def _ScheduleSteps(learner, max_steps):
 
 
 def _ScheduleWarnings(task, max_steps):
-  """One line per learner whose decaying schedule ends before max_steps.
+  """One line per learner whose schedule and run do not fit, else [].
+
+  A warmup longer than the run (`_LongWarmups`): one line per such param,
+  naming its key, its value and max_steps. Otherwise a run that ends while
+  the schedule still rises (`_RisingAtEnd`) gets one line too.
 
   A schedule ends at its last boundary (`Boundaries()`) when its value is
   the same from there to the last step and lower than its peak (a floor,
@@ -377,13 +383,22 @@ def _ScheduleWarnings(task, max_steps):
   for key, learner in zip(_LearnerKeys(task), task.learners):
     sched = getattr(learner, 'lr_schedule', None)
     bounds = sched.Boundaries() if sched is not None else []
-    if not bounds:
-      continue
-    end, steps = max(bounds), _ScheduleSteps(learner, max_steps)
+    steps = _ScheduleSteps(learner, max_steps)
     value = lambda s: float(sched.Value(s).numpy())  # pylint: disable=cell-var-from-loop
-    if steps - end <= 0:
-      out.extend(_WarmupWarning(key, bounds, steps, max_steps, value))
+    rising = (_RisingAtEnd(bounds, steps, value)
+              if bounds and steps <= max(bounds) else None)
+    long_warmups = _LongWarmups(key, learner, max_steps)
+    out.extend(_WarmupLine(param, warmup, run, max_steps, rising)
+               for param, warmup, run in long_warmups)
+    if rising and not long_warmups:
+      out.append(
+          'WARNING: task.train.max_steps %d ends while %s.lr_schedule still '
+          'rises (a warmup longer than the run?): its multiplier at the last '
+          'step is %.4g, below the %.4g it reaches at step %d; raise '
+          'max_steps or shorten the warmup.' % ((max_steps, key) + rising))
+    if not bounds or steps <= max(bounds):
       continue
+    end = max(bounds)
     floor = value(end)
     peak = max(value(b) for b in [0] + list(bounds))
     if not _DecaysInto(value, end, bounds):
@@ -398,27 +413,70 @@ def _ScheduleWarnings(task, max_steps):
   return out
 
 
-def _WarmupWarning(key, bounds, steps, max_steps, value):
-  """[one line] if the run ends while the schedule still rises, else [].
+# The params that hold a warmup's length in steps, in every schedule and
+# optimizer that has one (Warmup, WarmupStableDecay, the Transformer, sqrt
+# and cosine ramps: warmup_steps; Lingvo's rampup schedules: warmup;
+# schedule-free: warmup_steps counted in updates).
+_WARMUP_PARAMS = ('warmup_steps', 'warmup')
+
+
+def _LongWarmups(key, learner, max_steps):
+  """(dotted key, value, run length) of each warmup longer than the run.
+
+  Every schedule (the lr_schedule and any inside it, an optimizer's
+  hyper_schedules) and every optimizer in the learner's params is looked
+  at; a warmup of n steps is longer than the run when n exceeds the steps
+  the run gives it: `_ScheduleSteps` for a schedule, applied updates
+  (max_steps / micro-batches per update) for an optimizer's own warmup.
+  """
+  from_optimizer = max_steps // learner.optimizer.MicroBatchesPerUpdate()
+  from_schedule = _ScheduleSteps(learner, max_steps)
+  out = []
+  for sub, p in hyperparams.NestedParamsWithKeys(learner.params, key):
+    cls = getattr(p, 'cls', None)
+    if not isinstance(cls, type):
+      continue
+    if issubclass(cls, BaseSchedule):
+      run = from_schedule
+    elif issubclass(cls, BaseOptimizer):
+      run = from_optimizer
+    else:
+      continue
+    for name in _WARMUP_PARAMS:
+      n = p.Get(name) if name in p else None
+      if isinstance(n, int) and not isinstance(n, bool) and n > run:
+        out.append(('%s.%s' % (sub, name), n, run))
+  return out
+
+
+def _WarmupLine(param, warmup, run, max_steps, rising):
+  """The warning for `param` : `warmup`, longer than a run of `run` steps."""
+  unit = '' if run == max_steps else ' = %d schedule steps' % run
+  line = ('WARNING: %s : %d is longer than the run (task.train.max_steps %d%s)'
+          ': the warmup never ends' % (param, warmup, max_steps, unit))
+  if rising:
+    line += (' (the multiplier at the last step is %.4g, below the %.4g it '
+             'reaches at step %d)' % rising)
+  return line + '; shorten the warmup or raise max_steps.'
+
+
+def _RisingAtEnd(bounds, steps, value):
+  """(last, peak, peak step) if the run ends while the schedule rises.
 
   Rising: the value at the run's last schedule step is above the value at
   the start of its segment (the boundary before it, or 0) and below the
   value at the boundary that ends the segment, e.g. a warmup of 1000 steps
   in a run of 500. A decaying segment (a cosine before its restart) does
-  not warn.
+  not count. None otherwise.
   """
   if steps < 1:
-    return []
+    return None
   start = max([0] + [b for b in bounds if b < steps - 1])
   peak_step = min(b for b in bounds if b >= steps - 1)
   last, peak = value(steps - 1), value(peak_step)
   if not value(start) < last < peak:
-    return []
-  return ['WARNING: task.train.max_steps %d ends while %s.lr_schedule still '
-          'rises (a warmup longer than the run?): its multiplier at the last '
-          'step is %.4g, below the %.4g it reaches at step %d; raise '
-          'max_steps or shorten the warmup.' % (max_steps, key, last, peak,
-                                               peak_step)]
+    return None
+  return last, peak, peak_step
 
 
 def _DecaysInto(value, end, bounds):

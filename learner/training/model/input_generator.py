@@ -223,9 +223,16 @@ class DatasetInput(BaseLayer):
   Batches: the example dict with a leading batch dimension of
   batch_size / num_replicas per replica.
 
+  Epochs: the dataset is not counted. A schedule length in epochs
+  ('3 epochs') needs `num_examples`, the examples in one pass, e.g.
+  num_examples=len(x) above; with batch_size 64 and 6400 examples,
+  '3 epochs' is 3 * 6400 / 64 = 300 updates.
+
   Raises:
     TypeError: at construction if dataset_fn is not callable; in GetDataset
       if it returns something else than a tf.data.Dataset of dicts.
+    ValueError: at construction if batch_size is not an int >= 1 or
+      num_examples is neither None nor an int >= 1 (one line naming it).
   """
 
   @classmethod
@@ -240,13 +247,29 @@ class DatasetInput(BaseLayer):
     p.Define('drop_remainder', True,
              'Drop the last partial batch (a finite dataset, e.g. for '
              'evaluation, keeps it with False).')
+    p.Define('num_examples', None,
+             'Examples in one epoch (one pass over the examples of '
+             'dataset_fn, all input pipelines together), an int >= 1; '
+             'None: unknown. Only a schedule length in epochs reads it '
+             "('3 epochs' = 3 * num_examples examples).")
     return p
 
   @classmethod
   def ValueChecks(cls):
     specs = super().ValueChecks()
     specs['batch_size'] = checks.Int(1, example=32)
+    specs['num_examples'] = checks.Int(1, none_ok=True, example=1000,
+                                       why='None: the epoch size is unknown')
     return specs
+
+  @property
+  def num_examples(self):
+    """Examples per epoch (an int), as the params say; None if unknown.
+
+    The dataset is not counted (it may be infinite or expensive to read):
+    this is `params.num_examples` as given.
+    """
+    return self.params.num_examples
 
   def __init__(self, params):
     super().__init__(params)

@@ -487,6 +487,14 @@ def _MicroBatchesPerUpdate(lp):
   return 1
 
 
+def _EpochSizeFix(input_params):
+  """How to state the epoch size of a train input, for the refusal."""
+  if 'num_examples' in input_params:
+    return 'set train_input.num_examples (examples per epoch)'
+  return ("give the train input a 'num_examples' attribute (examples per "
+          'epoch), as DatasetInput has')
+
+
 def ResolveDurations(params):
   """Converts schedule lengths given in examples or epochs to updates.
 
@@ -495,7 +503,8 @@ def ResolveDurations(params):
   schedule inside it becomes round(examples / examples_per_update), with
   examples_per_update = train_input.batch_size (the global batch) x the
   learner's micro-batches per applied update (1 when its schedule counts
-  global steps); an epoch is the train input's `num_examples`
+  global steps); an epoch is the train input's `num_examples` (a
+  DatasetInput's param of that name, a BaseInputGenerator's split size)
   (schedules/durations.py).
 
   Args:
@@ -532,7 +541,7 @@ def ResolveDurations(params):
     k = 1 if lp.lr_schedule_step == 'global_step' else (
         _MicroBatchesPerUpdate(lp))
     lines += durations.ResolveDurations(holder, key, ip.batch_size * k,
-                                        epoch_size)
+                                        epoch_size, _EpochSizeFix(ip))
   return lines
 
 
