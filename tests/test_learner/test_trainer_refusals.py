@@ -293,3 +293,18 @@ def test_a_linear_decay_to_a_floor_warns_past_its_end():
       'end of task.train.learner.lr_schedule (at step 200 it reaches its '
       'final multiplier 0.1, peak 1, and stays there); lengthen the schedule '
       'or lower max_steps.']
+
+
+def test_ema_decay_on_a_factory_built_learner_is_one_line(tmp_path, capsys):
+  # regression.LinearRegression's learner has optimizer_fn (a factory), and
+  # task.train.ema_decay needs optimizer params to wrap: refused while the
+  # learners' filters are checked, which ran outside the refusal (a
+  # traceback, exit 1, found by the Lingvo port's helper).
+  logdir = tmp_path / 'never'
+  code, _, err = _Main(['--model=regression.LinearRegression',
+                        '--logdir=%s' % logdir, '--max_steps=20',
+                        '--params_override=task.train.ema_decay : 0.99'],
+                       capsys)
+  _CheckOneLine(code, err, ['task.train.ema_decay', '0.99', 'optimizer_fn',
+                            "get_optimizer_wrapper_fn('ema'"])
+  assert not logdir.exists()

@@ -130,7 +130,8 @@ def Experiment(params, strategy, train, evaluate, init_rules=None):
           'multi-worker run.')
     _CheckRules(tp.init_from_checkpoint_rules if init_rules is None else
                 init_rules)
-    _CheckFilters(task)
+    with Refusing():
+      _CheckFilters(task)
     with Refusing(), strategy.scope():
       _CreateLearners(task)
     checked.train_input = _BuildInput(params, 'train_input')
