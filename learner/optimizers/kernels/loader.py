@@ -13,7 +13,29 @@ library (about 20 s of CPU once per machine and TensorFlow version).
 
   cache directory  $TF_LEARNER_KERNEL_CACHE, else $XDG_CACHE_HOME (or
                    ~/.cache)/tf_learner/kernels; if that is not writable,
-                   <tempdir>/tf_learner_kernels_<uid>.
+                   <tempdir>/tf_learner_kernels_<uid>. When a build cannot
+                   create its lock file there (say $TF_LEARNER_KERNEL_CACHE
+                   is read-only or under a regular file), one stderr line
+                   says so and the temporary directory is used; if that
+                   fails too, the pure-TF path (one line, no traceback).
+  flags            CXX_FLAGS, plus -mno-avx512fp16 when the compiler takes
+                   it (probed once, before a build; see _ExtraFlags for why
+                   it is needed on Sapphire Rapids and why the numbers do
+                   not change).
+  files            beside the library <lib>.so: <lib>.so.sha256 (its size
+                   and sha256, written after a successful build and checked
+                   before every load, so a truncated or overwritten library
+                   is rebuilt under the lock instead of crashing the process
+                   with a bus error), <lib>.so.log (the build command and
+                   the compiler's whole output), <lib>.so.failed (a build
+                   or load that failed, with the reason) and <lib>.so.lock.
+  failures         said in ONE stderr line, by the process that met them:
+                   the reason, the log, "steps take the pure-TF path", and
+                   how to retry. <lib>.so.failed keeps later processes from
+                   building again (they say nothing); delete it or set
+                   TF_LEARNER_KERNEL_REBUILD=1 to try again. The compiler is
+                   part of the key, so a fixed $CXX or a newly installed g++
+                   builds without that.
   concurrency      an exclusive lock file per key (fcntl.flock) around the
                    build, and the library written under a temporary name
                    and renamed into place: concurrent processes (pytest-xdist
@@ -27,8 +49,9 @@ library (about 20 s of CPU once per machine and TensorFlow version).
                    the cause was the ops' thread split, see ForEachChunk in
                    multi_tensor_ops.cc.)
 
-No compiler, a failed build or a failed load leave `Library()` None and
-`Unavailable()` saying why; callers then take the pure-TF path.
+No compiler, a failed build, a failed load or an unwritable cache leave
+`Library()` None and `Unavailable()` saying why; callers then take the
+pure-TF path, which gives the same numbers (multi_tensor.py).
 """
 
 import contextlib
@@ -52,6 +75,8 @@ SOURCES = (_HERE / 'multi_tensor_ops.cc', _HERE / 'multi_tensor_rules.cc')
 HEADERS = (_HERE / 'multi_tensor_common.h',)
 ENV_SWITCH = 'TF_LEARNER_FUSED_KERNELS'
 ENV_CACHE = 'TF_LEARNER_KERNEL_CACHE'
+# 1: try a build again although <lib>.failed remembers that it failed.
+ENV_REBUILD = 'TF_LEARNER_KERNEL_REBUILD'
 # No fused multiply-add: the kernels then round exactly as TF's own
 # (see the head of multi_tensor_ops.cc).
 CXX_FLAGS = ('-shared', '-fPIC', '-O3', '-march=native', '-ffp-contract=off',
@@ -121,43 +146,144 @@ def Unavailable():
 
 
 def CachePath():
-  """Path of the library file for this TensorFlow, source and machine."""
-  return _CacheDir() / ('multi_tensor_ops-tf%s-%s.so' %
-                        (tf.__version__, _Key()))
+  """Path of the library file for this TensorFlow, source, compiler and CPU.
+
+  In $TF_LEARNER_KERNEL_CACHE, else the default cache directory (or the
+  temporary one when the default is not writable). When the build cannot
+  write there, `Library()` uses <tempdir>/tf_learner_kernels_<uid> instead
+  and says so in one line.
+  """
+  return _CacheDir() / _LibName(_Compiler())
 
 
 @functools.lru_cache(maxsize=None)
 def _Load():
-  """(library or None, reason or None), computed once per process."""
-  compiler = os.environ.get('CXX') or shutil.which('g++') or shutil.which(
-      'c++')
+  """(library or None, reason or None), computed once per process.
+
+  Never raises for a missing compiler, a failed build, a damaged cached
+  library or an unwritable cache: each is a reason, said on stderr in at
+  most one line (and a remembered failure in none).
+  """
+  compiler = _Compiler()
   path = CachePath()
-  if not path.exists():
+  try:
+    return _LoadAt(compiler, path)
+  except _Unwritable as e:
+    first = e
+  try:
+    fallback = _TempCacheDir() / path.name
+  except OSError:  # No usable temporary directory at all.
+    fallback = None
+  if fallback is None or fallback.parent == path.parent:
+    reason = 'cannot write the kernel cache %s (%s)' % (first.where, first)
+    _Say('%s; steps take the pure-TF path (the same numbers, slower). %s'
+         % (reason, first.fix))
+    return None, reason
+  _Say('cannot write the kernel cache %s (%s); using %s instead. %s'
+       % (first.where, first, fallback.parent, first.fix))
+  try:
+    return _LoadAt(compiler, fallback)
+  except _Unwritable as e:
+    reason = 'cannot write the kernel cache %s (%s)' % (fallback.parent, e)
+    _Say('%s either; steps take the pure-TF path (the same numbers, slower).'
+         % reason)
+    return None, reason
+
+
+class _Unwritable(Exception):
+  """The cache directory cannot hold the lock file (or the build's files)."""
+
+  def __init__(self, directory, error):
+    super().__init__('%s: %s' % (type(error).__name__, error))
+    self.where = str(directory)
+    if os.environ.get(ENV_CACHE) and (pathlib.Path(os.environ[ENV_CACHE]) ==
+                                      pathlib.Path(directory)):
+      self.where = '$%s=%s' % (ENV_CACHE, directory)
+    self.fix = 'Set %s to a writable directory.' % ENV_CACHE
+
+
+def _LoadAt(compiler, path):
+  """_Load in one cache directory; raises _Unwritable if it must build there.
+
+  Order: a remembered failure (`<lib>.failed`, skipped by
+  $TF_LEARNER_KERNEL_REBUILD=1) is returned silently; an intact library
+  (its size and sha256 match `<lib>.sha256`) is loaded; anything else is
+  built under the lock, once.
+  """
+  remembered = _Remembered(path)
+  if remembered:
+    return None, remembered
+  if not _Intact(path):
     if not compiler:
-      return None, 'no C++ compiler (g++, c++ or $CXX) on PATH'
-    error = _BuildLocked(compiler, path)
+      return None, _Fail(path, 'no C++ compiler (g++, c++ or $CXX) on PATH',
+                         log=None)
+    error = _BuildLocked(compiler, path, _ExtraFlags(compiler))
     if error:
       return None, error
   try:
     return tf.load_op_library(str(path)), None
   except (tf.errors.NotFoundError, OSError) as e:
-    return None, 'loading %s failed: %s' % (path, str(e).splitlines()[0])
+    return None, _Fail(path, 'loading %s failed: %s' % (
+        path, str(e).splitlines()[0] if str(e) else type(e).__name__),
+                       log=None)
 
 
-def _Command(compiler, output):
-  return ([compiler] + list(CXX_FLAGS) + [str(s) for s in SOURCES] +
-          ['-o', str(output)] +
+def _Compiler():
+  """$CXX, else g++ or c++ found on PATH (full path), else None."""
+  return os.environ.get('CXX') or shutil.which('g++') or shutil.which('c++')
+
+
+def _LibName(compiler):
+  return 'multi_tensor_ops-tf%s-%s.so' % (tf.__version__, _Key(compiler))
+
+
+@functools.lru_cache(maxsize=None)
+def _ExtraFlags(compiler):
+  """Flags added to CXX_FLAGS when `compiler` accepts them (probed once).
+
+  -mno-avx512fp16: TF 2.21's bundled Eigen (Eigen/src/Core/arch/AVX512/
+  PacketMathFP16.h) does not compile with g++ 12 when -march=native turns
+  on __AVX512FP16__ (Sapphire Rapids and newer: "expected initializer
+  before '<' token"), and the whole build failed there. The flag only turns
+  off the float16 vector instructions. The numbers stay bit-identical: the
+  kernels compute in float32 and float64 only (no Eigen::half, no
+  _Float16: `grep -i -e half -e fp16 -e float16` in the sources finds
+  only the "half" of half sums of squares), so no float16 packet code is
+  instantiated, and with -ffp-contract=off every add, multiply,
+  divide and sqrt is one correctly rounded IEEE operation at any vector
+  width; on a CPU without AVX512-FP16 the flag changes no instruction.
+  g++ before 12 (and other compilers) reject the flag; then it is left out,
+  which is right, as they cannot turn the instructions on either.
+  """
+  try:
+    out = subprocess.run([compiler, '-mno-avx512fp16', '-fsyntax-only',
+                          '-x', 'c++', os.devnull], capture_output=True,
+                         timeout=60, check=False)
+  except (OSError, subprocess.TimeoutExpired):
+    return ()  # The build then says why the compiler does not run.
+  return ('-mno-avx512fp16',) if out.returncode == 0 else ()
+
+
+def _Command(compiler, output, extra_flags=()):
+  """The build's argv: CXX_FLAGS + extra_flags, the sources, TF's flags."""
+  return ([compiler] + list(CXX_FLAGS) + list(extra_flags) +
+          [str(s) for s in SOURCES] + ['-o', str(output)] +
           tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags())
 
 
-def _Key():
-  """Hash of the sources and headers, compile flags and CPU flags."""
+def _Key(compiler):
+  """Hash of the sources and headers, flags, compiler and CPU flags.
+
+  The compiler is part of it, so a failure remembered for one compiler
+  (say a $CXX that does not exist) does not stop a build with another.
+  """
   h = hashlib.sha256()
   for path in SOURCES + HEADERS:
     h.update(path.name.encode())
     h.update(path.read_bytes())
   h.update(' '.join(CXX_FLAGS + tuple(tf.sysconfig.get_compile_flags()) +
                     tuple(tf.sysconfig.get_link_flags())).encode())
+  h.update(('compiler=%s' % (compiler or '')).encode())
   h.update(platform.machine().encode())
   try:
     with open('/proc/cpuinfo', encoding='utf-8') as f:
@@ -179,22 +305,108 @@ def _CacheDir():
       return path
   except OSError:
     pass
+  return _TempCacheDir()
+
+
+def _TempCacheDir():
+  """<tempdir>/tf_learner_kernels_<uid>; OSError if there is no tempdir."""
   uid = os.getuid() if hasattr(os, 'getuid') else 0
   return pathlib.Path(tempfile.gettempdir()) / ('tf_learner_kernels_%d' % uid)
 
 
-def _BuildLocked(compiler, path):
-  """Builds `path` under its lock unless another process just did."""
-  path.parent.mkdir(parents=True, exist_ok=True)
-  with open(str(path) + '.lock', 'w', encoding='utf-8') as lock:
+def _Sidecar(path, suffix):
+  return path.with_name(path.name + suffix)
+
+
+def _Stamp(path):
+  """'<size> <sha256>' of the file at `path` (OSError if unreadable)."""
+  data = path.read_bytes()
+  return '%d %s' % (len(data), hashlib.sha256(data).hexdigest())
+
+
+def _Intact(path):
+  """True if `path` exists and its size and sha256 match <lib>.sha256.
+
+  Checked before tf.load_op_library, which maps the file: a truncated
+  library killed the process with a bus error, garbage bytes failed to
+  load. Without a stamp (another program's file) the library is rebuilt.
+  """
+  try:
+    expected = _Sidecar(path, '.sha256').read_text(encoding='utf-8').strip()
+    return _Stamp(path) == expected
+  except OSError:
+    return False
+
+
+def _Rebuild():
+  return os.environ.get(ENV_REBUILD, '').strip().lower() in ('1', 'true',
+                                                             'on')
+
+
+def _Remembered(path):
+  """The reason in <lib>.failed, or None (also under ENV_REBUILD=1)."""
+  if _Rebuild():
+    return None
+  try:
+    text = _Sidecar(path, '.failed').read_text(encoding='utf-8').strip()
+  except OSError:
+    return None
+  return text.splitlines()[0] if text else 'an earlier build failed'
+
+
+def _Fail(path, reason, log):
+  """Remembers `reason` in <lib>.failed and says it in one stderr line.
+
+  Returns `reason`. Later processes find the marker and neither build nor
+  say anything (`_Remembered`).
+  """
+  marker = _Sidecar(path, '.failed')
+  try:
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(reason + '\n', encoding='utf-8')
+    retry = ('Not retried: delete %s or set %s=1 to try again.' %
+             (marker, ENV_REBUILD))
+  except OSError:
+    retry = '(Could not write %s; tried again by every process.)' % marker
+  _Say('%s%s; steps take the pure-TF path (the same numbers, slower). %s'
+       % (reason, '' if log is None else ' (full output in %s)' % log,
+          retry))
+  return reason
+
+
+def _Say(text):
+  """One line on stderr, shown at every verbosity (not logged)."""
+  sys.stderr.write('tf_learner kernels: %s\n' % text)
+  sys.stderr.flush()
+
+
+def _BuildLocked(compiler, path, extra_flags=()):
+  """Builds `path` under its lock unless another process just did (or failed).
+
+  Returns None when `path` is intact, else the reason it is not; a new
+  failure is remembered (`_Fail`). Raises _Unwritable when the directory
+  cannot be made or the lock file cannot be created in it.
+  """
+  try:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = open(str(path) + '.lock', 'a', encoding='utf-8')  # pylint: disable=consider-using-with
+  except OSError as e:
+    raise _Unwritable(path.parent, e) from e
+  with lock:
     try:
       import fcntl  # pylint: disable=g-import-not-at-top
       fcntl.flock(lock, fcntl.LOCK_EX)
     except ImportError:  # Not POSIX: the rename below still keeps it whole.
       pass
-    if path.exists():
+    if _Intact(path):
       return None
-    return _Build(compiler, path)
+    remembered = _Remembered(path)
+    if remembered:
+      return remembered
+    if path.exists():
+      _Say('the cached library %s is damaged (its size or sha256 does not '
+           'match %s); rebuilding it.' % (path, _Sidecar(path, '.sha256').name))
+    return _Build(compiler, path, extra_flags)
 
 
 def _SayCompiling(path):
@@ -209,20 +421,60 @@ def _SayCompiling(path):
   sys.stderr.flush()
 
 
-def _Build(compiler, path):
-  """Compiles into a temporary file and renames it; returns an error or None."""
+def _Build(compiler, path, extra_flags=()):
+  """Compiles into a temporary file, stamps it and renames it into place.
+
+  Returns None on success, else the reason (remembered with `_Fail`). The
+  command and the compiler's whole output go to <lib>.log, not to the
+  terminal. Raises _Unwritable if the log cannot be written.
+  """
+  if not shutil.which(compiler):
+    # Said without "Compiling": nothing compiles.
+    return _Fail(path, 'running the C++ compiler %s failed: not found or '
+                 'not executable (set $CXX to a C++ compiler)' % compiler,
+                 log=None)
   tmp = path.with_name('%s.%d.tmp' % (path.name, os.getpid()))
-  cmd = _Command(compiler, tmp)
+  log = _Sidecar(path, '.log')
+  cmd = _Command(compiler, tmp, extra_flags)
+  try:
+    log.write_text('$ %s\n' % ' '.join(cmd), encoding='utf-8')
+  except OSError as e:
+    raise _Unwritable(path.parent, e) from e
   _SayCompiling(path)
   try:
-    out = subprocess.run(cmd, capture_output=True, text=True,
+    out = subprocess.run(cmd, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True,
                          timeout=BUILD_TIMEOUT_S, check=False)
-  except (OSError, subprocess.TimeoutExpired) as e:
-    return 'compiling with %s failed: %s' % (compiler, e)
-  if out.returncode != 0:
-    tail = '\n'.join(out.stderr.strip().splitlines()[-5:])
-    logging.warning('tf_learner kernels: compile failed:\n%s', tail)
-    return 'compiling with %s failed (exit %d): %s' % (
-        compiler, out.returncode, tail.splitlines()[-1] if tail else '')
-  os.replace(tmp, path)
+    output, status = out.stdout, 'exit %d' % out.returncode
+  except subprocess.TimeoutExpired as e:
+    output, status = e.output or '', 'timed out after %d s' % BUILD_TIMEOUT_S
+    if isinstance(output, bytes):
+      output = output.decode('utf-8', 'replace')
+  except OSError as e:
+    output, status = '', '%s: %s' % (type(e).__name__, e)
+  try:
+    with open(log, 'a', encoding='utf-8') as f:
+      f.write(output)
+  except OSError:
+    pass
+  if status != 'exit 0':
+    errors = [l for l in output.splitlines() if 'error' in l]
+    first = (errors or output.strip().splitlines() or [''])[0]
+    if len(first) > 300:
+      first = '...' + first[-300:]
+    return _Fail(path, 'compiling with %s failed (%s)%s' % (
+        compiler, status, ': ' + first if first else ''), log=log)
+  try:
+    stamp = _Stamp(tmp)
+    stamp_tmp = _Sidecar(tmp, '.sha256')
+    stamp_tmp.write_text(stamp + '\n', encoding='utf-8')
+    os.replace(tmp, path)
+    os.replace(stamp_tmp, _Sidecar(path, '.sha256'))
+  except OSError as e:
+    return _Fail(path, 'installing the built library %s failed (%s: %s)' % (
+        path, type(e).__name__, e), log=log)
+  try:
+    _Sidecar(path, '.failed').unlink()
+  except OSError:
+    pass
   return None
