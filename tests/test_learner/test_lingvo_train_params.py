@@ -76,11 +76,11 @@ def test_extraction_moves_the_16_keys_and_names_the_learner_loss():
   tp = BaseTask.Params().train
   tp.Set(learning_rate=0.3, clip_gradient_norm_to_value=2.0,
          bprop_variable_filter='w')
-  lp = learner_lib.ExtractLearnerFromLegacyParams(tp)
+  lp = task_params.ExtractLearnerFromLegacyParams(tp)
   assert (lp.name, lp.learning_rate, lp.clip_gradient_norm_to_value,
           lp.bprop_variable_filter) == ('loss', 0.3, 2.0, 'w')
   assert lp.optimizer.cls is optimizers.Adam  # Lingvo's default.
-  assert all(tp.Get(k) is None for k in learner_lib.LEGACY_LEARNER_PARAMS)
+  assert all(tp.Get(k) is None for k in task_params.LEGACY_LEARNER_PARAMS)
   assert tp.max_steps == 4000000  # Kept.
 
 
@@ -147,11 +147,11 @@ def test_scale_gradients_false_is_refused_and_tf1_args_warned(caplog):
   tp.learning_rate = 0.1
   tp.scale_gradients = False
   with pytest.raises(ValueError, match='task.train.scale_gradients : False'):
-    learner_lib.ExtractLearnerFromLegacyParams(tp.Copy())
+    task_params.ExtractLearnerFromLegacyParams(tp.Copy())
   tp.scale_gradients = True
   tp.gate_gradients = True
   with caplog.at_level(logging.WARNING):
-    learner_lib.ExtractLearnerFromLegacyParams(tp.Copy())
+    task_params.ExtractLearnerFromLegacyParams(tp.Copy())
   assert 'task.train.gate_gradients : True' in caplog.text
 
 

@@ -11,7 +11,8 @@ training blocks of lingvo/tasks/... at the recorded commit):
   weights after each of 5 steps on the recorded linear regression;
 * the verbatim block runs unchanged on our BaseTask.Params(), leaves p.train
   as Lingvo's does, and the learner built from it (by
-  `learner.learner.ExtractLearnerFromLegacyParams`, as Lingvo has it) gives
+  `task_params.ExtractLearnerFromLegacyParams`, Lingvo's function beside
+  the other p.train keys) gives
   the same numbers; that function moves Lingvo's 16 keys and keeps the
   rest; BaseTask.Params().train / .eval carry Lingvo's keys and defaults
   except rows of docs/lingvo.md's "Param differences" (class
@@ -212,7 +213,7 @@ def test_verbatim_block_builds_and_matches_lingvo(cid):
       task_params.CheckLingvoKnobs(p.train)
   else:
     task_params.CheckLingvoKnobs(p.train)
-  lp = learner_lib.ExtractLearnerFromLegacyParams(p.train.Copy())
+  lp = task_params.ExtractLearnerFromLegacyParams(p.train.Copy())
   assert lp.name == DATA['legacy']['learner_name']
   rates, windows = _Run(lp.Set(lr_schedule_step='global_step'), cfg)
   _Check(rates, windows, cfg)
@@ -222,7 +223,7 @@ def test_extract_learner_moves_lingvos_legacy_keys():
   leg = DATA['legacy']
   assert len(leg['moved']) == 16 and leg['learner_name'] == 'loss'
   tp = BaseTask.Params().train
-  lp = learner_lib.ExtractLearnerFromLegacyParams(tp)
+  lp = task_params.ExtractLearnerFromLegacyParams(tp)
   assert lp.name == leg['learner_name']
   for k in leg['moved']:
     assert getattr(tp, k) is None, k  # Moved: cleared on p.train.

@@ -37,7 +37,6 @@ from absl import logging
 import tensorflow as tf
 
 from learner import gradient_tape
-from learner import learner as learner_lib
 from learner.training.model import task_params
 from params import BaseLayer
 from params import NestedMap
@@ -209,14 +208,14 @@ class BaseTask(BaseLayer):
 
     p.train.learner (one or a list), or, when it is None, the one learner
     Lingvo builds from the legacy keys of p.train
-    (`learner.ExtractLearnerFromLegacyParams` on a copy; p.train keeps
+    (`task_params.ExtractLearnerFromLegacyParams` on a copy; p.train keeps
     them). With p.train.ema_decay > 0 each optimizer is wrapped in Ema
     (task_params.WithEma).
     """
     tp = self.params.train
     lp = tp.learner
     if lp is None:
-      lps = [learner_lib.ExtractLearnerFromLegacyParams(
+      lps = [task_params.ExtractLearnerFromLegacyParams(
           tp.Copy(frozen=False))]
     elif isinstance(lp, (list, tuple)):
       lps = list(lp)

@@ -6,7 +6,7 @@ defaults (recorded in tests/data/lingvo_0_14_2_task.json; docs/lingvo.md,
 "Param differences", lists where ours differ and why), followed by the
 keys only this project has. The legacy learner keys (learning_rate,
 optimizer, lr_schedule, clipping, ...) are read only when `learner` is
-None: `learner.ExtractLearnerFromLegacyParams` builds the task's one
+None: `ExtractLearnerFromLegacyParams` (below) builds the task's one
 learner from them, as Lingvo does.
 
 Each Lingvo key means what it means in Lingvo, or is refused by name
@@ -19,6 +19,7 @@ import functools
 import re
 
 from absl import logging
+import tensorflow as tf
 
 import schedules
 from learner import learner as learner_lib
@@ -53,6 +54,74 @@ RUNTIME_ONLY_KEYS = {
         False, 'copies a per-example loss into the metrics of Lingvo\'s '
         'decoder jobs, which do not exist here'),
 }
+
+
+# ---- Lingvo's legacy learner params on a task's p.train --------------------
+
+# lingvo/core/learner.py _LEGACY_LEARNER_PARAMS (0.14.2), in its order: the
+# keys ExtractLearnerFromLegacyParams moves from p.train to the learner.
+LEGACY_LEARNER_PARAMS = (
+    'bprop_variable_filter', 'bprop_variable_exclusion',
+    'clip_gradient_norm_to_value', 'clip_gradient_single_norm_to_value',
+    'colocate_gradients_with_ops', 'gate_gradients', 'scale_gradients',
+    'grad_aggregation_method', 'grad_norm_to_clip_to_zero',
+    'grad_norm_tracker', 'l1_regularizer_weight', 'l2_regularizer_weight',
+    'learning_rate', 'lr_schedule', 'optimizer', 'learner_use_variable_scope')
+
+# Of those, the TF1 graph arguments our Learner has no param for, with
+# Lingvo's defaults (docs/lingvo.md, "Param differences", class Learner).
+TF1_GRADIENT_ARGS = {
+    'grad_aggregation_method': tf.AggregationMethod.EXPERIMENTAL_TREE,
+    'gate_gradients': False,
+    'colocate_gradients_with_ops': True,
+    'learner_use_variable_scope': True,
+}
+
+
+def ExtractLearnerFromLegacyParams(tp, cls=learner_lib.Learner,
+                                   remove_legacy_params=True):
+  """Learner params from the legacy learner keys of a task's `p.train`.
+
+  Lingvo's `learner.ExtractLearnerFromLegacyParams`: the learner is named
+  'loss' (so it minimizes the metric 'loss'); each key of
+  `LEGACY_LEARNER_PARAMS` is copied to it and, with `remove_legacy_params`,
+  set to None on `tp`; every other key stays. The learner counts its
+  schedule in global steps (`lr_schedule_step='global_step'`), as Lingvo's
+  does. The TF1 gradient arguments (`TF1_GRADIENT_ARGS`) have no learner
+  param here: a value other than Lingvo's default is warned about by name.
+
+  Args:
+    tp: the task's train params (hyperparams.Params, mutable if
+      `remove_legacy_params`).
+    cls: the Learner class whose Params() are filled.
+    remove_legacy_params: clear the moved keys on `tp` (Lingvo's default).
+
+  Returns:
+    The learner's Params.
+
+  Raises:
+    ValueError: `scale_gradients` is False (clipping and the finite check
+      are always on here).
+  """
+  lp = cls.Params().Set(name='loss', lr_schedule_step='global_step')
+  for k in LEGACY_LEARNER_PARAMS:
+    v = tp.Get(k)
+    if k in TF1_GRADIENT_ARGS:
+      if v is not None and v != TF1_GRADIENT_ARGS[k]:
+        logging.warning(
+            'task.train.%s : %r is a TF1 graph argument of Lingvo with no '
+            'effect under TF2; it is ignored.', k, v)
+    elif k == 'scale_gradients':
+      if v is False:
+        raise ValueError(
+            'task.train.scale_gradients : False would skip clipping and the '
+            'finite check, which are always on here; remove it (clipping '
+            'is off when the clip values are 0).')
+    else:
+      lp.Set(**{k: v})
+    if remove_legacy_params:
+      tp.Set(**{k: None})
+  return lp
 
 
 def EarlyStopParams():
@@ -228,7 +297,7 @@ def DefineLegacyLearnerParams(tp):
     tp.Define(k, None, lp.GetDoc(k) + ' Legacy: read when learner is None.')
   for k in ('grad_aggregation_method', 'gate_gradients',
             'colocate_gradients_with_ops'):
-    tp.Define(k, learner_lib.TF1_GRADIENT_ARGS[k],
+    tp.Define(k, TF1_GRADIENT_ARGS[k],
               'Lingvo\'s TF1 tf.gradients argument; TF2\'s tape has none. '
               'Accepted and not used (a warning names it when it is not '
               'Lingvo\'s default).')
@@ -334,7 +403,7 @@ def CheckLegacyKeysUnused(tp):
     return
   defaults = TrainParams()
   set_keys = []
-  for k in learner_lib.LEGACY_LEARNER_PARAMS:
+  for k in LEGACY_LEARNER_PARAMS:
     v = tp.Get(k)
     if v is None or v == defaults.Get(k):
       continue
@@ -520,7 +589,7 @@ def ResolveDurations(params):
   tp = params.task.train
   if tp.learner is None:
     holders = [('task.train', tp,
-                learner_lib.ExtractLearnerFromLegacyParams(
+                ExtractLearnerFromLegacyParams(
                     tp.Copy(frozen=False)))]
   elif isinstance(tp.learner, (list, tuple)):
     holders = [('task.train.learner[%d]' % i, lp, lp)
@@ -654,5 +723,5 @@ def TaskHints(tp, ep):
   hints.update({k: (
       'a Learner param: task.train.learner.%s, or leave task.train.learner '
       'None and set it on task.train (task.train.%s, Lingvo\'s legacy '
-      'key).' % (k, k)) for k in learner_lib.LEGACY_LEARNER_PARAMS})
+      'key).' % (k, k)) for k in LEGACY_LEARNER_PARAMS})
   return hints
