@@ -1,7 +1,7 @@
 """Records optax's `inject_hyperparams` with scheduled hyperparameters.
 
 Writes tests/data/optax_hyper.json, read by
-tests/test_learner/test_hyper_schedules.py. Each rule below is an optax
+tests/test_optimizers/test_hyper_schedules.py. Each rule below is an optax
 optimizer built by `optax.inject_hyperparams` with one or two of its
 hyperparameters given as `optax.linear_schedule(init, end, steps)`; our
 counterpart is the same rule with `hyper_schedules` of

@@ -2,7 +2,7 @@
 
 configs/lingvo_ported.py's p.train lines are Lingvo's MNIST classifier
 block, unchanged; its datasets are Train(), Dev() and Test(). Its run
-through the command line: tests/test_learner/test_lingvo_train_params.py.
+through the command line: tests/test_training/test_lingvo_train_params.py.
 """
 
 import pytest

@@ -20,7 +20,7 @@ from learner.optimizers.wrappers.accumulation import GradientAccumulation
 from learner.training.cluster import distribution
 from params import BaseLayer
 from schedules import ConstantOne
-from tests.test_learner import optax_references as refs
+import optax_references as refs
 
 _DATA = refs.Load('agc')
 

@@ -12,7 +12,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCS = [ROOT / 'docs' / 'DESIGN.md'] + sorted((ROOT / 'docs' / 'cases').glob(
     '*.md'))
-# `learner/optimizers/base.py`, `tests/test_learner/test_lars.py`, ...; a
+# `learner/optimizers/base.py`, `tests/test_optimizers/test_lars.py`, ...; a
 # path with a placeholder (`schedules/<name>.py`) names a file to add, and
 # one after "not " is a counter-example (`learner/utils.py`).
 PATH = re.compile(r'(?<!not )`((?:params|layers|schedules|learner|configs|tests|benchmarks|'

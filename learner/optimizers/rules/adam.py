@@ -42,7 +42,7 @@ class Adam(BaseOptimizer):
   and PyTorch do: w <- w - lr m_hat / (sqrt(v_hat) + epsilon), which is the
   TF form with epsilon hat = epsilon * sqrt(1 - beta2^t) (so the same
   kernels run); with epsilon=1e-8 it gives optax's `adam` / `adamw`
-  numbers (tests/test_learner/test_adam_family.py).
+  numbers (tests/test_optimizers/test_adam_family.py).
   Source: Kingma & Ba, "Adam: A Method for Stochastic Optimization", ICLR
   2015, Algorithm 1; Lingvo 0.14.2 `lingvo/core/optimizer.py` Adam (same
   params, defaults and presets).

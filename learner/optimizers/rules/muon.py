@@ -117,7 +117,7 @@ class Muon(BaseOptimizer):
   AdamW. Its Muon numbers are ours with momentum_form='reference',
   rate_scaling='moonlight', rms_rate=0.2, epsilon=1e-7 (Keras's weight_decay
   is our decoupled_weight_decay); tested within 1e-5 relative
-  (tests/test_learner/test_muon.py). Keras gives a conv kernel to AdamW;
+  (tests/test_optimizers/test_muon.py). Keras gives a conv kernel to AdamW;
   we flatten it to one matrix, as optax with reduction axes (0, 1, 2).
 
   Not a matrix, not Muon: optax.contrib.muon routes every non-2-D variable

@@ -214,7 +214,7 @@ class _ScheduleFree(BaseOptimizer):
   def _FusedApply(self, vgs, lr_z, c, t, grad_scale, measure):
     """(fused, op): every variable's z, x, y update in one op, if it can
     run (`FusedApplyReason`); the same numbers as `_UpdateOne` bit for bit
-    (tests/test_learner/test_rule_kernels.py). fused False: nothing ran."""
+    (tests/test_optimizers/test_rule_kernels.py). fused False: nothing ran."""
     reason = self.FusedApplyReason(vgs) if vgs else 'no gradient'
     kernels.LogPath('%s update' % type(self).__name__, reason)
     if reason:

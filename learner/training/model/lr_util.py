@@ -4,7 +4,7 @@ The setters take Lingvo's arguments and set what Lingvo's set on a task's
 train params (`p.train`, learner/training/model/task_params.py):
 `max_steps` and the legacy `lr_schedule`, with Lingvo's numbers (checked
 against lingvo 0.14.2's in tests/test_lingvo/test_lingvo_configs.py and
-tests/test_learner/test_lr_util.py). Epochs become global steps as in
+tests/test_training/test_lr_util.py). Epochs become global steps as in
 Lingvo:
 
   total_batch_size = max(train_input_p.batch_size * total_worker_devices, 1)

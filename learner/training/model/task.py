@@ -280,7 +280,7 @@ class BaseTask(BaseLayer):
   def _CheckJitCompile(self):
     """Refuses jit_compile where XLA cannot compile the step's all-reduce.
 
-    Measured with TF 2.21 (tests/test_learner/test_task_strategy.py): under
+    Measured with TF 2.21 (tests/test_training/test_task_strategy.py): under
     a MirroredStrategy over 2 CPU devices, an XLA-compiled replica step
     fails at its first run with "UNIMPLEMENTED: Collectives are not yet
     implemented for CPU devices when compiling with XLA". The same holds for

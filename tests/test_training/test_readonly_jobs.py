@@ -8,7 +8,7 @@ by --mode=eval as by train_and_eval; --checkpoint (alias
 --export_checkpoint) chooses the checkpoint, e.g. <logdir>/best/; a
 read-only logdir is evaluated without writing a byte (or into --eval_dir);
 a flag the mode does not read is refused in one line, exit 2, before any
-file. Experiments: tests/test_learner/readonly_experiments.py (y = w*x + b).
+file. Experiments: tests/test_training/readonly_experiments.py (y = w*x + b).
 """
 
 import hashlib

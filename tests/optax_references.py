@@ -23,7 +23,7 @@ from learner.learner import Learner
 from params import BaseLayer
 from schedules import ConstantOne
 
-DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'data')
+DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data')
 
 
 def Load(topic):

@@ -255,7 +255,7 @@ _TRACE_CASES = [(name, p) for name, p, _ in _CASES + _MATRIX_CASES] + [
     ('swa', optimizers.SWA.Params().Set(
         swa_start=0, swa_freq=1, optimizer=optimizers.Adam.Params())),
     # Sam's Apply hands the gradient to its inner optimizer (its second pass
-    # is the learner's: tests/test_learner/test_sam.py runs it under XLA).
+    # is the learner's: tests/test_optimizers/test_sam.py runs it under XLA).
     ('sam', optimizers.Sam.Params().Set(
         optimizer=optimizers.Momentum.Params())),
 ]

@@ -31,7 +31,7 @@ import schedules
 from schedules import ConstantOne
 from schedules import PiecewiseConstantSchedule
 from schedules.polynomial import LinearSchedule
-from tests.test_learner import optax_references as refs
+import optax_references as refs
 
 _DATA = refs.Load('hyper')
 

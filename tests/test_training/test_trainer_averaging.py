@@ -1,6 +1,6 @@
 """Every job evaluates Lookahead's slow weights and SWA's average.
 
-y = w*x + b with two learners (tests/test_learner/readonly_experiments.py):
+y = w*x + b with two learners (tests/test_training/readonly_experiments.py):
 'lw' trains w with momentum (raw weights), 'lb' trains b with Lookahead
 (k 7, alpha 0.5, given as params) or SWA (samples after global steps 10, 20
 and 30, given through optimizer_fn). train_and_eval's evaluations,
