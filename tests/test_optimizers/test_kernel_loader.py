@@ -1,4 +1,4 @@
-"""How the fused kernels' loader builds, remembers and refuses (issue 28).
+"""How the fused kernels' loader builds, remembers and refuses (issue 36).
 
 The loader (learner/optimizers/kernels/loader.py) compiles the kernels on
 first use into a cache. These tests run it in subprocesses with their own
@@ -11,6 +11,7 @@ g++ where the test is about the loader and not the compile: they either
 fail with compiler-like output or copy the library this session built.
 """
 
+import hashlib
 import os
 import pathlib
 import platform
@@ -82,7 +83,7 @@ def _RealLibrary():
 
 @pytest.mark.parametrize('how', ['cxx_missing', 'none_on_path'])
 def test_no_compiler_is_said_once_and_the_next_run_is_silent(tmp_path, how):
-  # Issue 28: with CXX=/nonexistent/c++ every run printed "Compiling ..."
+  # Issue 36: with CXX=/nonexistent/c++ every run printed "Compiling ..."
   # and then fell back silently; the next run said "Compiling" again.
   cache = tmp_path / 'cache'
   if how == 'cxx_missing':
@@ -112,7 +113,7 @@ def test_no_compiler_is_said_once_and_the_next_run_is_silent(tmp_path, how):
 
 
 def test_failed_build_is_remembered_with_its_output_in_the_log(tmp_path):
-  # Issue 28: a build that failed (g++ 12 on Sapphire Rapids) printed four
+  # Issue 36: a build that failed (g++ 12 on Sapphire Rapids) printed four
   # lines of compiler errors and was retried by every process (10-20 s).
   fake = _FakeCompiler(tmp_path, '''\
       for i in range(40):
@@ -154,7 +155,7 @@ def test_failed_build_is_remembered_with_its_output_in_the_log(tmp_path):
 
 @pytest.mark.parametrize('damage', ['truncated', 'garbage'])
 def test_damaged_cached_library_is_rebuilt_and_never_loaded(tmp_path, damage):
-  # Issue 28: a truncated library killed every run with a bus error (exit
+  # Issue 36: a truncated library killed every run with a bus error (exit
   # -7) and garbage bytes fell back silently; nothing named the file.
   real = _RealLibrary()
   (tmp_path / 'real.so').write_bytes(real)
@@ -188,7 +189,7 @@ def test_damaged_cached_library_is_rebuilt_and_never_loaded(tmp_path, damage):
 
 
 def test_unwritable_kernel_cache_falls_back_to_the_temp_dir(tmp_path):
-  # Issue 28: an unwritable $TF_LEARNER_KERNEL_CACHE ended every run with a
+  # Issue 36: an unwritable $TF_LEARNER_KERNEL_CACHE ended every run with a
   # traceback on its .so.lock. The tests run as root, which chmod does not
   # stop, so the cache lies under a regular FILE: no user can create it.
   (tmp_path / 'file').write_text('')
@@ -211,6 +212,51 @@ def test_unwritable_kernel_cache_falls_back_to_the_temp_dir(tmp_path):
       'multi_tensor_rules.cc, once per TensorFlow version and machine, '
       'about 20 s) into %s.' % lib]
   assert 'UNAVAILABLE=None' in stdout
+
+
+@pytest.mark.parametrize('plant', ['other_owner', 'world_writable',
+                                   'symlink'])
+def test_a_temp_cache_dir_another_user_could_write_is_never_loaded(
+    tmp_path, plant):
+  # Found by the fresh-user trial: the fallback <tmp>/tf_learner_kernels_<uid>
+  # has a fixed name on shared ground, so another local user could make it
+  # first and plant a library (with its stamp) that this process would load
+  # and run. Here a planted 'library' of garbage bytes with a matching stamp:
+  # loading it would fail or crash; the loader must not even try, nor build.
+  (tmp_path / 'file').write_text('')
+  cache = tmp_path / 'file' / 'cache'  # Unwritable even for root.
+  tmp = tmp_path / 'tmp'
+  tmp.mkdir()
+  planted = tmp / ('tf_learner_kernels_%d' % os.getuid())
+  if plant == 'symlink':
+    (tmp_path / 'elsewhere').mkdir(mode=0o700)
+    planted.symlink_to(tmp_path / 'elsewhere')
+  else:
+    planted.mkdir()
+    if plant == 'other_owner':
+      os.chown(planted, 65534, 65534)  # nobody: the tests run as root.
+    os.chmod(planted, 0o777 if plant == 'world_writable' else 0o755)
+  lib = planted / loader.CachePath().name
+  lib.write_bytes(b'\x7fELF planted')
+  (planted / (lib.name + '.sha256')).write_text(
+      '%d %s' % (len(b'\x7fELF planted'),
+                 hashlib.sha256(b'\x7fELF planted').hexdigest()))
+  fake = _FakeCompiler(tmp_path, 'sys.exit(1)\n')
+  code, lines, stdout = _Run(cache, cxx=fake, TMPDIR=str(tmp))
+  assert code == 0
+  assert _Count(tmp_path) == ''  # Nothing built either.
+  assert len(lines) == 1, lines
+  assert 'is not a private directory of this user' in lines[0], lines
+  assert str(planted) in lines[0] and 'pure-TF path' in lines[0], lines
+  assert 'UNAVAILABLE=cannot write the kernel cache' in stdout, stdout
+
+
+def test_the_temp_cache_dir_is_made_private(tmp_path, monkeypatch):
+  monkeypatch.setattr(loader.tempfile, 'gettempdir', lambda: str(tmp_path))
+  path = loader._TempCacheDir()  # pylint: disable=protected-access
+  st = os.lstat(path)
+  assert (st.st_uid, st.st_mode & 0o777) == (os.getuid(), 0o700)
+  assert loader._TempCacheDir() == path  # pylint: disable=protected-access
 
 
 def test_no_writable_cache_at_all_takes_the_pure_tf_path(
@@ -241,7 +287,7 @@ def _MarchKnown(compiler, march):
 @pytest.mark.parametrize(
     'march', ['sapphirerapids', 'skylake-avx512', 'x86-64-v3', 'x86-64-v2'])
 def test_loader_flags_compile_for_every_x86_64_cpu_class(tmp_path, march):
-  # Issue 28: with -march=native on a CPU with AVX512-FP16 (Sapphire
+  # Issue 36: with -march=native on a CPU with AVX512-FP16 (Sapphire
   # Rapids), TF 2.21's Eigen did not compile with g++ 12. The loader's own
   # command, only -march swapped, compiles for the CPU classes of CI and
   # users, whatever CPU runs this (-fsyntax-only: no code, ~15 s of CPU).

@@ -13,7 +13,10 @@ library (about 20 s of CPU once per machine and TensorFlow version).
 
   cache directory  $TF_LEARNER_KERNEL_CACHE, else $XDG_CACHE_HOME (or
                    ~/.cache)/tf_learner/kernels; if that is not writable,
-                   <tempdir>/tf_learner_kernels_<uid>. When a build cannot
+                   <tempdir>/tf_learner_kernels_<uid> (made 0700; used only
+                   if it is this user's own and writable by no one else,
+                   else the pure-TF path with one line: a library there
+                   could have been planted). When a build cannot
                    create its lock file there (say $TF_LEARNER_KERNEL_CACHE
                    is read-only or under a regular file), one stderr line
                    says so and the temporary directory is used; if that
@@ -61,6 +64,7 @@ import os
 import pathlib
 import platform
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -165,13 +169,23 @@ def _Load():
   most one line (and a remembered failure in none).
   """
   compiler = _Compiler()
-  path = CachePath()
+  try:
+    path = CachePath()
+  except _Unsafe as e:
+    _Say('%s; steps take the pure-TF path (the same numbers, slower).' % e)
+    return None, str(e)
   try:
     return _LoadAt(compiler, path)
   except _Unwritable as e:
     first = e
   try:
     fallback = _TempCacheDir() / path.name
+  except _Unsafe as e:
+    reason = 'cannot write the kernel cache %s (%s), and %s' % (
+        first.where, first, e)
+    _Say('%s; steps take the pure-TF path (the same numbers, slower).'
+         % reason)
+    return None, reason
   except OSError:  # No usable temporary directory at all.
     fallback = None
   if fallback is None or fallback.parent == path.parent:
@@ -308,10 +322,38 @@ def _CacheDir():
   return _TempCacheDir()
 
 
+class _Unsafe(OSError):
+  """The temp-dir cache could be written by another user: never loaded."""
+
+
 def _TempCacheDir():
-  """<tempdir>/tf_learner_kernels_<uid>; OSError if there is no tempdir."""
+  """<tempdir>/tf_learner_kernels_<uid>, made private to this user.
+
+  The directory is shared ground (/tmp): another local user could create it
+  first and plant a library there that this process would then load and
+  run. So it is created with mode 0700 and used only when it is a real
+  directory (not a symlink) owned by this user and writable by nobody else.
+
+  Raises:
+    OSError: there is no temporary directory.
+    _Unsafe: the directory exists but fails that check.
+  """
   uid = os.getuid() if hasattr(os, 'getuid') else 0
-  return pathlib.Path(tempfile.gettempdir()) / ('tf_learner_kernels_%d' % uid)
+  path = pathlib.Path(tempfile.gettempdir()) / ('tf_learner_kernels_%d' % uid)
+  try:
+    path.mkdir(mode=0o700)
+  except FileExistsError:
+    pass
+  if hasattr(os, 'getuid'):
+    st = os.lstat(path)
+    if (not stat.S_ISDIR(st.st_mode) or st.st_uid != uid or
+        st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
+      raise _Unsafe(
+          '%s is not a private directory of this user (a symlink, another '
+          'owner, or writable by others); a library there could be anyone\'s, '
+          'so it is not loaded. Remove it, or set %s to a directory of your '
+          'own' % (path, ENV_CACHE))
+  return path
 
 
 def _Sidecar(path, suffix):
