@@ -69,7 +69,7 @@ class MlpMomentum:
     p.train.max_steps = self.MAX_STEPS
     p.eval.interval_steps = 400
     schedule = LinearScaling.Params().Set(
-        base_batch_size=128, batch_size=self.BATCH_SIZE,
+        base_batch_size=128, global_batch_size=self.BATCH_SIZE,
         schedule=Warmup.Params().Set(
             warmup_steps=self.WARMUP,
             schedule=CosineDecay.Params().Set(

@@ -39,7 +39,9 @@ class LinearScaling(BaseSchedule):
              'replicas and micro-batches together. None: batch_size * '
              'num_replicas * num_batches.')
     p.Define('batch_size', None, 'Examples per replica per micro-batch; used '
-             'when global_batch_size is None.')
+             'when global_batch_size is None. (An input generator\'s '
+             'batch_size is the global batch: give it as global_batch_size, '
+             'or the rate grows with the replicas.)')
     p.Define('num_replicas', None, 'Replicas; None uses the current '
              'tf.distribute strategy\'s num_replicas_in_sync.')
     p.Define('num_batches', 1, 'Micro-batches accumulated per applied update '

@@ -133,3 +133,19 @@ def test_char_transformer_large_cools_down_by_1_sqrt_over_the_last_20_percent():
                        (total, 0.0), (total + 10, 0.0)):
       got = float(sched.Value(step))
       assert got == pytest.approx(want, rel=1e-5, abs=1e-9), (lp.name, step)
+
+
+def test_mlp_momentum_rate_does_not_grow_with_replicas():
+  # Found by the fresh-user trial: the input's batch_size (64) is the global
+  # batch, but LinearScaling read it as per replica (batch_size), so with
+  # --strategy=mirrored --cpu_devices=2 the rate doubled (0.1991 at step
+  # 100 instead of 0.0996) while each update still saw 64 examples. k =
+  # 64 / 128 = 0.5 on one replica and on two.
+  p = registry.GetParams('digits.MlpMomentum')
+  sched_p = p.task.train.learner.lr_schedule
+  assert p.train_input.batch_size == 64
+  one = sched_p.Copy().Instantiate()
+  with tf.distribute.MirroredStrategy(['/cpu:0', '/cpu:1']).scope():
+    two = sched_p.Copy().Instantiate()
+  assert (one.scale, two.scale) == (0.5, 0.5)
+  assert two.global_batch_size == p.train_input.batch_size
