@@ -24,6 +24,8 @@ from tensorflow.python.distribute import multi_worker_util
 from tensorflow.python.eager import context
 # pylint: enable=g-direct-tensorflow-import
 
+from learner.training.cluster import cluster_env
+
 # The replica count's one definition, under the name the trainer uses.
 from schedules.base_schedule import NumReplicasInSync as NumReplicas  # pylint: disable=unused-import
 
@@ -100,7 +102,9 @@ def CreateStrategy(name='default',
                    communication='auto',
                    devices=None,
                    tpu_address=None,
-                   register_timeout_seconds=DEFAULT_REGISTER_TIMEOUT_SECONDS):
+                   register_timeout_seconds=DEFAULT_REGISTER_TIMEOUT_SECONDS,
+                   cluster='tf_config',
+                   cluster_port=cluster_env.DEFAULT_PORT):
   """Creates the tf.distribute strategy named by the trainer's --strategy.
 
   Call it first in the process, before any other TensorFlow op.
@@ -130,13 +134,21 @@ def CreateStrategy(name='default',
       service at start-up; after it every started worker fails with a
       ClusterStartupError naming the missing worker (see
       `ConfigureCoordinationService`). None or 0 keeps TF's default (1 h).
+    cluster: multi_worker only: where the cluster comes from, one of
+      `cluster_env.CLUSTER_SOURCES`: 'tf_config' (the TF_CONFIG variable),
+      'slurm' or 'jobset' (derived from the cluster manager's environment
+      by `cluster_env.ClusterConfig`, written to os.environ['TF_CONFIG'],
+      replacing any, and printed once to stdout).
+    cluster_port: int port of the derived cluster's workers (see
+      `cluster_env.ClusterConfig`); ignored for 'tf_config'.
 
   Returns:
     a `tf.distribute.Strategy`.
 
   Raises:
     ValueError: unknown `name` or `communication`; TF_CONFIG missing or
-      malformed for 'multi_worker'.
+      malformed for 'multi_worker'; with cluster 'slurm' or 'jobset', a
+      variable of its environment missing or malformed, or a bad port.
     ClusterStartupError: 'multi_worker' whose cluster lists an address
       twice, whose task index is outside it, or whose start-up failed (a
       peer did not register in time, this worker's port is taken).
@@ -160,7 +172,7 @@ def CreateStrategy(name='default',
     return _MirroredFor(tuple(devices))
   if name == 'multi_worker':
     return _CreateMultiWorker(timeout_seconds, communication,
-                              register_timeout_seconds)
+                              register_timeout_seconds, cluster, cluster_port)
   return _CreateTpu(tpu_address)
 
 
@@ -181,12 +193,21 @@ def _MirroredFor(devices):
 
 
 def _CreateMultiWorker(timeout_seconds, communication,
-                       register_timeout_seconds):
+                       register_timeout_seconds, cluster, cluster_port):
   """MultiWorkerMirroredStrategy from TF_CONFIG; see CreateStrategy."""
   if communication not in _COMMUNICATION:
     raise ValueError(
         'Unknown communication %r for --strategy=multi_worker; expected one '
         'of %s.' % (communication, sorted(_COMMUNICATION)))
+  if cluster not in cluster_env.CLUSTER_SOURCES:
+    raise ValueError(
+        'Unknown cluster source %r for --strategy=multi_worker; expected one '
+        'of %s.' % (cluster, list(cluster_env.CLUSTER_SOURCES)))
+  if cluster != 'tf_config':
+    # Derived once, then the TF_CONFIG path below unchanged.
+    derived = cluster_env.ClusterConfig(cluster, os.environ, cluster_port)
+    os.environ['TF_CONFIG'] = json.dumps(derived)
+    print(cluster_env.Describe(cluster, derived), flush=True)
   config = ParseTfConfig()
   CheckCluster(config)
   if _RuntimeInitialized():
