@@ -16,6 +16,7 @@ import time
 import pytest
 
 from learner.training.cluster import cluster_env
+from learner.training.cluster import distribution
 from learner.training.cluster import launcher
 from learner.training.jobs import cli as cli_lib
 
@@ -75,6 +76,29 @@ def test_indexed_job_gives_the_hand_written_tf_config(index):
   got = cluster_env.ClusterConfig('jobset', _Jobset(index), port=2222)
   assert got == {'cluster': {'worker': ['lr-0.lr:2222', 'lr-1.lr:2222']},
                  'task': {'type': 'worker', 'index': index}}
+
+
+def test_export_writes_tf_config_and_prints_the_cluster_once(
+    monkeypatch, capsys):
+  monkeypatch.setenv('TF_CONFIG', '{"stale": 1}')
+  for name, value in _Jobset(1).items():
+    monkeypatch.setenv(name, value)
+  derived = distribution.ExportClusterConfig('jobset', 2222)
+  assert json.loads(os.environ['TF_CONFIG']) == derived
+  assert derived['cluster'] == {'worker': ['lr-0.lr:2222', 'lr-1.lr:2222']}
+  assert capsys.readouterr().out == (
+      "Cluster from --cluster=jobset: worker 1 of worker ['lr-0.lr:2222', "
+      "'lr-1.lr:2222']\n")
+
+
+def test_create_strategy_refuses_a_bad_variable_before_any_tf_config(
+    monkeypatch):
+  monkeypatch.delenv('TF_CONFIG', raising=False)
+  for name, value in _Jobset(5).items():
+    monkeypatch.setenv(name, value)
+  with pytest.raises(ValueError, match=r'JOB_COMPLETION_INDEX=5 .*0\.\.1'):
+    distribution.CreateStrategy('multi_worker', cluster='jobset')
+  assert 'TF_CONFIG' not in os.environ
 
 
 # Each malformed variable (or port): (source, environment, flags, names the

@@ -177,6 +177,38 @@ def TfConfigFromSlurm(environ, port=DEFAULT_PORT):
       the sum of the tasks per node, SLURM_PROCID outside the step, or
       fewer GPUs on a node than tasks.
   """
+  rank, num_tasks, hosts, per_node = _SlurmStep(environ)
+  if port + max(per_node) - 1 > 65535:
+    raise ValueError('--cluster_port=%d: the %d tasks of a node would listen '
+                     'on ports up to %d, above 65535; choose a lower port.' %
+                     (port, max(per_node), port + max(per_node) - 1))
+  gpus = _VisibleGpus(environ)
+  if gpus and gpus < max(per_node):
+    raise ValueError('--cluster=slurm: a node runs %d tasks but only %d GPU(s) '
+                     'are visible (CUDA_VISIBLE_DEVICES=%r); run at most one '
+                     'task per GPU (--ntasks-per-node), or hide the GPUs '
+                     '(CUDA_VISIBLE_DEVICES=) to run on CPUs.' % (
+                         max(per_node), gpus,
+                         environ.get('CUDA_VISIBLE_DEVICES')))
+  # Without GPUs, one "GPU" per task keeps the resolver's allocation loop
+  # (one entry per task) working; nothing is set from it.
+  resolver = _SlurmResolver(
+      rank, jobs={'worker': num_tasks}, port_base=port,
+      gpus_per_node=gpus or max(per_node),
+      gpus_per_task=None if gpus else 1,
+      tasks_per_node=dict(zip(hosts, per_node)), auto_set_gpu=bool(gpus))
+  spec = resolver.cluster_spec().as_dict()
+  return {'cluster': {job: list(addresses) for job, addresses in spec.items()},
+          'task': {'type': resolver.task_type, 'index': resolver.task_id}}
+
+
+def _SlurmStep(environ):
+  """(rank, task count, nodes, tasks per node) of the step, checked.
+
+  The lists are expanded by TF's resolver module (`expand_hostlist`,
+  `expand_tasks_per_node`); every inconsistency is one ValueError line
+  (see `TfConfigFromSlurm`).
+  """
   source = 'slurm'
   rank = _Int(environ, 'SLURM_PROCID', source, "this task's rank", 0)
   num_tasks = _Int(environ, 'SLURM_STEP_NUM_TASKS', source,
@@ -222,28 +254,7 @@ def TfConfigFromSlurm(environ, port=DEFAULT_PORT):
     raise ValueError('--cluster=slurm: SLURM_PROCID=%d is outside the step, '
                      'whose SLURM_STEP_NUM_TASKS=%d tasks have ranks 0..%d. '
                      '%s' % (rank, num_tasks, num_tasks - 1, _HOW[source]))
-  if port + max(per_node) - 1 > 65535:
-    raise ValueError('--cluster_port=%d: the %d tasks of a node would listen '
-                     'on ports up to %d, above 65535; choose a lower port.' %
-                     (port, max(per_node), port + max(per_node) - 1))
-  gpus = _VisibleGpus(environ)
-  if gpus and gpus < max(per_node):
-    raise ValueError('--cluster=slurm: a node runs %d tasks but only %d GPU(s) '
-                     'are visible (CUDA_VISIBLE_DEVICES=%r); run at most one '
-                     'task per GPU (--ntasks-per-node), or hide the GPUs '
-                     '(CUDA_VISIBLE_DEVICES=) to run on CPUs.' % (
-                         max(per_node), gpus,
-                         environ.get('CUDA_VISIBLE_DEVICES')))
-  # Without GPUs, one "GPU" per task keeps the resolver's allocation loop
-  # (one entry per task) working; nothing is set from it.
-  resolver = _SlurmResolver(
-      rank, jobs={'worker': num_tasks}, port_base=port,
-      gpus_per_node=gpus or max(per_node),
-      gpus_per_task=None if gpus else 1,
-      tasks_per_node=dict(zip(hosts, per_node)), auto_set_gpu=bool(gpus))
-  spec = resolver.cluster_spec().as_dict()
-  return {'cluster': {job: list(addresses) for job, addresses in spec.items()},
-          'task': {'type': resolver.task_type, 'index': resolver.task_id}}
+  return rank, num_tasks, hosts, per_node
 
 
 def TfConfigFromJobset(environ, port=DEFAULT_PORT):

@@ -19,7 +19,8 @@ This module is the one place where the trainer meets `tf.distribute`
     started worker raises a one-line `ClusterStartupError` naming the
     missing worker or the duplicate task index (`StartupErrorMessage`).
     With `cluster='slurm'|'jobset'` the TF_CONFIG is first derived from the
-    cluster manager's environment (`ClusterConfig`) and printed once.
+    cluster manager's environment and printed once (`ExportClusterConfig`,
+    which the trainer's `--cluster` calls before it builds anything).
   * `CheckReplicasToAggregate(replicas_to_aggregate, num_replicas)` maps
     TF1's `SyncReplicasOptimizer(replicas_to_aggregate, total_num_replicas)`
     onto TF2: every replica aggregates every step; backup workers (fewer
@@ -55,6 +56,7 @@ from learner.training.cluster.strategy import CheckReplicasToAggregate  # pylint
 from learner.training.cluster.strategy import ClusterStartupError  # pylint: disable=unused-import
 from learner.training.cluster.strategy import ConfigureCoordinationService  # pylint: disable=unused-import
 from learner.training.cluster.strategy import CreateStrategy  # pylint: disable=unused-import
+from learner.training.cluster.strategy import ExportClusterConfig  # pylint: disable=unused-import
 from learner.training.cluster.strategy import DEFAULT_REGISTER_TIMEOUT_SECONDS  # pylint: disable=unused-import
 from learner.training.cluster.strategy import DEFAULT_TIMEOUT_SECONDS  # pylint: disable=unused-import
 from learner.training.cluster.strategy import IsChief  # pylint: disable=unused-import

@@ -203,11 +203,8 @@ def _CreateMultiWorker(timeout_seconds, communication,
     raise ValueError(
         'Unknown cluster source %r for --strategy=multi_worker; expected one '
         'of %s.' % (cluster, list(cluster_env.CLUSTER_SOURCES)))
-  if cluster != 'tf_config':
-    # Derived once, then the TF_CONFIG path below unchanged.
-    derived = cluster_env.ClusterConfig(cluster, os.environ, cluster_port)
-    os.environ['TF_CONFIG'] = json.dumps(derived)
-    print(cluster_env.Describe(cluster, derived), flush=True)
+  if cluster != 'tf_config':  # Then the TF_CONFIG path below, unchanged.
+    ExportClusterConfig(cluster, cluster_port)
   config = ParseTfConfig()
   CheckCluster(config)
   if _RuntimeInitialized():
@@ -235,6 +232,31 @@ def _CreateMultiWorker(timeout_seconds, communication,
   except tf.errors.OpError as e:
     raise ClusterStartupError(
         StartupErrorMessage(e, config, register_timeout_seconds)) from None
+
+
+def ExportClusterConfig(cluster, cluster_port=cluster_env.DEFAULT_PORT):
+  """Derives this worker's TF_CONFIG from a cluster manager and exports it.
+
+  Writes `cluster_env.ClusterConfig(cluster, os.environ, cluster_port)` as
+  JSON to os.environ['TF_CONFIG'] (replacing any) and prints it once as one
+  line to stdout ('Cluster from --cluster=slurm: worker 1 of worker [...]').
+  Runs no TensorFlow op; call it before the strategy is created.
+
+  Args:
+    cluster: 'slurm' or 'jobset' (see learner/training/cluster/cluster_env.py).
+    cluster_port: int in [1, 65535], the workers' port.
+
+  Returns:
+    dict, the derived TF_CONFIG.
+
+  Raises:
+    ValueError: a variable of the source missing or malformed, or a bad
+      port (one line); nothing is exported then.
+  """
+  derived = cluster_env.ClusterConfig(cluster, os.environ, cluster_port)
+  os.environ['TF_CONFIG'] = json.dumps(derived)
+  print(cluster_env.Describe(cluster, derived), flush=True)
+  return derived
 
 
 class ClusterStartupError(RuntimeError):

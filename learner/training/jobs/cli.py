@@ -168,17 +168,7 @@ def DefineFlags():
                       'worker from TF_CONFIG; start them with '
                       'python -m learner.launcher) or tpu. See '
                       'docs/distributed.md.')
-  flags.DEFINE_enum('cluster', 'tf_config', distribution.CLUSTER_SOURCES,
-                    '--strategy=multi_worker: where the cluster comes from: '
-                    'tf_config (the TF_CONFIG variable), slurm (the SLURM_* '
-                    'variables of an srun step, one task per worker) or '
-                    'jobset (a Kubernetes indexed Job: JOB_COMPLETION_INDEX, '
-                    'LEARNER_NUM_WORKERS, LEARNER_WORKER_HOST). See '
-                    'docs/distributed.md, "Multi-host".')
-  flags.DEFINE_integer('cluster_port', distribution.DEFAULT_CLUSTER_PORT,
-                       '--cluster=slurm|jobset: the TCP port the workers '
-                       'listen on (slurm: the first task of each node; its '
-                       'k-th task uses port + k).')
+  _DefineClusterFlags()
   flags.DEFINE_integer('cpu_devices', None,
                        '--strategy=mirrored on a machine without a GPU: '
                        'split its CPU into this many logical devices, one '
@@ -204,6 +194,21 @@ def DefineFlags():
                        'quiet: %s unless TF_CPP_MIN_LOG_LEVEL is set. Read '
                        'by the entry module before TensorFlow starts.' %
                        tf_log.QUIET_LEVEL)
+
+
+def _DefineClusterFlags():
+  """--cluster and --cluster_port (a multi-worker run's cluster source)."""
+  flags.DEFINE_enum('cluster', 'tf_config', distribution.CLUSTER_SOURCES,
+                    '--strategy=multi_worker: where the cluster comes from: '
+                    'tf_config (the TF_CONFIG variable), slurm (the SLURM_* '
+                    'variables of an srun step, one task per worker) or '
+                    'jobset (a Kubernetes indexed Job: JOB_COMPLETION_INDEX, '
+                    'LEARNER_NUM_WORKERS, LEARNER_WORKER_HOST). See '
+                    'docs/distributed.md, "Multi-host".')
+  flags.DEFINE_integer('cluster_port', distribution.DEFAULT_CLUSTER_PORT,
+                       '--cluster=slurm|jobset: the TCP port the workers '
+                       'listen on (slurm: the first task of each node; its '
+                       'k-th task uses port + k).')
 
 
 def ListExperiments():
@@ -327,7 +332,11 @@ def _BadSeedOrLogdir(seed, logdir):
 
 
 def _BadCluster(cluster, cluster_port, strategy):
-  """The one-line refusal of --cluster/--cluster_port, or None."""
+  """The one-line refusal of --cluster/--cluster_port, or None.
+
+  Only the flags; the variables of the cluster manager are read (and
+  refused) by `distribution.ExportClusterConfig` after the params load.
+  """
   if cluster != 'tf_config' and strategy != 'multi_worker':
     return ('--cluster=%s only applies with --strategy=multi_worker (got '
             '--strategy=%s); add --strategy=multi_worker or drop --cluster.' %
@@ -396,6 +405,8 @@ def main(argv):
       return evaler_lib.Main(params, FLAGS)
     if FLAGS.mode == ModeKeys.EXPORT:
       return export_lib.Main(params, FLAGS)
+    if FLAGS.cluster != 'tf_config':  # TF_CONFIG from SLURM / Kubernetes.
+      distribution.ExportClusterConfig(FLAGS.cluster, FLAGS.cluster_port)
   except registry.ExperimentModuleError as e:
     return _RefuseModule(e)
   except (LookupError, ValueError) as e:
@@ -407,7 +418,6 @@ def main(argv):
         init_from_checkpoint=FLAGS.init_from_checkpoint,
         init_from_checkpoint_rules=rules, resume_hint=_ResumeHint(),
         worker_register_timeout_secs=FLAGS.worker_register_timeout_secs,
-        cluster=FLAGS.cluster, cluster_port=FLAGS.cluster_port,
         **_EvalArgs(FLAGS.mode))
   except ValueError as e:  # E.g. init_from_checkpoint_rules that cannot work.
     return _Refuse(e)

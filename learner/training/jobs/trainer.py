@@ -106,10 +106,6 @@ class Trainer:
       instead of '<logdir>/eval_job' (e.g. when the logdir is read-only).
     eval_job_dir: mode eval: the directory under the logdir it writes
       ('eval_job'; `logdir.EvalJobDir`: 'eval_job_test' for another set).
-    cluster: strategy 'multi_worker': where its cluster comes from,
-      'tf_config', 'slurm' or 'jobset' (`distribution.CLUSTER_SOURCES`;
-      see learner/training/cluster/cluster_env.py).
-    cluster_port: int port of a cluster derived from 'slurm' or 'jobset'.
 
   Raises:
     ValueError: unknown mode; params without 'task'; checkpoint or
@@ -123,9 +119,7 @@ class Trainer:
                worker_register_timeout_secs=(
                    distribution.DEFAULT_REGISTER_TIMEOUT_SECONDS),
                checkpoint=None, checkpoint_flag='--checkpoint',
-               eval_dir=None, eval_job_dir=logdir_lib.EVAL_JOB_DIR,
-               cluster='tf_config',
-               cluster_port=distribution.DEFAULT_CLUSTER_PORT):
+               eval_dir=None, eval_job_dir=logdir_lib.EVAL_JOB_DIR):
     if mode not in ModeKeys.ALL:
       raise ValueError('mode %r is not one of %s.' % (mode,
                                                      list(ModeKeys.ALL)))
@@ -153,8 +147,6 @@ class Trainer:
     self._seed = seed
     self._strategy_arg = strategy
     self._register_timeout = worker_register_timeout_secs
-    self._cluster = cluster
-    self._cluster_port = cluster_port
     tp = self._params.task.train
     with validate.Refusing():  # Lingvo's dict form: (its path, rules).
       task_ckpt, task_rules = task_params.InitFromCheckpoint(tp)
@@ -193,8 +185,7 @@ class Trainer:
       return tf.distribute.get_strategy()
     if isinstance(s, str):
       return distribution.CreateStrategy(
-          s, register_timeout_seconds=self._register_timeout,
-          cluster=self._cluster, cluster_port=self._cluster_port)
+          s, register_timeout_seconds=self._register_timeout)
     return s
 
   def _Writer(self, name):
