@@ -2,12 +2,16 @@
 
 Fast tests: a faked 2-task SLURM step and a faked 2-pod indexed Job give
 the TF_CONFIG one would write by hand; every malformed variable is one
-ERROR line, exit 2, no logdir (refused before any TF cluster starts). The slow test trains regression.DistributedLinearRegression with
+ERROR line, exit 2, no logdir (refused before any TF cluster starts); the
+shipped docs/examples files set up an environment that derives the same
+cluster. The slow test trains regression.DistributedLinearRegression with
 two trainer processes on 127.0.0.1, each given only its faked SLURM step.
 """
 
 import json
 import os
+import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -20,6 +24,10 @@ from learner.training.cluster import distribution
 from learner.training.cluster import launcher
 from learner.training.jobs import cli as cli_lib
 
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+_SBATCH = os.path.join(_ROOT, 'docs', 'examples', 'slurm_2_nodes.sbatch')
+_MANIFEST = os.path.join(_ROOT, 'docs', 'examples', 'jobset_2_pods.yaml')
 _MODEL = 'regression.DistributedLinearRegression'
 
 
@@ -175,6 +183,170 @@ def test_malformed_variable_is_one_error_line_exit_2_and_no_logdir(
     assert name in lines[0], (name, lines[0])
   assert not logdir.exists()
   assert 'TF_CONFIG' not in os.environ  # Nothing derived was written.
+
+
+# ---- the shipped sbatch script and manifest ---------------------------------
+
+
+def _SbatchOptions(text):
+  """{option: value} of the script's '#SBATCH --option=value' lines."""
+  return dict(re.findall(r'^#SBATCH --([\w-]+)=(\S+)', text, re.M))
+
+
+def test_sbatch_script_sets_up_a_step_that_derives_two_workers():
+  with open(_SBATCH) as f:
+    text = f.read()
+  options = _SbatchOptions(text)
+  assert options['nodes'] == '2' and options['ntasks-per-node'] == '1'
+  # The trainer lines: srun ... python -m learner.trainer --cluster=slurm.
+  commands = [shlex.split(' '.join(l.strip().rstrip('\\') for l in block))
+              for block in _Commands(text)
+              if 'learner.trainer' in ' '.join(block)]
+  assert commands, text
+  models = set()
+  for argv in commands:
+    assert argv[0] == 'srun'
+    assert '--strategy=multi_worker' in argv and '--cluster=slurm' in argv
+    models.add(_Flag(argv, '--model'))
+    port = int(_Flag(argv, '--cluster_port'))
+  assert _MODEL in models and any(m.startswith('lm.') for m in models)
+  # What srun sets for this allocation (2 nodes, 1 task each) on rank 1.
+  nodes = int(options['nodes'])
+  env = {'SLURM_PROCID': '1', 'SLURM_STEP_NUM_TASKS': str(nodes),
+         'SLURM_STEP_NODELIST': 'node[01-02]',
+         'SLURM_STEP_TASKS_PER_NODE': '%s(x%d)' % (
+             options['ntasks-per-node'], nodes),
+         'CUDA_VISIBLE_DEVICES': ''}
+  got = cluster_env.ClusterConfig('slurm', env, port=port)
+  assert got == {'cluster': {'worker': ['node01:%d' % port,
+                                        'node02:%d' % port]},
+                 'task': {'type': 'worker', 'index': 1}}
+
+
+def _Commands(text):
+  """The script's commands as lists of lines (continued with '\\')."""
+  blocks, current = [], []
+  for line in text.splitlines():
+    if line.startswith('#') or not line.strip():
+      continue
+    current.append(line)
+    if not line.rstrip().endswith('\\'):
+      blocks.append(current)
+      current = []
+  return blocks
+
+
+def _Flag(argv, name):
+  values = [a.split('=', 1)[1] for a in argv if a.startswith(name + '=')]
+  assert len(values) == 1, (name, argv)
+  return values[0]
+
+
+def _ManifestDocs(text):
+  """The manifest's documents: PyYAML is not a dependency (nor installed),
+  so the block-style subset the manifest is written in is read here:
+  'key: value', 'key:' + an indented block, '- item' lists, quoted or plain
+  scalars, full-line comments, '---' between documents. Anything else
+  (flow collections, block scalars, anchors) fails the test."""
+  docs = []
+  for part in re.split(r'^---\s*$', text, flags=re.M):
+    lines = [(len(l) - len(l.lstrip(' ')), l.strip())
+             for l in part.splitlines()
+             if l.strip() and not l.strip().startswith('#')]
+    if lines:
+      value, end = _YamlBlock(lines, 0, lines[0][0])
+      assert end == len(lines), lines[end]
+      docs.append(value)
+  return docs
+
+
+def _YamlScalar(text):
+  assert not text.startswith(('{', '[', '|', '>', '&', '*')), text
+  if len(text) >= 2 and text[0] == text[-1] and text[0] in '"\'':
+    return text[1:-1]
+  if re.match(r'^-?\d+$', text):
+    return int(text)
+  return text
+
+
+def _YamlBlock(lines, i, indent):
+  """(value, next line) of the block of `lines` starting at i, at indent."""
+  if lines[i][1].startswith('- ') or lines[i][1] == '-':
+    out = []
+    while i < len(lines) and lines[i][0] == indent and (
+        lines[i][1].startswith('- ')):
+      item = lines[i][1][2:].strip()
+      if re.match(r'^[\w.-]+:(\s|$)', item):
+        # '- key: value': a mapping whose first key sits after the dash.
+        lines = lines[:i] + [(indent + 2, item)] + lines[i + 1:]
+        value, i = _YamlBlock(lines, i, indent + 2)
+        out.append(value)
+      else:
+        out.append(_YamlScalar(item))
+        i += 1
+    return out, i
+  out = {}
+  while i < len(lines) and lines[i][0] == indent and not (
+      lines[i][1].startswith('- ')):
+    m = re.match(r'^([\w./-]+):(?:\s+(.*))?$', lines[i][1])
+    assert m, lines[i]
+    key, rest = m.group(1), m.group(2)
+    i += 1
+    if rest:
+      out[key] = _YamlScalar(rest.strip())
+    elif i < len(lines) and (lines[i][0] > indent or (
+        lines[i][0] == indent and lines[i][1].startswith('- '))):
+      out[key], i = _YamlBlock(lines, i, lines[i][0])
+    else:
+      out[key] = None
+  return out, i
+
+
+def _Env(container):
+  return {e['name']: e.get('value') for e in container.get('env', [])}
+
+
+def test_manifest_sets_up_pods_that_derive_two_workers():
+  with open(_MANIFEST) as f:
+    docs = _ManifestDocs(f.read())
+  service = [d for d in docs if d['kind'] == 'Service']
+  jobs = [d for d in docs if d['kind'] == 'Job']
+  assert len(service) == 1 and service[0]['spec']['clusterIP'] == 'None'
+  models = set()
+  for job in jobs:
+    spec = job['spec']
+    assert spec['completionMode'] == 'Indexed'
+    assert spec['completions'] == spec['parallelism'] == 2
+    pod = spec['template']['spec']
+    assert pod['subdomain'] == service[0]['metadata']['name']
+    assert service[0]['spec']['selector'].items() <= (
+        spec['template']['metadata']['labels'].items())
+    (container,) = pod['containers']
+    argv = container['command'] + container.get('args', [])
+    assert '--strategy=multi_worker' in argv and '--cluster=jobset' in argv
+    models.add(_Flag(argv, '--model'))
+    port = int(_Flag(argv, '--cluster_port'))
+    env = _Env(container)
+    assert int(env['LEARNER_NUM_WORKERS']) == spec['completions']
+    name = job['metadata']['name']
+    # Kubernetes: pod i of indexed Job `name` is host `name-i`, reachable
+    # as `name-i.<subdomain>` through the headless Service.
+    assert env['LEARNER_WORKER_HOST'] == '%s-{index}.%s' % (
+        name, pod['subdomain'])
+    env['JOB_COMPLETION_INDEX'] = '1'  # Kubernetes sets it in pod 1.
+    got = cluster_env.ClusterConfig('jobset', env, port=port)
+    assert got == {'cluster': {'worker': [
+        '%s-%d.%s:%d' % (name, i, pod['subdomain'], port) for i in (0, 1)]},
+                   'task': {'type': 'worker', 'index': 1}}
+  assert _MODEL in models and any(m.startswith('lm.') for m in models)
+
+
+def test_distributed_md_includes_the_shipped_files_verbatim():
+  with open(os.path.join(_ROOT, 'docs', 'distributed.md')) as f:
+    doc = f.read()
+  for path in (_SBATCH, _MANIFEST):
+    with open(path) as f:
+      assert f.read().strip() in doc, path
 
 
 # ---- end to end: two trainer processes, each with its faked SLURM step ------
