@@ -185,6 +185,24 @@ def test_malformed_variable_is_one_error_line_exit_2_and_no_logdir(
   assert 'TF_CONFIG' not in os.environ  # Nothing derived was written.
 
 
+@pytest.mark.parametrize('flag,line', [
+    ('--cluster=slrum', 'ERROR: --cluster=slrum is not one of tf_config, '
+     'slurm, jobset; --help describes them.'),
+    ('--cluster_port=abc', 'ERROR: --cluster_port=abc is not an integer: '
+     '--cluster_port takes a TCP port in [1, 65535] free on every node, '
+     'e.g. --cluster_port=8888.'),
+])
+def test_unparsable_cluster_flag_is_one_line_exit_2(capsys, flag, line):
+  cli_lib.DefineFlags()
+  try:
+    with pytest.raises(SystemExit) as e:
+      cli_lib.ParseFlags(['trainer', '--model=' + _MODEL, flag])
+  finally:
+    cli_lib.FLAGS.unparse_flags()
+  assert e.value.code == 2
+  assert capsys.readouterr().err == line + '\n'
+
+
 # ---- the shipped sbatch script and manifest ---------------------------------
 
 
