@@ -53,6 +53,7 @@ from learner.training.cluster.cluster_env import ClusterConfig  # pylint: disabl
 from learner.training.cluster.cluster_env import DEFAULT_PORT as DEFAULT_CLUSTER_PORT  # pylint: disable=unused-import
 from learner.training.cluster.strategy import CheckCluster  # pylint: disable=unused-import
 from learner.training.cluster.strategy import CheckReplicasToAggregate  # pylint: disable=unused-import
+from learner.training.cluster.strategy import ClusterConfigError  # pylint: disable=unused-import
 from learner.training.cluster.strategy import ClusterStartupError  # pylint: disable=unused-import
 from learner.training.cluster.strategy import ConfigureCoordinationService  # pylint: disable=unused-import
 from learner.training.cluster.strategy import CreateStrategy  # pylint: disable=unused-import

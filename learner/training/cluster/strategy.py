@@ -262,6 +262,14 @@ def ExportClusterConfig(cluster, cluster_port=cluster_env.DEFAULT_PORT):
 class ClusterStartupError(RuntimeError):
   """A multi-worker run could not start (see `StartupErrorMessage`)."""
 
+
+class ClusterConfigError(ClusterStartupError):
+  """A cluster no worker group can start: a bad value (`CheckCluster`).
+
+  The trainer exits 2 for it, as for every refused value (a peer that did
+  not start is exit 1).
+  """
+
 def CheckCluster(config):
   """Refuses a TF_CONFIG whose cluster no worker group can start.
 
@@ -269,15 +277,17 @@ def CheckCluster(config):
     config: dict, `ParseTfConfig()`.
 
   Raises:
-    ClusterStartupError: an address listed twice (two tasks would share
-      one port), or a task type/index that is not in the cluster.
+    ClusterConfigError: an address that is not 'host:port' with a port in
+      [1, 65535], an address listed twice (two tasks would share one
+      port), or a task type/index that is not in the cluster.
   """
   cluster, task = config['cluster'], config['task']
   seen = {}
   for job, addresses in sorted(cluster.items()):
     for i, address in enumerate(addresses):
+      _CheckAddress(address, job, i)
       if address in seen:
-        raise ClusterStartupError(
+        raise ClusterConfigError(
             'TF_CONFIG lists the address %s twice in its cluster (%s %d and '
             '%s %d); give every task its own host:port.' %
             (address, seen[address][0], seen[address][1], job, i))
@@ -286,11 +296,21 @@ def CheckCluster(config):
   index = task.get('index')
   if (isinstance(index, bool) or not isinstance(index, int) or
       not 0 <= index < len(addresses)):
-    raise ClusterStartupError(
+    raise ClusterConfigError(
         'TF_CONFIG task %r is not in the cluster, which has %d %r task(s) '
         '(indices 0..%d); set "task" to {"type": "worker", "index": i} '
         'with i in that range, a different i for every worker.' %
         (task, len(addresses), task.get('type'), len(addresses) - 1))
+
+
+def _CheckAddress(address, job, index):
+  """Raises ClusterConfigError unless `address` is 'host:port', port 1..65535."""
+  host, _, port = str(address).rpartition(':')
+  if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+    raise ClusterConfigError(
+        'TF_CONFIG gives %s %d the address %r, which is not host:port with a '
+        'port in [1, 65535]; write e.g. "10.0.0.2:23456" (a port free on '
+        'that host).' % (job, index, address))
 
 
 def ConfigureCoordinationService(cluster_spec, register_timeout_seconds):

@@ -435,11 +435,12 @@ def main(argv):
     print('ERROR: %s' % validate.OneLine(e), file=sys.stderr)
     return 1
   except distribution.ClusterStartupError as e:
-    # Not a bad value (exit 1): a peer that did not start or a duplicate.
+    # A peer that did not start or a duplicate index: exit 1; a cluster
+    # that cannot work as written (CheckCluster) is a bad value: exit 2.
     if FLAGS.verbose:
       raise
     print('ERROR: %s' % validate.OneLine(e), file=sys.stderr)
-    return 1
+    return 2 if isinstance(e, distribution.ClusterConfigError) else 1
   return 0
 
 
