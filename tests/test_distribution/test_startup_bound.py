@@ -80,6 +80,49 @@ def test_task_index_outside_the_cluster_is_refused(index):
   assert 'indices 0..1' in str(e.value)
 
 
+@pytest.mark.parametrize('address', ['127.0.0.1:99999', '127.0.0.1:0',
+                                     '127.0.0.1', ':2222', 'host:port'])
+def test_address_that_is_not_host_and_valid_port_is_refused(address):
+  config = {'cluster': {'worker': ['127.0.0.1:2222', address]},
+            'task': {'type': 'worker', 'index': 0}}
+  with pytest.raises(distribution.ClusterConfigError) as e:
+    distribution.CheckCluster(config)
+  assert 'worker 1 the address %r' % address in str(e.value)
+  assert '[1, 65535]' in str(e.value)
+
+
+# A TF_CONFIG no group can start is a bad value: one line, exit 2, no logdir
+# (it was exit 1, and a one-worker cluster with port 99999 trained).
+_BAD_TF_CONFIGS = [
+    (_Config(0, ports=(2222, 2222)), '127.0.0.1:2222 twice'),
+    (_Config(2), 'indices 0..1'),
+    ({'cluster': {'worker': ['127.0.0.1:99999']},
+      'task': {'type': 'worker', 'index': 0}}, "'127.0.0.1:99999'"),
+]
+
+
+@pytest.mark.parametrize('config,names', _BAD_TF_CONFIGS,
+                         ids=['duplicate', 'index_outside', 'bad_port'])
+def test_bad_tf_config_is_one_error_line_exit_2_and_no_logdir(
+    tmp_path, capsys, monkeypatch, config, names):
+  from learner.training.jobs import cli as cli_lib  # pylint: disable=g-import-not-at-top
+  monkeypatch.setenv('TF_CONFIG', json.dumps(config))
+  logdir = tmp_path / 'never'
+  cli_lib.DefineFlags()
+  try:
+    cli_lib.FLAGS(['trainer', '--model=regression.DistributedLinearRegression',
+                   '--logdir=%s' % logdir, '--strategy=multi_worker'])
+    code = cli_lib.main([])
+  finally:
+    cli_lib.FLAGS.unparse_flags()
+  err = capsys.readouterr().err
+  assert code == 2, err
+  lines = err.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith('ERROR: TF_CONFIG '), err
+  assert names in lines[0]
+  assert not logdir.exists()
+
+
 # ---- real workers -----------------------------------------------------------
 
 # Slack for the two workers given index 0 to start up at different times

@@ -2,6 +2,7 @@
 
   distribution.py     the facade callers use (`distribution.<Name>`) of:
     strategy.py       strategies, TF_CONFIG, start-up, which worker this is
+    cluster_env.py    TF_CONFIG from a SLURM step or a Kubernetes indexed Job
     datasets.py       input sharding and per-replica batching
     replicas.py       replica agreement, worker logdirs, peer failures
   launcher.py         `python -m learner.launcher`: N local workers

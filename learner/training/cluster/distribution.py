@@ -1,7 +1,8 @@
 """Synchronous data parallelism on tf.distribute: strategies, input, roles.
 
-The facade of three modules, one per concern: `strategy.py` (strategies,
-TF_CONFIG, start-up, roles), `datasets.py` (input sharding and batching)
+The facade of four modules, one per concern: `strategy.py` (strategies,
+TF_CONFIG, start-up, roles), `cluster_env.py` (the TF_CONFIG a SLURM step or
+a Kubernetes indexed Job implies, for `--cluster=slurm|jobset`), `datasets.py` (input sharding and batching)
 and `replicas.py` (agreement, worker logdirs, peer failures). Callers use
 `distribution.<Name>`; a new function goes in the module of its concern
 and its name here.
@@ -17,6 +18,9 @@ This module is the one place where the trainer meets `tf.distribute`
     coordination service within `register_timeout_seconds`, else every
     started worker raises a one-line `ClusterStartupError` naming the
     missing worker or the duplicate task index (`StartupErrorMessage`).
+    With `cluster='slurm'|'jobset'` the TF_CONFIG is first derived from the
+    cluster manager's environment and printed once (`ExportClusterConfig`,
+    which the trainer's `--cluster` calls before it builds anything).
   * `CheckReplicasToAggregate(replicas_to_aggregate, num_replicas)` maps
     TF1's `SyncReplicasOptimizer(replicas_to_aggregate, total_num_replicas)`
     onto TF2: every replica aggregates every step; backup workers (fewer
@@ -43,11 +47,17 @@ Reference: TF guide "Multi-worker training with Keras / custom training
 loop" and `tf.distribute.MultiWorkerMirroredStrategy` documentation.
 """
 
+from learner.training.cluster.cluster_env import CLUSTER_SOURCES  # pylint: disable=unused-import
+from learner.training.cluster.cluster_env import CheckPort as CheckClusterPort  # pylint: disable=unused-import
+from learner.training.cluster.cluster_env import ClusterConfig  # pylint: disable=unused-import
+from learner.training.cluster.cluster_env import DEFAULT_PORT as DEFAULT_CLUSTER_PORT  # pylint: disable=unused-import
 from learner.training.cluster.strategy import CheckCluster  # pylint: disable=unused-import
 from learner.training.cluster.strategy import CheckReplicasToAggregate  # pylint: disable=unused-import
+from learner.training.cluster.strategy import ClusterConfigError  # pylint: disable=unused-import
 from learner.training.cluster.strategy import ClusterStartupError  # pylint: disable=unused-import
 from learner.training.cluster.strategy import ConfigureCoordinationService  # pylint: disable=unused-import
 from learner.training.cluster.strategy import CreateStrategy  # pylint: disable=unused-import
+from learner.training.cluster.strategy import ExportClusterConfig  # pylint: disable=unused-import
 from learner.training.cluster.strategy import DEFAULT_REGISTER_TIMEOUT_SECONDS  # pylint: disable=unused-import
 from learner.training.cluster.strategy import DEFAULT_TIMEOUT_SECONDS  # pylint: disable=unused-import
 from learner.training.cluster.strategy import IsChief  # pylint: disable=unused-import

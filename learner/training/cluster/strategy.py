@@ -24,6 +24,8 @@ from tensorflow.python.distribute import multi_worker_util
 from tensorflow.python.eager import context
 # pylint: enable=g-direct-tensorflow-import
 
+from learner.training.cluster import cluster_env
+
 # The replica count's one definition, under the name the trainer uses.
 from schedules.base_schedule import NumReplicasInSync as NumReplicas  # pylint: disable=unused-import
 
@@ -100,7 +102,9 @@ def CreateStrategy(name='default',
                    communication='auto',
                    devices=None,
                    tpu_address=None,
-                   register_timeout_seconds=DEFAULT_REGISTER_TIMEOUT_SECONDS):
+                   register_timeout_seconds=DEFAULT_REGISTER_TIMEOUT_SECONDS,
+                   cluster='tf_config',
+                   cluster_port=cluster_env.DEFAULT_PORT):
   """Creates the tf.distribute strategy named by the trainer's --strategy.
 
   Call it first in the process, before any other TensorFlow op.
@@ -130,13 +134,21 @@ def CreateStrategy(name='default',
       service at start-up; after it every started worker fails with a
       ClusterStartupError naming the missing worker (see
       `ConfigureCoordinationService`). None or 0 keeps TF's default (1 h).
+    cluster: multi_worker only: where the cluster comes from, one of
+      `cluster_env.CLUSTER_SOURCES`: 'tf_config' (the TF_CONFIG variable),
+      'slurm' or 'jobset' (derived from the cluster manager's environment
+      by `cluster_env.ClusterConfig`, written to os.environ['TF_CONFIG'],
+      replacing any, and printed once to stdout).
+    cluster_port: int port of the derived cluster's workers (see
+      `cluster_env.ClusterConfig`); ignored for 'tf_config'.
 
   Returns:
     a `tf.distribute.Strategy`.
 
   Raises:
     ValueError: unknown `name` or `communication`; TF_CONFIG missing or
-      malformed for 'multi_worker'.
+      malformed for 'multi_worker'; with cluster 'slurm' or 'jobset', a
+      variable of its environment missing or malformed, or a bad port.
     ClusterStartupError: 'multi_worker' whose cluster lists an address
       twice, whose task index is outside it, or whose start-up failed (a
       peer did not register in time, this worker's port is taken).
@@ -160,7 +172,7 @@ def CreateStrategy(name='default',
     return _MirroredFor(tuple(devices))
   if name == 'multi_worker':
     return _CreateMultiWorker(timeout_seconds, communication,
-                              register_timeout_seconds)
+                              register_timeout_seconds, cluster, cluster_port)
   return _CreateTpu(tpu_address)
 
 
@@ -181,12 +193,18 @@ def _MirroredFor(devices):
 
 
 def _CreateMultiWorker(timeout_seconds, communication,
-                       register_timeout_seconds):
+                       register_timeout_seconds, cluster, cluster_port):
   """MultiWorkerMirroredStrategy from TF_CONFIG; see CreateStrategy."""
   if communication not in _COMMUNICATION:
     raise ValueError(
         'Unknown communication %r for --strategy=multi_worker; expected one '
         'of %s.' % (communication, sorted(_COMMUNICATION)))
+  if cluster not in cluster_env.CLUSTER_SOURCES:
+    raise ValueError(
+        'Unknown cluster source %r for --strategy=multi_worker; expected one '
+        'of %s.' % (cluster, list(cluster_env.CLUSTER_SOURCES)))
+  if cluster != 'tf_config':  # Then the TF_CONFIG path below, unchanged.
+    ExportClusterConfig(cluster, cluster_port)
   config = ParseTfConfig()
   CheckCluster(config)
   if _RuntimeInitialized():
@@ -216,8 +234,41 @@ def _CreateMultiWorker(timeout_seconds, communication,
         StartupErrorMessage(e, config, register_timeout_seconds)) from None
 
 
+def ExportClusterConfig(cluster, cluster_port=cluster_env.DEFAULT_PORT):
+  """Derives this worker's TF_CONFIG from a cluster manager and exports it.
+
+  Writes `cluster_env.ClusterConfig(cluster, os.environ, cluster_port)` as
+  JSON to os.environ['TF_CONFIG'] (replacing any) and prints it once as one
+  line to stdout ('Cluster from --cluster=slurm: worker 1 of worker [...]').
+  Runs no TensorFlow op; call it before the strategy is created.
+
+  Args:
+    cluster: 'slurm' or 'jobset' (see learner/training/cluster/cluster_env.py).
+    cluster_port: int in [1, 65535], the workers' port.
+
+  Returns:
+    dict, the derived TF_CONFIG.
+
+  Raises:
+    ValueError: a variable of the source missing or malformed, or a bad
+      port (one line); nothing is exported then.
+  """
+  derived = cluster_env.ClusterConfig(cluster, os.environ, cluster_port)
+  os.environ['TF_CONFIG'] = json.dumps(derived)
+  print(cluster_env.Describe(cluster, derived), flush=True)
+  return derived
+
+
 class ClusterStartupError(RuntimeError):
   """A multi-worker run could not start (see `StartupErrorMessage`)."""
+
+
+class ClusterConfigError(ClusterStartupError):
+  """A cluster no worker group can start: a bad value (`CheckCluster`).
+
+  The trainer exits 2 for it, as for every refused value (a peer that did
+  not start is exit 1).
+  """
 
 def CheckCluster(config):
   """Refuses a TF_CONFIG whose cluster no worker group can start.
@@ -226,15 +277,17 @@ def CheckCluster(config):
     config: dict, `ParseTfConfig()`.
 
   Raises:
-    ClusterStartupError: an address listed twice (two tasks would share
-      one port), or a task type/index that is not in the cluster.
+    ClusterConfigError: an address that is not 'host:port' with a port in
+      [1, 65535], an address listed twice (two tasks would share one
+      port), or a task type/index that is not in the cluster.
   """
   cluster, task = config['cluster'], config['task']
   seen = {}
   for job, addresses in sorted(cluster.items()):
     for i, address in enumerate(addresses):
+      _CheckAddress(address, job, i)
       if address in seen:
-        raise ClusterStartupError(
+        raise ClusterConfigError(
             'TF_CONFIG lists the address %s twice in its cluster (%s %d and '
             '%s %d); give every task its own host:port.' %
             (address, seen[address][0], seen[address][1], job, i))
@@ -243,11 +296,21 @@ def CheckCluster(config):
   index = task.get('index')
   if (isinstance(index, bool) or not isinstance(index, int) or
       not 0 <= index < len(addresses)):
-    raise ClusterStartupError(
+    raise ClusterConfigError(
         'TF_CONFIG task %r is not in the cluster, which has %d %r task(s) '
         '(indices 0..%d); set "task" to {"type": "worker", "index": i} '
         'with i in that range, a different i for every worker.' %
         (task, len(addresses), task.get('type'), len(addresses) - 1))
+
+
+def _CheckAddress(address, job, index):
+  """Raises ClusterConfigError unless `address` is 'host:port', port 1..65535."""
+  host, _, port = str(address).rpartition(':')
+  if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+    raise ClusterConfigError(
+        'TF_CONFIG gives %s %d the address %r, which is not host:port with a '
+        'port in [1, 65535]; write e.g. "10.0.0.2:23456" (a port free on '
+        'that host).' % (job, index, address))
 
 
 def ConfigureCoordinationService(cluster_spec, register_timeout_seconds):

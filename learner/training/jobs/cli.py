@@ -168,6 +168,7 @@ def DefineFlags():
                       'worker from TF_CONFIG; start them with '
                       'python -m learner.launcher) or tpu. See '
                       'docs/distributed.md.')
+  _DefineClusterFlags()
   flags.DEFINE_integer('cpu_devices', None,
                        '--strategy=mirrored on a machine without a GPU: '
                        'split its CPU into this many logical devices, one '
@@ -193,6 +194,21 @@ def DefineFlags():
                        'quiet: %s unless TF_CPP_MIN_LOG_LEVEL is set. Read '
                        'by the entry module before TensorFlow starts.' %
                        tf_log.QUIET_LEVEL)
+
+
+def _DefineClusterFlags():
+  """--cluster and --cluster_port (a multi-worker run's cluster source)."""
+  flags.DEFINE_enum('cluster', 'tf_config', distribution.CLUSTER_SOURCES,
+                    '--strategy=multi_worker: where the cluster comes from: '
+                    'tf_config (the TF_CONFIG variable), slurm (the SLURM_* '
+                    'variables of an srun step, one task per worker) or '
+                    'jobset (a Kubernetes indexed Job: JOB_COMPLETION_INDEX, '
+                    'LEARNER_NUM_WORKERS, LEARNER_WORKER_HOST). See '
+                    'docs/distributed.md, "Multi-host".')
+  flags.DEFINE_integer('cluster_port', distribution.DEFAULT_CLUSTER_PORT,
+                       '--cluster=slurm|jobset: the TCP port the workers '
+                       'listen on (slurm: the first task of each node; its '
+                       'k-th task uses port + k).')
 
 
 def ListExperiments():
@@ -238,6 +254,8 @@ _NUMBER_FLAG_EXPECTS = {
     'cpu_devices': 'a positive integer count of logical CPU devices (one '
                    'replica each under --strategy=mirrored), e.g. '
                    '--cpu_devices=2',
+    'cluster_port': 'a TCP port in [1, 65535] free on every node, e.g. '
+                    '--cluster_port=%d' % distribution.DEFAULT_CLUSTER_PORT,
     'max_steps': 'a positive integer count of global steps, e.g. '
                  '--max_steps=1000',
     'seed': 'an integer in [0, 2**32 - 1], e.g. --seed=1234',
@@ -313,6 +331,23 @@ def _BadSeedOrLogdir(seed, logdir):
   return None
 
 
+def _BadCluster(cluster, cluster_port, strategy):
+  """The one-line refusal of --cluster/--cluster_port, or None.
+
+  Only the flags; the variables of the cluster manager are read (and
+  refused) by `distribution.ExportClusterConfig` after the params load.
+  """
+  if cluster != 'tf_config' and strategy != 'multi_worker':
+    return ('--cluster=%s only applies with --strategy=multi_worker (got '
+            '--strategy=%s); add --strategy=multi_worker or drop --cluster.' %
+            (cluster, strategy))
+  try:
+    distribution.CheckClusterPort(cluster_port)
+  except ValueError as e:
+    return str(e)
+  return None
+
+
 def _SplitCpu(cpu_devices, strategy):
   """Splits the CPU into `cpu_devices` logical devices; an error line or None.
 
@@ -354,6 +389,7 @@ def main(argv):
     return 2
   bad_flag = (mode_keys.FlagNotForMode(FLAGS.mode, FLAGS) or
               _BadSeedOrLogdir(FLAGS.seed, FLAGS.logdir) or
+              _BadCluster(FLAGS.cluster, FLAGS.cluster_port, FLAGS.strategy) or
               _SplitCpu(FLAGS.cpu_devices, FLAGS.strategy))
   if bad_flag:
     print('ERROR: %s' % bad_flag, file=sys.stderr)
@@ -369,6 +405,8 @@ def main(argv):
       return evaler_lib.Main(params, FLAGS)
     if FLAGS.mode == ModeKeys.EXPORT:
       return export_lib.Main(params, FLAGS)
+    if FLAGS.cluster != 'tf_config':  # TF_CONFIG from SLURM / Kubernetes.
+      distribution.ExportClusterConfig(FLAGS.cluster, FLAGS.cluster_port)
   except registry.ExperimentModuleError as e:
     return _RefuseModule(e)
   except (LookupError, ValueError) as e:
@@ -397,11 +435,12 @@ def main(argv):
     print('ERROR: %s' % validate.OneLine(e), file=sys.stderr)
     return 1
   except distribution.ClusterStartupError as e:
-    # Not a bad value (exit 1): a peer that did not start or a duplicate.
+    # A peer that did not start or a duplicate index: exit 1; a cluster
+    # that cannot work as written (CheckCluster) is a bad value: exit 2.
     if FLAGS.verbose:
       raise
     print('ERROR: %s' % validate.OneLine(e), file=sys.stderr)
-    return 1
+    return 2 if isinstance(e, distribution.ClusterConfigError) else 1
   return 0
 
 
