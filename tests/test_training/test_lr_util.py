@@ -117,6 +117,19 @@ def test_an_input_without_num_samples_is_refused_by_name():
   with pytest.raises(ValueError) as e:
     lr_util.SetCosineLR(tp, types.SimpleNamespace(batch_size=2),
                         total_epoch=5)
+  # It said 'num_samples is None; ... set them, e.g. num_samples=3712', a
+  # fix a user cannot follow on params without that key (fresh-user trial).
   assert str(e.value).startswith(
-      'lr_util.SetCosineLR: train_input_p.num_samples is None; ')
+      "lr_util.SetCosineLR: train_input_p has no 'num_samples': ")
+  assert "p.Define('num_samples', 3712, 'examples per epoch')" in str(e.value)
   assert tp.max_steps == 4 * 10**6  # Unchanged.
+
+
+def test_our_inputs_num_examples_counts_as_lingvos_num_samples():
+  # DatasetInput and the generated inputs call the epoch size num_examples:
+  # the same arithmetic as KITTI's num_samples (3712 / 2 = 1856 per epoch).
+  tp = _Tp()
+  lr_util.SetExponentialLR(
+      tp, types.SimpleNamespace(batch_size=2, num_examples=3712),
+      warmup_epoch=0, exp_start_epoch=150, total_epoch=650)
+  assert tp.max_steps == 650 * 1856

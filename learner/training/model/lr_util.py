@@ -46,15 +46,26 @@ def _Number(fn, name, value, low=0.0):
 def _TrainingStatistics(fn, train_input_p):
   """(total devices, total batch size, steps per epoch) of the input."""
   values = {}
-  for key, example in (('batch_size', 2), ('num_samples', 3712)):
-    v = getattr(train_input_p, key, None)
+  # Lingvo's inputs say num_samples; ours (DatasetInput, the generated
+  # inputs) say num_examples for the same count.
+  epoch_key = ('num_examples' if not hasattr(train_input_p, 'num_samples')
+               and hasattr(train_input_p, 'num_examples') else 'num_samples')
+  for key, example in (('batch_size', 2), (epoch_key, 3712)):
+    if not hasattr(train_input_p, key):
+      raise ValueError(
+          'lr_util.%s: train_input_p has no %r: Lingvo\'s input params give '
+          'the examples per device (batch_size) and per epoch (num_samples; '
+          'ours call it num_examples); define it on the input\'s params, '
+          "e.g. p.Define(%r, %d, 'examples per epoch')." % (
+              fn, key, key, example))
+    v = getattr(train_input_p, key)
     if (isinstance(v, bool) or not isinstance(v, numbers.Real) or
-        not math.isfinite(v) or v < (1 if key == 'num_samples' else 0)):
+        not math.isfinite(v) or v < (1 if key == epoch_key else 0)):
       raise ValueError(
           'lr_util.%s: train_input_p.%s is %r; Lingvo\'s input params give '
-          'the examples per device (batch_size) and per epoch (num_samples); '
-          'set them, e.g. %s=%d.' % (fn, key, v, key, example))
-    values[key] = v
+          'the examples per device (batch_size) and per epoch (%s); '
+          'set them, e.g. %s=%d.' % (fn, key, v, epoch_key, key, example))
+    values['num_samples' if key == epoch_key else key] = v
   total_num_cores = cluster_factory.Current().total_worker_devices
   total_batch_size = max(values['batch_size'] * total_num_cores, 1)
   steps_per_epoch = float(values['num_samples']) / total_batch_size
