@@ -87,7 +87,14 @@ def _Convert(key, value, examples_per_update, examples_per_epoch,
           'examples an epoch has; %sgive it in examples or updates.' %
           (key, value, epoch_size_fix + ', or ' if epoch_size_fix else ''))
     examples = amount * examples_per_epoch
-  return int(round(examples / examples_per_update)), examples
+  updates = int(round(examples / examples_per_update))
+  if updates == 0 and amount > 0:
+    raise ValueError(
+        '%s : %r is %g examples, which rounds to 0 updates at %d examples '
+        'per update; give at least %r, or the length in updates.' %
+        (key, value, examples, examples_per_update,
+         '%d examples' % examples_per_update))
+  return updates, examples
 
 
 def ResolveDurations(params, key, examples_per_update,
@@ -110,8 +117,9 @@ def ResolveDurations(params, key, examples_per_update,
     examples at <examples_per_update> per update)".
 
   Raises:
-    ValueError: a negative duration ('-2000 examples'), or a duration in
-      epochs without examples_per_epoch (one line naming the key).
+    ValueError: a negative duration ('-2000 examples'), a positive one that
+      rounds to 0 updates, or a duration in epochs without
+      examples_per_epoch (one line naming the key).
   """
   lines = []
   for skey, sp in _Schedules(params, key):

@@ -80,6 +80,31 @@ def test_epochs_without_a_known_epoch_size_are_refused_in_one_line():
     durations.ResolveDurations(lp, 'L', 32, None)
 
 
+@pytest.mark.parametrize('value, examples', [('10 examples', 10),
+                                             ('0.01 epochs', 8)])
+def test_a_duration_that_rounds_to_zero_updates_is_refused_naming_it(
+    value, examples):
+  # Found by the fresh-user trial: total_steps : '10 examples' at 32 per
+  # update became 0 updates, refused later as 'total_steps : 0 is not > 0',
+  # without the value written or the rounding. 10 / 32 and 0.01 * 800 / 32
+  # both round to 0.
+  lp = learner_lib.Learner.Params().Set(
+      lr_schedule=_Wsd(total_steps=value))
+  with pytest.raises(ValueError) as e:
+    durations.ResolveDurations(lp, 'L', 32, lambda: 800)
+  assert str(e.value) == (
+      "L.lr_schedule.total_steps : %r is %g examples, which rounds to 0 "
+      "updates at 32 examples per update; give at least '32 examples', or "
+      'the length in updates.' % (value, examples))
+
+
+def test_zero_examples_is_still_zero_updates():
+  lp = learner_lib.Learner.Params().Set(
+      lr_schedule=_Wsd(warmup_steps='0 examples', total_steps=10))
+  durations.ResolveDurations(lp, 'L', 32, lambda: 800)
+  assert lp.lr_schedule.warmup_steps == 0
+
+
 def test_a_duration_outside_the_trainer_is_refused_naming_the_way():
   with pytest.raises(ValueError, match="total_steps='1 epochs' is a duration"
                      '; only the trainer converts'):
