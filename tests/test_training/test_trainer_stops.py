@@ -23,6 +23,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from learner.training.services import stops
+
 _ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONUNBUFFERED='1',
             CUDA_VISIBLE_DEVICES='')
 _DEADLINE_SECS = 400
@@ -208,3 +210,47 @@ def test_kill_9_at_a_random_step_then_restart_equals_uninterrupted(
   assert any('_slots' in k for k in a), sorted(a)
   for k in a:
     np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+# ---- a multi-worker group (issue 41.2): the `group` exchange, no cluster ----
+
+
+def _Stop(own_signum):
+  stop = stops.SignalStop()
+  stop.signum = own_signum  # As the handler records it.
+  return stop
+
+
+def test_group_stop_on_a_peer_signal_saves_and_exits_143_naming_it():
+  # Worker 0 received nothing; worker 1 of the group got SIGTERM (15):
+  # worker 0 saves this step too and stops with 128 + 15.
+  asked, saved = [], []
+  stop = _Stop(None)
+  with pytest.raises(stops.StopRequested) as e:
+    stop.StopIfRequested(
+        270, lambda: saved.append(270) or '/l/ckpt/ckpt-270',
+        group=lambda s: asked.append(s) or [0, signal.SIGTERM])
+  assert asked == [0] and saved == [270]
+  assert e.value.exit_code == 143
+  assert str(e.value) == (
+      'Stopped by SIGTERM to worker 1 of the group at global step 270; '
+      'checkpoint /l/ckpt/ckpt-270 saved. Run the same command again on '
+      'every worker to resume.')
+
+
+def test_group_stop_takes_the_largest_signal_and_names_every_worker():
+  # SIGINT (2) on worker 0, SIGTERM (15) on worker 2: both named, 128 + 15.
+  stop = _Stop(signal.SIGINT)
+  with pytest.raises(stops.StopRequested) as e:
+    stop.StopIfRequested(10, lambda: 'p',
+                         group=lambda s: [s, 0, signal.SIGTERM])
+  assert e.value.exit_code == 143
+  assert 'SIGTERM to worker 0, worker 2 of the group' in str(e.value)
+
+
+def test_group_without_any_signal_neither_saves_nor_stops():
+  asked = []
+  stop = _Stop(None)
+  stop.StopIfRequested(10, lambda: pytest.fail('saved'),
+                       group=lambda s: asked.append(s) or [0, 0])
+  assert asked == [0]  # Asked anyway: every worker joins every exchange.

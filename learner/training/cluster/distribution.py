@@ -1,9 +1,11 @@
 """Synchronous data parallelism on tf.distribute: strategies, input, roles.
 
-The facade of four modules, one per concern: `strategy.py` (strategies,
+The facade of the modules of this room, one per concern: `strategy.py` (strategies,
 TF_CONFIG, start-up, roles), `cluster_env.py` (the TF_CONFIG a SLURM step or
-a Kubernetes indexed Job implies, for `--cluster=slurm|jobset`), `datasets.py` (input sharding and batching)
-and `replicas.py` (agreement, worker logdirs, peer failures). Callers use
+a Kubernetes indexed Job implies, for `--cluster=slurm|jobset`), `datasets.py`
+(input sharding and batching), `replicas.py` (agreement, worker logdirs, peer
+failures) and `group_stop.py` (the workers' agreement on a stop by signal).
+Callers use
 `distribution.<Name>`; a new function goes in the module of its concern
 and its name here.
 
@@ -39,6 +41,10 @@ This module is the one place where the trainer meets `tf.distribute`
   * `ReportPeerFailure(strategy)`: a context manager that turns the error a
     collective raises when a peer worker died into a `PeerFailureError`
     saying what happened and how to resume (restart the whole group).
+  * `StopAgreement(strategy).Signals(signum)`: every worker's stop signal
+    through one small all-reduce, so a SIGTERM to any worker stops the
+    whole group at the same step; `GroupStopSignals(strategy)` gives it to
+    the trainer (None outside a cluster) (`group_stop.py`).
 
 The gradient all-reduce itself (Σ weight·grad / Σ weight, once per applied
 update) lives in `learner/cross_replica.py`, next to the Learner.
@@ -68,6 +74,8 @@ from learner.training.cluster.strategy import STRATEGY_NAMES  # pylint: disable=
 from learner.training.cluster.strategy import StartupErrorMessage  # pylint: disable=unused-import
 from learner.training.cluster.strategy import StrategyName  # pylint: disable=unused-import
 from learner.training.cluster.strategy import TaskOf  # pylint: disable=unused-import
+from learner.training.cluster.group_stop import GroupStopSignals  # pylint: disable=unused-import
+from learner.training.cluster.group_stop import StopAgreement  # pylint: disable=unused-import
 from learner.training.cluster.datasets import DistributeBatches  # pylint: disable=unused-import
 from learner.training.cluster.datasets import DistributeDataset  # pylint: disable=unused-import
 from learner.training.cluster.datasets import ShardForWorker  # pylint: disable=unused-import

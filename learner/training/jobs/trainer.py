@@ -501,7 +501,6 @@ class Trainer:
                 (restored, key, skip))
     return True
 
-
   def _TrainLoop(self, task, iterator, num_steps):
     """`task.TrainLoop` under the strategy; one output of plain values."""
     with distribution.ReportPeerFailure(self._strategy):
@@ -535,7 +534,9 @@ class Trainer:
     saver = _SaveClock(tp)
     if evaluating:
       intervals.append(dev.interval_steps)
-    if not progress.is_tty:
+    # A group agrees at each loop's end on a stop: same ends, tty or not.
+    group = distribution.GroupStopSignals(self._strategy)
+    if not progress.is_tty or group:
       intervals.append(tp.log_interval_steps)
     skips = skipped_steps.SkipMonitor(task.learners,
                                       tp.max_consecutive_skipped_steps,
@@ -551,9 +552,10 @@ class Trainer:
       skips.Check(step, step % tp.log_interval_steps == 0 or
                   step >= tp.max_steps, ckpter.latest_checkpoint,
                   task.ModelVars().Flatten())
-      self._stop.StopIfRequested(step, lambda: (
-          ckpter.latest_checkpoint if last_saved == step else
-          ckpter.Save(step)))
+      self._stop.StopIfRequested(step, lambda: os.path.join(  # The chief's.
+          self._chief_logdir, os.path.relpath(
+              ckpter.latest_checkpoint if last_saved == step else
+              ckpter.Save(step), self._logdir)), group=group)
       if evaluating and step % dev.interval_steps == 0 and (
           step < tp.max_steps):
         progress.Close() if progress.is_tty else None
