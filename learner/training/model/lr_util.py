@@ -43,15 +43,24 @@ def _Number(fn, name, value, low=0.0):
   return float(value)
 
 
+def _Defines(input_p, key):
+  """True if the input's params (Params, or any object) have `key`."""
+  try:
+    getattr(input_p, key)
+  except AttributeError:
+    return False
+  return True
+
+
 def _TrainingStatistics(fn, train_input_p):
   """(total devices, total batch size, steps per epoch) of the input."""
   values = {}
   # Lingvo's inputs say num_samples; ours (DatasetInput, the generated
   # inputs) say num_examples for the same count.
-  epoch_key = ('num_examples' if not hasattr(train_input_p, 'num_samples')
-               and hasattr(train_input_p, 'num_examples') else 'num_samples')
+  epoch_key = ('num_examples' if not _Defines(train_input_p, 'num_samples')
+               and _Defines(train_input_p, 'num_examples') else 'num_samples')
   for key, example in (('batch_size', 2), (epoch_key, 3712)):
-    if not hasattr(train_input_p, key):
+    if not _Defines(train_input_p, key):
       raise ValueError(
           'lr_util.%s: train_input_p has no %r: Lingvo\'s input params give '
           'the examples per device (batch_size) and per epoch (num_samples; '
