@@ -384,8 +384,9 @@ def StartupErrorMessage(error, config, register_timeout_seconds):
   if 'Could not start gRPC server' in text:
     return ('%s: cannot listen on its own address: the port is in '
             'use, most likely by another worker started with the same task '
-            'index %d (a duplicate). Give every worker its own index '
-            '0..%d, or free the port.' % (
+            'index %d (a duplicate), or by another process on this host '
+            '(e.g. two jobset pods on one machine share --cluster_port). Give '
+            'every worker its own index 0..%d, or free the port.' % (
                 me, task['index'], len(cluster.get(task['type'], [])) - 1))
   if isinstance(error, tf.errors.DeadlineExceededError):
     leader = ('chief', 0) if 'chief' in cluster else ('worker', 0)
