@@ -307,3 +307,25 @@ def test_loader_flags_compile_for_every_x86_64_cpu_class(tmp_path, march):
                        check=False)
   errors = [l for l in out.stderr.splitlines() if 'error' in l]
   assert out.returncode == 0, '\n'.join(errors[:5] or [out.stderr[-2000:]])
+
+
+def test_under_a_strategy_the_library_is_never_built(tmp_path):
+  # Found by the issue 41 trial: each cluster node's first multi-worker run
+  # compiled the kernels (~20 s) that no step under a strategy can use.
+  script = textwrap.dedent('''\
+      import tensorflow as tf
+      from learner.optimizers.kernels import loader, multi_tensor
+      with tf.distribute.MirroredStrategy(['/cpu:0']).scope():
+        print('REASON=%s' % multi_tensor.Unsupported())
+      print('LOADED=%d' % loader._Load.cache_info().currsize)
+      ''')
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
+  env[loader.ENV_CACHE] = str(tmp_path / 'cache')
+  out = subprocess.run([sys.executable, '-c', script], cwd=str(_REPO),
+                       env=env, capture_output=True, text=True, timeout=300,
+                       check=False)
+  assert out.returncode == 0, out.stderr
+  assert 'REASON=a tf.distribute strategy is active' in out.stdout
+  assert 'LOADED=0' in out.stdout
+  assert 'Compiling' not in out.stderr
+  assert not (tmp_path / 'cache').exists()

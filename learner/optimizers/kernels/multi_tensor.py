@@ -37,15 +37,17 @@ def Unsupported(variables=(), tensors=()):
   """
   if not loader.Enabled():
     return ('$%s=0 (the fused path is switched off)' % loader.ENV_SWITCH)
-  reason = loader.Unavailable()
-  if reason:
-    return reason
+  # The cheap reasons first: under XLA, a strategy or a GPU the library is
+  # never built (its first-use compile costs ~20 s on a cluster's nodes).
   if shared_ops.InXla():
     return 'the step is compiled by XLA (jit_compile=True)'
   if tf.distribute.has_strategy():
     return 'a tf.distribute strategy is active'
   if _HasGpu():
     return 'a GPU is visible (the ops are CPU-only)'
+  reason = loader.Unavailable()
+  if reason:
+    return reason
   seen = set()
   for v in variables:
     if isinstance(v, tf.distribute.DistributedValues):
