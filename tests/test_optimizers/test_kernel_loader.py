@@ -99,8 +99,8 @@ def test_no_compiler_is_said_once_and_the_next_run_is_silent(tmp_path, how):
   [marker] = cache.glob('*.so.failed')
   assert marker.read_text() == reason + '\n'
   assert lines == [
-      'tf_learner kernels: %s; steps take the pure-TF path (the same '
-      'numbers, slower). Not retried: delete %s or set '
+      'tf_learner kernels: %s; steps take the pure-TF path (slower; the '
+      'same results to float32 rounding). Not retried: delete %s or set '
       'TF_LEARNER_KERNEL_REBUILD=1 to try again.' % (reason, marker)]
   assert 'UNAVAILABLE=%s' % reason in stdout
   # The second run finds the marker: nothing said, nothing built.
@@ -135,8 +135,9 @@ def test_failed_build_is_remembered_with_its_output_in_the_log(tmp_path):
       'multi_tensor_rules.cc, once per TensorFlow version and machine, '
       'about 20 s) into %s.' % lib,
       'tf_learner kernels: %s (full output in %s); steps take the pure-TF '
-      'path (the same numbers, slower). Not retried: delete %s or set '
-      'TF_LEARNER_KERNEL_REBUILD=1 to try again.' % (reason, lib_log, marker)]
+      'path (slower; the same results to float32 rounding). Not retried: '
+      'delete %s or set TF_LEARNER_KERNEL_REBUILD=1 to try again.' % (
+          reason, lib_log, marker)]
   assert 'UNAVAILABLE=%s' % reason in stdout
   log = lib_log.read_text().splitlines()
   assert log[0].startswith('$ %s -shared' % fake)
@@ -275,7 +276,8 @@ def test_no_writable_cache_at_all_takes_the_pure_tf_path(
   assert err[0].startswith('tf_learner kernels: cannot write the kernel '
                            'cache $TF_LEARNER_KERNEL_CACHE=')
   assert err[1] == ('tf_learner kernels: %s either; steps take the pure-TF '
-                    'path (the same numbers, slower).' % reason)
+                    'path (slower; the same results to float32 rounding).'
+                    % reason)
 
 
 def _MarchKnown(compiler, march):

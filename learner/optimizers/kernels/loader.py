@@ -54,7 +54,8 @@ library (about 20 s of CPU once per machine and TensorFlow version).
 
 No compiler, a failed build, a failed load or an unwritable cache leave
 `Library()` None and `Unavailable()` saying why; callers then take the
-pure-TF path, which gives the same numbers (multi_tensor.py).
+pure-TF path, which gives the same results to float32 rounding
+(multi_tensor.py).
 """
 
 import contextlib
@@ -86,6 +87,10 @@ ENV_REBUILD = 'TF_LEARNER_KERNEL_REBUILD'
 CXX_FLAGS = ('-shared', '-fPIC', '-O3', '-march=native', '-ffp-contract=off',
              '-fno-math-errno', '-w')
 BUILD_TIMEOUT_S = 900
+# What every line about a missing library says: the pure-TF path's updates
+# are TF's own, the fused norm sums in float64 (README, fused kernels).
+FALLBACK = ('steps take the pure-TF path (slower; the same results to '
+            'float32 rounding)')
 
 
 def Enabled():
@@ -172,7 +177,7 @@ def _Load():
   try:
     path = CachePath()
   except _Unsafe as e:
-    _Say('%s; steps take the pure-TF path (the same numbers, slower).' % e)
+    _Say('%s; %s.' % (e, FALLBACK))
     return None, str(e)
   try:
     return _LoadAt(compiler, path)
@@ -183,15 +188,13 @@ def _Load():
   except _Unsafe as e:
     reason = 'cannot write the kernel cache %s (%s), and %s' % (
         first.where, first, e)
-    _Say('%s; steps take the pure-TF path (the same numbers, slower).'
-         % reason)
+    _Say('%s; %s.' % (reason, FALLBACK))
     return None, reason
   except OSError:  # No usable temporary directory at all.
     fallback = None
   if fallback is None or fallback.parent == path.parent:
     reason = 'cannot write the kernel cache %s (%s)' % (first.where, first)
-    _Say('%s; steps take the pure-TF path (the same numbers, slower). %s'
-         % (reason, first.fix))
+    _Say('%s; %s. %s' % (reason, FALLBACK, first.fix))
     return None, reason
   _Say('cannot write the kernel cache %s (%s); using %s instead. %s'
        % (first.where, first, fallback.parent, first.fix))
@@ -199,8 +202,7 @@ def _Load():
     return _LoadAt(compiler, fallback)
   except _Unwritable as e:
     reason = 'cannot write the kernel cache %s (%s)' % (fallback.parent, e)
-    _Say('%s either; steps take the pure-TF path (the same numbers, slower).'
-         % reason)
+    _Say('%s either; %s.' % (reason, FALLBACK))
     return None, reason
 
 
@@ -410,9 +412,9 @@ def _Fail(path, reason, log):
              (marker, ENV_REBUILD))
   except OSError:
     retry = '(Could not write %s; tried again by every process.)' % marker
-  _Say('%s%s; steps take the pure-TF path (the same numbers, slower). %s'
+  _Say('%s%s; %s. %s'
        % (reason, '' if log is None else ' (full output in %s)' % log,
-          retry))
+          FALLBACK, retry))
   return reason
 
 

@@ -1,7 +1,8 @@
 """Python entry points of the multi-tensor kernels, with their conditions.
 
 Each function either runs one fused op over a list of tensors or returns
-None, and the caller then runs its pure-TF path (the same numbers: see
+None, and the caller then runs its pure-TF path (the same updates; the
+norm to float32 rounding: see
 multi_tensor_ops.cc). The fused path runs when
 
   * it is not switched off ($TF_LEARNER_FUSED_KERNELS=0 or
