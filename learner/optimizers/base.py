@@ -54,6 +54,7 @@ same graph as before) and the schedule's value at the learner's step when
 scheduled. Here: 'decoupled_weight_decay'.
 """
 
+import contextlib
 import re
 
 from absl import logging
@@ -244,15 +245,19 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     self._BindWeightDecay(new)
     return self
 
-  def CreateSlotVariables(self, var):
+  def CreateSlotVariables(self, var, creator=None):
     """{slot name: new tf.Variable} for `var` (`_CreateSlots`' initial
     values, stored in `slot_dtype`), created outside any tf.function.
 
     Args:
       var: a variable, or anything with `name`, `dtype` and `shape` (a
         ZeRO-1 shard).
+      creator: None, or a variable creator (tf.variable_creator_scope) the
+        slots are made under (ZeRO-1: per-replica variables).
     """
-    with tf.init_scope():
+    with tf.init_scope(), contextlib.ExitStack() as stack:
+      if creator is not None:
+        stack.enter_context(tf.variable_creator_scope(creator))
       return {name: _CreateSlotVariable(self, var, name, init)
               for name, init in self._CreateSlots(var).items()}
 
