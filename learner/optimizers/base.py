@@ -14,28 +14,41 @@ Contract (docs/DESIGN.md, "Optimizer"):
   * Sparse gradients (tf.IndexedSlices): duplicate indices are merged first;
     with `lazy_sparse_updates=False` they are densified (same result as a
     dense gradient); `lazy_sparse_updates=True` updates only the rows
-    present (TF1 semantics) through `_ApplySparse`, for optimizers with
-    SUPPORTS_LAZY_SPARSE. The base default is False; the Lingvo-named
+    present (TF1 semantics): the accelerator's sparse op or `_Step` on the
+    gathered rows, for rules with SUPPORTS_LAZY_SPARSE. The base default is False; the Lingvo-named
     classes set TF1's choice (True for SGD, Momentum, Adagrad, RMSProp,
     AdaDelta; False for Adam).
     Under XLA (`jit_compile=True`) sparse gradients are always densified.
 
-Subclasses implement `_CreateSlots(var)` -> {slot_name: initial value or
-None} and `_ApplyDense(lr, var, grad, slots)`; optionally `_ApplySparse`
-(merged tf.IndexedSlices) with `SUPPORTS_LAZY_SPARSE = True`. Wrappers
-around one inner optimizer (Lars, Ema, GradientAccumulation) derive from
-`wrapper.BaseWrapper`; Composite and KerasOptimizer override `Bind` and
-`Apply` themselves.
+A rule is one formula (docs/DESIGN.md, "A new optimizer (update rule)"): a subclass
+writes `Params()`, `_CreateSlots(var)` -> {slot_name: initial value or
+None}, `_Scalars(update, dtype)` (the update's scalars: rate, bias
+corrections, scheduled betas) and `_Step(s, w, g, slots)` -> (delta,
+new_slots), and declares `ELEMENTWISE` when one element's step reads only
+that element. Every way of applying it is derived here, once, from those:
+
+  rule (`_Step`) x storage (`slot_dtype`: slots read upcast, stored
+  rounded; kernels/low_precision.py) x sharding (ZeRO-1 flat shards,
+  `UseStateSharding`, sharded_state.py) x apply path (a whole variable;
+  the rows of a lazy sparse gradient; one fused op over all variables or
+  a raw TF op: the rule's `ACCELERATOR` in kernels/accelerators.py, which
+  holds no formula, only the mapping of the scalars to the kernel).
+
+A scaled gradient (`ApplyScaled`, the learner's clip scale) is folded into
+the kernel when the accelerator can (every fused op; SGD's alpha), else
+multiplied in; a rule may take the scale over in `_BeginUpdate`
+(Momentum's folded velocity) and store per-update state in `_EndUpdate`.
+Wrappers around one inner optimizer (Lars, Ema, GradientAccumulation)
+derive from `wrapper.BaseWrapper`; Composite and KerasOptimizer override
+`Bind` and `Apply` themselves (no `_Step`: `slot_dtype` is refused).
 
 Low-precision optimizer state (`slot_dtype`, e.g. tf.bfloat16): the slots
 are stored in that dtype while the update runs in the variable's dtype:
-each step reads a slot, upcasts it, computes the rule's step (`_DenseStep`,
-the same formula as the rule's kernel) and stores the new slot rounded to
-nearest, or stochastically (`slot_stochastic_rounding`;
+each step reads a slot, upcasts it, computes `_Step` and stores the new
+slot rounded to nearest, or stochastically (`slot_stochastic_rounding`;
 learner/optimizers/kernels/low_precision.py). Such an update takes the
-pure-TF path (no fused kernel: the kernels hold float32 slots) and
-densifies sparse gradients (no lazy update). Rules that implement `_DenseStep`: SGD (no
-slots), Momentum, Adam, AdamW, Adagrad; other rules and wrappers refuse it.
+pure-TF path (no accelerator: the kernels hold slots in the variable's
+dtype) and densifies sparse gradients (no lazy update).
 Idea: Gupta et al., "Deep Learning with Limited Numerical Precision", ICML
 2015 and Kalamkar et al., "A Study of BFLOAT16 for Deep Learning Training",
 2019 (bfloat16 optimizer state with float32 math).
@@ -73,9 +86,9 @@ from learner.optimizers import var_grad as var_grad_lib
 class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
   """Base class of optimizers and optimizer wrappers.
 
-  Class attribute SUPPORTS_LAZY_SPARSE: True when `_ApplySparse` updates only
-  the rows present (var and slots); otherwise `lazy_sparse_updates` is
-  ignored and sparse gradients are densified.
+  Class attribute SUPPORTS_LAZY_SPARSE: True when `lazy_sparse_updates`
+  updates only the rows present (var and slots; an ELEMENTWISE rule);
+  otherwise it is ignored and sparse gradients are densified.
 
   Differs from Lingvo's optimizer.Base (docs/lingvo.md), for every update
   rule: the default `name` is 'optimizer' (Lingvo: the class name);
@@ -97,7 +110,7 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
       `SCHEDULABLE_PARAMS`, holds anything but schedule params or leaves the
       param's range at step 0 or a boundary (learner/optimizers/hyper.py),
       or a `slot_dtype` that is not None / a float dtype, or set on a rule
-      or wrapper without `_DenseStep`; `Apply` on a variable that was not
+      or wrapper without `_Step`; `Apply` on a variable that was not
       bound.
   """
 
@@ -127,8 +140,8 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
         'tf.float32): slots are stored in this dtype, upcast to the '
         'variable\'s dtype for the update and rounded back to nearest '
         '(bfloat16 halves the slot bytes of float32 variables). Pure-TF '
-        'path, sparse gradients densified. Only rules with `_DenseStep` '
-        '(SGD, Momentum, Adam, AdamW, Adagrad).')
+        'path, sparse gradients densified. Update rules only (a `_Step`) '
+        '(not wrappers).')
     p.Define(
         'slot_stochastic_rounding', False,
         'With slot_dtype=tf.bfloat16: round the stored slots stochastically '
