@@ -128,3 +128,12 @@ def test_fused_entry_is_the_step(name, kw, scale):
 def test_a_taken_name_is_refused():
   with pytest.raises(ValueError, match="accelerator 'adam' is registered"):
     accelerators.Register('adam', accelerators.ACCELERATORS['adam'])
+
+
+def test_lazy_sparse_rules_are_elementwise():
+  # The base runs a lazy sparse update as `_Step` on the gathered rows (or
+  # the accelerator's sparse op), which is only the rule for elementwise
+  # steps: a rule that needs whole tensors must densify.
+  for r in rules.RULES:
+    if r.cls.SUPPORTS_LAZY_SPARSE:
+      assert r.cls.ELEMENTWISE, r.cls.__name__
