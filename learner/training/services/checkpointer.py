@@ -61,6 +61,10 @@ class NoReadableCheckpointError(CheckpointError, RuntimeError):
   """Checkpoints exist but none of them can be read."""
 
 
+class CheckpointMismatchError(CheckpointError):
+  """A checkpoint does not hold every variable of the model restoring it."""
+
+
 class CheckpointSaveError(CheckpointError):
   """A save failed (full disk, file-size limit); the last one is intact."""
 
@@ -576,7 +580,12 @@ def _KerasVariableKeys(layer, root_key, out):
 
 
 def NewestCheckpoint(directory):
-  """The newest checkpoint of `directory`: by its state file, else its files."""
+  """The newest checkpoint of `directory`: by its state file, else its files.
+
+  Returns:
+    str, the checkpoint's path prefix (e.g. '<dir>/ckpt-30'), or None when
+    `directory` is missing or holds no complete checkpoint.
+  """
   if not tf.io.gfile.isdir(directory):
     return None
   if _ReadStateFile(directory) is None:
@@ -585,7 +594,3 @@ def NewestCheckpoint(directory):
       return latest
   found = CompleteCheckpoints(directory)
   return found[-1] if found else None
-
-
-class CheckpointMismatchError(CheckpointError):
-  """A checkpoint does not hold every variable of the model restoring it."""
