@@ -548,7 +548,7 @@ def Scale(clip, prescale, clip_value):
 # Brock, De, Smith & Simonyan, "High-Performance Large-Scale Image Recognition
 # Without Normalization", ICML 2021, section 4.1; units as optax's
 # adaptive_grad_clip. The Learner defines the params, checks them and its
-# variables at Bind; guarded_update runs ClipAdaptive after Scale.
+# variables at Bind; update_step runs ClipAdaptive after Scale.
 
 
 def DefineAdaptiveClipParams(p):

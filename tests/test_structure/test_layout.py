@@ -196,10 +196,10 @@ def _ClassLines(path, name):
 def test_the_learner_class_is_lingvos_size():
   lines = _ClassLines(ROOT / 'learner/learner.py', 'Learner')
   assert lines <= MAX_LEARNER_CLASS_LINES, lines
-  guard = (ROOT / 'learner/guarded_update.py').read_text()
-  for name in ('class GuardedUpdate', 'def ApplyOrSkip', 'def AgreeAndApply',
-               'def _CheckedApply', 'SKIP_REASONS = '):
-    assert name in guard, name
+  step = (ROOT / 'learner/update_step.py').read_text()
+  for name in ('class UpdateStep', 'def PipelineAndApply', 'def ApplyOrSkip',
+               'def AgreeAndApply', 'def _CheckedApply', 'SKIP_REASONS = '):
+    assert name in step, name
   resolve = (ROOT / 'learner/optimizers/resolve.py').read_text()
   for name in ('def ResolveOptimizer', 'def ScheduleParams',
                'def CheckLearnerParams'):

@@ -1,4 +1,4 @@
-"""The guarded update: apply inside one tf.cond, or skip and count why.
+"""The update step: the gradient pipeline, then apply in one tf.cond or skip.
 
 A learner's update (docs/DESIGN.md, "One training step, as data") ends
 here: the pipeline's verdict (`gradient_pipeline.Track` / `SkipFlags`)
@@ -35,8 +35,8 @@ SKIP_REASONS = (SKIP_NON_FINITE_LOSS, SKIP_NON_FINITE_GRADIENT,
                 SKIP_NON_FINITE_WEIGHTS, SKIP_OTHER)
 
 
-class GuardedUpdate:
-  """Applies a learner's update inside one tf.cond, or skips and counts.
+class UpdateStep:
+  """A learner's whole update: the pipeline, then apply or skip and count.
 
   Not a layer and not tracked by tf.Module: it holds references to the
   learner's counters and optimizer, and two process-local statistics.
@@ -105,8 +105,9 @@ class GuardedUpdate:
       values = [values]
     return dict(zip(names, values)), tf.cast(is_apply, tf.float32)
 
-  def Run(self, p, tracker, var_grads, lr, gradient_mask, gradient_adjuster,
-          applier, extra_skip=None, grad_prescale=None, losses_finite=None):
+  def PipelineAndApply(self, p, tracker, var_grads, lr, gradient_mask,
+                       gradient_adjuster, applier, extra_skip=None,
+                       grad_prescale=None, losses_finite=None):
     """The gradient pipeline (learner/gradient_pipeline.py), then the update.
 
     Args:
