@@ -1,15 +1,16 @@
 """The gradient pipeline of one applied update, as named stages.
 
 docs/DESIGN.md, "One training step, as data": between the (all-reduced,
-window-averaged) gradient and the optimizer, `Learner._Update` runs
+window-averaged) gradient and the optimizer, the update step
+(learner/update_step.py, `UpdateStep.PipelineAndApply`) runs
 
   Prescale -> Regularize -> Mask -> Norms -> Adjust -> CheckFinite -> Track
     -> ClipByNorm -> Scale -> [ClipAdaptive] -> ClipByValue
 
-(ClipAdaptive runs with the Learner's adaptive_clip_ratio, whose params,
-checks and units are here too; under several
-replicas `Track` is `SkipFlags`, combined over the replicas by the
-learner, then `AgreedSkip`).
+and then applies or skips. ClipAdaptive runs with the Learner's
+adaptive_clip_ratio, whose params, checks and units are here too. Under
+several replicas `Track` is `SkipFlags`, combined over the replicas by the
+update step (`UpdateStep.AgreeAndApply`), then `AgreedSkip`.
 
 Each stage is a function of lists aligned with `variables` (a gradient is
 a Tensor, a tf.IndexedSlices or None) and returns its result and, when it
@@ -278,8 +279,8 @@ def Norms(variables, grads, prescale, var_norms, per_variable):
   # The variables are measured in the gradients' op: the update waits for
   # the gradient norm, so no read of a variable is still alive when it
   # writes in place (which would make TF copy the variable first). Under
-  # XLA (one BlockSum per tensor) the learner passes the metrics through the
-  # update's cond for the same reason (Learner._ApplyOrSkip).
+  # XLA (one BlockSum per tensor) the update step passes the metrics through
+  # the update's cond for the same reason (UpdateStep.ApplyOrSkip).
   reads = ([v.read_value() for v in variables]
            if var_norms or per_variable else [])
   half = HalfSquaredNorms(grads + reads)
@@ -395,8 +396,8 @@ def SkipFlags(grad_norm, has_nan_or_inf, clip_to_zero, tracker,
               extra_skip=None):
   """`Track`'s decision in parts, for replicas that decide together.
 
-  Under several replicas each replica computes these flags, the learner
-  combines them over the replicas in one collective
+  Under several replicas each replica computes these flags, the update step
+  (UpdateStep.AgreeAndApply) combines them over the replicas in one collective
   (cross_replica.AnyReplica) and `AgreedSkip` turns the combined flags into
   the one decision every replica takes. Nothing is updated here (the
   tracker's statistics move in `AgreedSkip`).
@@ -548,7 +549,7 @@ def Scale(clip, prescale, clip_value):
 # Brock, De, Smith & Simonyan, "High-Performance Large-Scale Image Recognition
 # Without Normalization", ICML 2021, section 4.1; units as optax's
 # adaptive_grad_clip. The Learner defines the params, checks them and its
-# variables at Bind; guarded_update runs ClipAdaptive after Scale.
+# variables at Bind; update_step runs ClipAdaptive after Scale.
 
 
 def DefineAdaptiveClipParams(p):

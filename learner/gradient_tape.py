@@ -39,7 +39,7 @@ gradient at the weights:
              tape is put back afterwards for the learners that follow)
   g2      <- the learner's gradients of those metrics (loss scale, combiner)
   w       <- w_saved (assigned, so the weights come back bit for bit)
-  then g2 goes through the usual path: all-reduce, pipeline, guarded update.
+  then g2 goes through the usual path: all-reduce, pipeline, update step.
 
 `fprop_fn` is a zero-argument callable returning the task's metrics;
 `BaseTask`'s train step passes `lambda: task.FProp(task.theta, batch)[0]`,

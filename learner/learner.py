@@ -38,9 +38,9 @@ import tensorflow as tf
 from learner import cross_replica
 from learner import gradient_pipeline as pipeline
 from learner import gradient_tape
-from learner import guarded_update
+from learner import update_step
 from learner import loss_scale as loss_scale_lib
-from learner.guarded_update import SKIP_REASONS  # pylint: disable=unused-import
+from learner.update_step import SKIP_REASONS  # pylint: disable=unused-import
 from learner.optimizers import kernels
 from learner.optimizers.base import BaseOptimizer
 from learner.optimizers import resolve
@@ -212,7 +212,7 @@ class Learner(BaseLayer):
         'num_updates', [], init=0, trainable=False, dtype=tf.int64)
     self._num_skipped = self.CreateVariable(
         'num_skipped_steps', [], init=0, trainable=False, dtype=tf.int64)
-    self._guard = guarded_update.GuardedUpdate(
+    self._update_step = update_step.UpdateStep(
         self.path, self.optimizer, self._num_updates, self._num_skipped,
         p.check_finite_weights)
     self._bound = None  # frozenset of bound variable names after Bind.
@@ -254,7 +254,7 @@ class Learner(BaseLayer):
       after an applied update) and, for each of SKIP_REASONS, since this
       learner was built (not restored; num_skipped_steps is).
     """
-    return self._guard.SkipStatistics()
+    return self._update_step.SkipStatistics()
 
   @property
   def base_learning_rate(self):
@@ -609,7 +609,7 @@ class Learner(BaseLayer):
                else None)
 
     def _Update(vgs, applier, window_finite=None, **window):
-      stats, has_nan_or_inf = self._guard.Run(
+      stats, has_nan_or_inf = self._update_step.PipelineAndApply(
           p, tracker, vgs, lr, gradient_mask, gradient_adjuster, applier,
           **window)
       if p.loss_scale is not None:
@@ -617,7 +617,7 @@ class Learner(BaseLayer):
       return stats
 
     if self._is_accum:
-      stats, window_weight = self._guard.AccumulateOrUpdate(
+      stats, window_weight = self._update_step.AccumulateOrUpdate(
           p, var_grads, weight, _Update)
     else:
       losses_finite, empty = kernels.AllFinite(losses), None

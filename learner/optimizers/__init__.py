@@ -3,17 +3,21 @@
   base.py            BaseOptimizer (Bind-time slots, Apply), SGD, helpers
   rules/             the update rules, one family per module (momentum, adam,
                      adagrad, rmsprop, adadelta, adafactor, lamb, lion,
-                     adam_family: Nadam, RAdam, Adamax, AMSGrad, ADOPT;
-                     schedule_free, muon);
-                     rules.RULES registers each (export, factory name)
-  lars.py, ema.py, lookahead.py, swa.py, sam.py, composite.py,
-  easgd.py, local_sgd.py (replica-local; base replica_local.py),
-  keras_optimizer.py, accumulation.py
-                     the wrappers (each holds an inner optimizer's params);
-  wrapper.py         their base, BaseWrapper, and BaseAveraging, the base of
-                     those that keep weights to evaluate (Ema, Lookahead, SWA)
+                     adam_family, schedule_free, muon); rules.RULES
+                     registers each (export, factory name)
+  wrappers/          the wrappers, one per module, each holding an inner
+                     optimizer's params: lars, ema, lookahead, swa, sam,
+                     composite, accumulation; easgd, local_sgd (replica-local,
+                     base replica_local.py)
+  wrapper.py         their bases: BaseWrapper, and BaseAveraging for those
+                     that keep weights to evaluate (Ema, Lookahead, SWA)
+  keras_optimizer.py any tf.keras optimizer as a BaseOptimizer
   factory.py         get_optimizer_fn, get_optimizer_wrapper_fn
+  hyper.py, resolve.py, sharded_state.py
+                     scheduled hyperparameters; a learner's optimizer and
+                     schedule resolved; ZeRO-1 sharded state
   var_grad.py        VarGrad, the (variable, gradient) pair they consume
+  kernels/           the fused C++ ops and the graph helpers all share
 """
 
 from learner.optimizers.var_grad import VarGrad

@@ -103,7 +103,7 @@ def _Locals(strategy, v):
 
 def _Reasons(strategy, lrn):
   """{reason: count} of each replica's copy of the learner's statistics."""
-  by_reason = lrn._guard.by_reason  # pylint: disable=protected-access
+  by_reason = lrn._update_step.by_reason  # pylint: disable=protected-access
   return [dict(zip(learner_lib.learner.SKIP_REASONS, (int(c) for c in x)))
           for x in _Locals(strategy, by_reason)]
 

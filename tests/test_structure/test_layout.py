@@ -30,8 +30,8 @@ def test_each_layer_of_learner_is_a_package_with_its_modules():
       ('learner/training/jobs', {'trainer.py', 'cli.py', 'evaler.py',
                                  'export.py', 'eval_restore.py', 'validate.py',
                                  'mode_keys.py', 'run.py'}),
-      ('learner/training/services', {'checkpointer.py', 'logdir.py',
-                                     'summary.py', 'progress.py',
+      ('learner/training/services', {'checkpointer.py', 'warm_start.py',
+                                     'logdir.py', 'summary.py', 'progress.py',
                                      'early_stop.py', 'skipped_steps.py',
                                      'stops.py', 'errors.py'}),
       ('learner/training/cluster', {'distribution.py', 'strategy.py',
@@ -196,10 +196,10 @@ def _ClassLines(path, name):
 def test_the_learner_class_is_lingvos_size():
   lines = _ClassLines(ROOT / 'learner/learner.py', 'Learner')
   assert lines <= MAX_LEARNER_CLASS_LINES, lines
-  guard = (ROOT / 'learner/guarded_update.py').read_text()
-  for name in ('class GuardedUpdate', 'def ApplyOrSkip', 'def AgreeAndApply',
-               'def _CheckedApply', 'SKIP_REASONS = '):
-    assert name in guard, name
+  step = (ROOT / 'learner/update_step.py').read_text()
+  for name in ('class UpdateStep', 'def PipelineAndApply', 'def ApplyOrSkip',
+               'def AgreeAndApply', 'def _CheckedApply', 'SKIP_REASONS = '):
+    assert name in step, name
   resolve = (ROOT / 'learner/optimizers/resolve.py').read_text()
   for name in ('def ResolveOptimizer', 'def ScheduleParams',
                'def CheckLearnerParams'):

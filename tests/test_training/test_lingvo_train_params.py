@@ -21,7 +21,7 @@ import schedules
 from learner import gradient_tape
 from learner import learner as learner_lib
 from learner import optimizers
-from learner.training.services import checkpointer as checkpointer_lib
+from learner.training.services import warm_start
 from learner.training.services import early_stop as early_stop_lib
 from learner.training.model import task_params
 from learner.training.jobs import trainer as trainer_lib
@@ -406,7 +406,7 @@ def test_lingvo_rules_load_by_match_and_format_and_skip_ignored(tmp_path):
   assert path == ckpt
   variables = {'regression/w': tf.Variable(0.0), 'regression/b':
                tf.Variable(0.0)}
-  plan = checkpointer_lib.CheckInitFromCheckpoint(path, variables, rules)
+  plan = warm_start.CheckInitFromCheckpoint(path, variables, rules)
   assert plan == {'regression/w': 'regression/w'}  # b is ignored.
 
 

@@ -1,5 +1,7 @@
-"""Checkpointer: rolling saves, fallback on unreadable checkpoints, warm start,
-and the faults of issue 12 (state file, foreign model, damaged files, dir)."""
+"""Checkpointer: rolling saves, fallback on unreadable checkpoints, and the
+faults of issue 12 (state file, foreign model, damaged files, dir).
+
+Warm start (init_from_checkpoint) is tested in test_warm_start.py."""
 
 import glob
 import os
@@ -103,45 +105,6 @@ def test_variable_checkpoint_keys_match_the_saved_checkpoint(tmp_path):
   assert set(keys.values()) <= saved
 
 
-def _Vars(m):
-  return {v.name[:-2]: v for v in tf.nest.flatten(m.vars)}
-
-
-def test_init_from_checkpoint_by_name_with_rules(tmp_path):
-  src = _Build('old')
-  src.enc.vars.w.assign([5.0, 6.0])
-  src.heads[1].vars.w.assign([7.0, 8.0])
-  ck = checkpointer.Checkpointer(tf.train.Checkpoint(task=src),
-                                 str(tmp_path / 'ckpt'),
-                                 variable_names=checkpointer
-                                 .VariableCheckpointKeys(src))
-  ck.Save(1)
-  dst = _Build('new')
-  got = checkpointer.InitFromCheckpoint(
-      str(tmp_path), _Vars(dst),
-      rules=[(r'^old/enc/', 'new/heads_0/'), (r'^old/heads_1/', 'new/enc/')])
-  assert got == {'new/heads_0/w': 'old/enc/w', 'new/enc/w': 'old/heads_1/w'}
-  np.testing.assert_array_equal(dst.heads[0].vars.w.numpy(), [5.0, 6.0])
-  np.testing.assert_array_equal(dst.enc.vars.w.numpy(), [7.0, 8.0])
-  np.testing.assert_array_equal(dst.heads[1].vars.w.numpy(), [1.0, 1.0])
-
-
-def test_init_from_checkpoint_without_names_file_uses_key_paths(tmp_path):
-  src = _Build()
-  src.enc.vars.w.assign([2.0, 3.0])
-  path = tf.train.Checkpoint(task=src).save(str(tmp_path / 'c'))
-  dst = _Build()
-  got = checkpointer.InitFromCheckpoint(path, {'task/enc/w': dst.enc.vars.w})
-  assert got == {'task/enc/w': 'task/enc/w'}
-  np.testing.assert_array_equal(dst.enc.vars.w.numpy(), [2.0, 3.0])
-
-
-def test_init_from_checkpoint_no_match_names_both_sides(tmp_path):
-  path = tf.train.Checkpoint(task=_Build('old')).save(str(tmp_path / 'c'))
-  with pytest.raises(ValueError, match="no variable.*'new/enc/w'"):
-    checkpointer.InitFromCheckpoint(path, _Vars(_Build('new')))
-
-
 def test_best_checkpoint_keeps_the_best_value_and_survives_restart(tmp_path):
   m = _Build()
   ckpt = tf.train.Checkpoint(task=m)
@@ -155,13 +118,6 @@ def test_best_checkpoint_keeps_the_best_value_and_survives_restart(tmp_path):
   assert tf.train.latest_checkpoint(str(tmp_path / 'best')).endswith('-3')
   with pytest.raises(ValueError, match='mode'):
     checkpointer.BestCheckpoint(ckpt, str(tmp_path / 'b2'), 'maximum')
-
-
-def test_init_from_checkpoint_shape_mismatch_names_the_variable(tmp_path):
-  path = tf.train.Checkpoint(task=_Build()).save(str(tmp_path / 'c'))
-  other = tf.Variable([1.0, 2.0, 3.0], name='task/enc/w')
-  with pytest.raises(ValueError, match=r"'task/enc/w'.*shape \[2\].*\[3\]"):
-    checkpointer.InitFromCheckpoint(path, {'task/enc/w': other})
 
 
 # ---- faults: the state file, foreign checkpoints, damaged files, the dir ----
@@ -264,19 +220,6 @@ def test_truncated_best_json_is_an_error_naming_the_file(tmp_path):
     checkpointer.BestCheckpoint(ckpt, str(tmp_path / 'best'), 'max')
 
 
-def test_truncated_variable_names_file_is_an_error_naming_it(tmp_path):
-  src = _Build()
-  ck = checkpointer.Checkpointer(
-      tf.train.Checkpoint(task=src), str(tmp_path / 'ckpt'),
-      variable_names=checkpointer.VariableCheckpointKeys(src))
-  ck.Save(1)
-  names = tmp_path / 'ckpt' / checkpointer.VARIABLE_NAMES_FILE
-  names.write_text(names.read_text()[:20])
-  with pytest.raises(checkpointer.CheckpointError) as e:
-    checkpointer.InitFromCheckpoint(str(tmp_path), _Vars(_Build()))
-  assert str(names) in str(e.value) and 'JSONDecodeError' in str(e.value)
-
-
 def test_prepare_removes_unfinished_saves_and_keeps_checkpoints(tmp_path):
   _SaveSteps(tmp_path, [3])
   temp = tmp_path / 'ckpt' / 'ckpt-7_temp'
@@ -339,17 +282,6 @@ def test_garbled_state_file_without_checkpoints_is_moved_aside(tmp_path):
   assert (tmp_path / 'ckpt' / 'checkpoint.unreadable').read_bytes() == (
       b'\xff\xfe')
   assert len(out) == 1 and 'moved it to checkpoint.unreadable' in out[0]
-
-
-def test_init_from_a_directory_with_a_garbled_state_file_finds_the_newest(
-    tmp_path):
-  _SaveSteps(tmp_path, [3, 6])
-  (tmp_path / 'ckpt' / 'checkpoint').write_bytes(b'\xff garbage')
-  dst = _Build()
-  got = checkpointer.InitFromCheckpoint(str(tmp_path),
-                                        {'task/enc/w': dst.enc.vars.w})
-  assert got == {'task/enc/w': 'task/enc/w'}
-  np.testing.assert_array_equal(dst.enc.vars.w.numpy(), [6.0, 6.0])
 
 
 def _IteratorCheckpoint(m, with_iterator, take=0):

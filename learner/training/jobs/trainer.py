@@ -61,6 +61,7 @@ from learner.training.services import progress as progress_lib
 from learner.training.services import skipped_steps
 from learner.training.services import stops
 from learner.training.services import summary as summary_lib
+from learner.training.services import warm_start
 from learner.training.model import task_params
 from learner.training.jobs import validate
 
@@ -155,7 +156,7 @@ class Trainer:
     self._init_rules = (init_from_checkpoint_rules
                         if init_from_checkpoint_rules is not None else
                         task_rules)
-    if not isinstance(self._init_rules, checkpointer_lib.LingvoInitRules):
+    if not isinstance(self._init_rules, warm_start.LingvoInitRules):
       checks.CheckRewriteRules('Trainer', 'init_from_checkpoint_rules',
                                self._init_rules)
     self._tty = tty
@@ -302,11 +303,10 @@ class Trainer:
     """
     if not self._init_ckpt or tf.train.latest_checkpoint(ckpt_dir):
       return
-    model_vars = {checkpointer_lib.VariableName(v): v
-                  for v in self._checked.task.ModelVars().Flatten()}
+    model_vars = warm_start.ByName(self._checked.task.ModelVars().Flatten())
     with validate.Refusing():
-      checkpointer_lib.CheckInitFromCheckpoint(self._init_ckpt, model_vars,
-                                               self._init_rules)
+      warm_start.CheckInitFromCheckpoint(self._init_ckpt, model_vars,
+                                         self._init_rules)
 
   def _ReportFinished(self, stored):
     """A rerun of a finished run: writes nothing, prints what is stored."""
@@ -463,9 +463,8 @@ class Trainer:
       if self._ReportInputState(restored, restorer.restored_objects, step):
         _AdvanceIterator(iterator, step)  # Not in the checkpoint.
     elif self._init_ckpt:
-      model_vars = {checkpointer_lib.VariableName(v): v
-                    for v in task.ModelVars().Flatten()}
-      assigned = checkpointer_lib.InitFromCheckpoint(
+      model_vars = warm_start.ByName(task.ModelVars().Flatten())
+      assigned = warm_start.InitFromCheckpoint(
           self._init_ckpt, model_vars, self._init_rules)
       self._Print('Warm-started %d variables from %s.' %
                   (len(assigned), self._init_ckpt))

@@ -36,9 +36,9 @@ from params import NestedMap
 from params import hyperparams
 from learner.optimizers import var_grad
 from learner.optimizers.base import BaseOptimizer
-from learner.training.services import checkpointer
 from learner.training.cluster import distribution
 from learner.training.services import errors
+from learner.training.services import warm_start
 from params import IsTrainable
 from schedules.base_schedule import BaseSchedule
 from schedules.base_schedule import ScheduleValueError
@@ -225,7 +225,7 @@ def _Compile(key, regex):
 
 
 def _CheckRules(rules):
-  if isinstance(rules, (dict, checkpointer.LingvoInitRules)):
+  if isinstance(rules, (dict, warm_start.LingvoInitRules)):
     return  # Lingvo's form: task_params.InitFromCheckpoint checked it.
   for i, rule in enumerate(rules or ()):
     _Compile('task.train.init_from_checkpoint_rules[%d]' % i, rule[0])

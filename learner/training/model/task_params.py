@@ -29,6 +29,7 @@ from learner.optimizers import factory as optimizer_factory
 from learner.optimizers.rules import adam as adam_rule
 from learner.training.services import checkpointer as checkpointer_lib
 from learner.training.services import early_stop as early_stop_lib
+from learner.training.services import warm_start
 from params import hyperparams
 from schedules import durations
 
@@ -620,7 +621,7 @@ def InitFromCheckpoint(tp):
   Ours: (`init_from_checkpoint`, the list `init_from_checkpoint_rules`).
   Lingvo's dict form {path: (load rules, ignore rules)} (with
   `init_from_checkpoint_override` replacing its key): (that path,
-  checkpointer.LingvoInitRules). An empty dict or list: no rules.
+  warm_start.LingvoInitRules). An empty dict or list: no rules.
 
   Raises:
     ValueError: one line naming the key, for a dict with several
@@ -660,7 +661,7 @@ def InitFromCheckpoint(tp):
           'regex %r (%d).' % (key, path, i, rule[1], rule[0], groups))
   for r in ignore:
     _Compiled(key, path, r)
-  return path, checkpointer_lib.LingvoInitRules(
+  return path, warm_start.LingvoInitRules(
       [tuple(r) for r in load], list(ignore))
 
 

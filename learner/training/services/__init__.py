@@ -1,6 +1,7 @@
 """Services the jobs use: what they write, print and stop on.
 
-  checkpointer.py     checkpoints, warm starts, the best checkpoint
+  checkpointer.py     checkpoints: save, resume, the best checkpoint
+  warm_start.py       init_from_checkpoint: another run's weights by name
   failed_restore.py   silences TF's warnings after a restore that raised
   logdir.py           who owns which file of a logdir; locks; params.txt
   summary.py, progress.py

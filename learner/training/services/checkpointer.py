@@ -1,4 +1,4 @@
-"""Checkpointer: rolling checkpoints, resume, the best checkpoint, warm start.
+"""Checkpointer: rolling checkpoints, resume, the best checkpoint.
 
 One `tf.train.Checkpoint` over the task (weights, optimizer slots,
 accumulators, EMA copies, counters, tracker statistics, the global step) and,
@@ -24,9 +24,9 @@ Nothing here deletes a checkpoint except the rolling `max_to_keep`.
 
 The jobs that only read checkpoints (eval, evaler, export) restore with
 `learner.training.jobs.eval_restore.RestoreForEval`, built on the functions here.
+A warm start from another run's checkpoint is `warm_start.InitFromCheckpoint`.
 """
 
-import collections
 import contextlib
 import errno
 import glob
@@ -45,7 +45,7 @@ from learner.training.services import skipped_steps
 from params import BaseLayer
 from params import VariableName
 
-_VAR_SUFFIX = '/.ATTRIBUTES/VARIABLE_VALUE'
+VAR_SUFFIX = '/.ATTRIBUTES/VARIABLE_VALUE'
 VARIABLE_NAMES_FILE = 'variable_names.json'
 STATE_FILE = 'checkpoint'
 _PROBE_FILE = '.write_probe'
@@ -59,6 +59,10 @@ class CheckpointError(ValueError):
 
 class NoReadableCheckpointError(CheckpointError, RuntimeError):
   """Checkpoints exist but none of them can be read."""
+
+
+class CheckpointMismatchError(CheckpointError):
+  """A checkpoint does not hold every variable of the model restoring it."""
 
 
 class CheckpointSaveError(CheckpointError):
@@ -93,7 +97,7 @@ def DiskFullAsOneLine(logdir):
   except (OSError, tf.errors.OpError) as e:
     if not IsDiskFull(e):
       raise
-    last = _NewestIn(os.path.join(logdir, 'ckpt'))
+    last = NewestCheckpoint(os.path.join(logdir, 'ckpt'))
     raise CheckpointSaveError(
         'Writing to %s failed (%s: %s): its disk is full or a file-size '
         'limit was reached. %s' % (
@@ -169,7 +173,8 @@ class Checkpointer:
     max_to_keep: rolling checkpoints kept.
     variable_names: optional {variable name: checkpoint key}, written once as
       `variable_names.json` next to the checkpoints so that another run can
-      warm-start from them by variable name (see `InitFromCheckpoint`).
+      warm-start from them by variable name (see
+      `warm_start.InitFromCheckpoint`).
     report: callable(str) that shows a warning to the user (default: print
       to stdout); warnings also go to the absl log.
     keep_every_n_hours: also keep one checkpoint per this many hours beyond
@@ -451,17 +456,6 @@ def SavedRootObjects(path):
   return {k.split('/', 1)[0] for k in keys if '/' in k}
 
 
-def _ReadJson(path, what):
-  """The JSON value in `path`; CheckpointError naming the file otherwise."""
-  try:
-    with tf.io.gfile.GFile(path) as f:
-      return json.load(f)
-  except (OSError, tf.errors.OpError, ValueError) as e:
-    raise CheckpointError('%s %s cannot be read (%s: %s). %s' % (
-        what, path, type(e).__name__, str(e).split('\n')[0],
-        'Put back a good copy of it, or move it aside.')) from None
-
-
 class BestCheckpoint:
   """Keeps the checkpoint with the best dev metric apart, in `directory`.
 
@@ -552,7 +546,7 @@ def VariableCheckpointKeys(layer, root_key='task'):
     if isinstance(obj, BaseLayer):
       for name, var in obj.OwnVariables().items():
         out[VariableName(var)] = '%s/_private_vars/%s%s' % (prefix, name,
-                                                         _VAR_SUFFIX)
+                                                         VAR_SUFFIX)
       for name, child in obj.OwnChildren().items():
         _Walk(child, '%s/_private_children/%s' % (prefix, name))
     elif isinstance(obj, (list, tuple)):
@@ -582,11 +576,16 @@ def _KerasVariableKeys(layer, root_key, out):
       continue
     name = VariableName(obj.value)
     if name not in out:
-      out[name] = '/'.join(ref.name for ref in paths[obj]) + _VAR_SUFFIX
+      out[name] = '/'.join(ref.name for ref in paths[obj]) + VAR_SUFFIX
 
 
-def _NewestIn(directory):
-  """The newest checkpoint of `directory`: by its state file, else its files."""
+def NewestCheckpoint(directory):
+  """The newest checkpoint of `directory`: by its state file, else its files.
+
+  Returns:
+    str, the checkpoint's path prefix (e.g. '<dir>/ckpt-30'), or None when
+    `directory` is missing or holds no complete checkpoint.
+  """
   if not tf.io.gfile.isdir(directory):
     return None
   if _ReadStateFile(directory) is None:
@@ -595,173 +594,3 @@ def _NewestIn(directory):
       return latest
   found = CompleteCheckpoints(directory)
   return found[-1] if found else None
-
-
-def _ResolveCheckpointPath(path):
-  if tf.io.gfile.isdir(path):
-    latest = _NewestIn(path) or _NewestIn(os.path.join(path, 'ckpt'))
-    if latest is None:
-      raise ValueError('init_from_checkpoint: no checkpoint in directory %r '
-                       '(nor in its ckpt/). Give a checkpoint prefix, a '
-                       'directory of checkpoints or a logdir.' % path)
-    return latest
-  return path
-
-
-def InitFromCheckpoint(path, variables, rules=()):
-  """Warm-starts `variables` from another run's checkpoint by variable name.
-
-  Names in the source checkpoint come from its `variable_names.json` (written
-  by `Checkpointer.Save`) or, without it, from its checkpoint keys
-  ('task/_private_children/enc/_private_vars/w' -> 'task/enc/w'). Each source
-  name is mapped with the first rule (regex, replacement) whose regex
-  `re.search`-es it (`re.sub`), or kept as it is when `rules` is empty; a
-  mapped name that is one of `variables` is assigned. Only `variables` are
-  touched (pass the model variables: optimizer slots are not taken).
-
-  Args:
-    path: a checkpoint prefix, or a directory holding checkpoints (or a
-      logdir whose 'ckpt' subdirectory holds them).
-    variables: {variable name: tf.Variable} to initialise.
-    rules: list of (regex, replacement) pairs.
-
-  Returns:
-    {our variable name: source variable name} of the variables assigned.
-
-  Raises:
-    ValueError: if the checkpoint cannot be found, a shape differs, or no
-      variable at all is matched (the message lists both sets of names).
-  """
-  reader, plan = _InitPlan(path, variables, rules)
-  assigned = {}
-  for dst_name, src_name, key in plan:
-    variables[dst_name].assign(reader.get_tensor(key))
-    assigned[dst_name] = src_name
-  logging.info('Warm-started %d variables from %s: %s', len(assigned), path,
-               assigned)
-  return assigned
-
-
-def CheckInitFromCheckpoint(path, variables, rules=()):
-  """What `InitFromCheckpoint` would assign, checked without assigning.
-
-  The trainer calls it before anything is written to the logdir, so a
-  missing checkpoint or rules that match nothing are refused in one line
-  with no file left behind.
-
-  Args, Raises: as `InitFromCheckpoint` (variables may be any objects with
-    a `shape`).
-
-  Returns:
-    {our variable name: source variable name} it would assign.
-  """
-  _, plan = _InitPlan(path, variables, rules)
-  return {dst: src for dst, src, _ in plan}
-
-
-def _InitSourceNames(prefix, reader):
-  """{source variable name: checkpoint key} of the checkpoint at `prefix`."""
-  shapes = reader.get_variable_to_shape_map()
-  names_file = os.path.join(os.path.dirname(prefix), VARIABLE_NAMES_FILE)
-  if tf.io.gfile.exists(names_file):
-    source = _ReadJson(names_file, 'init_from_checkpoint: the names file')
-    if not isinstance(source, dict):
-      raise CheckpointError(
-          'init_from_checkpoint: %s holds %s, not {variable name: key}. Put '
-          'back a good copy of it, or move it aside.' %
-          (names_file, type(source).__name__))
-    return {n: k for n, k in source.items() if k in shapes}
-  source = {}
-  for key in shapes:
-    if not key.endswith(_VAR_SUFFIX):
-      continue
-    parts = key[:-len(_VAR_SUFFIX)].split('/')
-    parts = [s for s in parts if s not in ('_private_children',
-                                           '_private_vars')]
-    source['/'.join(parts)] = key
-  return source
-
-
-def OneLineError(error):
-  """A TF error's message on one line, without TF's trailing hints."""
-  return ' '.join(str(getattr(error, 'message', error)).split())
-
-
-class LingvoInitRules(collections.namedtuple('LingvoInitRules',
-                                             ['load', 'ignore'])):
-  """One checkpoint's rules in Lingvo's `init_from_checkpoint_rules` form.
-
-  load: [(regex, format)]: our variable whose name re.match-es the first
-    such regex takes the checkpoint variable named `format % groups`.
-  ignore: [regex]: our variables whose name re.match-es one are not
-    loaded. Source: Lingvo's `py_utils.OverrideVarsFromCheckpoint`.
-  """
-
-
-def _LingvoPlan(source, variables, rules):
-  """[(our name, source name)] by Lingvo's rules (our name -> source)."""
-  pairs = []
-  for dst_name in sorted(variables):
-    if any(re.match(r, dst_name) for r in rules.ignore):
-      continue
-    for regex, fmt in rules.load:
-      m = re.match(regex, dst_name)
-      if m:
-        src_name = fmt % m.groups()
-        if src_name in source:
-          pairs.append((dst_name, src_name))
-        break
-  return pairs
-
-
-def _InitPairs(source, variables, rules):
-  """[(our name, source name)] of a warm start by `rules` (either form)."""
-  if isinstance(rules, LingvoInitRules):
-    return _LingvoPlan(source, variables, rules)
-  pairs = []
-  for src_name in sorted(source):
-    dst_name = src_name
-    if rules:
-      dst_name = None
-      for regex, repl in rules:
-        if re.search(regex, src_name):
-          dst_name = re.sub(regex, repl, src_name)
-          break
-    if dst_name is not None and dst_name in variables:
-      pairs.append((dst_name, src_name))
-  return pairs
-
-
-def _InitPlan(path, variables, rules):
-  """(reader, [(our name, source name, checkpoint key)]) of a warm start."""
-  prefix = _ResolveCheckpointPath(path)
-  try:
-    reader = tf.train.load_checkpoint(prefix)
-  except (tf.errors.OpError, ValueError) as e:
-    raise ValueError(
-        'init_from_checkpoint: cannot read %r (%s). Give a checkpoint '
-        'prefix (e.g. <logdir>/ckpt/ckpt-100), a directory of checkpoints '
-        'or a logdir.' % (path, OneLineError(e))) from None
-  shapes = reader.get_variable_to_shape_map()
-  source = _InitSourceNames(prefix, reader)
-  plan = []
-  for dst_name, src_name in _InitPairs(source, variables, rules):
-    key = source[src_name]
-    var = variables[dst_name]
-    if list(shapes[key]) != var.shape.as_list():
-      raise ValueError(
-          'init_from_checkpoint: %r (from %r) has shape %s in the checkpoint '
-          'but %s here.' % (dst_name, src_name, list(shapes[key]),
-                            var.shape.as_list()))
-    plan.append((dst_name, src_name, key))
-  if not plan:
-    raise ValueError(
-        'init_from_checkpoint: no variable of %r matched. Checkpoint '
-        'variables: %s; ours: %s; rules: %s. Add (regex, replacement) rules '
-        'mapping their names to ours.' % (path, sorted(source),
-                                          sorted(variables), list(rules)))
-  return reader, plan
-
-
-class CheckpointMismatchError(CheckpointError):
-  """A checkpoint does not hold every variable of the model restoring it."""

@@ -1,14 +1,24 @@
-"""The guarded update: apply inside one tf.cond, or skip and count why.
+"""The update step: the gradient pipeline, then apply in one tf.cond or skip.
 
-A learner's update (docs/DESIGN.md, "One training step, as data") ends
-here: the pipeline's verdict (`gradient_pipeline.Track` / `SkipFlags`)
-chooses one branch of one `tf.cond`. The apply branch hands the scaled
-gradients to the optimizer (or the accumulation's window); the skip branch
-changes no model variable and no optimizer slot and counts the reason. Under
-several replicas the skip flags are ORed over them first, in one small
-collective (`cross_replica.AnyReplica`), so all replicas skip or all apply.
-With `check_finite_weights` an update that makes a weight non-finite is
-undone exactly (weights and optimizer variables put back).
+A learner's update (docs/DESIGN.md, "One training step, as data") is
+`UpdateStep.PipelineAndApply`, from the gradients to the counted update:
+
+  1. the pipeline's stages (learner/gradient_pipeline.py: regularize, mask,
+     norms, adjust, check finite, track, clip, scale), whose verdict
+     (`gradient_pipeline.Track` / `SkipFlags`) says whether to skip;
+  2. under several replicas, that verdict ORed over them in one small
+     collective (`cross_replica.AnyReplica`, `AgreeAndApply`), so all
+     replicas skip or all apply;
+  3. one branch of one `tf.cond` (`ApplyOrSkip`): the apply branch hands the
+     scaled gradients to the optimizer (or the accumulation's window); the
+     skip branch changes no model variable and no optimizer slot and counts
+     the reason;
+  4. with `check_finite_weights`, an update that makes a weight non-finite
+     undone exactly (weights and optimizer variables put back,
+     `_CheckedApply`).
+
+Under accumulation, `AccumulateOrUpdate` runs the same update on the
+micro-step that completes the window.
 
 The counters are the learner's (`num_updates`, `num_skipped_steps`, both
 checkpointed); the per-process statistics (`SkipStatistics`) live here and
@@ -35,8 +45,8 @@ SKIP_REASONS = (SKIP_NON_FINITE_LOSS, SKIP_NON_FINITE_GRADIENT,
                 SKIP_NON_FINITE_WEIGHTS, SKIP_OTHER)
 
 
-class GuardedUpdate:
-  """Applies a learner's update inside one tf.cond, or skips and counts.
+class UpdateStep:
+  """A learner's whole update: the pipeline, then apply or skip and count.
 
   Not a layer and not tracked by tf.Module: it holds references to the
   learner's counters and optimizer, and two process-local statistics.
@@ -105,9 +115,14 @@ class GuardedUpdate:
       values = [values]
     return dict(zip(names, values)), tf.cast(is_apply, tf.float32)
 
-  def Run(self, p, tracker, var_grads, lr, gradient_mask, gradient_adjuster,
-          applier, extra_skip=None, grad_prescale=None, losses_finite=None):
-    """The gradient pipeline (learner/gradient_pipeline.py), then the update.
+  def PipelineAndApply(self, p, tracker, var_grads, lr, gradient_mask,
+                       gradient_adjuster, applier, extra_skip=None,
+                       grad_prescale=None, losses_finite=None):
+    """The whole update: the pipeline's stages, the skip decision, the update.
+
+    Runs learner/gradient_pipeline.py's stages, decides the skip (alone or
+    over the replicas, `AgreeAndApply`), applies or skips in one tf.cond
+    (`ApplyOrSkip`; with check_finite_weights, undoes a non-finite update).
 
     Args:
       p: the learner's Params (clipping, regularizers, norms).
@@ -116,7 +131,7 @@ class GuardedUpdate:
         already averaged over replicas / the window, or - with
         `grad_prescale` - sums that `grad_prescale` turns into the gradient.
       lr: float32 scalar, the scheduled rate.
-      gradient_mask, gradient_adjuster: as in Apply.
+      gradient_mask, gradient_adjuster: as in Learner.Apply.
       applier: what applies the update: this learner's optimizer, or the
         accumulation's Window (its `Apply` / `ApplyScaled`).
       extra_skip: optional bool scalar that also skips the update.
@@ -159,7 +174,7 @@ class GuardedUpdate:
     track = (norms.norm, has_nan_or_inf,
              0.0 if single else p.grad_norm_to_clip_to_zero, tracker,
              extra_skip)
-    # Several replicas decide together (_AgreeAndApply); one decides alone.
+    # Several replicas decide together (AgreeAndApply); one decides alone.
     replicated = cross_replica.NumReplicas() > 1
     skip = (pipeline.SkipFlags(*track) if replicated else
             pipeline.Track(*track))
@@ -172,18 +187,17 @@ class GuardedUpdate:
               held=metrics if kernels.InXla() else None)
     if replicated:
       out, has_nan_or_inf = self.AgreeAndApply(skip, norms.norm, tracker,
-                                                losses_finite, update, **kw)
+                                               losses_finite, update, **kw)
     else:
       out = self.ApplyOrSkip(
-          skip, lambda: SkipReason(has_nan_or_inf,
-                                                  losses_finite),
-          *update, **kw)
+          skip, lambda: SkipReason(has_nan_or_inf, losses_finite), *update,
+          **kw)
     metrics.update(out)
     return ({k: metrics[k] for k in pipeline.MetricNames(p, variables)},
             has_nan_or_inf)
 
   def ApplyOrSkip(self, skip, reason, lr, var_grads, grads, scaling,
-                   applier, measured=None, held=None):
+                  applier, measured=None, held=None):
     """Inside one tf.cond: applies the scaled `grads`, or counts a skip.
 
     A skipped step changes no model variable and no optimizer slot. When
@@ -196,7 +210,8 @@ class GuardedUpdate:
       skip: bool scalar, True skips.
       reason: zero-argument callable giving the int32 index in SKIP_REASONS
         counted on a skip (built inside the skip branch only).
-      lr, var_grads, grads, scaling, applier: as `_Update` has them.
+      lr, var_grads, grads, scaling, applier: as `PipelineAndApply` has
+        them (the scaled gradients are built in the apply branch, `UpdateFn`).
       measured: None, or the variables whose sum(w^2) / 2 before the update
         gives var_norm/all (inside a fused apply op when it can be,
         MeasuredApply; read in the skip branch).
@@ -231,8 +246,7 @@ class GuardedUpdate:
       if measured is None:
         _Apply()
         return _Outputs(self.CountApplied())
-      half = MeasuredApply(measured, applied.Flatten(), applier,
-                                    _Apply)
+      half = MeasuredApply(measured, applied.Flatten(), applier, _Apply)
       return _Outputs(self.CountApplied(), half)
 
     def _Skip():
@@ -304,7 +318,7 @@ class GuardedUpdate:
     return guarded
 
   def AgreeAndApply(self, flags, grad_norm, tracker, losses_finite, update,
-                     measured=None, held=None):
+                    measured=None, held=None):
     """Under several replicas: one skip decision for all, then the update.
 
     Each replica's `pipeline.SkipFlags` are combined over the replicas in
@@ -320,11 +334,11 @@ class GuardedUpdate:
       grad_norm: float32 scalar, the all-reduced gradient's norm.
       tracker: None or the GradNormTracker (it records the agreed flags).
       losses_finite: None, or a bool scalar already agreed over replicas.
-      update: (lr, var_grads, grads, scaling, applier), as `_ApplyOrSkip`.
-      measured, held: as `_ApplyOrSkip`.
+      update: (lr, var_grads, grads, scaling, applier), as `ApplyOrSkip`.
+      measured, held: as `ApplyOrSkip`.
 
     Returns:
-      ({name: value} of `_ApplyOrSkip` plus has_nan_or_inf, the agreed
+      ({name: value} of `ApplyOrSkip` plus has_nan_or_inf, the agreed
       one as float32 0/1; the agreed has_nan_or_inf, a bool scalar).
     """
     if self._check_finite_weights:
