@@ -64,7 +64,8 @@ def test_the_old_module_is_gone_and_every_registered_rule_is_covered_here():
   assert not (pathlib.Path(__file__).resolve().parents[2] /
               'learner/optimizers/update_rules.py').exists()
   # Rules registered after the move have no old path: XLAShardingAdafactor
-  # (issue 23), the Adam family and the schedule-free rules and Muon (issue 24).
+  # (issue 23), the Adam family and the schedule-free rules and Muon (issue
+  # 24), AdEMAMix (issue 37).
   assert {r.cls.__name__ for r in rules.RULES} == set(NEW_MODULE) | {
       'XLAShardingAdafactor', 'Nadam', 'RAdam', 'Adamax', 'AMSGrad', 'ADOPT',
-      'ScheduleFreeSGD', 'ScheduleFreeAdamW', 'Muon'}
+      'ScheduleFreeSGD', 'ScheduleFreeAdamW', 'Muon', 'AdEMAMix'}
