@@ -32,16 +32,18 @@ _KEYS = {'b1': 'beta1', 'b2': 'beta2', 'b3': 'beta3', 'alpha': 'alpha',
 
 
 def _Numpy(w, grads, lr, beta1=0.9, beta2=0.999, beta3=0.9999, alpha=5.0,
-           epsilon=1e-8, wd=0.0, alphas=None, beta3s=None):
+           epsilon=1e-8, wd=0.0, alphas=None, beta3s=None, beta1s=None):
   """Weights (float64) after each gradient of `grads`: Algorithm 1 of
   Pagliardini et al. (arXiv:2409.03137), written again here. `alphas`,
-  `beta3s`: per-step values (a schedule) instead of alpha, beta3."""
+  `beta3s`, `beta1s`: per-step values (a schedule) instead of alpha, beta3,
+  beta1 (a scheduled beta1 is bias corrected by its current value^t)."""
   w = np.asarray(w, np.float64)
   m1, m2, nu = np.zeros_like(w), np.zeros_like(w), np.zeros_like(w)
   out = []
   for t, g in enumerate(grads, start=1):
     a = alpha if alphas is None else alphas[t - 1]
     b3 = beta3 if beta3s is None else beta3s[t - 1]
+    beta1 = beta1 if beta1s is None else beta1s[t - 1]
     g = np.asarray(g, np.float64)
     m1 = beta1 * m1 + (1 - beta1) * g
     m2 = b3 * m2 + (1 - b3) * g
@@ -220,6 +222,18 @@ def test_scheduled_alpha_and_beta3_give_numpy_with_the_scheduled_values():
   assert refs.RelativeError(ours, np.stack(want)) <= 1e-6
   unscheduled = _Numpy(case['init'], grads, case['lr'])
   assert np.abs(np.stack(want) - np.stack(unscheduled)).max() > 1e-2
+
+
+def test_scheduled_beta1_is_bias_corrected_by_its_current_value():
+  w0, grads = _Problem((4, 3), seed=13, steps=6)
+  p = AdEMAMix.Params().Set(epsilon=1e-3, hyper_schedules={
+      'beta1': LinearSchedule.Params().Set(start=(0, 0.5), limit=(4, 0.9))})
+  ours, _, _ = _Apply(p, w0, grads)
+  beta1s = [0.5, 0.6, 0.7, 0.8, 0.9, 0.9]
+  want = _Numpy(w0, grads, 0.05, epsilon=1e-3, beta1s=beta1s)
+  assert refs.RelativeError(np.stack(ours), np.stack(want)) <= 1e-6
+  plain = _Numpy(w0, grads, 0.05, epsilon=1e-3)
+  assert np.abs(want[-1] - plain[-1]).max() > 1e-3
 
 
 # (5) XLA.
