@@ -40,7 +40,6 @@ import tensorflow as tf
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers import wrapper
 from learner.optimizers.base import BaseOptimizer
-from learner.optimizers.kernels import accelerators
 from params import NestedMap
 from params import checks
 
@@ -68,7 +67,7 @@ def _AverageScalars(update, dtype, b1, wd):
                    b1=tf.constant(b1, dtype),
                    one_minus_b1=tf.constant(1. - b1, dtype),
                    wd=tf.constant(wd, dtype), decay_on=bool(wd),
-                   first=update.first, gives_weights=False)
+                   first=update.first)
 
 
 def _Average(s, w, u, slots, decay, new):
@@ -80,9 +79,8 @@ def _Average(s, w, u, slots, decay, new):
       decay: Python bool, add wd * y to u; new: the direction's new slots.
 
   Returns:
-    (delta, new slots) with y_new = y - delta (the base's contract), or
-    (y_new, new slots) when `s.gives_weights` (`_ScheduleFree._ApplyOne`:
-    y - (y - y_new) is not y_new bit for bit).
+    (y_new, new slots): the new weights (the rule declares
+    STEP_GIVES_WEIGHTS: y - (y - y_new) is not y_new bit for bit).
   """
   y = tf.identity(w)
   if decay:
@@ -96,7 +94,7 @@ def _Average(s, w, u, slots, decay, new):
   y_new = s.b1 * x_new + s.one_minus_b1 * z_new
   new = dict(new)
   new['z'], new[EVAL_SLOT] = z_new, x_new
-  return (y_new if s.gives_weights else y - y_new), new
+  return y_new, new
 
 
 class _ScheduleFree(BaseOptimizer):
@@ -108,14 +106,16 @@ class _ScheduleFree(BaseOptimizer):
   Each subclass writes its `_Scalars` and its `_Step` (its direction u,
   then the shared z, x, y update); one fused op updates every variable
   (the 'schedule_free' accelerator: TfLearnerMultiApplyScheduleFree*,
-  kernels/multi_tensor_rules.cc) where it can run, else `_ApplyOne` per
-  variable (the same numbers).
+  kernels/multi_tensor_rules.cc) where it can run, else the base's
+  per-variable `_Step` (the same numbers).
   Sparse gradients are densified. The eval weights follow Ema's protocol:
   `EvalAverages()`, `EvalAverageClasses(p)`, `GetAverage(var)`,
   `AverageCheckpointKeySuffix(var)`, `SwapAverages()`.
   """
 
   ELEMENTWISE = True
+  STEP_GIVES_WEIGHTS = True
+  DECAY_IN_STEP = True  # wd * y is added to the direction u (`_Average`).
   EVAL_WEIGHTS_LABEL = 'schedule-free average x'
 
   @classmethod
@@ -208,25 +208,6 @@ class _ScheduleFree(BaseOptimizer):
     """True if decoupled_weight_decay acts on the variable `w` (inside u)."""
     return bool(self.params.decoupled_weight_decay) and self._decay_mask.get(
         var_grad_lib.VarName(w), True)
-
-  def _ApplyOne(self, update, var, grad, slots):
-    """One variable's z, x, y update through `_Step` (TRANSITION).
-
-    Written here, not derived by the base, for two reasons the base does
-    not cover yet: y is assigned (y_new), not y - (y - y_new), which
-    differs in the last bit; and the rule's weight decay acts inside u
-    (`_Average`), not after the step as the base's decoupled decay.
-    (No `slot_dtype`: refused at construction.)
-    """
-    grad = tf.convert_to_tensor(grad)  # Sums duplicate sparse rows.
-    grad = accelerators.Scaled(grad, update.grad_scale)
-    s = self._Scalars(update, var.dtype)
-    s.gives_weights = True
-    values = {k: x.read_value() for k, x in slots.items()}
-    y_new, new = self._Step(s, var, grad, values)
-    ops = [slots[k].assign(v) for k, v in sorted(new.items())]
-    ops.append(var.assign(y_new))
-    return tf.group(ops) if not tf.executing_eagerly() else None
 
   # ---- the eval weights (Ema's protocol) -----------------------------------
 
