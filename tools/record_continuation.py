@@ -210,7 +210,15 @@ def Batch(step):
 class Run:
   """One case's learner, variables and global step, built fresh."""
 
-  def __init__(self, case):
+  def __init__(self, case, function=False):
+    """Builds the case's variables, learner (bound) and checkpoint.
+
+    Args:
+      case: a Case of `Cases()`.
+      function: True runs each step in one tf.function (traced once, the
+        batch passed as tensors), as a trainer does; False eagerly (what is
+        recorded).
+    """
     rng = np.random.RandomState(7)
     self.names = case.names
     self.vars = NestedMap()
@@ -227,11 +235,12 @@ class Run:
     self.learner.Bind(self.vars, global_step=self.global_step)
     self.checkpoint = tf.train.Checkpoint(
         learner=self.learner, global_step=self.global_step, **self.vars)
+    self._apply = tf.function(self._Apply) if function else self._Apply
 
-  def _Loss(self, step):
-    x, ids, y = Batch(step)
+  def _Loss(self, x, ids, y):
+    """Mean squared error of (x + emb[ids]) w^T + b against y (a scalar)."""
     v = self.vars
-    h = tf.constant(x)
+    h = x
     if 'emb' in v:
       h += tf.gather(v.emb, ids)
     # No matmul: with oneDNN on (TF's default on some CPUs) a MatMul's
@@ -241,16 +250,18 @@ class Run:
       out += v.b
     return tf.reduce_mean(tf.square(out - y))
 
-  def Step(self):
-    """One Learner.Apply on the batch of the current global step."""
-    step = int(self.global_step.numpy())
-
+  def _Apply(self, x, ids, y):
     def FProp():
-      return {'loss': (self._Loss(step), 1.0)}
+      return {'loss': (self._Loss(x, ids, y), 1.0)}
 
     with learner_lib.GradientTape():
       metrics = FProp()
     self.learner.Apply(metrics, self.vars, fprop_fn=FProp)
+
+  def Step(self):
+    """One Learner.Apply on the batch of the current global step."""
+    x, ids, y = Batch(int(self.global_step.numpy()))
+    self._apply(tf.constant(x), tf.constant(ids), tf.constant(y))
     self.global_step.assign_add(1)
 
   def Weights(self):
