@@ -168,6 +168,8 @@ def _FeatureCases():
       # these batches is ~3, well above 0.5).
       ('Momentum_clip', _C(_Momentum, clip_gradient_norm_to_value=0.5)),
       ('SGD_clip', _C(o.SGD.Params, clip_gradient_norm_to_value=0.5)),
+      # Adam's fused kernel takes the scale too (the others' multiply it in).
+      ('Adam_clip', _C(_Adam, clip_gradient_norm_to_value=0.5)),
       ('Adam_beta1_scheduled', _C(lambda: _Adam().Set(
           hyper_schedules={'beta1': beta1}))),
       ('Adam_bf16_slots', _C(lambda: _Adam().Set(slot_dtype=tf.bfloat16))),
@@ -181,6 +183,10 @@ def _FeatureCases():
       ('SGD_lazy_sparse', _C(lambda: o.SGD.Params().Set(
           lazy_sparse_updates=True))),
       ('Adagrad_lazy_sparse', _C(lambda: o.Adagrad.Params().Set(
+          lazy_sparse_updates=True))),
+      ('RMSProp_lazy_sparse', _C(lambda: o.RMSProp.Params().Set(
+          lazy_sparse_updates=True))),
+      ('AdaDelta_lazy_sparse', _C(lambda: o.AdaDelta.Params().Set(
           lazy_sparse_updates=True))),
   ])
 
