@@ -15,9 +15,8 @@ Params by its base, `ParamsBase`, and builds one only with the classes its
 caller passes (`ParamsClasses`, e.g. `hyperparams.PARAMS_CLASSES`).
 """
 
-import collections
-
 import ast
+import collections
 import enum
 import inspect
 import keyword
