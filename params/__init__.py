@@ -1,6 +1,7 @@
 """Configuration and composition: Params, NestedMap, BaseLayer, the registry."""
 
 from params.hyperparams import InstantiableParams
+from params.hyperparams import PARAMS_CLASSES
 from params.hyperparams import Params
 from params.text_registry import LookupImported
 from params.text_registry import RegisterForText

@@ -8,7 +8,12 @@ class to build (`cls`) and builds it with `Instantiate()`.
 
 The text form lives beside this module: params/params_text.py (a Params as
 'key : value' lines), params/value_codec.py (one value: `EncodeValue`,
-`DecodeValue`) and params/text_registry.py (what text may name).
+`DecodeValue`) and params/text_registry.py (what text may name). Imports go
+one way, hyperparams -> params_text -> value_codec: this module is the top,
+`Params` derives from `value_codec.ParamsBase` (how the codec recognises
+it), and `PARAMS_CLASSES` is what this module passes down for the reader to
+build Params with. The reader uses only public methods (`IterParams`, `Get`,
+`Set`, `ResolveKey`, `GetCopy`).
 
 Design after Lingvo's `lingvo/core/hyperparams.py`, with these differences:
   * `Freeze()` freezes every nested Params too, not only the top level.
@@ -27,6 +32,9 @@ import difflib
 import re
 
 import numpy as np
+
+from params import params_text
+from params import value_codec
 
 _NAME_RE = re.compile(r'^[a-z_][a-z0-9_]*$')
 _KEY_SEGMENT_RE = re.compile(r'^([a-z_][a-z0-9_]*)((?:\[\d+\])*)$')
@@ -66,24 +74,13 @@ def _Index(key, container, i):
     raise AttributeError(
         'Key %r: [%d] indexes a list or tuple, but the value there is not a '
         'list (it is a %s: %s). Drop the [%d] or point the key at a list.' %
-        (key, i, type(container).__name__, _OneLine(repr(container), 80), i))
+        (key, i, type(container).__name__,
+         value_codec.OneLine(repr(container), 80), i))
   if not -len(container) <= i < len(container):
     raise AttributeError(
         'Key %r: index [%d] is out of range: the list has %d item(s) '
         '(indices 0..%d).' % (key, i, len(container), len(container) - 1))
   return container[i]
-
-
-def _ParamsText():
-  """The module params/params_text.py, which writes and reads Params as text.
-
-  Imported here, inside a function, because params_text imports this module
-  (it builds and recognises Params): a top-level import would close the
-  cycle hyperparams -> params_text -> hyperparams. The import is only a
-  lookup in sys.modules after the first call.
-  """
-  from params import params_text  # pylint: disable=g-import-not-at-top
-  return params_text
 
 
 class _Param:
@@ -108,7 +105,7 @@ def _ListKeyMessage(key, segments, seg_i, value):
                                    '%s[0].%s' % (head, tail), len(value) - 1))
 
 
-class Params:
+class Params(value_codec.ParamsBase):
   """A set of named, documented hyper-parameters.
 
   Usage:
@@ -223,8 +220,15 @@ class Params:
 
   # ---- dotted paths --------------------------------------------------------
 
-  def _Resolve(self, key):
-    """Returns (container, last_name, last_indices) for a dotted key."""
+  def ResolveKey(self, key):
+    """Returns (params, name, indices) where the dotted key `key` ends.
+
+    For 'a.b[1].c[0]': the Params holding 'c' (the value of a.b[1]), 'c',
+    and [0], the indices after the last name (ints). Nothing is changed.
+
+    Raises:
+      AttributeError: as `Get`, if the key is malformed or does not exist.
+    """
     segments = key.split('.')
     obj = self
     for seg_i, seg in enumerate(segments):
@@ -269,7 +273,7 @@ class Params:
         the key's '[i]' indexes a value that is not a list, or i is out of
         range.
     """
-    parent, name, indices = self._Resolve(key)
+    parent, name, indices = self.ResolveKey(key)
     value = parent._params[name].value
     for i in indices:
       value = _Index(key, value, i)
@@ -288,7 +292,7 @@ class Params:
     return self
 
   def _SetKey(self, key, value):
-    parent, name, indices = self._Resolve(key)
+    parent, name, indices = self.ResolveKey(key)
     if not indices:
       setattr(parent, name, value)
       return
@@ -300,6 +304,21 @@ class Params:
     if isinstance(container, tuple):
       raise AttributeError('Key %r: cannot assign into a tuple.' % key)
     container[indices[-1]] = value
+
+  def GetCopy(self, name):
+    """Returns a deep copy of the value of param `name`, as `Copy` makes it.
+
+    Nested Params are copied (keeping their frozen state), lists, tuples
+    and dicts item by item (frozen ones come back plain), other values with
+    copy.deepcopy; classes, functions and values that cannot be copied are
+    shared.
+
+    Raises:
+      AttributeError: if `name` is not defined here.
+    """
+    if name not in self._params:
+      raise AttributeError(self._Unknown(name))
+    return _CopyValue(self._params[name].value)
 
   def Delete(self, *names):
     """Removes the named params; returns self.
@@ -392,7 +411,7 @@ class Params:
     ('train.learner[0].learning_rate'); other values are written with
     `EncodeValue` (params/value_codec.py). See `params_text.ToText`.
     """
-    return _ParamsText().ToText(self)
+    return params_text.ToText(self)
 
   def FromText(self, text):
     """Applies 'dotted.key : value' lines to these params; returns self.
@@ -407,7 +426,7 @@ class Params:
         form, exceeds a bound, names something text may not name, or its
         type does not match the current value.
     """
-    return _ParamsText().FromText(self, text)
+    return params_text.FromText(self, text, PARAMS_CLASSES)
 
   def TextDiff(self, other):
     """Returns a readable diff of two params: only keys that differ.
@@ -415,7 +434,7 @@ class Params:
     Lines: '  key : mine -> theirs' for changed values, '- key : v' for keys
     only here, '+ key : v' for keys only in `other`. Empty string if equal.
     """
-    return _ParamsText().TextDiff(self, other)
+    return params_text.TextDiff(self, other)
 
 
 class InstantiableParams(Params):
@@ -437,6 +456,13 @@ class InstantiableParams(Params):
     if self.cls is None:
       raise ValueError('Cannot Instantiate params whose cls is None.')
     return self.cls(self, *args, **kwargs)
+
+
+# The classes the text reader builds Params with (value_codec.ParamsClasses):
+# `Params(...)` values, `Params(cls=X)` for an X without Params(), and what
+# X.Params() must return. Pass it to value_codec.DecodeValue.
+PARAMS_CLASSES = value_codec.ParamsClasses(params=Params,
+                                           instantiable=InstantiableParams)
 
 
 # ---- helpers on values --------------------------------------------------------
@@ -614,8 +640,3 @@ def _ValuesEqual(a, b):
     return bool(eq.all()) if hasattr(eq, 'all') else bool(eq)
   except Exception:  # pylint: disable=broad-except
     return False
-
-
-def _OneLine(e, limit=600):
-  text = ' '.join(str(e).split())
-  return text if len(text) <= limit else text[:limit] + '...'

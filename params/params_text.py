@@ -9,36 +9,42 @@ checked); `TextDiff` compares two params by their text. `Params.ToText`,
 `ReadTextFile` reads a params file within the reader's size bound.
 
 The text is data: see "Params text is data" in README.md.
+
+Imports go one way: hyperparams -> params_text -> value_codec. This module
+never imports params/hyperparams.py: it knows a Params by its base
+(`value_codec.ParamsBase`), reaches into one only through its public
+methods (`IterParams`, `Get`, `Set`, `ResolveKey`, `GetCopy`), and builds
+Params only with the classes the caller passes (`FromText`'s
+`params_classes`).
 """
 
 import re
 
-from params.hyperparams import Params
-from params.hyperparams import _CopyValue
-from params.hyperparams import _OneLine
+from params.value_codec import CallParams
 from params.value_codec import EncodeValue
 from params.value_codec import IsNegativeDuration
+from params.value_codec import IsParamsClass
 from params.value_codec import MAX_ITEMS
 from params.value_codec import MAX_TEXT_CHARS
-from params.value_codec import _CallParams
-from params.value_codec import _IsParamsClass
-from params.value_codec import _NO_TEXT_MARKER
-from params.value_codec import _PlanMismatch
-from params.value_codec import _TypeMismatch
-from params.value_codec import _ValueReader
+from params.value_codec import NO_TEXT_MARKER
+from params.value_codec import OneLine
+from params.value_codec import ParamsBase
+from params.value_codec import PlanMismatch
+from params.value_codec import TypeMismatch
+from params.value_codec import ValueReader
 
 
 def _FlatItems(p, prefix=''):
   """Yields (dotted_key, value) with nested Params and lists of them flattened."""
   for name, value in sorted(p.IterParams()):
     key = prefix + name
-    if isinstance(value, Params):
+    if isinstance(value, ParamsBase):
       if len(value) == 0:
         yield key, value
       else:
         yield from _FlatItems(value, key + '.')
     elif (isinstance(value, list) and value and
-          all(isinstance(v, Params) and len(v) for v in value)):
+          all(isinstance(v, ParamsBase) and len(v) for v in value)):
       for i, v in enumerate(value):
         yield from _FlatItems(v, '%s[%d].' % (key, i))
     else:
@@ -56,8 +62,8 @@ def ToText(p):
   return '\n'.join(sorted(lines)) + ('\n' if lines else '')
 
 
-def FromText(p, text):
-  """Applies 'dotted.key : value' lines to these params; returns p.
+def FromText(p, text, params_classes):
+  """Applies 'dotted.key : value' lines to the Params `p`; returns p.
 
   Lines may be separated by newlines or ';'. Blank lines and '#' comments
   are ignored. Later lines win.
@@ -77,6 +83,13 @@ def FromText(p, text):
   `DecodeValue` for what may be named, and MAX_TEXT_CHARS,
   MAX_VALUE_CHARS, MAX_DEPTH, MAX_ITEMS, MAX_BUILDS for the bounds.
 
+  Args:
+    p: the Params to change (a `value_codec.ParamsBase`).
+    text: str, the lines.
+    params_classes: a `value_codec.ParamsClasses`, the classes that
+      `Params(...)` values build (`hyperparams.PARAMS_CLASSES`;
+      `Params.FromText` passes it).
+
   Raises:
     AttributeError: if the params are frozen.
     ValueError: one line naming the line and key if a line is malformed,
@@ -89,7 +102,7 @@ def FromText(p, text):
         'Params are frozen; FromText cannot change them. Apply the text to '
         'a mutable copy: p.Copy(frozen=False).FromText(text).')
   lines = list(TextLines(text))
-  _ApplyClassLines(p, lines)
+  _ApplyClassLines(p, lines, params_classes)
   for line_no, line, key, value_text in lines:
     shown = '%s %s' % (line_no, _ShownLine(line))
     try:
@@ -101,19 +114,19 @@ def FromText(p, text):
         why = why[len('Key %r: ' % key):]
       raise ValueError('Line %s: unknown key %r: %s' %
                        (shown, key, why)) from None
-    value = _ReadLineValue(shown, key, value_text, current)
+    value = _ReadLineValue(shown, key, value_text, current, params_classes)
     if (isinstance(current, float) and isinstance(value, int) and
         not isinstance(value, bool)):
       value = float(value)  # '1' for a float param means 1.0.
     try:
-      p._SetKey(key, value)
+      p.Set(**{key: value})
     except AttributeError as e:
       raise ValueError('Line %s: cannot set %r: %s' %
                        (shown, key, e)) from None
   return p
 
 
-def _ApplyClassLines(p, lines):
+def _ApplyClassLines(p, lines, params_classes):
   """Rebuilds nested params named by 'prefix.cls' lines (see FromText).
 
   The key is resolved before the value is read, the value is only planned
@@ -131,21 +144,21 @@ def _ApplyClassLines(p, lines):
       cls_lines.append((depth, order, prefix, value_text))
   for _, _, prefix, value_text in sorted(cls_lines, key=lambda x: x[:2]):
     try:
-      parent, name, indices = p._Resolve(prefix)
+      parent, name, indices = p.ResolveKey(prefix)
     except (AttributeError, ValueError):
       continue
     slot = _ClassLineSlot(parent, name, indices)
     if slot is None:
       continue
     old, setter = slot
-    current_cls = old.cls if isinstance(old, Params) and 'cls' in old else None
+    current_cls = old.cls if isinstance(old, ParamsBase) and 'cls' in old else None
     try:
-      plan = _ValueReader(current_cls).Plan(value_text)
+      plan = ValueReader(current_cls).Plan(value_text)
     except ValueError:
       continue
     new_cls = plan[1] if plan[0] == 'value' else None
-    if _IsParamsClass(new_cls) and _NeedsRebuild(old, new_cls):
-      setter(_Rebuilt(new_cls, old))
+    if IsParamsClass(new_cls) and _NeedsRebuild(old, new_cls):
+      setter(_Rebuilt(new_cls, old, params_classes))
 
 
 def TextDiff(p, other):
@@ -171,17 +184,17 @@ def _NeedsRebuild(current, new_cls):
   """True if a 'cls' line for `new_cls` must replace the params `current`."""
   if current is None:
     return True
-  return (isinstance(current, Params) and 'cls' in current and
+  return (isinstance(current, ParamsBase) and 'cls' in current and
           current.cls is not new_cls)
 
 
-def _Rebuilt(new_cls, old):
+def _Rebuilt(new_cls, old, params_classes):
   """new_cls.Params() with the values of the keys `old` also defines."""
-  p = _CallParams(new_cls)
-  if isinstance(old, Params):
-    for k, v in old.IterParams():
+  p = CallParams(new_cls, params_classes)
+  if isinstance(old, ParamsBase):
+    for k, _ in old.IterParams():
       if k != 'cls' and k in p:
-        setattr(p, k, _CopyValue(v))
+        setattr(p, k, old.GetCopy(k))
   return p
 
 
@@ -192,9 +205,9 @@ def _ClassLineSlot(parent, name, indices):
   its length, the order ToText writes), up to MAX_ITEMS; a None list may
   start at index 0; other indices must exist.
   """
-  value = parent._params[name].value
+  value = parent.Get(name)
   if not indices:
-    if value is None or isinstance(value, Params):
+    if value is None or isinstance(value, ParamsBase):
       return value, lambda v: setattr(parent, name, v)
     return None
   if value is None and indices == [0]:
@@ -211,24 +224,24 @@ def _ClassLineSlot(parent, name, indices):
   if i == len(container):
     return None, container.append
   old = container[i]
-  if old is not None and not isinstance(old, Params):
+  if old is not None and not isinstance(old, ParamsBase):
     return None
   return old, lambda v: container.__setitem__(i, v)
 
 
-def _ReadLineValue(shown, key, value_text, current):
+def _ReadLineValue(shown, key, value_text, current, params_classes):
   """Decodes one line's value for `key`, checking its kind before building."""
-  if value_text.startswith(_NO_TEXT_MARKER):
+  if value_text.startswith(NO_TEXT_MARKER):
     raise ValueError(
         'Line %s: key %r holds a value with no text form (%s); it must be '
         'set in code, not in text.' % (shown, key, _ShownLine(value_text)))
-  reader = _ValueReader(current)
+  reader = ValueReader(current, params_classes)
   try:
     plan = reader.Plan(value_text)
-    err = _PlanMismatch(current, plan)
+    err = PlanMismatch(current, plan)
     if err is None:
       value = reader.Build(plan)
-      err = _TypeMismatch(current, value)
+      err = TypeMismatch(current, value)
   except ValueError as e:
     hint = _ExampleHint(key, current)
     if not value_text:
@@ -237,7 +250,7 @@ def _ReadLineValue(shown, key, value_text, current):
       hint = (' %r holds a string: quote the value, e.g. %s : %r.' %
               (key, key, value_text))
     raise ValueError('Line %s: cannot read the value of %r: %s.%s' %
-                     (shown, key, _OneLine(e), hint)) from None
+                     (shown, key, OneLine(e), hint)) from None
   if err and (isinstance(current, int) and not isinstance(current, bool) and
               plan[0] == 'value' and IsNegativeDuration(plan[1])):
     raise ValueError(
@@ -251,7 +264,7 @@ def _ReadLineValue(shown, key, value_text, current):
       hint += (" A schedule's length may instead be one duration, e.g. "
                "'2000 examples' or '3 epochs'.")
     raise ValueError('Line %s: wrong type for %r: %s.%s' %
-                     (shown, key, _OneLine(err).rstrip('.'), hint))
+                     (shown, key, OneLine(err).rstrip('.'), hint))
   return value
 
 
@@ -371,6 +384,7 @@ def _SplitOutsideQuotes(line, sep):
       cur.append(ch)
   parts.append(''.join(cur))
   return parts
+
 
 
 # ---- value encoding ------------------------------------------------------------

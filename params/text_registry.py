@@ -99,6 +99,16 @@ def RegisteredForText():
   return dict(_TEXT_REGISTRY)
 
 
+def RegisteredAt(path):
+  """Returns (object, is_constructor) registered under `path`, or None.
+
+  `path` is looked up as given: map a path that may have moved with
+  `MovedPath` first. The reader (params/value_codec.py) asks here, so the
+  table itself stays private to this module.
+  """
+  return _TEXT_REGISTRY.get(path)
+
+
 def ImportPath(obj):
   """Returns 'module.qualname' for a class or function, or None if it has none.
 
@@ -172,7 +182,7 @@ def LookupImported(path):
       missing, or the path goes through something that is neither a plain
       module nor a class.
   """
-  path = _MovedPath(path)
+  path = MovedPath(path)
   parts = path.split('.')
   for i in range(len(parts) - 1, 0, -1):
     module_name = '.'.join(parts[:i])
@@ -199,7 +209,15 @@ def LookupImported(path):
 _MISSING = object()
 
 
-def _MovedPath(path):
+def MovedPath(path):
+  """Returns where the import path `path` lives today (itself if it never moved).
+
+  A moved path (params/moved_paths.py) gives its new place and a
+  FutureWarning that names both (reported two calls up, stacklevel=3).
+
+  Raises:
+    ValueError: if `path` is not a non-empty str of at most 500 characters.
+  """
   if not isinstance(path, str) or not path or len(path) > 500:
     raise ValueError('an import path must be a non-empty str of at most 500 '
                      'characters, got %r' % (path[:80] if isinstance(

@@ -8,9 +8,15 @@ pre-scan, never evaluates or imports, names only what params/text_registry.py
 allows, and checks the kind of a value against the key's current value
 before building it. Params/hyperparams.py holds `Params`; params_text.py
 applies these values to the keys of a Params.
+
+Imports go one way: hyperparams -> params_text -> value_codec (this module
+is the bottom; it imports only nested_map and text_registry). It knows a
+Params by its base, `ParamsBase`, and builds one only with the classes its
+caller passes (`ParamsClasses`, e.g. `hyperparams.PARAMS_CLASSES`).
 """
 
 import ast
+import collections
 import enum
 import inspect
 import keyword
@@ -20,19 +26,56 @@ import sys
 import numpy as np
 
 from params import nested_map
-from params.hyperparams import InstantiableParams
-from params.hyperparams import Params
-from params.hyperparams import _OneLine
 from params.text_registry import ImportPath
 from params.text_registry import LookupImported
+from params.text_registry import MovedPath
+from params.text_registry import RegisteredAt
 from params.text_registry import ResolveImportPath
-from params.text_registry import _MovedPath
-from params.text_registry import _TEXT_REGISTRY
 
-_NO_TEXT_MARKER = '<no text form: '
+# How EncodeValue begins the text of a value that has none; the reader
+# refuses it (params_text names the key).
+NO_TEXT_MARKER = '<no text form: '
 
 
-def _TypeMismatch(current, value):
+class ParamsBase:
+  """What this module knows of a Params: `hyperparams.Params` derives from it.
+
+  It has no state and no behaviour. An instance is written as
+  `Params(k=v, ...)` from its `IterParams()` and is of the kind 'Params'
+  when a value is checked against a key (`TypeMismatch`); it is the same
+  test as `isinstance(x, hyperparams.Params)`, made without importing that
+  module (which sits above this one). Derive from `hyperparams.Params`, not
+  from this class.
+  """
+
+
+class ParamsClasses(collections.namedtuple('ParamsClasses',
+                                           'params instantiable')):
+  """The Params classes the reader builds, passed in by its caller.
+
+  This module never imports params/hyperparams.py, so a caller that decodes
+  text which may hold `Params(...)` passes `hyperparams.PARAMS_CLASSES`.
+
+  Fields:
+    params: the class of `Params(k=v, ...)` without `cls`, called with no
+      argument (hyperparams.Params).
+    instantiable: the class of `Params(cls=X, ...)` when X has no Params()
+      classmethod (or X is None), called with X; `X.Params()` must return an
+      instance of it (hyperparams.InstantiableParams).
+  """
+  __slots__ = ()
+
+
+def OneLine(e, limit=600):
+  """str(e) with its whitespace runs made one space, cut after `limit` chars.
+
+  For error messages that must stay one line: a cut text ends with '...'.
+  """
+  text = ' '.join(str(e).split())
+  return text if len(text) <= limit else text[:limit] + '...'
+
+
+def TypeMismatch(current, value):
   """Returns a message if `value` may not replace `current`, else None.
 
   None on either side is always allowed (an unset param takes any value, and
@@ -100,7 +143,7 @@ def _KindOf(current):
     return 'a float', _IsNumber
   for types, name in ((str, 'a str'), (bytes, 'a bytes'),
                       ((list, tuple), 'a list or tuple'), (dict, 'a dict'),
-                      (Params, 'Params'), (type, 'a class')):
+                      (ParamsBase, 'Params'), (type, 'a class')):
     if isinstance(current, types):
       return name, lambda v, types=types: isinstance(v, types)
   if _IsDType(current):
@@ -130,7 +173,7 @@ def EncodeValue(value):
   try:
     return _Encode(value)
   except _NoTextForm as e:
-    return '%s%s>' % (_NO_TEXT_MARKER, e)
+    return '%s%s>' % (NO_TEXT_MARKER, e)
 
 
 class _NoTextForm(Exception):
@@ -182,7 +225,7 @@ def _Encode(value):
     if value in (float('inf'), float('-inf')):
       return "float('%s')" % ('inf' if value > 0 else '-inf')
     return float.__repr__(value)
-  if isinstance(value, Params):
+  if isinstance(value, ParamsBase):
     return 'Params(%s)' % ', '.join(_EncodeKwargs(dict(value.IterParams())))
   if isinstance(value, list):
     return '[%s]' % ', '.join(_Encode(v) for v in value)
@@ -304,8 +347,11 @@ def _Prescan(text):
     prev = tok if kind == 'op' else kind
 
 
-def _IsParamsClass(obj):
-  """True if `obj` is a class whose `Params` is a classmethod (found statically)."""
+def IsParamsClass(obj):
+  """True if `obj` is a class whose `Params` is a classmethod (found statically).
+
+  Nothing is called: the attribute is read with `inspect.getattr_static`.
+  """
   if not isinstance(obj, type):
     return False
   try:
@@ -316,11 +362,11 @@ def _IsParamsClass(obj):
 
 def _ResolveClass(path, current):
   """A class text may name: registered, with Params(), an Enum, or `current`."""
-  entry = _TEXT_REGISTRY.get(_MovedPath(path))
+  entry = RegisteredAt(MovedPath(path))
   obj = entry[0] if entry else LookupImported(path)
   if not isinstance(obj, type):
     raise ValueError('%r is not a class' % path)
-  if (entry or obj is current or _IsParamsClass(obj) or
+  if (entry or obj is current or IsParamsClass(obj) or
       issubclass(obj, enum.Enum)):
     return obj
   raise ValueError(
@@ -331,11 +377,11 @@ def _ResolveClass(path, current):
 
 def _ResolveFunction(path, current):
   """A function text may name: registered for text, or the one already there."""
-  entry = _TEXT_REGISTRY.get(_MovedPath(path))
+  entry = RegisteredAt(MovedPath(path))
   if entry is not None and callable(entry[0]):
     return entry[0]
   if current is not None and callable(current) and ImportPath(current) in (
-      path, _MovedPath(path)):
+      path, MovedPath(path)):
     return current
   raise ValueError(
       'Function(%r) is refused: params text may name only functions '
@@ -344,7 +390,7 @@ def _ResolveFunction(path, current):
 
 
 def _ResolveEnum(path, member):
-  enum_cls = _TEXT_REGISTRY.get(_MovedPath(path), (None,))[0]
+  enum_cls = (RegisteredAt(MovedPath(path)) or (None,))[0]
   if enum_cls is None:
     enum_cls = LookupImported(path)
   if not (isinstance(enum_cls, type) and issubclass(enum_cls, enum.Enum)):
@@ -356,7 +402,7 @@ def _ResolveEnum(path, member):
 
 
 def _ResolveConstructor(path):
-  entry = _TEXT_REGISTRY.get(_MovedPath(path))
+  entry = RegisteredAt(MovedPath(path))
   if entry is None or not entry[1]:
     raise ValueError(
         'Object(%r, ...): %r is not registered as a text constructor (a '
@@ -369,12 +415,20 @@ def _ResolveConstructor(path):
 _NO_CURRENT = object()
 
 
-class _ValueReader:
+class ValueReader:
   """Reads one value in two steps: Plan (looks names up, calls nothing),
-  then Build (calls the registered constructors, at most MAX_BUILDS)."""
+  then Build (calls the registered constructors, at most MAX_BUILDS).
 
-  def __init__(self, current=_NO_CURRENT):
+  Args:
+    current: the value now at the key, if any: a `Class`/`Function` line
+      may restate it even when text could not name it otherwise.
+    params_classes: a `ParamsClasses`, the classes `Params(...)` builds; if
+      None, Build refuses a `Params(...)` value (ValueError naming the fix).
+  """
+
+  def __init__(self, current=_NO_CURRENT, params_classes=None):
     self._current = None if current is _NO_CURRENT else current
+    self._classes = params_classes
     self._builds = 0
 
   def Plan(self, text):
@@ -477,12 +531,12 @@ class _ValueReader:
       raise ValueError('the value builds more than %d params or objects '
                        '(MAX_BUILDS)' % MAX_BUILDS)
     if kind == 'params':
-      return _BuildParams(kwargs)
+      return _BuildParams(kwargs, self._classes)
     try:
       return plan[2](**kwargs)
     except Exception as e:  # pylint: disable=broad-except
       raise ValueError('Object(%r, ...) failed: %s: %s' % (
-          plan[1], type(e).__name__, _OneLine(e))) from None
+          plan[1], type(e).__name__, OneLine(e))) from None
 
   def _BuildKwargs(self, plans):
     kwargs = {}
@@ -505,7 +559,7 @@ def _AsDType(name):
   try:
     return tf.as_dtype(name)
   except (TypeError, ValueError) as e:
-    raise ValueError('DType(%r): %s' % (name, _OneLine(e))) from None
+    raise ValueError('DType(%r): %s' % (name, OneLine(e))) from None
 
 
 _PLAN_KINDS = {'list': ([], 'a list'), 'tuple': ((), 'a tuple'),
@@ -513,13 +567,22 @@ _PLAN_KINDS = {'list': ([], 'a list'), 'tuple': ((), 'a tuple'),
                'nested_map': (None, 'a NestedMap')}
 
 
-def _PlanMismatch(current, plan):
-  """Like `_TypeMismatch`, for a value that is not built yet; None if it fits."""
+def PlanMismatch(current, plan):
+  """Like `TypeMismatch`, for a value that is not built yet; None if it fits.
+
+  Args:
+    current: the value now at the key.
+    plan: what `ValueReader.Plan` returned for the new value.
+
+  Returns:
+    None if the planned value may replace `current`, else a message
+    ('expected a float, got Params').
+  """
   if current is None:
     return None
   kind = plan[0]
   if kind == 'value':
-    return _TypeMismatch(current, plan[1])
+    return TypeMismatch(current, plan[1])
   expected = _KindOf(current)
   if kind == 'object':
     got = 'Object(%r, ...)' % plan[1]
@@ -530,7 +593,7 @@ def _PlanMismatch(current, plan):
     return None if ok else 'expected %s, got a DType' % expected[0]
   sample, got = _PLAN_KINDS[kind]
   if sample is None:
-    sample = Params() if kind == 'params' else nested_map.NestedMap()
+    sample = ParamsBase() if kind == 'params' else nested_map.NestedMap()
   if expected is None:
     bad = callable(current) and not callable(sample)
     return 'expected a callable, got %s' % got if bad else None
@@ -538,7 +601,7 @@ def _PlanMismatch(current, plan):
       expected[0], got)
 
 
-def DecodeValue(text):
+def DecodeValue(text, params_classes=None):
   """Reads a value written by `EncodeValue`; never evaluates code.
 
   Only literal syntax and the named forms of `EncodeValue` are accepted, and
@@ -554,30 +617,40 @@ def DecodeValue(text):
 
   Args:
     text: str, one encoded value.
+    params_classes: a `ParamsClasses`, the classes a `Params(...)` in the
+      text builds: pass `params.PARAMS_CLASSES` (hyperparams) to read one.
+      Without it every other form is read as usual and `Params(...)` is
+      refused.
 
   Returns:
     The value.
 
   Raises:
     ValueError: if the text is not a valid encoded value, exceeds a bound,
-      names something not allowed or not imported, or a constructor fails.
+      names something not allowed or not imported, a constructor fails, or
+      it holds `Params(...)` and no params_classes were given.
   """
-  reader = _ValueReader()
+  reader = ValueReader(params_classes=params_classes)
   return reader.Build(reader.Plan(text))
 
 
-def _BuildParams(kwargs):
+def _BuildParams(kwargs, classes):
   """Rebuilds an inline Params: cls.Params() if cls has one, with the keys."""
+  if classes is None:
+    raise ValueError(
+        'Params(...) is built only with the Params classes, and none were '
+        'given; read it with DecodeValue(text, '
+        'params_classes=params.PARAMS_CLASSES)')
   cls = kwargs.get('cls')
   if cls is not None and not isinstance(cls, type):
     raise ValueError('Params(cls=...) must be a class, got %s %r' %
                      (type(cls).__name__, cls))
-  if _IsParamsClass(cls):
-    p = _CallParams(cls)
+  if IsParamsClass(cls):
+    p = CallParams(cls, classes)
   elif 'cls' in kwargs:
-    p = InstantiableParams(cls)
+    p = classes.instantiable(cls)
   else:
-    p = Params()
+    p = classes.params()
   extra = [k for k, _ in p.IterParams() if k not in kwargs]
   if extra:
     p.Delete(*extra)  # The text lists every key the params had.
@@ -589,10 +662,20 @@ def _BuildParams(kwargs):
   return p
 
 
-def _CallParams(cls):
-  """cls.Params() for a class `_IsParamsClass` accepts; checks what it returns."""
+def CallParams(cls, params_classes):
+  """Returns cls.Params() for a class `IsParamsClass` accepts.
+
+  Args:
+    cls: a class with a Params() classmethod.
+    params_classes: a `ParamsClasses`; the result must be an instance of its
+      `instantiable` class.
+
+  Raises:
+    ValueError: if cls.Params() did not return such params with `cls` set
+      to `cls`.
+  """
   p = inspect.getattr_static(cls, 'Params').__get__(None, cls)()
-  if not isinstance(p, InstantiableParams) or p.cls is not cls:
+  if not isinstance(p, params_classes.instantiable) or p.cls is not cls:
     raise ValueError('%s.Params() did not return InstantiableParams with cls '
                      '%s' % (cls.__qualname__, cls.__qualname__))
   return p

@@ -42,6 +42,7 @@ from absl import flags
 import numpy as np
 import tensorflow as tf
 
+from params import hyperparams
 from params import params_text
 from params import value_codec
 from params import registry
@@ -67,7 +68,8 @@ def _Decode(key, value_text):
                      'code, or write the schedule with text-serializable '
                      'values.' % (key, value_text))
   try:
-    return value_codec.DecodeValue(value_text)
+    return value_codec.DecodeValue(
+        value_text, params_classes=hyperparams.PARAMS_CLASSES)
   except ValueError as e:
     shown = value_text if len(value_text) <= 80 else value_text[:80] + '...'
     raise ValueError('Key %r: cannot read the value %r: %s' %

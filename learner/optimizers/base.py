@@ -192,6 +192,13 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
   # The name of the rule's entry in kernels.ACCELERATORS (raw TF ops, fused
   # multi-tensor ops), or None: `_Step` runs as TF ops.
   ACCELERATOR = None
+  # True when `_Step` returns the new weights instead of a delta (the base
+  # assigns them: schedule-free's y, where y - (y - y_new) != y_new in the
+  # last bit).
+  STEP_GIVES_WEIGHTS = False
+  # True when `_Step` applies decoupled weight decay itself (schedule-free
+  # decays inside its direction u); the base then adds none after it.
+  DECAY_IN_STEP = False
 
   def __init__(self, params):
     super().__init__(params)
@@ -599,8 +606,9 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
         ELEMENTWISE rules only).
 
     Returns:
-      (delta, new_slots): w <- w - delta, and {slot name: new value} for
-      the slots that change.
+      (delta, new_slots): w <- w - delta (w <- delta, the new weights, for
+      a rule that declares STEP_GIVES_WEIGHTS), and {slot name: new value}
+      for the slots that change.
     """
     raise NotImplementedError('%s must implement _Step.' % type(self).__name__)
 
@@ -631,7 +639,7 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
       else:
         grad = tf.convert_to_tensor(grad)  # Sums duplicate rows.
     decay = None
-    if (self.WeightDecayOn() and
+    if (self.WeightDecayOn() and not type(self).DECAY_IN_STEP and
         self._decay_mask.get(var_grad_lib.VarName(var), True)):
       rate = tf.cast(update.lr * self.Hyper('decoupled_weight_decay'),
                      var.dtype)
@@ -675,7 +683,10 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
            for k, v in sorted(new.items())]
     ops = [o for o in ops if o is not None]
     with tf.control_dependencies(ops):
-      op = var.assign_sub(tf.cast(delta, var.dtype), read_value=False)
+      if type(self).STEP_GIVES_WEIGHTS:
+        op = var.assign(tf.cast(delta, var.dtype), read_value=False)
+      else:
+        op = var.assign_sub(tf.cast(delta, var.dtype), read_value=False)
     return None if tf.executing_eagerly() else op
 
   def _ApplyRows(self, s, var, grad, slots):
@@ -686,7 +697,10 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     delta, new = self._Step(s, tf.gather(var, idx), grad.values, rows)
     ops = [slots[k].scatter_update(tf.IndexedSlices(v, idx))
            for k, v in sorted(new.items())]
-    ops.append(var.scatter_sub(tf.IndexedSlices(delta, idx)))
+    if type(self).STEP_GIVES_WEIGHTS:
+      ops.append(var.scatter_update(tf.IndexedSlices(delta, idx)))
+    else:
+      ops.append(var.scatter_sub(tf.IndexedSlices(delta, idx)))
     return tf.group(ops) if not tf.executing_eagerly() else None
 
 

@@ -116,12 +116,14 @@ def test_matches_optax_eagerly_and_under_xla(case):
 _OPS_BEFORE = {
     # Issue 37 (a rule's scalars built once per variable by `_Scalars`,
     # the formula once in `_Step`) removed repeated casts: momentum was 31
-    # and 32, adam 39 and 29, adamw 51 and 30.
+    # and 32, adam 39 and 29, adamw 51 and 30. LAMB was 139 and 139: the
+    # base reads its two slots with read_value (+1 Identity each, per
+    # variable) and its _Step reads the weights once (-1 Identity).
     'momentum': (momentum.Momentum.Params(), 28, 29),
     'adam': (adam.Adam.Params(), 35, 27),
     'adamw': (adam.AdamW.Params(), 47, 28),
     'lion': (lion.Lion.Params(), 45, 20),
-    'lamb': (lamb.LAMB.Params().Set(weight_decay=0.01), 139, 139),
+    'lamb': (lamb.LAMB.Params().Set(weight_decay=0.01), 141, 141),
     'rmsprop': (rmsprop.RMSProp.Params(), 23, 23),
     'ema': (ema.Ema.Params().Set(optimizer=base.SGD.Params()), 40, 40),
 }

@@ -274,14 +274,14 @@ def test_schedule_free_checkpoint_crosses_paths(tmp_path):
 def test_schedule_free_subclass_with_another_direction_is_not_fused():
   class Signed(schedule_free.ScheduleFreeSGD):
 
-    def _Direction(self, var, grad, slots, t):
-      return tf.sign(grad), []
+    def _Step(self, s, w, g, slots):
+      return super()._Step(s, w, tf.sign(g), slots)
 
   opt = Signed(schedule_free.ScheduleFreeSGD.Params().Set(name='s'))
   w = tf.Variable([1.0])
   opt.Bind([w])
   assert opt.FusedApplyReason([VarGrad(w, tf.constant([1.0]))]) == (
-      'Signed overrides _Direction of ScheduleFreeSGD')
+      'Signed overrides _Step of ScheduleFreeSGD')
 
 
 @pytest.mark.parametrize('rule', ['lion', 'amsgrad', 'nadam'])

@@ -204,7 +204,8 @@ def test_wrappers_refuse_it(p, name):
 
 
 @pytest.mark.parametrize('cls', [optimizers.RMSProp, optimizers.Lion,
-                                 optimizers.AdaDelta, _DoubledAdam])
+                                 optimizers.AdaDelta, _DoubledAdam,
+                                 optimizers.LAMB, optimizers.Adafactor])
 def test_every_rule_with_a_step_stores_its_slots_in_float32(cls):
   """slot_dtype=tf.float32 on float32 variables runs the read / `_Step` /
   store path; it gives the rule's own numbers: those of the dense path

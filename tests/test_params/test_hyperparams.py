@@ -7,6 +7,7 @@ import pytest
 
 from params import hyperparams
 from params import text_registry
+from params import value_codec
 from params import InstantiableParams
 from params import Params
 
@@ -471,3 +472,38 @@ def test_hints_say_where_an_undefined_name_belongs_and_survive_copy():
   other = hyperparams.Params()
   other.Define('a', 1, '')
   assert p == other and p.ToText() == other.ToText()  # Not part of either.
+
+
+# ---- public hooks the text reader uses (issue 37, item 5) -------------------
+
+
+def test_resolve_key_returns_the_params_the_key_ends_in():
+  p = _Tree()
+  parent, name, indices = p.ResolveKey('layers[1].beta1')
+  assert parent is p.layers[1] and name == 'beta1' and indices == []
+  parent, name, indices = p.ResolveKey('dims[0]')
+  assert parent is p and name == 'dims' and indices == [0]
+  with pytest.raises(AttributeError, match=r"Key 'optimizer\.beta2': Param "
+                     r"'beta2' is not defined\. Did you mean 'beta1'\?"):
+    p.ResolveKey('optimizer.beta2')
+
+
+def test_get_copy_copies_one_value_as_copy_does():
+  p = _Tree()
+  p.layers[0].Freeze()
+  layers = p.GetCopy('layers')
+  assert layers == p.layers and layers[0] is not p.layers[0]
+  assert layers[0].is_frozen and not layers[1].is_frozen  # As Copy() keeps it.
+  frozen = p.Copy().Freeze()
+  dims = frozen.GetCopy('dims')
+  assert type(dims) is list and dims == [1, 2]  # Plain, not FrozenList.
+  dims.append(3)
+  assert frozen.dims == [1, 2]
+  with pytest.raises(AttributeError, match="Param 'dim' is not defined. Did "
+                     "you mean 'dims'"):
+    p.GetCopy('dim')
+
+
+def test_params_is_what_the_codec_knows_as_params():
+  assert issubclass(Params, value_codec.ParamsBase)
+  assert hyperparams.PARAMS_CLASSES == (Params, InstantiableParams)

@@ -524,3 +524,29 @@ def test_from_text_error_points_at_the_item_after_a_semicolon():
   with pytest.raises(ValueError) as e:
     p.FromText('a : 1; b : 2')
   assert str(e.value).startswith("Line 1 (item 2) 'b : 2': unknown key 'b'")
+
+
+# ---- DecodeValue builds Params only with the classes passed in (issue 37) ---
+
+
+def test_decode_value_builds_params_with_the_classes_given():
+  sub = Params()
+  sub.Define('depth', 2, '')
+  inst = InstantiableParams()
+  text = value_codec.EncodeValue([sub, {'x': inst}])
+  assert text == '[Params(depth=2), {\'x\': Params(cls=None)}]'
+  value = value_codec.DecodeValue(text,
+                                  params_classes=hyperparams.PARAMS_CLASSES)
+  assert value == [sub, {'x': inst}]
+  assert type(value[0]) is Params and type(value[1]['x']) is InstantiableParams
+
+
+def test_decode_value_without_the_classes_refuses_params_and_says_how():
+  assert value_codec.DecodeValue("[1, 'a', NestedMap(b=2.5)]") == [
+      1, 'a', NestedMap(b=2.5)]
+  with pytest.raises(ValueError) as e:
+    value_codec.DecodeValue('[1, Params(depth=2)]')
+  assert str(e.value) == (
+      'Params(...) is built only with the Params classes, and none were '
+      'given; read it with DecodeValue(text, '
+      'params_classes=params.PARAMS_CLASSES)')

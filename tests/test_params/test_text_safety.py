@@ -191,7 +191,8 @@ def test_decode_value_alone_refuses_the_same_payloads(marker):
     with warnings.catch_warnings():
       warnings.simplefilter('ignore', FutureWarning)
       with pytest.raises(ValueError):
-        value_codec.DecodeValue(value)
+        value_codec.DecodeValue(
+            value, params_classes=hyperparams.PARAMS_CLASSES)
 
 
 # ---- nothing is called before the key and its type are checked ------------
@@ -573,3 +574,17 @@ def test_schedule_plot_refuses_a_binary_params_file_in_one_line(tmp_path):
                    err=err) == 1
   lines = err.getvalue().strip().splitlines()
   assert len(lines) == 1 and 'is not UTF-8 params text' in lines[0]
+
+
+def test_moved_path_and_registered_at_are_the_registry_s_public_lookups():
+  with pytest.warns(FutureWarning, match="'learner.input_generator.DigitsInput'"
+                    " has moved to 'configs.inputs.DigitsInput'"):
+    assert text_registry.MovedPath('learner.input_generator.DigitsInput') == (
+        'configs.inputs.DigitsInput')
+  assert text_registry.MovedPath('configs.inputs.DigitsInput') == (
+      'configs.inputs.DigitsInput')
+  with pytest.raises(ValueError, match='a non-empty str of at most 500'):
+    text_registry.MovedPath('')
+  path = 'learner.optimizers.factory.get_optimizer_fn'
+  assert text_registry.RegisteredAt(path) == (factory.get_optimizer_fn, True)
+  assert text_registry.RegisteredAt('os.system') is None

@@ -125,14 +125,14 @@ def test_params_text_codec_lives_beside_params_not_inside():
   # (what text may name). Each stays a readable size.
   hyperparams = (ROOT / 'params/hyperparams.py').read_text()
   for name in ('def EncodeValue', 'def DecodeValue', 'def TextLines',
-               'class _ValueReader', 'class TextSerializable',
+               'class ValueReader', 'class TextSerializable',
                'def LookupImported', 'MAX_TEXT_CHARS ='):
     assert name not in hyperparams, name
   for module, names in (
       ('params/params_text.py', ('def ToText', 'def FromText', 'def TextLines',
                                  'def ReadTextFile')),
       ('params/value_codec.py', ('def EncodeValue', 'def DecodeValue',
-                                 'class _ValueReader', 'MAX_TEXT_CHARS =')),
+                                 'class ValueReader', 'MAX_TEXT_CHARS =')),
       ('params/text_registry.py', ('class TextSerializable',
                                    'def RegisterForText', 'def TextFactory',
                                    'def LookupImported'))):

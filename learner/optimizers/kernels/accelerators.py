@@ -184,6 +184,26 @@ def _LionMulti(variables, grads, slots, s, grad_factor, wd_rate, decay,
                                 decay, measure)
 
 
+# ---- Schedule-free SGD / AdamW: s = {lr_z, c, one_minus_c, b1, one_minus_b1,
+# wd, decay_on, first} (+ b2, one_minus_b2, correction, epsilon for AdamW) --
+
+def _ScheduleFreeMulti(variables, grads, slots, s, grad_factor, wd_rate,
+                       decay, measure):
+  del wd_rate  # The rule's weight decay acts inside u: s.wd, not lr * wd.
+  scalars = [s.lr_z, s.c, s.one_minus_c, s.b1, s.one_minus_b1, s.wd]
+  vs = None
+  if 'b2' in s:
+    scalars += [s.b2, s.one_minus_b2, s.correction, s.epsilon]
+    vs = [x['v'] for x in slots]
+  factor = None if grad_factor is None else tf.cast(grad_factor,
+                                                    s.lr_z.dtype)
+  zs = [x['z'] for x in slots]
+  xs = [x['x'] for x in slots]  # The eval weights (schedule_free.EVAL_SLOT).
+  return multi_tensor.ApplyScheduleFree(
+      variables, zs, xs, vs, grads, s.first, scalars, factor,
+      [s.decay_on and d for d in decay], measure)
+
+
 # The table. Keys are the rules' ACCELERATOR names.
 ACCELERATORS = {
     'sgd': Accelerator(_SgdDense, None, _SgdMulti, exact=True),
@@ -195,6 +215,7 @@ ACCELERATORS = {
     'adadelta': Accelerator(_AdaDeltaDense, _AdaDeltaSparse, None,
                             exact=False),
     'lion': Accelerator(None, None, _LionMulti, exact=True),
+    'schedule_free': Accelerator(None, None, _ScheduleFreeMulti, exact=True),
 }
 
 
