@@ -20,7 +20,7 @@ Contract (docs/DESIGN.md, "Optimizer"):
     AdaDelta; False for Adam).
     Under XLA (`jit_compile=True`) sparse gradients are always densified.
 
-A rule is one formula (docs/DESIGN.md, "A new optimizer (update rule)"): a subclass
+A rule is one formula (docs/DESIGN.md, "Where things go": a new optimizer): a subclass
 writes `Params()`, `_CreateSlots(var)` -> {slot_name: initial value or
 None}, `_Scalars(update, dtype)` (the update's scalars: rate, bias
 corrections, scheduled betas) and `_Step(s, w, g, slots)` -> (delta,
