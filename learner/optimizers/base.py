@@ -20,8 +20,8 @@ Contract (docs/DESIGN.md, "Optimizer"):
     AdaDelta; False for Adam).
     Under XLA (`jit_compile=True`) sparse gradients are always densified.
 
-A rule is one formula (docs/DESIGN.md, "Where things go": a new optimizer): a subclass
-writes `Params()`, `_CreateSlots(var)` -> {slot_name: initial value or
+A rule is one formula (docs/DESIGN.md, "Where things go": a new
+optimizer): a subclass writes `Params()`, `_CreateSlots(var)` -> {slot_name: initial value or
 None}, `_Scalars(update, dtype)` (the update's scalars: rate, bias
 corrections, scheduled betas) and `_Step(s, w, g, slots)` -> (delta,
 new_slots), and declares `ELEMENTWISE` when one element's step reads only
