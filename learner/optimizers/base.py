@@ -15,14 +15,14 @@ Contract (docs/DESIGN.md, "Optimizer"):
     with `lazy_sparse_updates=False` they are densified (same result as a
     dense gradient); `lazy_sparse_updates=True` updates only the rows
     present (TF1 semantics): the accelerator's sparse op or `_Step` on the
-    gathered rows, for rules with SUPPORTS_LAZY_SPARSE. The base default is False; the Lingvo-named
-    classes set TF1's choice (True for SGD, Momentum, Adagrad, RMSProp,
+    gathered rows, for rules with SUPPORTS_LAZY_SPARSE. The base default is
+    False; the Lingvo-named classes set TF1's choice (True for SGD, Momentum, Adagrad, RMSProp,
     AdaDelta; False for Adam).
     Under XLA (`jit_compile=True`) sparse gradients are always densified.
 
-A rule is one formula (docs/DESIGN.md, "Where things go": a new
-optimizer): a subclass writes `Params()`, `_CreateSlots(var)` -> {slot_name: initial value or
-None}, `_Scalars(update, dtype)` (the update's scalars: rate, bias
+A rule is one formula (docs/DESIGN.md, "Where things go": a new optimizer):
+a subclass writes `Params()`, `_CreateSlots(var)` -> {slot_name: initial
+value or None}, `_Scalars(update, dtype)` (the update's scalars: rate, bias
 corrections, scheduled betas) and `_Step(s, w, g, slots)` -> (delta,
 new_slots), and declares `ELEMENTWISE` when one element's step reads only
 that element. Every way of applying it is derived here, once, from those:
