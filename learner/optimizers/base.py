@@ -16,8 +16,8 @@ Contract (docs/DESIGN.md, "Optimizer"):
     dense gradient); `lazy_sparse_updates=True` updates only the rows
     present (TF1 semantics): the accelerator's sparse op or `_Step` on the
     gathered rows, for rules with SUPPORTS_LAZY_SPARSE. The base default is
-    False; the Lingvo-named classes set TF1's choice (True for SGD, Momentum, Adagrad, RMSProp,
-    AdaDelta; False for Adam).
+    False; the Lingvo-named classes set TF1's choice (True for SGD,
+    Momentum, Adagrad, RMSProp, AdaDelta; False for Adam).
     Under XLA (`jit_compile=True`) sparse gradients are always densified.
 
 A rule is one formula (docs/DESIGN.md, "Where things go": a new optimizer):
