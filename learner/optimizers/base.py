@@ -653,13 +653,8 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
       grad = accelerators.Scaled(grad, grad_scale)
       if accelerator is not None and accelerator.sparse is not None:
         op = accelerator.sparse(var, grad, slots, s)
-      elif type(self)._Step is BaseOptimizer._Step:  # TRANSITION
-        op = self._ApplySparse(update.lr, var, grad, slots)
       else:
         op = self._ApplyRows(s, var, grad, slots)
-    elif type(self)._Step is BaseOptimizer._Step:  # TRANSITION: legacy rule
-      op = self._ApplyDense(update.lr, var,
-                            accelerators.Scaled(grad, grad_scale), slots)
     elif upcast or accelerator is None or accelerator.dense is None:
       op = self._ApplyStep(s, var, accelerators.Scaled(grad, grad_scale),
                            slots)

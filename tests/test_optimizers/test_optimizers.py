@@ -126,13 +126,15 @@ _CASES = [
         warmup_steps=2, warmup_form='reference', r=1.0,
         decoupled_weight_decay=0.1), refs.RefScheduleFree),
 ]
-# The same rules through the low-precision-slot path (`_DenseStep`, read /
+# The same rules through the low-precision-slot path (`_Step`, read /
 # upcast / store) with float32 slots: it must give the kernels' numbers.
+# The Adam family gets the path from its `_Step` (issue 37) too.
 _CASES += [
     (name + '_upcast', p.Copy().Set(slot_dtype=tf.float32), ref)
     for name, p, ref in _CASES
     if name in ('sgd', 'momentum', 'nesterov', 'adam', 'adamw', 'adagrad',
-                'ademamix')]
+                'ademamix', 'nadam', 'radam', 'adamax_keras', 'amsgrad',
+                'adopt')]
 
 _IDS = [c[0] for c in _CASES]
 

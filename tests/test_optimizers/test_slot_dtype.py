@@ -222,6 +222,36 @@ def test_every_rule_with_a_step_stores_its_slots_in_float32(cls):
   assert not np.array_equal(dense, [0.5, -1.0, 2.0])
 
 
+@pytest.mark.parametrize('p', [
+    optimizers.Nadam.Params().Set(momentum_schedule='dozat'),
+    optimizers.RAdam.Params().Set(beta2=0.9, threshold=4.0,
+                                  use_nesterov=True),
+    optimizers.Adamax.Params().Set(epsilon_form='keras'),
+    optimizers.AMSGrad.Params().Set(bias_correction_nu=False),
+    optimizers.ADOPT.Params().Set(use_nesterov=True)],
+                         ids=['nadam', 'radam', 'adamax', 'amsgrad', 'adopt'])
+def test_the_adam_family_takes_float32_slots_bit_for_bit(p):
+  """Issue 37: the family's `_Step` gives it the read / `_Step` / store
+  path. Float32 slots on float32 variables give the default path's bits
+  (Nadam's and AMSGrad's fused kernels are bit-identical to `_Step`,
+  test_rule_kernels.py); 5 steps pass RAdam's threshold (rho_5 = 4.58
+  with beta2 = 0.9) and ADOPT's first update."""
+  def Run(slot_dtype):
+    opt = p.Copy().Set(name='opt', slot_dtype=slot_dtype).Instantiate()
+    w = tf.Variable([0.5, -1.0, 2.0])
+    opt.Bind([w])
+    for g in ([0.1, -0.2, 0.3], [0.3, 0.1, -0.2], [-0.1, 0.2, 0.05],
+              [0.2, -0.3, 0.1], [-0.4, 0.1, 0.2]):
+      opt.Apply(tf.constant(0.1), NestedMap(w=VarGrad(w, tf.constant(g))))
+    slots = opt.GetSlots(w)
+    assert {s.dtype for s in slots.values()} == {tf.float32}
+    return [w.numpy()] + [slots[k].numpy() for k in sorted(slots)]
+  dense, upcast = Run(None), Run(tf.float32)
+  for a, b in zip(dense, upcast):
+    np.testing.assert_array_equal(b, a)
+  assert not np.array_equal(dense[0], [0.5, -1.0, 2.0])
+
+
 def test_a_changed_step_is_the_rule_on_every_path():
   def Run(cls, slot_dtype=None):
     opt = cls.Params().Set(name='opt', slot_dtype=slot_dtype).Instantiate()

@@ -204,6 +204,37 @@ def _ScheduleFreeMulti(variables, grads, slots, s, grad_factor, wd_rate,
       [s.decay_on and d for d in decay], measure)
 
 
+# ---- Nadam: s = {lr, beta1, one_minus_beta1, beta2, one_minus_beta2, u_next,
+#      one_minus_p_next, one_minus_u_t, one_minus_p_t, v_correction, epsilon}
+
+def _NadamMulti(variables, grads, slots, s, grad_factor, wd_rate, decay,
+                measure):
+  scalars = (s.lr, s.beta1, s.one_minus_beta1, s.beta2, s.one_minus_beta2,
+             s.u_next, s.one_minus_p_next, s.one_minus_u_t, s.one_minus_p_t,
+             s.v_correction, s.epsilon)
+  return multi_tensor.ApplyNadam(
+      variables, [x['m'] for x in slots], [x['v'] for x in slots], grads,
+      scalars, _Factor(grad_factor, s), wd_rate, decay, measure)
+
+
+# ---- AMSGrad: s = {lr, beta1, one_minus_beta1, beta2, one_minus_beta2,
+#      m_correction, v_correction (None: no correction), epsilon} ----------
+
+def _AMSGradMulti(variables, grads, slots, s, grad_factor, wd_rate, decay,
+                  measure):
+  # The kernel always divides: a correction that is off is 1.0 (x / 1 = x
+  # exactly, the rule's numbers without the division).
+  one = tf.constant(1.0, s.lr.dtype)
+  k1 = one if s.m_correction is None else s.m_correction
+  k2 = one if s.v_correction is None else s.v_correction
+  scalars = (s.lr, s.beta1, s.one_minus_beta1, s.beta2, s.one_minus_beta2,
+             k1, k2, s.epsilon)
+  return multi_tensor.ApplyAMSGrad(
+      variables, [x['m'] for x in slots], [x['v'] for x in slots],
+      [x['v_max'] for x in slots], grads, scalars, _Factor(grad_factor, s),
+      wd_rate, decay, measure)
+
+
 # The table. Keys are the rules' ACCELERATOR names.
 ACCELERATORS = {
     'sgd': Accelerator(_SgdDense, None, _SgdMulti, exact=True),
@@ -216,6 +247,8 @@ ACCELERATORS = {
                             exact=False),
     'lion': Accelerator(None, None, _LionMulti, exact=True),
     'schedule_free': Accelerator(None, None, _ScheduleFreeMulti, exact=True),
+    'nadam': Accelerator(None, None, _NadamMulti, exact=True),
+    'amsgrad': Accelerator(None, None, _AMSGradMulti, exact=True),
 }
 
 
