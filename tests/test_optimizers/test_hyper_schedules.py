@@ -93,8 +93,9 @@ _XLA_CASES = [c for c in _CASES if c['shape_name'] == 'matrix' and
 
 @pytest.mark.parametrize('rule', ['sgd_momentum', 'adam_b1'])
 def test_scheduled_betas_reach_the_low_precision_slot_path(rule):
-  # slot_dtype routes the update through the rule's _Step (slots stored, upcast);
-  # with float32 slots it must still follow the schedule as optax does.
+  # slot_dtype routes the update through the rule's _Step (slots stored,
+  # upcast); with float32 slots it must still follow the schedule as optax
+  # does.
   case = refs.Select(_DATA, rule, shape_name='matrix', dtype='float32',
                      clip=None)[0]
   p = _OurParams(case).Set(slot_dtype=tf.float32)
