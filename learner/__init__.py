@@ -7,7 +7,8 @@
 
 Imports point one way: learner.training -> learner -> learner.optimizers.
 The public names below are loaded when first used (PEP 562), so importing
-`learner.optimizers` does not import the step or the training runtime.
+`learner.optimizers` does not import the step or the training runtime; so
+is every registered update rule (`learner.Adam`), found in rules.RULES.
 """
 
 import importlib
@@ -25,27 +26,6 @@ _EXPORTS = {
     'VarGrad': 'learner.optimizers.var_grad',
     'BaseOptimizer': 'learner.optimizers.base',
     'SGD': 'learner.optimizers.base',
-    # The update rules: learner.optimizers exports each from rules.RULES, the
-    # one place a rule is registered (test_optimizer_factory checks this list
-    # against it).
-    'Momentum': 'learner.optimizers',
-    'Adam': 'learner.optimizers',
-    'AdamW': 'learner.optimizers',
-    'Adagrad': 'learner.optimizers',
-    'RMSProp': 'learner.optimizers',
-    'AdaDelta': 'learner.optimizers',
-    'Adafactor': 'learner.optimizers',
-    'XLAShardingAdafactor': 'learner.optimizers',
-    'LAMB': 'learner.optimizers',
-    'Lion': 'learner.optimizers',
-    'Nadam': 'learner.optimizers',
-    'RAdam': 'learner.optimizers',
-    'Adamax': 'learner.optimizers',
-    'AMSGrad': 'learner.optimizers',
-    'ADOPT': 'learner.optimizers',
-    'ScheduleFreeSGD': 'learner.optimizers',
-    'ScheduleFreeAdamW': 'learner.optimizers',
-    'Muon': 'learner.optimizers',
     'Lars': 'learner.optimizers.wrappers.lars',
     'Ema': 'learner.optimizers.wrappers.ema',
     'Lookahead': 'learner.optimizers.wrappers.lookahead',
@@ -75,8 +55,19 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
+def _RuleNames():
+  """The registered update rules' class names (rules.RULES, the one place a
+  rule is registered), exported from learner.optimizers. Asked only for
+  capitalised names: `from learner import tf_log` (a submodule, lower case)
+  must not import the optimizers while they are being imported."""
+  rules = importlib.import_module('learner.optimizers.rules')
+  return set(rules.ExportedNames())
+
+
 def __getattr__(name):
   module = _EXPORTS.get(name)
+  if module is None and name[:1].isupper() and name in _RuleNames():
+    module = 'learner.optimizers'
   if module is None:
     raise AttributeError('module %r has no attribute %r' % (__name__, name))
   value = getattr(importlib.import_module(module), name)
@@ -85,4 +76,4 @@ def __getattr__(name):
 
 
 def __dir__():
-  return sorted(set(globals()) | set(_EXPORTS))
+  return sorted(set(globals()) | set(_EXPORTS) | _RuleNames())

@@ -14,28 +14,41 @@ Contract (docs/DESIGN.md, "Optimizer"):
   * Sparse gradients (tf.IndexedSlices): duplicate indices are merged first;
     with `lazy_sparse_updates=False` they are densified (same result as a
     dense gradient); `lazy_sparse_updates=True` updates only the rows
-    present (TF1 semantics) through `_ApplySparse`, for optimizers with
-    SUPPORTS_LAZY_SPARSE. The base default is False; the Lingvo-named
-    classes set TF1's choice (True for SGD, Momentum, Adagrad, RMSProp,
-    AdaDelta; False for Adam).
+    present (TF1 semantics): the accelerator's sparse op or `_Step` on the
+    gathered rows, for rules with SUPPORTS_LAZY_SPARSE. The base default is
+    False; the Lingvo-named classes set TF1's choice (True for SGD,
+    Momentum, Adagrad, RMSProp, AdaDelta; False for Adam).
     Under XLA (`jit_compile=True`) sparse gradients are always densified.
 
-Subclasses implement `_CreateSlots(var)` -> {slot_name: initial value or
-None} and `_ApplyDense(lr, var, grad, slots)`; optionally `_ApplySparse`
-(merged tf.IndexedSlices) with `SUPPORTS_LAZY_SPARSE = True`. Wrappers
-around one inner optimizer (Lars, Ema, GradientAccumulation) derive from
-`wrapper.BaseWrapper`; Composite and KerasOptimizer override `Bind` and
-`Apply` themselves.
+A rule is one formula (docs/DESIGN.md, "Where things go": a new optimizer):
+a subclass writes `Params()`, `_CreateSlots(var)` -> {slot_name: initial
+value or None}, `_Scalars(update, dtype)` (the update's scalars: rate, bias
+corrections, scheduled betas) and `_Step(s, w, g, slots)` -> (delta,
+new_slots), and declares `ELEMENTWISE` when one element's step reads only
+that element. Every way of applying it is derived here, once, from those:
+
+  rule (`_Step`) x storage (`slot_dtype`: slots read upcast, stored
+  rounded; kernels/low_precision.py) x sharding (ZeRO-1 flat shards,
+  `UseStateSharding`, sharded_state.py) x apply path (a whole variable;
+  the rows of a lazy sparse gradient; one fused op over all variables or
+  a raw TF op: the rule's `ACCELERATOR` in kernels/accelerators.py, which
+  holds no formula, only the mapping of the scalars to the kernel).
+
+A scaled gradient (`ApplyScaled`, the learner's clip scale) is folded into
+the kernel when the accelerator can (every fused op; SGD's alpha), else
+multiplied in; a rule may take the scale over in `_BeginUpdate`
+(Momentum's folded velocity) and store per-update state in `_EndUpdate`.
+Wrappers around one inner optimizer (Lars, Ema, GradientAccumulation)
+derive from `wrapper.BaseWrapper`; Composite and KerasOptimizer override
+`Bind` and `Apply` themselves (no `_Step`: `slot_dtype` is refused).
 
 Low-precision optimizer state (`slot_dtype`, e.g. tf.bfloat16): the slots
 are stored in that dtype while the update runs in the variable's dtype:
-each step reads a slot, upcasts it, computes the rule's step (`_DenseStep`,
-the same formula as the rule's kernel) and stores the new slot rounded to
-nearest, or stochastically (`slot_stochastic_rounding`;
+each step reads a slot, upcasts it, computes `_Step` and stores the new
+slot rounded to nearest, or stochastically (`slot_stochastic_rounding`;
 learner/optimizers/kernels/low_precision.py). Such an update takes the
-pure-TF path (no fused kernel: the kernels hold float32 slots) and
-densifies sparse gradients (no lazy update). Rules that implement `_DenseStep`: SGD (no
-slots), Momentum, Adam, AdamW, Adagrad; other rules and wrappers refuse it.
+pure-TF path (no accelerator: the kernels hold slots in the variable's
+dtype) and densifies sparse gradients (no lazy update).
 Idea: Gupta et al., "Deep Learning with Limited Numerical Precision", ICML
 2015 and Kalamkar et al., "A Study of BFLOAT16 for Deep Learning Training",
 2019 (bfloat16 optimizer state with float32 math).
@@ -54,6 +67,7 @@ same graph as before) and the schedule's value at the learner's step when
 scheduled. Here: 'decoupled_weight_decay'.
 """
 
+import contextlib
 import re
 
 from absl import logging
@@ -64,6 +78,7 @@ from params import NestedMap
 from params import checks
 from learner.optimizers import hyper as hyper_lib
 from learner.optimizers import kernels
+from learner.optimizers.kernels import accelerators
 from learner.optimizers.kernels import low_precision
 from learner.optimizers import var_grad as var_grad_lib
 
@@ -71,9 +86,9 @@ from learner.optimizers import var_grad as var_grad_lib
 class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
   """Base class of optimizers and optimizer wrappers.
 
-  Class attribute SUPPORTS_LAZY_SPARSE: True when `_ApplySparse` updates only
-  the rows present (var and slots); otherwise `lazy_sparse_updates` is
-  ignored and sparse gradients are densified.
+  Class attribute SUPPORTS_LAZY_SPARSE: True when `lazy_sparse_updates`
+  updates only the rows present (var and slots; an ELEMENTWISE rule);
+  otherwise it is ignored and sparse gradients are densified.
 
   Differs from Lingvo's optimizer.Base (docs/lingvo.md), for every update
   rule: the default `name` is 'optimizer' (Lingvo: the class name);
@@ -95,7 +110,7 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
       `SCHEDULABLE_PARAMS`, holds anything but schedule params or leaves the
       param's range at step 0 or a boundary (learner/optimizers/hyper.py),
       or a `slot_dtype` that is not None / a float dtype, or set on a rule
-      or wrapper without `_DenseStep`; `Apply` on a variable that was not
+      or wrapper without `_Step`; `Apply` on a variable that was not
       bound.
   """
 
@@ -125,8 +140,8 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
         'tf.float32): slots are stored in this dtype, upcast to the '
         'variable\'s dtype for the update and rounded back to nearest '
         '(bfloat16 halves the slot bytes of float32 variables). Pure-TF '
-        'path, sparse gradients densified. Only rules with `_DenseStep` '
-        '(SGD, Momentum, Adam, AdamW, Adagrad).')
+        'path, sparse gradients densified. Update rules only (a `_Step`) '
+        '(not wrappers).')
     p.Define(
         'slot_stochastic_rounding', False,
         'With slot_dtype=tf.bfloat16: round the stored slots stochastically '
@@ -168,12 +183,29 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
   # How the jobs name the weights evaluated instead of the trained ones
   # (e.g. 'EMA averages'); None: the trained weights are evaluated.
   EVAL_WEIGHTS_LABEL = None
+  # True when the rule's `_Step` on one element reads only that element's
+  # weight, gradient and slots (and the update's scalars): the base may
+  # then run it on the rows of a lazy sparse gradient and on a flat shard
+  # of the weights (ZeRO-1, sharded_state.py). False: whole tensors (Muon,
+  # Adafactor, LAMB) or not a rule (wrappers).
+  ELEMENTWISE = False
+  # The name of the rule's entry in kernels.ACCELERATORS (raw TF ops, fused
+  # multi-tensor ops), or None: `_Step` runs as TF ops.
+  ACCELERATOR = None
+  # True when `_Step` returns the new weights instead of a delta (the base
+  # assigns them: schedule-free's y, where y - (y - y_new) != y_new in the
+  # last bit).
+  STEP_GIVES_WEIGHTS = False
+  # True when `_Step` applies decoupled weight decay itself (schedule-free
+  # decays inside its direction u); the base then adds none after it.
+  DECAY_IN_STEP = False
 
   def __init__(self, params):
     super().__init__(params)
     p = self.params
     checks.CheckRegexList(self, 'weight_decay_exclude', p.weight_decay_exclude)
-    low_precision.CheckSlotDtype(self, BaseOptimizer)
+    low_precision.CheckSlotDtype(
+        self, type(self)._Step is not BaseOptimizer._Step)
     if 'use_bf16_gradients_ar' in p and p.use_bf16_gradients_ar:
       raise ValueError(
           '%s: use_bf16_gradients_ar=True (Lingvo: all-reduce gradients in '
@@ -215,23 +247,63 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
   def Bind(self, vmap):
     """Creates the slots of every variable in `vmap` (NestedMap or list).
 
-    Idempotent for variables already bound.
+    Idempotent for variables already bound. With a state sharding
+    (`UseStateSharding`) that shards, the slots are its flat shards.
     """
     variables = vmap.Flatten() if isinstance(vmap, NestedMap) else list(vmap)
-    new = []
-    for var in variables:
-      name = var_grad_lib.VarName(var)
-      if name in self._bound:
-        continue
-      self._bound[name] = var
-      new.append(var)
-      with tf.init_scope():
-        slots = {}
-        for slot_name, init in self._CreateSlots(var).items():
-          slots[slot_name] = _CreateSlotVariable(self, var, slot_name, init)
-        self._slots[var_grad_lib.SanitizedName(name)] = slots
+    new = [v for v in variables if var_grad_lib.VarName(v) not in self._bound]
+    sharding = self.__dict__.get('_state_sharding')
+    shard_slots = sharding.Bind(self, variables) if sharding else None
+    for var in new:
+      if shard_slots is not None:
+        slots = shard_slots[var_grad_lib.VarName(var)]
+      else:
+        slots = self.CreateSlotVariables(var)
+      self._bound[var_grad_lib.VarName(var)] = var
+      self._slots[var_grad_lib.SanitizedName(var_grad_lib.VarName(var))] = (
+          slots)
     self._BindWeightDecay(new)
     return self
+
+  def CreateSlotVariables(self, var, creator=None):
+    """{slot name: new tf.Variable} for `var` (`_CreateSlots`' initial
+    values, stored in `slot_dtype`), created outside any tf.function.
+
+    Args:
+      var: a variable, or anything with `name`, `dtype` and `shape` (a
+        ZeRO-1 shard).
+      creator: None, or a variable creator (tf.variable_creator_scope) the
+        slots are made under (ZeRO-1: per-replica variables).
+    """
+    with tf.init_scope(), contextlib.ExitStack() as stack:
+      if creator is not None:
+        stack.enter_context(tf.variable_creator_scope(creator))
+      return {name: _CreateSlotVariable(self, var, name, init)
+              for name, init in self._CreateSlots(var).items()}
+
+  def UseStateSharding(self, sharding):
+    """Keeps this rule's state in `sharding` (ZeRO-1; not tracked).
+
+    Called by the learner before `Bind` (sharded_state.Install). The
+    sharding's `Bind(rule, variables)` returns {variable name: slots (the
+    checkpointed views)} when it shards, else None; its `Apply(vgs,
+    step_fn)` runs `step_fn([(var, grad, slots)])` on this replica's flat
+    shards and writes the gathered weights; `sharded` and `REASON` say
+    whether it sharded and why no fused op runs.
+
+    Raises:
+      ValueError: the rule is not ELEMENTWISE.
+    """
+    if not type(self).ELEMENTWISE:
+      raise ValueError('%s: %s is not an elementwise rule; its state cannot '
+                       'be sharded by flat slices.' % (self.path,
+                                                       type(self).__name__))
+    self.__dict__['_state_sharding'] = sharding
+
+  @property
+  def state_sharding(self):
+    """The sharding given by `UseStateSharding`, or None."""
+    return self.__dict__.get('_state_sharding')
 
   def _BindWeightDecay(self, variables):
     p = self.params
@@ -317,7 +389,12 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     """Applies one update; returns the update op (None when eager).
 
     Not converted by AutoGraph (it has no Python control flow on tensors),
-    so tracing it inside any tf.function is fast.
+    so tracing it inside any tf.function is fast. Every way of applying the
+    rule is derived here from its `_Step` (module docstring): the fused
+    multi-tensor op or a raw TF op when its accelerator runs, else `_Step`
+    on the variable (its slots read and stored in `slot_dtype`), on the
+    rows of a lazy sparse gradient, or on this replica's flat shard
+    (`UseStateSharding`).
 
     Args:
       lr: float32 scalar tensor, the scheduled learning rate.
@@ -336,48 +413,38 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     for vg in present:
       self._CheckBound(vg.var)
     with self.HyperScope():
-      fused, op = self._MultiTensorApply(lr, present, _grad_scale, _measure)
-      if fused:
-        return self._FinishApply([op])
-      return self._FinishApply(
-          [self._ApplyOne(lr, vg.var, vg.grad, _grad_scale)
-           for vg in present])
+      update = self._BeginUpdate(lr, present, _grad_scale)
+      sharding = self.__dict__.get('_state_sharding')
+      if sharding is not None and sharding.sharded:
+        ops = [sharding.Apply(present, lambda items: [
+            self._ApplyOne(update, var, grad, slots)
+            for var, grad, slots in items])]
+      else:
+        ops = self._ApplyAll(update, present, _measure)
+      ops = ops + self._EndUpdate(update, ops)
+    return self._FinishApply(ops)
 
-  def _MultiTensorApply(self, lr, vgs, grad_scale, measure=None):
-    """The whole update as one fused multi-tensor op, when it can run.
-
-    For optimizers with `_ApplyDenseMulti` (SGD, Momentum, Adam, AdamW, Lion,
-    Nadam, AMSGrad; schedule-free has its own `_FusedApply`):
-    the same numbers as `_ApplyOne` per variable, decoupled weight decay
-    included (learner/optimizers/kernels). Sparse gradients are densified
-    as `_ApplyOne` does, unless they need a lazy update (then, as under
-    XLA, with another dtype, a GPU or a strategy, the pure-TF path runs;
-    the path taken is logged once per optimizer class).
-
-    Args:
-      lr: float32 scalar; vgs: list of VarGrad with a gradient, all bound;
-      grad_scale: float32 scalar multiplying every gradient, or None;
-      measure: None or the kernels.WeightMeasure the op measures into.
-
-    Returns:
-      (fused, op): fused False means nothing ran (take the pure-TF path).
-    """
-    if not vgs:
-      return False, None
-    reason = self.FusedApplyReason(vgs)
-    kernels.LogPath('%s update' % type(self).__name__, reason)
+  def _ApplyAll(self, update, present, measure):
+    """The update of `present` (VarGrads with a gradient): one fused op
+    when the rule's accelerator can run it, else per variable."""
+    reason = self.FusedApplyReason(present) if present else 'no gradient'
+    if present:
+      kernels.LogPath('%s update' % type(self).__name__, reason)
     if reason:
-      return False, None
-    variables = [vg.var for vg in vgs]
-    grads = [tf.convert_to_tensor(vg.grad) for vg in vgs]  # Sums duplicates.
+      return [self._ApplyOne(update, vg.var, vg.grad, self.GetSlots(vg.var))
+              for vg in present]
+    variables = [vg.var for vg in present]
+    grads = [tf.convert_to_tensor(vg.grad) for vg in present]  # Sums dups.
     on = self.WeightDecayOn()
     wd = self.Hyper('decoupled_weight_decay') if on else 0.0
     decay = [on and self._decay_mask.get(var_grad_lib.VarName(v), True)
              for v in variables]
-    wd_rate = tf.cast(lr * wd, tf.float32) if on else tf.constant(0.0)
+    wd_rate = tf.cast(update.lr * wd, tf.float32) if on else tf.constant(0.0)
     slots = [self.GetSlots(v) for v in variables]
-    return True, self._ApplyDenseMulti(lr, variables, grads, slots, grad_scale,
-                                       wd_rate, decay, measure)
+    s = self._Scalars(update, variables[0].dtype)
+    return [self.Accelerator().multi(variables, grads, slots, s,
+                                     update.grad_scale, wd_rate, decay,
+                                     measure)]
 
   def FusedApplyReason(self, vgs):
     """None if `Apply(lr, vgs)` runs as one fused op, else why not (str).
@@ -388,7 +455,12 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     Args:
       vgs: non-empty list of VarGrad with a gradient each.
     """
-    reason = _NoMultiTensorRule(type(self))
+    sharding = self.__dict__.get('_state_sharding')
+    if sharding is not None and sharding.sharded:
+      return sharding.REASON
+    accelerator, reason = _AcceleratorOf(type(self))
+    if reason is None and accelerator.multi is None:
+      reason = 'no fused kernel for this rule'
     if reason:
       return reason
     p = self.params
@@ -402,21 +474,9 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
         vg.grad.values if isinstance(vg.grad, tf.IndexedSlices) else vg.grad
         for vg in vgs])
 
-  def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
-                       wd_rate, decay, measure):
-    """The dense update of all `variables` in one fused op (optional).
-
-    Args:
-      lr: float32 scalar; variables, grads (dense float32), slots (dicts as
-        GetSlots gives) aligned lists; grad_scale: None or a float32 scalar
-        multiplying every gradient; wd_rate: float32 lr * wd; decay: list of
-        bool, which variables get decoupled weight decay; measure: None, or
-        a kernels.WeightMeasure to pass to the kernel.
-
-    Returns:
-      The op (None eagerly). Not overridden: the rule has no fused kernel.
-    """
-    raise NotImplementedError
+  def Accelerator(self):
+    """This rule's kernels.ACCELERATORS entry, or None (see `ACCELERATOR`)."""
+    return _AcceleratorOf(type(self))[0]
 
   def MicroBatchesPerUpdate(self):
     """Python int: global steps (micro-batches) per applied update: 1 here,
@@ -457,11 +517,11 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
 
     The same update as `Apply(lr, {var: grad_scale * grad})`; the learner
     calls it with its clip scale (and, under accumulation, 1 / sum(weight))
-    so an optimizer whose fused kernel can absorb a scalar factor (SGD:
-    alpha = lr * grad_scale) never materialises a scaled copy of the
-    gradients. Optimizers without such a kernel, and wrappers that override
-    `Apply` (Lars, Ema, Composite, KerasOptimizer), get the scaled copy and
-    their own `Apply`.
+    so a rule whose kernel absorbs a scalar factor (every fused op; SGD's
+    alpha = lr * grad_scale; Momentum's folded velocity) never materialises
+    a scaled copy of the gradients. Wrappers that override `Apply` (Lars,
+    Ema, Composite, KerasOptimizer) get the scaled copy and their own
+    `Apply`.
 
     Args:
       lr: float32 scalar tensor, the scheduled learning rate.
@@ -500,52 +560,106 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
       if vg.grad is not None:
         self._CheckBound(vg.var)
 
-  def _ApplyOne(self, lr, var, grad, grad_scale=None):
+  # ---- the rule: what a subclass writes -------------------------------------
+
+  def _BeginUpdate(self, lr, vgs, grad_scale):
+    """The update's own values, computed once per `Apply` (optional).
+
+    Args:
+      lr: float32 scalar, the scheduled rate; vgs: the VarGrads with a
+        gradient; grad_scale: None or a float32 scalar multiplying every
+        gradient.
+
+    Returns:
+      NestedMap with `lr` (the rate decoupled weight decay uses) and
+      `grad_scale` (None, or the factor still to multiply the gradients
+      by); a rule may add fields its `_Scalars` reads (Momentum's folded
+      scale) and may take the scale over (grad_scale None).
+    """
+    del vgs
+    return NestedMap(lr=lr, grad_scale=grad_scale)
+
+  def _EndUpdate(self, update, ops):
+    """Ops that run after the update's `ops` (list; [] here). Momentum
+    stores its folded scale here."""
+    del update, ops
+    return []
+
+  def _Scalars(self, update, dtype):
+    """The step's scalars for variables of `dtype`: NestedMap (lr here).
+
+    Per update (bias corrections, scheduled betas via `Hyper`); both
+    `_Step` and the rule's accelerator read them, so a formula written
+    here is written once. Python bools (use_nesterov) may ride along.
+    """
+    return NestedMap(lr=tf.cast(update.lr, dtype))
+
+  def _Step(self, s, w, g, slots):
+    """The rule: one step on values. The only place its formula is written.
+
+    Args:
+      s: `_Scalars(update, w.dtype)`.
+      w: the weights (a variable or a tensor: read it only if the rule
+        needs them), g: the dense gradient, slots: {slot name: value}, all
+        of one shape and w's dtype: a whole variable, the rows of a lazy
+        sparse gradient (ELEMENTWISE rules only) or a flat shard (ZeRO-1,
+        ELEMENTWISE rules only).
+
+    Returns:
+      (delta, new_slots): w <- w - delta (w <- delta, the new weights, for
+      a rule that declares STEP_GIVES_WEIGHTS), and {slot name: new value}
+      for the slots that change.
+    """
+    raise NotImplementedError('%s must implement _Step.' % type(self).__name__)
+
+  # ---- applying one variable: derived from _Step ----------------------------
+
+  def _ApplyOne(self, update, var, grad, slots):
     """Applies decoupled weight decay and the update to one variable.
 
     Sparse gradients: for a lazy update duplicate indices are merged before
     anything reads the values; otherwise they are densified (which sums
     duplicate rows). Under XLA (`jit_compile=True`), where TF's sparse apply
     kernels and `tf.unique` do not compile, they are always densified,
-    whatever `lazy_sparse_updates` says. A lazy sparse
-    update decays only the rows present in the batch (as TF Addons'
-    decoupled weight decay does for sparse updates); otherwise every row.
-    `grad_scale` (float32 scalar or None) multiplies the gradient: folded
-    into the kernel by `_ApplyDenseScaled` for dense gradients, applied to
-    the merged values of a lazy sparse gradient.
+    whatever `lazy_sparse_updates` says. A lazy sparse update decays only
+    the rows present in the batch (as TF Addons' decoupled weight decay
+    does for sparse updates); otherwise every row. `update.grad_scale`
+    multiplies the gradient: folded into the accelerator's kernel when it
+    can, else applied to the (merged) gradient.
     """
-    slots = self.GetSlots(var)
+    grad_scale = update.grad_scale
     upcast = self.params.slot_dtype is not None
+    accelerator = self.Accelerator()
     lazy = False
     if isinstance(grad, tf.IndexedSlices):
       lazy = (self.params.lazy_sparse_updates and self.SUPPORTS_LAZY_SPARSE
               and not kernels.InXla() and not upcast)
       if lazy:
         grad = var_grad_lib.MergeDuplicateIndices(grad)
-        if grad_scale is not None:
-          grad = kernels.ScaleGradient(grad, grad_scale)
-          grad_scale = None
       else:
         grad = tf.convert_to_tensor(grad)  # Sums duplicate rows.
     decay = None
-    if (self.WeightDecayOn() and
+    if (self.WeightDecayOn() and not type(self).DECAY_IN_STEP and
         self._decay_mask.get(var_grad_lib.VarName(var), True)):
-      rate = tf.cast(lr * self.Hyper('decoupled_weight_decay'), var.dtype)
+      rate = tf.cast(update.lr * self.Hyper('decoupled_weight_decay'),
+                     var.dtype)
       if lazy:
         decay = tf.IndexedSlices(rate * tf.gather(var, grad.indices),
                                  grad.indices, grad.dense_shape)
       else:
         decay = rate * tf.identity(var.read_value())
+    s = self._Scalars(update, var.dtype)
     if lazy:
-      op = self._ApplySparse(lr, var, grad, slots)
-    elif upcast:
-      if grad_scale is not None:
-        grad = grad * tf.cast(grad_scale, grad.dtype)
-      op = self._ApplyUpcast(lr, var, grad, slots)
-    elif grad_scale is not None:
-      op = self._ApplyDenseScaled(lr, var, grad, slots, grad_scale)
+      grad = accelerators.Scaled(grad, grad_scale)
+      if accelerator is not None and accelerator.sparse is not None:
+        op = accelerator.sparse(var, grad, slots, s)
+      else:
+        op = self._ApplyRows(s, var, grad, slots)
+    elif upcast or accelerator is None or accelerator.dense is None:
+      op = self._ApplyStep(s, var, accelerators.Scaled(grad, grad_scale),
+                           slots)
     else:
-      op = self._ApplyDense(lr, var, grad, slots)
+      op = accelerator.dense(var, grad, slots, s, grad_scale)
     if decay is None:
       return op
     with tf.control_dependencies([op] if op is not None else []):
@@ -553,111 +667,53 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
         return var.scatter_sub(decay)
       return var.assign_sub(decay)
 
-  def _ApplyDense(self, lr, var, grad, slots):
-    raise NotImplementedError('%s must implement _ApplyDense.' %
-                              type(self).__name__)
-
-  def _DenseStep(self, lr, var, grad, slots):
-    """The rule's dense step on values, for low-precision slots (optional).
-
-    Args:
-      lr: float32 scalar; var: the variable (read it for w); grad: dense
-        gradient in var.dtype; slots: {slot name: current value upcast to
-        var.dtype}.
-
-    Returns:
-      (delta, new_slots): w <- w - delta (var.dtype), and {slot name: new
-      value in var.dtype} for the slots that change. The same numbers as
-      `_ApplyDense` up to rounding.
-    """
-    raise NotImplementedError('%s has no _DenseStep.' % type(self).__name__)
-
-  def _ApplyUpcast(self, lr, var, grad, slots):
-    """Reads the slots, upcasts, runs `_DenseStep`, stores them rounded."""
-    values = {k: tf.cast(s.read_value(), var.dtype) for k, s in slots.items()}
-    delta, new = self._DenseStep(lr, var, grad, values)
-    stochastic = self.params.slot_stochastic_rounding
-    ops = [low_precision.StoreSlot(slots[k], v, stochastic, self.num_updates)
+  def _ApplyStep(self, s, var, grad, slots):
+    """`_Step` on the whole variable: the slots read (upcast from
+    `slot_dtype`), the new slots stored (rounded to it), w -= delta."""
+    values = {k: low_precision.ReadSlot(x, var.dtype)
+              for k, x in slots.items()}
+    delta, new = self._Step(s, var, grad, values)
+    ops = [low_precision.StoreSlot(
+        slots[k], v, self.params.slot_stochastic_rounding, self.num_updates)
            for k, v in sorted(new.items())]
     ops = [o for o in ops if o is not None]
     with tf.control_dependencies(ops):
-      op = var.assign_sub(delta, read_value=False)
+      if type(self).STEP_GIVES_WEIGHTS:
+        op = var.assign(tf.cast(delta, var.dtype), read_value=False)
+      else:
+        op = var.assign_sub(tf.cast(delta, var.dtype), read_value=False)
     return None if tf.executing_eagerly() else op
 
-  def _ApplyDenseScaled(self, lr, var, grad, slots, grad_scale):
-    """`_ApplyDense` with `grad_scale * grad` (float32 scalar grad_scale).
-
-    The default materialises the scaled gradient; optimizers whose kernel
-    can absorb the factor override this (SGD folds it into alpha).
-    """
-    return self._ApplyDense(lr, var, grad * tf.cast(grad_scale, grad.dtype),
-                            slots)
-
-  def _ApplySparse(self, lr, var, grad, slots):
-    """Lazy sparse update of the rows in `grad` (merged tf.IndexedSlices).
-
-    Called only when SUPPORTS_LAZY_SPARSE and lazy_sparse_updates are set.
-    """
-    raise NotImplementedError('%s must implement _ApplySparse.' %
-                              type(self).__name__)
+  def _ApplyRows(self, s, var, grad, slots):
+    """`_Step` on the rows of a merged tf.IndexedSlices (lazy sparse; an
+    ELEMENTWISE rule): gathered, stepped, scattered back."""
+    idx = grad.indices
+    rows = {k: tf.gather(x, idx) for k, x in slots.items()}
+    delta, new = self._Step(s, tf.gather(var, idx), grad.values, rows)
+    ops = [slots[k].scatter_update(tf.IndexedSlices(v, idx))
+           for k, v in sorted(new.items())]
+    if type(self).STEP_GIVES_WEIGHTS:
+      ops.append(var.scatter_update(tf.IndexedSlices(delta, idx)))
+    else:
+      ops.append(var.scatter_sub(tf.IndexedSlices(delta, idx)))
+    return tf.group(ops) if not tf.executing_eagerly() else None
 
 
-def _NoMultiTensorRule(cls):
-  """None if `cls` may use its inherited `_ApplyDenseMulti`, else why not.
+def _AcceleratorOf(cls):
+  """(accelerator, None) for `cls`, or (None, why it has none).
 
-  A subclass that changes `_ApplyDense` or `_ApplyDenseScaled` below the
-  class that wrote `_ApplyDenseMulti` would silently get the parent's
-  numbers from the fused op, so it keeps the per-variable path.
+  A subclass that changes `_Step` or `_Scalars` below the class that named
+  the accelerator would silently get the parent's numbers from its kernel,
+  so it keeps the pure-TF path.
   """
-  owner = next(k for k in cls.__mro__ if '_ApplyDenseMulti' in vars(k))
-  if owner is BaseOptimizer:
-    return 'no fused kernel for this rule'
-  for name in ('_ApplyDense', '_ApplyDenseScaled'):
+  owner = next(k for k in cls.__mro__ if 'ACCELERATOR' in vars(k))
+  if cls.ACCELERATOR is None:
+    return None, 'no fused kernel for this rule'
+  for name in ('_Step', '_Scalars', '_BeginUpdate'):
     if getattr(cls, name) is not getattr(owner, name):
-      return '%s overrides %s of %s' % (cls.__name__, name, owner.__name__)
-  return None
-
-
-def CondAsCall(pred, true_fn, false_fn):
-  """tf.cond whose If op runs as a function call (not lowered).
-
-  Args:
-    pred: bool scalar tensor.
-    true_fn, false_fn: as in tf.cond.
-
-  Returns:
-    What tf.cond returns.
-
-  A lowered cond (Switch/Merge, the default in tf.function) still walks
-  every op of the branch not taken as dead; for the applying branch of an
-  accumulation micro-step that is ~5 ops per variable on every micro-step.
-  Run as a call, a micro-step that only accumulates executes just its own
-  branch. Eagerly it is the plain tf.cond. Under XLA it is a
-  tf.switch_case with `false_fn` as branch 0: XLA:CPU (TF 2.21) keeps a
-  variable that a branch passes through unchanged in place only when that
-  branch is branch 0 of an indexed conditional (openxla/xla#46314, fixed
-  upstream in 2026-07); as a tf.cond it copied every weight and optimizer
-  slot in the accumulate-only branch of a micro-step
-  (tests/test_learner/test_learner_xla.py).
-  """
-  if kernels.InXla():
-    return tf.switch_case(tf.cast(pred, tf.int32), [false_fn, true_fn])
-  out = tf.cond(pred, true_fn, false_fn)
-  if tf.executing_eagerly():
-    return out
-  flat = tf.nest.flatten(out)
-  if_ops = set()
-  for t in flat:
-    op = t.op
-    while op.type == 'Identity' and op.inputs:
-      op = op.inputs[0].op
-    if op.type in ('If', 'StatelessIf'):
-      if_ops.add(op)
-  from tensorflow.core.framework import attr_value_pb2  # pylint: disable=g-import-not-at-top
-  for op in if_ops:
-    op._set_attr('_lower_using_switch_merge',  # pylint: disable=protected-access
-                 attr_value_pb2.AttrValue(b=False))
-  return out
+      return None, '%s overrides %s of %s' % (cls.__name__, name,
+                                              owner.__name__)
+  return accelerators.ACCELERATORS[cls.ACCELERATOR], None
 
 
 def _CreateSlotVariable(opt, var, slot_name, init):
@@ -673,65 +729,6 @@ def _CreateSlotVariable(opt, var, slot_name, init):
   else:
     initial = tf.cast(init, dtype)
   return tf.Variable(initial, name=name, trainable=False)
-
-
-def CheckInnerOptimizerParams(owner, key, inner_params,
-                              owner_is_accumulation=False, fix=None):
-  """Raises unless `inner_params` may be wrapped by the wrapper `owner`.
-
-  The one place of the rule "accumulation must be the outermost wrapper":
-  every wrapper checks its inner params here at construction (BaseWrapper,
-  Composite), and the wrapper factory (get_optimizer_wrapper_fn) when it is
-  built.
-
-  Args:
-    owner: the wrapper (its class name, or where it is built), for the
-      message.
-    key: the param holding the inner optimizer (e.g. 'optimizer'), for the
-      message.
-    inner_params: InstantiableParams of the inner optimizer.
-    owner_is_accumulation: True when `owner` is itself a gradient
-      accumulation (the fix is then one accumulation, not a reordering).
-    fix: optional sentence that ends the accumulation message (how to
-      reorder); by default, how to put `owner` inside the accumulation.
-
-  Raises:
-    ValueError: if `inner_params` is not optimizer params, or its class is a
-      gradient accumulation (`IS_ACCUMULATION = True`): accumulation must be
-      the outermost wrapper.
-  """
-  cls = getattr(inner_params, 'cls', None) if inner_params is not None else None
-  if cls is None or not (isinstance(cls, type) and
-                         issubclass(cls, BaseOptimizer)):
-    raise ValueError(
-        '%s: params.%s must be the params of a BaseOptimizer subclass (e.g. '
-        'SGD.Params()), got %r.' % (owner, key, cls if cls else inner_params))
-  if not cls.IS_ACCUMULATION:
-    return
-  if owner_is_accumulation:
-    raise ValueError(
-        '%s: params.%s is %s, another gradient accumulation; accumulation '
-        'must be the outermost wrapper. Use one %s with num_batches = the '
-        'product.' % (owner, key, cls.__name__, owner))
-  if fix is None:
-    fix = ('Put %s inside it instead: GradientAccumulation.Params().Set('
-           'optimizer=%s.Params().Set(optimizer=...)).' % (owner, owner))
-  raise ValueError(
-      '%s: params.%s is %s, a gradient accumulation; accumulation must be '
-      'the outermost wrapper. %s' % (owner, key, cls.__name__, fix))
-
-
-def CheckNoWrapperDecay(layer):
-  """Raises ValueError if a wrapper's own decoupled_weight_decay is set.
-
-  A wrapper hands the update to inner optimizers, which apply decay
-  themselves; setting it on the wrapper would be silently ignored.
-  """
-  if layer.params.decoupled_weight_decay:
-    raise ValueError(
-        '%s (%s): decoupled_weight_decay=%r is set on a wrapper; set it on the '
-        'inner optimizer (params.optimizer.decoupled_weight_decay) instead.' %
-        (layer.path, type(layer).__name__, layer.params.decoupled_weight_decay))
 
 
 def DefineLingvoBaseParams(p):
@@ -755,14 +752,17 @@ def DefineLingvoBaseParams(p):
 class SGD(BaseOptimizer):
   """Plain gradient descent: w <- w - lr * g (TF's ResourceApplyGradientDescent).
 
-  Lazy sparse update: scatter_sub of lr * g on the rows present; the
-  default, as TF1's GradientDescentOptimizer that Lingvo wraps (for SGD a
-  lazy and a dense update give the same numbers).
+  Lazy sparse update: only the rows present move; the default, as TF1's
+  GradientDescentOptimizer that Lingvo wraps (for SGD a lazy and a dense
+  update give the same numbers). A gradient scale folds into the kernel's
+  alpha = lr * scale (kernels/accelerators.py).
   Source: Lingvo 0.14.2 `lingvo/core/optimizer.py` SGD (no params of its
   own; the base params differ, docs/lingvo.md).
   """
 
   SUPPORTS_LAZY_SPARSE = True
+  ELEMENTWISE = True
+  ACCELERATOR = 'sgd'
 
   @classmethod
   def Params(cls):
@@ -770,31 +770,10 @@ class SGD(BaseOptimizer):
     p.lazy_sparse_updates = True  # TF1's (Lingvo's) sparse SGD.
     return p
 
-  def _ApplyDense(self, lr, var, grad, slots):
-    del slots
-    return tf.raw_ops.ResourceApplyGradientDescent(
-        var=var.handle, alpha=tf.cast(lr, var.dtype), delta=grad,
-        use_locking=False)
+  def _Scalars(self, update, dtype):
+    del dtype  # lr stays float32: the kernel's alpha = cast(lr * scale).
+    return NestedMap(lr=update.lr)
 
-  def _ApplyDenseScaled(self, lr, var, grad, slots, grad_scale):
-    """w <- w - (lr * grad_scale) * g: the scale folded into alpha."""
-    del slots
-    return tf.raw_ops.ResourceApplyGradientDescent(
-        var=var.handle, alpha=tf.cast(lr * grad_scale, var.dtype),
-        delta=grad, use_locking=False)
-
-  def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
-                       wd_rate, decay, measure):
-    """One TfLearnerMultiApplySGD: alpha = lr (* grad_scale), as above."""
-    del slots
-    alpha = lr if grad_scale is None else lr * grad_scale
-    return kernels.ApplySGD(variables, grads, alpha, wd_rate, decay, measure)
-
-  def _DenseStep(self, lr, var, grad, slots):
-    del slots
-    return tf.cast(lr, var.dtype) * grad, {}
-
-  def _ApplySparse(self, lr, var, grad, slots):
-    del slots
-    return var.scatter_sub(kernels.ScaleGradient(grad, lr))
-
+  def _Step(self, s, w, g, slots):
+    del w, slots
+    return tf.cast(s.lr, g.dtype) * g, {}

@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from learner.optimizers.wrappers import accumulation as gradient_accumulation
 from learner.optimizers import base as base_optimizer
+from learner.optimizers import wrapper
 from learner.optimizers.wrappers import easgd as easgd_lib
 from learner.optimizers.wrappers import ema as ema_lib
 from learner.optimizers import keras_optimizer
@@ -228,7 +229,7 @@ class OptimizerWrapperFn(_Factory):
     """Returns the wrapper's InstantiableParams holding the inner params."""
     inner_params, _ = _InnerParams(self._inner)
     where = 'get_optimizer_wrapper_fn(%r)' % self._name
-    base_optimizer.CheckInnerOptimizerParams(
+    wrapper.CheckInnerOptimizerParams(
         where, 'optimizer', inner_params,
         fix='Wrap the other optimizers first and apply \'batch_gradients\' '
         'last.')

@@ -135,6 +135,12 @@ class ScheduledHyperparams:
     self.__dict__['_hyper_schedules'] = built
     self.__dict__['_hyper_cache'] = None
 
+  def ScheduleHyper(self, name, schedule):
+    """Makes `Hyper(name)` read the built `schedule` (a child layer the
+    caller created), as if `hyper_schedules` had named it (Ema's legacy
+    decay_schedule)."""
+    self.__dict__['_hyper_schedules'][name] = schedule
+
   @property
   def scheduled_hyperparams(self):
     """Sorted list of the names whose value comes from a schedule."""

@@ -21,9 +21,11 @@ One update, on replica r (inside `strategy.run`, no merge_call):
      clip, the skip decision agreed over the replicas, L1/L2, all exact.
   2. The gradient shard g_r and the weight shard w_r are sliced out of the
      full gradients and weights (static slices).
-  3. The rule (Momentum, Adam, ...) applies its own `Apply` to a per-
-     replica shard variable holding w_r, with slots of shape [s]
-     (ON_READ variables: one copy per device, each replica's own shard).
+  3. The rule's `Apply` (BaseOptimizer: the rule's `_Step`, or its raw
+     op, on one variable) updates a per-replica shard variable holding
+     w_r, with slots of shape [s] (ON_READ variables: one copy per device,
+     each replica's own shard). The rule asks this module through its
+     public `UseStateSharding` contract: `Bind` and `Apply` below.
   4. One all-gather (`CollectiveGatherV2`) of the updated w_r gives the
      full flat weights; each variable is written from its slice.
 
@@ -32,10 +34,10 @@ the full shape the unsharded slot has (`_SlotView` gathers the replicas'
 shards at save and slices them at restore), so a checkpoint restores on
 any replica count and the evaler and export read it as any other.
 
-Only elementwise rules can be sliced this way (`ELEMENTWISE_RULES`);
-others are refused with the reason, as are wrappers other than an
-outermost GradientAccumulation (whose accumulators stay full-size per
-replica).
+Only rules that declare `ELEMENTWISE = True` can be sliced this way (and
+keep no weights to evaluate, `EVAL_WEIGHTS_LABEL`); others are refused
+with the reason, as are wrappers other than an outermost
+GradientAccumulation (whose accumulators stay full-size per replica).
 """
 
 import math
@@ -44,29 +46,10 @@ import weakref
 
 import tensorflow as tf
 
-from learner.optimizers import base as base_optimizer
+from learner.optimizers import rules as rules_lib
 from learner.optimizers import var_grad as var_grad_lib
-from learner.optimizers.base import SGD
-from learner.optimizers.rules.adadelta import AdaDelta
-from learner.optimizers.rules.adagrad import Adagrad
-from learner.optimizers.rules.adam import Adam
-from learner.optimizers.rules.adam_family import ADOPT
-from learner.optimizers.rules.adam_family import AMSGrad
-from learner.optimizers.rules.adam_family import Adamax
-from learner.optimizers.rules.adam_family import Nadam
-from learner.optimizers.rules.adam_family import RAdam
-from learner.optimizers.rules.lion import Lion
-from learner.optimizers.rules.momentum import Momentum
-from learner.optimizers.rules.rmsprop import RMSProp
-from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
 
-# The update rules whose step on one element reads only that element's
-# weight, gradient and slots (and scalars): a flat slice updates exactly.
-# The padding elements (gradient 0, slots 0) stay 0 in every one of them
-# (Lion's sign(0) = 0; Adamax and ADOPT divide 0 by epsilon).
-ELEMENTWISE_RULES = (SGD, Momentum, Adam, Adagrad, RMSProp, Lion, Nadam,
-                     RAdam, Adamax, AMSGrad, ADOPT, AdaDelta)
 SHARDED_REASON = 'sharded optimizer state (ZeRO-1)'
 
 
@@ -88,7 +71,7 @@ def RuleToShard(path, optimizer):
   rule = optimizer
   if type(optimizer).IS_ACCUMULATION:
     rule = optimizer.optimizer
-  if not isinstance(rule, ELEMENTWISE_RULES) or rule.inner_optimizers:
+  if not _Shardable(type(rule)) or rule.inner_optimizers:
     raise ValueError(
         '%s: shard_optimizer_state=True with optimizer %s: only the '
         'elementwise rules %s and their subclasses (AdamW is an Adam) '
@@ -99,9 +82,18 @@ def RuleToShard(path, optimizer):
         'free keeps its eval weights x as a slot that eval and export swap '
         'into the model whole) is not. '
         'Set shard_optimizer_state=False or use one of those rules.' %
-        (path, type(rule).__name__,
-         ', '.join(c.__name__ for c in ELEMENTWISE_RULES)))
+        (path, type(rule).__name__, ', '.join(ShardableRuleNames())))
   return rule
+
+
+def _Shardable(cls):
+  """True for a rule class whose state may be sharded by flat slices."""
+  return cls.ELEMENTWISE and cls.EVAL_WEIGHTS_LABEL is None
+
+
+def ShardableRuleNames():
+  """The registered rules (rules.RULES) that may be sharded, by name."""
+  return [r.cls.__name__ for r in rules_lib.RULES if _Shardable(r.cls)]
 
 
 def DefineParams(p):
@@ -119,12 +111,10 @@ def DefineParams(p):
 def Install(path, optimizer, p, all_gather):
   """Makes the learner's rule shard its state when bound under N > 1.
 
-  The rule object keeps its class; `Bind`, `Apply`, `GetSlots` and
-  `FusedApplyReason` are redirected, on this instance only, to a
-  `ShardedState` (kept in the instance dict: its variables are found by
-  `rule.variables`, e.g. for check_finite_weights' undo, and not
-  checkpointed under their own names). With one replica at `Bind` the rule
-  binds as usual.
+  The rule keeps a `ShardedState` through its public contract
+  (`BaseOptimizer.UseStateSharding`; not tracked, so its variables are not
+  checkpointed under names of their own): the rule's `Bind` and `Apply` ask
+  it. With one replica at `Bind` the rule binds as usual.
 
   Args:
     path: the learner's path (messages).
@@ -152,8 +142,7 @@ def Install(path, optimizer, p, all_gather):
         'needs every replica. Set one of them False.' % path)
   rule = RuleToShard(path, optimizer)
   state = ShardedState(rule, all_gather)
-  rule.__dict__['_zero'] = state
-  rule.__dict__['Bind'] = state.Bind
+  rule.UseStateSharding(state)
   return state
 
 
@@ -250,6 +239,7 @@ class ShardedState(tf.Module):
     self._rule_ref = weakref.ref(rule)  # Not a child: the rule owns this.
     self._layouts = {}  # dtype name -> _Layout.
     self._shards = {}  # dtype name -> ON_READ variable [shard].
+    self._views = {}  # variable name -> {slot name: _SlotView}.
     self.num_replicas = 1
 
   @property
@@ -261,19 +251,33 @@ class ShardedState(tf.Module):
     """True once bound under several replicas."""
     return bool(self._shards)
 
-  def Bind(self, vmap):
-    """Binds the rule: sharded when the strategy has N > 1 replicas."""
-    rule = self.rule
-    variables = (vmap.Flatten() if isinstance(vmap, NestedMap)
-                 else list(vmap))
-    strategy = tf.distribute.get_strategy()
-    n = strategy.num_replicas_in_sync
+  REASON = SHARDED_REASON  # Why no fused op runs (FusedApplyReason).
+
+  def Bind(self, rule, variables):
+    """Shards the rule's state over the strategy's replicas, when N > 1.
+
+    Called by the rule's `Bind` (BaseOptimizer) with every variable it is
+    asked to bind.
+
+    Args:
+      rule: the BaseOptimizer given to the constructor.
+      variables: list of the variables to bind.
+
+    Returns:
+      {variable name: {slot name: checkpointed view of its part of the
+      shard slots}} for every variable (the rule keeps them as its slots),
+      or None with one replica (the rule creates its own slots).
+
+    Raises:
+      ValueError: after sharding, a variable that was not in the first
+        Bind; weight_decay_exclude sparing some variables.
+    """
     if self._shards:
       _CheckKnown(rule, self._layouts, variables, 'Bind')
-      return rule
+      return self._views
+    n = tf.distribute.get_strategy().num_replicas_in_sync
     if n <= 1:
-      del rule.__dict__['Bind']
-      return rule.Bind(vmap)
+      return None
     _CheckNoDecayExclusion(rule, variables)
     self.num_replicas = n
     by_dtype = {}
@@ -288,67 +292,39 @@ class ShardedState(tf.Module):
             name='%s/zero_shard_%s' % (rule.path, dtype),
             synchronization=tf.VariableSynchronization.ON_READ,
             aggregation=tf.VariableAggregation.NONE)
-    self._BindShards()
-    self._InstallViews()
-    rule.__dict__['Apply'] = self.Apply
-    rule.__dict__['FusedApplyReason'] = lambda vgs: SHARDED_REASON
-    return rule
-
-  def _BindShards(self):
-    """Binds the rule to the shard variables (as `BaseOptimizer.Bind`
-    does), keeping their [shard] slots here, out of the rule's
-    checkpointed `_slots`."""
-    rule = self.rule
     self._proxies, self.shard_slots = {}, {}
     for dtype, var in sorted(self._shards.items()):
-      proxy = _ShardVar(var)
-      self._proxies[dtype] = proxy
-      # pylint: disable=protected-access
-      rule._bound[var_grad_lib.VarName(proxy)] = proxy
-      with tf.init_scope(), tf.variable_creator_scope(_PerReplica):
-        self.shard_slots[dtype] = {
-            name: base_optimizer._CreateSlotVariable(rule, proxy, name, init)
-            for name, init in rule._CreateSlots(proxy).items()}
-    rule._BindWeightDecay(list(self._proxies.values()))
-    for proxy in self._proxies.values():  # No model variable is spared.
-      rule._decay_mask[var_grad_lib.VarName(proxy)] = True
-    # pylint: enable=protected-access
-
-  def _InstallViews(self):
-    """One `_SlotView` per (variable, slot) in the rule's `_slots`, under
-    the key of the unsharded slot; `GetSlots` of a shard gives its slots."""
-    rule = self.rule
+      self._proxies[dtype] = _ShardVar(var)
+      self.shard_slots[dtype] = rule.CreateSlotVariables(
+          self._proxies[dtype], creator=_PerReplica)
+    self._views = {}
     for dtype, layout in self._layouts.items():
       for i, v in enumerate(layout.variables):
-        views = {name: _SlotView(slot, layout, i)
-                 for name, slot in self.shard_slots[dtype].items()}
-        key = var_grad_lib.SanitizedName(var_grad_lib.VarName(v))
-        rule._slots[key] = views  # pylint: disable=protected-access
-    shards = {id(self._proxies[d]): self.shard_slots[d]
-              for d in self._shards}
-    views_of = rule.GetSlots
-    rule.__dict__['GetSlots'] = (
-        lambda var: shards[id(var)] if id(var) in shards else views_of(var))
+        self._views[var_grad_lib.VarName(v)] = {
+            name: _SlotView(slot, layout, i)
+            for name, slot in self.shard_slots[dtype].items()}
+    return self._views
 
-  def Apply(self, lr, var_grads, _grad_scale=None, _measure=None):
+  def Apply(self, var_grads, step_fn):
     """The sharded update (module doc, steps 2-4); returns the op.
 
     Args:
-      lr, var_grads, _grad_scale: as BaseOptimizer.Apply; every bound
-        variable must have a gradient (a flat shard spans variables).
-      _measure: ignored (FusedApplyReason says no fused op runs).
+      var_grads: list of VarGrad with a gradient: every bound variable
+        (a flat shard spans variables).
+      step_fn: callable([(shard var, gradient shard, shard slots)]) ->
+        list of ops: the rule's update of one variable, run on each shard.
+
+    Returns:
+      The op (None eagerly).
 
     Raises:
       ValueError: a bound variable has no gradient.
     """
-    del _measure
     rule = self.rule
-    grads = {id(vg.var): vg.grad for vg in var_grads.Flatten()
-             if vg.grad is not None}
-    _CheckKnown(rule, self._layouts, [vg.var for vg in var_grads.Flatten()
-                                      if vg.grad is not None], 'Apply')
+    grads = {id(vg.var): vg.grad for vg in var_grads}
+    _CheckKnown(rule, self._layouts, [vg.var for vg in var_grads], 'Apply')
     replica = _ReplicaId()
-    shard_grads, ops = NestedMap(), []
+    items, ops = [], []
     for dtype, layout in sorted(self._layouts.items()):
       missing = [var_grad_lib.VarName(v) for v in layout.variables
                  if id(v) not in grads]
@@ -362,11 +338,11 @@ class ShardedState(tf.Module):
       g = layout.Slice([tf.convert_to_tensor(grads[id(v)])
                         for v in layout.variables], replica)
       ops.append(tf.raw_ops.AssignVariableOp(resource=shard.handle, value=w))
-      shard_grads['s_' + dtype] = VarGrad(self._proxies[dtype], g)
+      items.append((self._proxies[dtype], g, self.shard_slots[dtype]))
     with tf.control_dependencies([o for o in ops if o is not None]):
-      op = type(rule).Apply(rule, lr, shard_grads, _grad_scale=_grad_scale)
+      done = [o for o in step_fn(items) if o is not None]
     writes = []
-    with tf.control_dependencies([op] if op is not None else []):
+    with tf.control_dependencies(done):
       for dtype, layout in sorted(self._layouts.items()):
         shard = self._shards[dtype]
         flat = self._all_gather(tf.raw_ops.ReadVariableOp(
@@ -376,7 +352,7 @@ class ShardedState(tf.Module):
                                                     value=value))
     if tf.executing_eagerly():
       return None
-    return tf.group([op] + writes if op is not None else writes)
+    return tf.group(done + writes)
 
   @property
   def shard_variables(self):
@@ -463,6 +439,17 @@ class _ShardVar:
                                           value=tf.cast(delta, self.dtype))
 
 
+def _ShardVarToTensor(value, dtype=None, name=None, as_ref=False):
+  """Tensor conversion of a _ShardVar: its value (a rule's `_Step` may read
+  the weights it is given)."""
+  del name, as_ref
+  out = value.read_value()
+  return out if dtype is None else tf.cast(out, dtype)
+
+
+tf.register_tensor_conversion_function(_ShardVar, _ShardVarToTensor)
+
+
 def _ReplicaId():
   """This replica's static id in the sync group (0 outside one)."""
   ctx = tf.distribute.get_replica_context()
@@ -533,7 +520,7 @@ def StateOf(optimizer):
   rule = optimizer
   if type(optimizer).IS_ACCUMULATION:
     rule = optimizer.optimizer
-  return rule.__dict__.get('_zero')
+  return rule.state_sharding
 
 
 def _FormatBytes(num_bytes):

@@ -90,10 +90,10 @@ class BaseWrapper(base_optimizer.BaseOptimizer):
 
   def __init__(self, params):
     super().__init__(params)
-    base_optimizer.CheckInnerOptimizerParams(
+    CheckInnerOptimizerParams(
         type(self).__name__, 'optimizer', self.params.optimizer,
         owner_is_accumulation=type(self).IS_ACCUMULATION)
-    base_optimizer.CheckNoWrapperDecay(self)
+    CheckNoWrapperDecay(self)
     self.CreateChild('optimizer', self.params.optimizer)
 
   @property
@@ -262,3 +262,62 @@ def SwapEagerly(owner, swap):
     yield owner
   finally:
     swap()
+
+
+def CheckInnerOptimizerParams(owner, key, inner_params,
+                              owner_is_accumulation=False, fix=None):
+  """Raises unless `inner_params` may be wrapped by the wrapper `owner`.
+
+  The one place of the rule "accumulation must be the outermost wrapper":
+  every wrapper checks its inner params here at construction (BaseWrapper,
+  Composite), and the wrapper factory (get_optimizer_wrapper_fn) when it is
+  built.
+
+  Args:
+    owner: the wrapper (its class name, or where it is built), for the
+      message.
+    key: the param holding the inner optimizer (e.g. 'optimizer'), for the
+      message.
+    inner_params: InstantiableParams of the inner optimizer.
+    owner_is_accumulation: True when `owner` is itself a gradient
+      accumulation (the fix is then one accumulation, not a reordering).
+    fix: optional sentence that ends the accumulation message (how to
+      reorder); by default, how to put `owner` inside the accumulation.
+
+  Raises:
+    ValueError: if `inner_params` is not optimizer params, or its class is a
+      gradient accumulation (`IS_ACCUMULATION = True`): accumulation must be
+      the outermost wrapper.
+  """
+  cls = getattr(inner_params, 'cls', None) if inner_params is not None else None
+  if cls is None or not (isinstance(cls, type) and
+                         issubclass(cls, base_optimizer.BaseOptimizer)):
+    raise ValueError(
+        '%s: params.%s must be the params of a BaseOptimizer subclass (e.g. '
+        'SGD.Params()), got %r.' % (owner, key, cls if cls else inner_params))
+  if not cls.IS_ACCUMULATION:
+    return
+  if owner_is_accumulation:
+    raise ValueError(
+        '%s: params.%s is %s, another gradient accumulation; accumulation '
+        'must be the outermost wrapper. Use one %s with num_batches = the '
+        'product.' % (owner, key, cls.__name__, owner))
+  if fix is None:
+    fix = ('Put %s inside it instead: GradientAccumulation.Params().Set('
+           'optimizer=%s.Params().Set(optimizer=...)).' % (owner, owner))
+  raise ValueError(
+      '%s: params.%s is %s, a gradient accumulation; accumulation must be '
+      'the outermost wrapper. %s' % (owner, key, cls.__name__, fix))
+
+
+def CheckNoWrapperDecay(layer):
+  """Raises ValueError if a wrapper's own decoupled_weight_decay is set.
+
+  A wrapper hands the update to inner optimizers, which apply decay
+  themselves; setting it on the wrapper would be silently ignored.
+  """
+  if layer.params.decoupled_weight_decay:
+    raise ValueError(
+        '%s (%s): decoupled_weight_decay=%r is set on a wrapper; set it on the '
+        'inner optimizer (params.optimizer.decoupled_weight_decay) instead.' %
+        (layer.path, type(layer).__name__, layer.params.decoupled_weight_decay))

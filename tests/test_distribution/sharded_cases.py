@@ -13,6 +13,7 @@ from learner import gradient_tape
 from learner.learner import Learner
 from learner.optimizers.rules.adam import Adam
 from learner.optimizers.rules.adadelta import AdaDelta
+from learner.optimizers.rules.ademamix import AdEMAMix
 from learner.optimizers.rules.adam import AdamW
 from learner.optimizers.rules import adam_family
 from learner.optimizers.rules.lion import Lion
@@ -117,6 +118,8 @@ MORE_RULES = {
     'amsgrad': lambda: adam_family.AMSGrad.Params().Set(beta2=0.9),
     'adopt': lambda: adam_family.ADOPT.Params(),
     'adadelta': lambda: AdaDelta.Params().Set(decay=0.9),
+    'ademamix': lambda: AdEMAMix.Params().Set(
+        beta3=0.99, alpha=8.0, decoupled_weight_decay=0.1),
 }
 
 

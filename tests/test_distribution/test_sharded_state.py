@@ -64,7 +64,7 @@ def test_sharded_matches_unsharded_with_clip(strategy, name):
   got, lrn = cases.Run(strategy, cases.OPTS[name](), True, **kw)
   _AssertSame(strategy, ref, got)
   # Each replica holds half of the 33 (padded to 34) elements per slot.
-  zero = lrn.optimizer.__dict__['_zero']
+  zero = lrn.optimizer.state_sharding
   per_slot = 17 * 4
   assert zero.SlotBytesPerReplica() == per_slot * (1 if name == 'momentum'
                                                    else 2)
@@ -78,13 +78,14 @@ def test_sharded_matches_unsharded_with_clip(strategy, name):
 
 @pytest.mark.parametrize('name', sorted(cases.MORE_RULES))
 def test_more_elementwise_rules_match_unsharded_with_clip(strategy, name):
-  """Lion, Nadam, RAdam, Adamax, AMSGrad, ADOPT, AdaDelta: each rule's own
-  Apply on the [17] shard gives the unsharded weights (20 steps, clip)."""
+  """Lion, Nadam, RAdam, Adamax, AMSGrad, ADOPT, AdaDelta, AdEMAMix: each
+  rule's own Apply on the [17] shard gives the unsharded weights (20
+  steps, clip)."""
   kw = dict(clip_gradient_norm_to_value=0.5, l2_regularizer_weight=1e-3)
   ref, ref_l = cases.Run(strategy, cases.MORE_RULES[name](), False, **kw)
   got, lrn = cases.Run(strategy, cases.MORE_RULES[name](), True, **kw)
   _AssertSame(strategy, ref, got)
-  zero = lrn.optimizer.__dict__['_zero']
+  zero = lrn.optimizer.state_sharding
   assert zero.sharded
   num_slots = len(ref_l.optimizer.GetSlots(ref.vars.w1))
   assert num_slots >= 1
@@ -170,7 +171,7 @@ def test_one_replica_is_a_plain_bind():
                              optimizer=Adam.Params(),
                              shard_optimizer_state=True).Instantiate()
   lrn.Bind(task.vars)
-  zero = lrn.optimizer.__dict__['_zero']
+  zero = lrn.optimizer.state_sharding
   assert not zero.sharded
   assert lrn.optimizer.GetSlots(task.vars.w1)['m'].shape == [3, 5]
   assert sharded_state.ShardedBytesLine([lrn.optimizer]) is None
@@ -314,7 +315,7 @@ def test_trainer_sharded_run_then_evaler_and_export_on_one_device(
     strategy, tmp_path):
   plain = _TrainRun(tmp_path / 'plain', False)
   sharded = _TrainRun(tmp_path / 'sharded', True)
-  assert sharded.task.learners[0].optimizer.__dict__['_zero'].sharded
+  assert sharded.task.learners[0].optimizer.state_sharding.sharded
   distribution.AssertReplicasIdentical(sharded.task.vars.Flatten())
   want = _Tensors(str(tmp_path / 'plain' / 'ckpt' / 'ckpt-30'))
   got = _Tensors(str(tmp_path / 'sharded' / 'ckpt' / 'ckpt-30'))
@@ -440,7 +441,7 @@ def _TwoLearnerRun(strategy, shard, steps=8):
 def test_two_learners_with_schedules_match_unsharded(strategy):
   ref, _ = _TwoLearnerRun(strategy, False)
   got, learners = _TwoLearnerRun(strategy, True)
-  assert all(l.optimizer.__dict__['_zero'].sharded for l in learners)
+  assert all(l.optimizer.state_sharding.sharded for l in learners)
   _AssertSame(strategy, ref, got)
 
 

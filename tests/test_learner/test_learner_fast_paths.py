@@ -14,6 +14,7 @@ import tensorflow as tf
 import learner as learner_lib
 from learner.optimizers import base as base_optimizer
 from learner import optimizers
+from learner.optimizers.wrappers import accumulation
 from learner.optimizers.wrappers.accumulation import GradientAccumulation
 from learner.learner import Learner
 from learner.optimizers.var_grad import VarGrad
@@ -369,7 +370,7 @@ def test_cond_as_call_runs_the_taken_branch_and_is_not_lowered():
   v = tf.Variable(0.0, name='v')
 
   def Run(pred):
-    out = base_optimizer.CondAsCall(
+    out = accumulation.CondAsCall(
         pred, lambda: v.assign_add(1.0) * 2.0, lambda: v.assign_add(10.0))
     return out
 

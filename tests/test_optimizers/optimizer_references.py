@@ -333,3 +333,23 @@ class RefScheduleFree(RefSGD):
     s['z'] = _f(s['z'] - lr_z * u)
     s['x'] = _f((1 - c) * s['x'] + c * s['z'])
     return _f(b1 * s['x'] + (1 - b1) * s['z'])
+
+
+class RefAdEMAMix(RefSGD):
+  """Pagliardini et al., arXiv:2409.03137, Algorithm 1: m2 (beta3) is not
+  bias corrected; eps outside the square root."""
+
+  def slots(self, w):
+    return {k: np.zeros_like(w) for k in ('m1', 'm2', 'nu')}
+
+  def step(self, t, lr, w, g, s):
+    p = self.p
+    b1, b2, b3 = p.beta1, p.beta2, p.beta3
+    s['m1'] = _f(b1 * s['m1'] + (1 - b1) * g)
+    s['m2'] = _f(b3 * s['m2'] + (1 - b3) * g)
+    s['nu'] = _f(b2 * s['nu'] + (1 - b2) * g * g)
+    m1_hat = s['m1'] / (1 - b1**t)
+    nu_hat = s['nu'] / (1 - b2**t)
+    new = w - lr * (m1_hat + p.alpha * s['m2']) / (np.sqrt(nu_hat) +
+                                                   p.epsilon)
+    return _Decayed(p, lr, w, new)

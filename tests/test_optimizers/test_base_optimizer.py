@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 from learner.optimizers import base as base_optimizer
+from learner.optimizers import wrapper
 from learner import optimizers
 from learner.optimizers import kernels
 from learner.optimizers.var_grad import VarGrad
@@ -153,10 +154,10 @@ class _FakeAccumulation(optimizers.SGD):
 
 def test_check_inner_refuses_accumulation_saying_it_must_be_outermost():
   with pytest.raises(ValueError, match='outermost wrapper'):
-    base_optimizer.CheckInnerOptimizerParams(
+    wrapper.CheckInnerOptimizerParams(
         'Lars', 'optimizer', _FakeAccumulation.Params())
 
 
 def test_check_inner_refuses_non_optimizer_params_naming_the_key():
   with pytest.raises(ValueError, match=r'params\.optimizer must be'):
-    base_optimizer.CheckInnerOptimizerParams('Ema', 'optimizer', None)
+    wrapper.CheckInnerOptimizerParams('Ema', 'optimizer', None)

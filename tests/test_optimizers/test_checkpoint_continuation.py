@@ -10,8 +10,9 @@ whose `Run` builds the same learner here). Each test restores one checkpoint
 into the current code, requires it to match every saved key both ways, runs
 the same 3 steps and compares the weights after each step and everything
 the checkpoint holds at the end (slots, counters, averages, accumulators)
-with eb19daa's, bit for bit; a few cases also with each step traced in a
-tf.function. The recording read is the one of this process's oneDNN state
+with eb19daa's, bit for bit (one case, lazy sparse Adam, to float32
+rounding: `ROUNDING_MOVED` says why); a few cases also with each step
+traced in a tf.function. The recording read is the one of this process's oneDNN state
 (Muon's matmuls round differently with oneDNN on and off; the learner's own
 arithmetic does not, so most ids are aliases). The check this guards was
 tried: Adam's epsilon default moved from 1e-6 to 1.1e-6 fails every case
@@ -69,6 +70,17 @@ def test_every_rule_and_wrapper_has_a_recording_for_both_onednn_states(
   assert set(by_id) | set(aliases) == set(wanted)
 
 
+# The one case whose numbers moved, by float32 rounding, and why. eb19daa's
+# lazy sparse Adam was a second copy of Adam's formula that computed
+# 1 - beta1 and 1 - beta2 from the Python floats (float64, then rounded),
+# while its dense op, fused kernel and bfloat16-slot path compute them in
+# float32 (TF's ResourceApplyAdam; TF1's LazyAdamOptimizer does too). With
+# one formula (`Adam._Step`) every path computes them in float32: the
+# lazily updated rows differ in the last bits (5.7e-7 absolute, 5e-6
+# relative after 3 steps here). Every other case is bit for bit.
+ROUNDING_MOVED = {'Adam_lazy_sparse': 2e-5}
+
+
 def _Replay(case_id, recorded, monkeypatch, function=False):
   """Restores eb19daa's checkpoint of `case_id`, continues, compares."""
   by_id, aliases = recorded
@@ -90,9 +102,16 @@ def _Replay(case_id, recorded, monkeypatch, function=False):
   assert sorted(got) == sorted(want)
   assert sum(k.startswith('step') for k in want) == (
       recorder.CONTINUE * len(run.names))
+  rtol = ROUNDING_MOVED.get(name)
   for key in sorted(want):
     assert got[key].dtype == want[key].dtype, key
-    np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    if rtol is None:
+      np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    else:
+      np.testing.assert_allclose(got[key], want[key], rtol=rtol, atol=0,
+                                 err_msg=key)
+  if rtol is not None:  # It did move: the exception is still needed.
+    assert any(not np.array_equal(got[k], want[k]) for k in want)
 
 
 @pytest.mark.parametrize('case_id', recorder.CaseIds())

@@ -64,6 +64,7 @@ _PARAMS = {
                                                    min_dim_size_to_factor=2),
     'lamb': optimizers.LAMB.Params(),
     'lion': optimizers.Lion.Params(),
+    'ademamix': optimizers.AdEMAMix.Params().Set(beta3=0.99),
     'nadam': optimizers.Nadam.Params().Set(momentum_schedule='dozat'),
     'radam': optimizers.RAdam.Params().Set(beta2=0.9, threshold=4.0),
     'adamax': optimizers.Adamax.Params(),

@@ -99,6 +99,9 @@ _CASES = [
     ('lamb', optimizers.LAMB.Params().Set(weight_decay=0.01), refs.RefLAMB),
     ('lion', optimizers.Lion.Params().Set(decoupled_weight_decay=0.1),
      refs.RefLion),
+    ('ademamix', optimizers.AdEMAMix.Params().Set(
+        beta3=0.99, alpha=8.0, epsilon=1e-3, decoupled_weight_decay=0.1),
+     refs.RefAdEMAMix),
     ('nadam', optimizers.Nadam.Params().Set(decoupled_weight_decay=0.1),
      refs.RefNadam),
     ('nadam_dozat', optimizers.Nadam.Params().Set(
@@ -123,12 +126,15 @@ _CASES = [
         warmup_steps=2, warmup_form='reference', r=1.0,
         decoupled_weight_decay=0.1), refs.RefScheduleFree),
 ]
-# The same rules through the low-precision-slot path (`_DenseStep`, read /
+# The same rules through the low-precision-slot path (`_Step`, read /
 # upcast / store) with float32 slots: it must give the kernels' numbers.
+# The Adam family gets the path from its `_Step` (issue 37) too.
 _CASES += [
     (name + '_upcast', p.Copy().Set(slot_dtype=tf.float32), ref)
     for name, p, ref in _CASES
-    if name in ('sgd', 'momentum', 'nesterov', 'adam', 'adamw', 'adagrad')]
+    if name in ('sgd', 'momentum', 'nesterov', 'adam', 'adamw', 'adagrad',
+                'ademamix', 'nadam', 'radam', 'adamax_keras', 'amsgrad',
+                'adopt')]
 
 _IDS = [c[0] for c in _CASES]
 
@@ -178,7 +184,7 @@ def test_one_and_three_steps_match_numpy_reference(name, p, ref_cls):
 
 # Optimizers whose lazy sparse update keeps absent rows (var and slots).
 _LAZY = {'sgd', 'momentum', 'nesterov', 'adam', 'adamw', 'adagrad', 'rmsprop',
-         'rmsprop_centered', 'adadelta'}
+         'rmsprop_centered', 'adadelta', 'ademamix'}
 
 
 def _Sparse(values, indices, rows):
@@ -228,7 +234,7 @@ def test_sparse_gradients_agree_with_dense_and_lazy_differs_where_it_should(
       np.testing.assert_allclose(lazy_after[k], dense_after[k], rtol=RTOL,
                                  atol=ATOL, err_msg=k)
   moved = {'momentum': 'var', 'adam': 'var', 'adamw': 'var', 'rmsprop': 'ms',
-           'adadelta': 'accum'}
+           'adadelta': 'accum', 'ademamix': 'var'}
   if name in moved:
     # The dense form moves absent rows (a slot decays, or the velocity
     # keeps moving the weights), so lazy really differs there.

@@ -210,14 +210,14 @@ def test_weight_measure_equals_the_sum_squares_op_bitwise(rule):
 def test_a_subclass_that_changes_the_rule_keeps_the_pure_tf_path():
   class Changed(adam_family.Nadam):
 
-    def _ApplyDense(self, lr, var, grad, slots):
-      return super()._ApplyDense(lr, var, grad * 2., slots)
+    def _Step(self, s, w, g, slots):
+      return super()._Step(s, w, g * 2., slots)
 
   opt = Changed(adam_family.Nadam.Params().Set(name='c'))
   w = tf.Variable([1.0])
   opt.Bind([w])
   reason = opt.FusedApplyReason([VarGrad(w, tf.constant([1.0]))])
-  assert reason == 'Changed overrides _ApplyDense of Nadam'
+  assert reason == 'Changed overrides _Step of Nadam'
 
 
 def test_shape_mismatch_is_a_clear_error():
@@ -274,14 +274,14 @@ def test_schedule_free_checkpoint_crosses_paths(tmp_path):
 def test_schedule_free_subclass_with_another_direction_is_not_fused():
   class Signed(schedule_free.ScheduleFreeSGD):
 
-    def _Direction(self, var, grad, slots, t):
-      return tf.sign(grad), []
+    def _Step(self, s, w, g, slots):
+      return super()._Step(s, w, tf.sign(g), slots)
 
   opt = Signed(schedule_free.ScheduleFreeSGD.Params().Set(name='s'))
   w = tf.Variable([1.0])
   opt.Bind([w])
   assert opt.FusedApplyReason([VarGrad(w, tf.constant([1.0]))]) == (
-      'Signed overrides _Direction of ScheduleFreeSGD')
+      'Signed overrides _Step of ScheduleFreeSGD')
 
 
 @pytest.mark.parametrize('rule', ['lion', 'amsgrad', 'nadam'])

@@ -274,6 +274,37 @@ def test_weight_decay_exclude_leaves_the_excluded_variable_undecayed():
   assert (float(w.numpy()), float(b.numpy())) == (0.5, 1.0)
 
 
+def test_step_gives_the_new_weights_which_the_base_assigns():
+  # Schedule-free declares STEP_GIVES_WEIGHTS: _Step returns y_new and the
+  # base assigns it (y - (y - y_new) would differ in the last bit). One
+  # step from y = z = x = [1, -2], g = [1, 2], lr 1, momentum 0.5 (c = 1):
+  # z = y - g = [0, -4] = x, y_new = z.
+  w = tf.Variable([1.0, -2.0], name='w')
+  opt = optimizers.ScheduleFreeSGD.Params().Set(
+      name='sf', momentum=0.5).Instantiate().Bind([w])
+  assert type(opt).STEP_GIVES_WEIGHTS and type(opt).DECAY_IN_STEP
+  g = tf.constant([1.0, 2.0])
+  update = opt._BeginUpdate(tf.constant(1.0), [VarGrad(w, g)], None)  # pylint: disable=protected-access
+  s = opt._Scalars(update, tf.float32)  # pylint: disable=protected-access
+  slots = {k: v.read_value() for k, v in opt.GetSlots(w).items()}
+  y_new, new = opt._Step(s, w, g, slots)  # pylint: disable=protected-access
+  np.testing.assert_array_equal(y_new.numpy(), [0.0, -4.0])
+  np.testing.assert_array_equal(new['z'].numpy(), [0.0, -4.0])
+  np.testing.assert_array_equal(new['x'].numpy(), [0.0, -4.0])
+  opt.Apply(tf.constant(1.0), NestedMap(w=VarGrad(w, g)))
+  np.testing.assert_array_equal(w.numpy(), [0.0, -4.0])
+
+
+@pytest.mark.parametrize('cls', [optimizers.ScheduleFreeSGD,
+                                 optimizers.ScheduleFreeAdamW])
+def test_slot_dtype_is_refused_because_x_is_the_eval_weights(cls):
+  with pytest.raises(ValueError) as e:
+    cls.Params().Set(name='sf', slot_dtype=tf.bfloat16).Instantiate()
+  msg = str(e.value)
+  assert 'slot_dtype=bfloat16' in msg and 'eval weights' in msg
+  assert 'slot_dtype=None' in msg and '\n' not in msg
+
+
 # ---- params: refusals, factory, text -----------------------------------------
 
 

@@ -1,7 +1,7 @@
 """Low-precision optimizer state: BaseOptimizer.slot_dtype (issue 24.7).
 
 Slots stored in bfloat16, the update computed in float32 (read, upcast,
-`_DenseStep`, round to nearest, store). The float32-slot form of the same
+the rule's `_Step`, round to nearest, store). The float32-slot form of the same
 path is checked against the numpy references in test_optimizers.py
 (`*_upcast` cases) and restored in test_optimizer_restore.py.
 """
@@ -182,23 +182,90 @@ def test_bad_slot_dtype_is_refused_in_one_line(kw, words):
   assert '\n' not in str(e.value)
 
 
-class _MyAdam(optimizers.Adam):
-  """Changes `_ApplyDense` only: Adam's `_DenseStep` is not its rule."""
+class _DoubledAdam(optimizers.Adam):
+  """Changes Adam's `_Step` (2 g): the kernels (Adam's accelerator) are
+  not its rule, so every path, the low-precision one too, runs its own."""
 
-  def _ApplyDense(self, lr, var, grad, slots):
-    return super()._ApplyDense(lr, var, 2. * grad, slots)
+  def _Step(self, s, w, g, slots):
+    return super()._Step(s, w, 2. * g, slots)
 
 
 @pytest.mark.parametrize('p,name', [
-    (optimizers.RMSProp.Params(), 'RMSProp'),
-    (optimizers.Lion.Params(), 'Lion'),
     (ema.Ema.Params().Set(optimizer=optimizers.Adam.Params()), 'Ema'),
-    (_MyAdam.Params(), '_MyAdam'),
+    (optimizers.Lookahead.Params().Set(optimizer=optimizers.Adam.Params()),
+     'Lookahead'),
+    (optimizers.Lars.Params().Set(optimizer=optimizers.Momentum.Params()),
+     'Lars'),
 ])
-def test_rules_without_dense_step_and_wrappers_refuse_it(p, name):
+def test_wrappers_refuse_it(p, name):
   with pytest.raises(ValueError, match='slot_dtype=bfloat16 is not supported '
                      'by %s' % name):
     p.Copy().Set(name='opt', slot_dtype=tf.bfloat16).Instantiate()
+
+
+@pytest.mark.parametrize('cls', [optimizers.RMSProp, optimizers.Lion,
+                                 optimizers.AdaDelta, _DoubledAdam,
+                                 optimizers.LAMB, optimizers.Adafactor])
+def test_every_rule_with_a_step_stores_its_slots_in_float32(cls):
+  """slot_dtype=tf.float32 on float32 variables runs the read / `_Step` /
+  store path; it gives the rule's own numbers: those of the dense path
+  (its raw TF op where it has one) to float32 rounding."""
+  def Run(slot_dtype):
+    opt = cls.Params().Set(name='opt', slot_dtype=slot_dtype).Instantiate()
+    w = tf.Variable([0.5, -1.0, 2.0])
+    opt.Bind([w])
+    for g in ([0.1, -0.2, 0.3], [0.3, 0.1, -0.2], [-0.1, 0.2, 0.05]):
+      opt.Apply(tf.constant(0.1), NestedMap(w=VarGrad(w, tf.constant(g))))
+    return w.numpy()
+  dense, upcast = Run(None), Run(tf.float32)
+  np.testing.assert_allclose(upcast, dense, rtol=1e-5, atol=1e-7)
+  assert not np.array_equal(dense, [0.5, -1.0, 2.0])
+
+
+@pytest.mark.parametrize('p', [
+    optimizers.Nadam.Params().Set(momentum_schedule='dozat'),
+    optimizers.RAdam.Params().Set(beta2=0.9, threshold=4.0,
+                                  use_nesterov=True),
+    optimizers.Adamax.Params().Set(epsilon_form='keras'),
+    optimizers.AMSGrad.Params().Set(bias_correction_nu=False),
+    optimizers.ADOPT.Params().Set(use_nesterov=True)],
+                         ids=['nadam', 'radam', 'adamax', 'amsgrad', 'adopt'])
+def test_the_adam_family_takes_float32_slots_bit_for_bit(p):
+  """Issue 37: the family's `_Step` gives it the read / `_Step` / store
+  path. Float32 slots on float32 variables give the default path's bits
+  (Nadam's and AMSGrad's fused kernels are bit-identical to `_Step`,
+  test_rule_kernels.py); 5 steps pass RAdam's threshold (rho_5 = 4.58
+  with beta2 = 0.9) and ADOPT's first update."""
+  def Run(slot_dtype):
+    opt = p.Copy().Set(name='opt', slot_dtype=slot_dtype).Instantiate()
+    w = tf.Variable([0.5, -1.0, 2.0])
+    opt.Bind([w])
+    for g in ([0.1, -0.2, 0.3], [0.3, 0.1, -0.2], [-0.1, 0.2, 0.05],
+              [0.2, -0.3, 0.1], [-0.4, 0.1, 0.2]):
+      opt.Apply(tf.constant(0.1), NestedMap(w=VarGrad(w, tf.constant(g))))
+    slots = opt.GetSlots(w)
+    assert {s.dtype for s in slots.values()} == {tf.float32}
+    return [w.numpy()] + [slots[k].numpy() for k in sorted(slots)]
+  dense, upcast = Run(None), Run(tf.float32)
+  for a, b in zip(dense, upcast):
+    np.testing.assert_array_equal(b, a)
+  assert not np.array_equal(dense[0], [0.5, -1.0, 2.0])
+
+
+def test_a_changed_step_is_the_rule_on_every_path():
+  def Run(cls, slot_dtype=None):
+    opt = cls.Params().Set(name='opt', slot_dtype=slot_dtype).Instantiate()
+    w = tf.Variable([0.5, -1.0])
+    opt.Bind([w])
+    opt.Apply(tf.constant(0.1), NestedMap(w=VarGrad(w, tf.constant(
+        [0.1, -0.4]))))
+    return w.numpy()
+  # The dense path (no raw op: the step is not Adam's) and the upcast
+  # path both run _DoubledAdam's step; Adam's own differs through epsilon
+  # (m / (sqrt(v) + eps) is not scale-invariant).
+  np.testing.assert_array_equal(Run(_DoubledAdam), Run(_DoubledAdam,
+                                                       tf.float32))
+  assert Run(_DoubledAdam)[0] != Run(optimizers.Adam)[0]
 
 
 def test_slot_params_round_trip_as_text():

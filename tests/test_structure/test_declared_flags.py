@@ -20,7 +20,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 PRODUCT = ('params', 'layers', 'schedules', 'learner', 'configs')
 FLAGS = ('IS_ACCUMULATION', 'NEEDS_SECOND_PASS', 'REPLICA_LOCAL',
          'EVAL_WEIGHTS_LABEL', 'APPLY_TAKES_GRAD_SCALE',
-         'SUPPORTS_LAZY_SPARSE', 'SCHEDULABLE_PARAMS')
+         'SUPPORTS_LAZY_SPARSE', 'SCHEDULABLE_PARAMS', 'ELEMENTWISE',
+         'ACCELERATOR', 'STEP_GIVES_WEIGHTS', 'DECAY_IN_STEP')
 # getattr(<anything>, '<UPPER_CASE>' ...): a probe for an undeclared flag.
 _PROBE = re.compile(r"getattr\((?:[^()]|\([^()]*\))*,\s*'[A-Z][A-Z0-9_]+'")
 

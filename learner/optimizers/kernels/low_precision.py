@@ -2,7 +2,7 @@
 
 `BaseOptimizer.slot_dtype` (e.g. tf.bfloat16) stores every slot in that
 dtype; each update reads a slot, upcasts it to the variable's dtype, runs
-the rule's `_DenseStep` (the formula of its kernel, on values) and stores
+the rule's `_Step` (its formula, on values) and stores
 the new slot rounded back: to nearest by default, or stochastically
 (`slot_stochastic_rounding`, bfloat16 only): x is rounded up with
 probability equal to its distance from the value below, so the rounding
@@ -26,18 +26,18 @@ from params import checks
 SLOT_DTYPES = (tf.bfloat16, tf.float16, tf.float32, tf.float64)
 
 
-def CheckSlotDtype(opt, base_cls):
+def CheckSlotDtype(opt, has_step):
   """Refuses a bad slot_dtype / slot_stochastic_rounding at construction.
 
   Args:
     opt: the optimizer (a layer; its params have slot_dtype and
       slot_stochastic_rounding).
-    base_cls: BaseOptimizer (whose `_DenseStep` is the unimplemented one).
+    has_step: True if the optimizer updates through a rule's `_Step`
+      (False: a wrapper, or a rule that writes its own update).
 
   Raises:
     ValueError: slot_dtype not None or one of SLOT_DTYPES; set on a class
-      without its own `_DenseStep` (see `HasDenseStep`: other rules,
-      wrappers); stochastic rounding without slot_dtype=tf.bfloat16.
+      without a `_Step` (`has_step` False); stochastic rounding without slot_dtype=tf.bfloat16.
   """
   p = opt.params
   value = p.slot_dtype
@@ -61,11 +61,11 @@ def CheckSlotDtype(opt, base_cls):
         '%s: slot_dtype=%r is not a float dtype; use None (the variable\'s '
         'dtype) or tf.bfloat16 / tf.float16 / tf.float32 / tf.float64.' %
         (checks.Where(opt), value))
-  if not HasDenseStep(type(opt), base_cls):
+  if not has_step:
     raise ValueError(
-        '%s: slot_dtype=%s is not supported by %s (no _DenseStep); use it on '
-        'SGD, Momentum, Adam, AdamW or Adagrad (for a wrapper: on its inner '
-        'optimizer), or set slot_dtype=None.' %
+        '%s: slot_dtype=%s is not supported by %s (no _Step: a wrapper or a '
+        'rule that writes its own update); set it on an update rule (for a '
+        'wrapper: on its inner optimizer), or set slot_dtype=None.' %
         (checks.Where(opt), dtype.name, type(opt).__name__))
   if p.slot_stochastic_rounding and dtype != tf.bfloat16:
     raise ValueError(
@@ -75,16 +75,9 @@ def CheckSlotDtype(opt, base_cls):
         (checks.Where(opt), dtype.name))
 
 
-def HasDenseStep(cls, base_cls):
-  """True if `cls`'s `_DenseStep` belongs to the class of its `_ApplyDense`.
-
-  A subclass that changes only `_ApplyDense` does not inherit its parent's
-  `_DenseStep` (it would silently get the parent's numbers with
-  low-precision slots), and `base_cls`'s own is the unimplemented default.
-  """
-  owner = next((k for k in cls.__mro__ if '_ApplyDense' in vars(k)), None)
-  return (owner is not None and owner is not base_cls and
-          '_DenseStep' in vars(owner))
+def ReadSlot(slot, dtype):
+  """The slot's value upcast to `dtype` (the variable's), for `_Step`."""
+  return tf.cast(slot.read_value(), dtype)
 
 
 def StochasticRoundToBfloat16(x, seed):

@@ -8,6 +8,7 @@
   adam_family.py  Nadam, RAdam, Adamax, AMSGrad, ADOPT (optax's form)
   schedule_free.py  ScheduleFreeSGD, ScheduleFreeAdamW (eval weights x)
   muon.py       Muon (Newton-Schulz orthogonalised momentum; matrices only)
+  ademamix.py   AdEMAMix (Adam plus a slow EMA; issue 37's example rule)
   common.py     helpers the families share
 
 Plain SGD is `SGD` in learner/optimizers/base.py (the base's own rule).
@@ -24,6 +25,7 @@ from learner.optimizers.rules import adadelta
 from learner.optimizers.rules import adafactor
 from learner.optimizers.rules import adagrad
 from learner.optimizers.rules import adam
+from learner.optimizers.rules import ademamix
 from learner.optimizers.rules import adam_family
 from learner.optimizers.rules import lamb
 from learner.optimizers.rules import lion
@@ -65,6 +67,8 @@ RULES = (
               weight_decay='decoupled_weight_decay')),
     Rule(muon.Muon, ('muon',),
          {'momentum': 'beta', 'weight_decay': 'decoupled_weight_decay'}),
+    Rule(ademamix.AdEMAMix, ('ademamix',), dict(
+        _BETAS, beta_3='beta3', weight_decay='decoupled_weight_decay')),
 )
 
 

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from learner.optimizers.base import BaseOptimizer
 from learner.optimizers.base import DefineLingvoBaseParams
-from learner.optimizers.rules.common import Cast
+from params import NestedMap
 from params import checks
 
 
@@ -39,6 +39,8 @@ class AdaDelta(BaseOptimizer):
   """
 
   SUPPORTS_LAZY_SPARSE = True
+  ELEMENTWISE = True
+  ACCELERATOR = 'adadelta'
 
   @classmethod
   def Params(cls):
@@ -60,17 +62,16 @@ class AdaDelta(BaseOptimizer):
   def _CreateSlots(self, var):
     return {'accum': None, 'accum_update': None}
 
-  def _Args(self, lr, var, slots):
-    p = self.params
-    return dict(var=var.handle, accum=slots['accum'].handle,
-                accum_update=slots['accum_update'].handle, lr=Cast(lr, var),
-                rho=Cast(p.decay, var), epsilon=Cast(p.epsilon, var),
-                use_locking=False)
+  def _Scalars(self, update, dtype):
+    return NestedMap(lr=tf.cast(update.lr, dtype),
+                     decay=tf.cast(self.params.decay, dtype),
+                     epsilon=tf.cast(self.params.epsilon, dtype))
 
-  def _ApplyDense(self, lr, var, grad, slots):
-    return tf.raw_ops.ResourceApplyAdadelta(grad=grad,
-                                            **self._Args(lr, var, slots))
-
-  def _ApplySparse(self, lr, var, grad, slots):
-    return tf.raw_ops.ResourceSparseApplyAdadelta(
-        grad=grad.values, indices=grad.indices, **self._Args(lr, var, slots))
+  def _Step(self, s, w, g, slots):
+    del w
+    accum = slots['accum'] * s.decay + tf.square(g) * (1. - s.decay)
+    update = (tf.sqrt(slots['accum_update'] + s.epsilon) *
+              tf.math.rsqrt(accum + s.epsilon) * g)
+    accum_update = (slots['accum_update'] * s.decay +
+                    tf.square(update) * (1. - s.decay))
+    return s.lr * update, {'accum': accum, 'accum_update': accum_update}

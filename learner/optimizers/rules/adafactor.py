@@ -16,7 +16,7 @@ import tensorflow as tf
 from learner.optimizers.base import BaseOptimizer
 from learner.optimizers.base import DefineLingvoBaseParams
 from learner.optimizers.kernels import shared_ops
-from learner.optimizers.rules.common import Cast
+from params import NestedMap
 from params import checks
 
 
@@ -105,35 +105,40 @@ class Adafactor(BaseOptimizer):
       slots['m'] = None
     return slots
 
-  def _ApplyDense(self, lr, var, grad, slots):
+  def _Scalars(self, update, dtype):
+    """lr and beta2_t = 1 - t^(-decay_rate), t = num_updates + 1."""
+    t = tf.cast(self.num_updates + 1, dtype)
+    return NestedMap(lr=tf.cast(update.lr, dtype),
+                     beta2=1. - tf.pow(t, -self.params.decay_rate))
+
+  def _Step(self, s, w, g, slots):
+    """Adafactor on a whole variable (`w`'s shape decides the factoring;
+    its RMS scales the step when multiply_by_parameter_scale)."""
     p = self.params
-    t = tf.cast(self.num_updates + 1, var.dtype)
-    beta2 = 1. - tf.pow(t, -p.decay_rate)
-    sq = tf.square(grad) + p.epsilon1
-    w_old = tf.identity(var.read_value())
-    ops = []
-    if self._Factored(var):
-      vr = beta2 * slots['vr'] + (1. - beta2) * tf.reduce_mean(sq, -1)
-      vc = beta2 * slots['vc'] + (1. - beta2) * tf.reduce_mean(sq, -2)
-      ops += [slots['vr'].assign(vr), slots['vc'].assign(vc)]
-      row = tf.math.rsqrt(vr / tf.reduce_mean(vr, -1, keepdims=True))
-      col = tf.math.rsqrt(vc)
-      u = grad * tf.expand_dims(row, -1) * tf.expand_dims(col, -2)
+    beta2 = s.beta2
+    sq = tf.square(g) + p.epsilon1
+    w_old = tf.identity(w)
+    new = {}
+    if self._Factored(w):
+      new['vr'] = beta2 * slots['vr'] + (1. - beta2) * tf.reduce_mean(sq, -1)
+      new['vc'] = beta2 * slots['vc'] + (1. - beta2) * tf.reduce_mean(sq, -2)
+      row = tf.math.rsqrt(
+          new['vr'] / tf.reduce_mean(new['vr'], -1, keepdims=True))
+      col = tf.math.rsqrt(new['vc'])
+      u = g * tf.expand_dims(row, -1) * tf.expand_dims(col, -2)
     else:
-      v = beta2 * slots['v'] + (1. - beta2) * sq
-      ops.append(slots['v'].assign(v))
-      u = grad * tf.math.rsqrt(v)
+      new['v'] = beta2 * slots['v'] + (1. - beta2) * sq
+      u = g * tf.math.rsqrt(new['v'])
     if p.clipping_threshold:
       u /= tf.maximum(1., _Rms(u) / p.clipping_threshold)
-    step = Cast(lr, var)
+    step = s.lr
     if p.multiply_by_parameter_scale:
-      step *= tf.maximum(Cast(p.epsilon2, var), _Rms(w_old))
+      step *= tf.maximum(tf.cast(p.epsilon2, g.dtype), _Rms(w_old))
     delta = step * u
     if p.beta1:
       delta = p.beta1 * slots['m'] + (1. - p.beta1) * delta
-      ops.append(slots['m'].assign(delta))
-    ops.append(var.assign_sub(delta))
-    return tf.group(ops) if not tf.executing_eagerly() else None
+      new['m'] = delta
+    return delta, new
 
 
 class XLAShardingAdafactor(Adafactor):
@@ -228,7 +233,13 @@ class XLAShardingAdafactor(Adafactor):
       slots['m'] = None
     return slots
 
-  def _Beta2(self, dtype):
+  def _Scalars(self, update, dtype):
+    """lr and Lingvo's beta2_t at the task's global step (class
+    docstring).
+
+    Raises:
+      ValueError: the learner was bound without the task's global step.
+    """
     p = self.params
     gs = self.GlobalStep()
     if gs is None:
@@ -238,17 +249,22 @@ class XLAShardingAdafactor(Adafactor):
           'task does).' % self.path)
     step = tf.cast(gs.read_value(), dtype)
     if p.decay_exponent_pow:
-      return 1. - tf.pow(step - p.decay_exponent_offset + 1.,
-                         -p.decay_exponent_pow)
-    t = step + 1.
-    return p.beta2 * (1. - tf.pow(p.beta2, t - 1.)) / (1. - tf.pow(p.beta2, t))
+      beta2 = 1. - tf.pow(step - p.decay_exponent_offset + 1.,
+                          -p.decay_exponent_pow)
+    else:
+      t = step + 1.
+      beta2 = p.beta2 * (1. - tf.pow(p.beta2, t - 1.)) / (
+          1. - tf.pow(p.beta2, t))
+    return NestedMap(lr=tf.cast(update.lr, dtype), beta2=beta2)
 
-  def _ApplyDense(self, lr, var, grad, slots):
+  def _Step(self, s, w, g, slots):
+    """Lingvo's Adafactor on a whole variable (`w`'s shape decides the
+    factored dimensions; its RMS scales the step)."""
     p = self.params
-    beta2 = self._Beta2(var.dtype)
-    sq = tf.square(grad) + p.epsilon1
-    w_old = tf.identity(var.read_value())
-    dims = self._FactoredDims(var)
+    beta2 = s.beta2
+    sq = tf.square(g) + p.epsilon1
+    w_old = tf.identity(w)
+    dims = self._FactoredDims(w)
     new = {}
     if dims is not None:
       d0, d1 = dims
@@ -257,22 +273,22 @@ class XLAShardingAdafactor(Adafactor):
       row = tf.math.rsqrt(
           new['vr'] / tf.reduce_mean(new['vr'], -1, keepdims=True))
       col = tf.math.rsqrt(new['vc'])
-      u = grad * (tf.expand_dims(row, d0) * tf.expand_dims(col, d1))
+      u = g * (tf.expand_dims(row, d0) * tf.expand_dims(col, d1))
     else:
       new['v'] = slots['v'] * beta2 + sq * (1. - beta2)
-      u = grad * tf.math.rsqrt(new['v'])
+      u = g * tf.math.rsqrt(new['v'])
     u /= tf.maximum(1., _Rms(u) / p.clipping_threshold)
-    step = Cast(lr, var)
+    step = s.lr
     if p.multiply_by_parameter_scale:
-      step = tf.maximum(_Rms(w_old), Cast(p.epsilon2, var)) * step
+      step = tf.maximum(_Rms(w_old), tf.cast(p.epsilon2, g.dtype)) * step
     delta = u * step
     if p.beta1:
       new['m'] = slots['m'] * p.beta1 + delta * (1. - p.beta1)
       delta = new['m']
-    finite = tf.constant(True)
-    if p.cond_is_finite:
-      finite = shared_ops.AllFinite(list(new.values()) + [sq, u, delta])
-    ops = [slots[k].assign(tf.where(finite, x, slots[k])) for k, x in
-           new.items()]
-    ops.append(var.assign_sub(tf.where(finite, delta, tf.zeros_like(delta))))
-    return tf.group(ops) if not tf.executing_eagerly() else None
+    if not p.cond_is_finite:
+      return delta, new
+    # Lingvo's tf.cond: a non-finite statistic keeps the slots and the
+    # weights (the slots given back unchanged, a zero delta).
+    finite = shared_ops.AllFinite(list(new.values()) + [sq, u, delta])
+    kept = {k: tf.where(finite, x, slots[k]) for k, x in new.items()}
+    return tf.where(finite, delta, tf.zeros_like(delta)), kept

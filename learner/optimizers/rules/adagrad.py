@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from learner.optimizers.base import BaseOptimizer
 from learner.optimizers.base import DefineLingvoBaseParams
-from learner.optimizers.rules.common import Cast
+from params import NestedMap
 from params import checks
 
 
@@ -35,6 +35,8 @@ class Adagrad(BaseOptimizer):
   """
 
   SUPPORTS_LAZY_SPARSE = True
+  ELEMENTWISE = True
+  ACCELERATOR = 'adagrad'
 
   @classmethod
   def Params(cls):
@@ -59,25 +61,14 @@ class Adagrad(BaseOptimizer):
   def _CreateSlots(self, var):
     return {'accumulator': float(self.params.initial_accumulator_value)}
 
-  def _ApplyDense(self, lr, var, grad, slots):
-    return tf.raw_ops.ResourceApplyAdagradV2(
-        var=var.handle, accum=slots['accumulator'].handle, lr=Cast(lr, var),
-        epsilon=Cast(self.params.epsilon, var), grad=grad, use_locking=False,
-        update_slots=True)
+  def _Scalars(self, update, dtype):
+    return NestedMap(lr=tf.cast(update.lr, dtype),
+                     epsilon=tf.cast(self.params.epsilon, dtype))
 
-  def _DenseStep(self, lr, var, grad, slots):
-    """ResourceApplyAdagradV2's formula on values (low-precision slots).
-
-    A bfloat16 accumulator keeps 8 significant bits: once it exceeds ~256
-    g^2 an added g^2 rounds away (round to nearest), so its growth stalls.
-    """
-    a = slots['accumulator'] + tf.square(grad)
-    return (Cast(lr, var) * grad / (tf.sqrt(a) +
-                                    Cast(self.params.epsilon, var)),
-            {'accumulator': a})
-
-  def _ApplySparse(self, lr, var, grad, slots):
-    return tf.raw_ops.ResourceSparseApplyAdagradV2(
-        var=var.handle, accum=slots['accumulator'].handle, lr=Cast(lr, var),
-        epsilon=Cast(self.params.epsilon, var), grad=grad.values,
-        indices=grad.indices, use_locking=False, update_slots=True)
+  def _Step(self, s, w, g, slots):
+    """A bfloat16 accumulator (slot_dtype) keeps 8 significant bits: once
+    it exceeds ~256 g^2 an added g^2 rounds away (round to nearest), so its
+    growth stalls."""
+    del w
+    a = slots['accumulator'] + tf.square(g)
+    return s.lr * g / (tf.sqrt(a) + s.epsilon), {'accumulator': a}

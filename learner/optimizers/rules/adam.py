@@ -15,10 +15,9 @@ import numbers
 
 import tensorflow as tf
 
-from learner.optimizers import kernels
 from learner.optimizers.base import BaseOptimizer
 from learner.optimizers.base import DefineLingvoBaseParams
-from learner.optimizers.rules.common import Cast
+from params import NestedMap
 from params import checks
 
 
@@ -32,8 +31,8 @@ class Adam(BaseOptimizer):
   "epsilon hat" of Kingma & Ba (end of section 2), added to sqrt(v) before
   bias correction; it equals the paper's epsilon times sqrt(1 - beta2^t).
   Slots: 'm', 'v' (zeros). Lazy sparse update (`lazy_sparse_updates`):
-  only the rows in the batch move (TF1's LazyAdam); no fused kernel exists,
-  so it is written with gathers and scatters. The default is dense, as
+  only the rows in the batch move (TF1's LazyAdam): the base runs `_Step`
+  on the gathered rows. The default is dense, as
   TF1's AdamOptimizer (which Lingvo wraps) decays every row's m and v.
   epsilon defaults to Lingvo's 1e-6; Keras's Adam has the same formula with
   epsilon 1e-7 (set epsilon=1e-7 for Keras's numbers). `ParamsA()` and
@@ -64,6 +63,8 @@ class Adam(BaseOptimizer):
   """
 
   SUPPORTS_LAZY_SPARSE = True
+  ELEMENTWISE = True
+  ACCELERATOR = 'adam'
   SCHEDULABLE_PARAMS = BaseOptimizer.SCHEDULABLE_PARAMS + ('beta1', 'beta2')
 
   @classmethod
@@ -117,74 +118,26 @@ class Adam(BaseOptimizer):
   def _CreateSlots(self, var):
     return {'m': None, 'v': None}
 
-  def _Betas(self, var):
-    """(beta1, beta2) for this update: Python numbers, or var-dtype tensors
-    when scheduled (`Hyper`)."""
-    return (self.Hyper('beta1', var.dtype), self.Hyper('beta2', var.dtype))
-
-  def _Powers(self, var):
-    b1, b2 = self._Betas(var)
-    t = tf.cast(self.num_updates + 1, var.dtype)
-    return tf.pow(Cast(b1, var), t), tf.pow(Cast(b2, var), t)
-
-  def _EpsilonHat(self, var, b2p):
-    """The epsilon of the TF form: epsilon, or epsilon sqrt(1 - beta2^t)."""
-    eps = Cast(self.params.epsilon, var)
+  def _Scalars(self, update, dtype):
+    """lr, the betas (scheduled: their value now), beta^t with t =
+    num_updates + 1, and the epsilon of the TF form: epsilon, or epsilon
+    sqrt(1 - beta2^t) for epsilon_form='optax'."""
+    b1 = tf.cast(self.Hyper('beta1', dtype), dtype)
+    b2 = tf.cast(self.Hyper('beta2', dtype), dtype)
+    t = tf.cast(self.num_updates + 1, dtype)
+    b1p, b2p = tf.pow(b1, t), tf.pow(b2, t)
+    eps = tf.cast(self.params.epsilon, dtype)
     if self.params.epsilon_form == 'optax':
-      return eps * tf.sqrt(1. - b2p)
-    return eps
+      eps = eps * tf.sqrt(1. - b2p)
+    return NestedMap(lr=tf.cast(update.lr, dtype), beta1=b1, beta2=b2,
+                     beta1_power=b1p, beta2_power=b2p, epsilon=eps)
 
-  def _ApplyDense(self, lr, var, grad, slots):
-    p = self.params
-    b1, b2 = self._Betas(var)
-    b1p, b2p = self._Powers(var)
-    return tf.raw_ops.ResourceApplyAdam(
-        var=var.handle, m=slots['m'].handle, v=slots['v'].handle,
-        beta1_power=b1p, beta2_power=b2p, lr=Cast(lr, var),
-        beta1=Cast(b1, var), beta2=Cast(b2, var),
-        epsilon=self._EpsilonHat(var, b2p), grad=grad, use_locking=False)
-
-  def _DenseStep(self, lr, var, grad, slots):
-    """ResourceApplyAdam's formula on values (low-precision slots)."""
-    b1p, b2p = self._Powers(var)
-    b1, b2 = self._Betas(var)
-    b1, b2 = Cast(b1, var), Cast(b2, var)
-    m = b1 * slots['m'] + (1. - b1) * grad
-    v = b2 * slots['v'] + (1. - b2) * tf.square(grad)
-    lr_t = Cast(lr, var) * tf.sqrt(1. - b2p) / (1. - b1p)
-    return (lr_t * m / (tf.sqrt(v) + self._EpsilonHat(var, b2p)),
-            {'m': m, 'v': v})
-
-  def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
-                       wd_rate, decay, measure):
-    """One TfLearnerMultiApplyAdam; grad_scale * g computed in the op."""
-    p = self.params
-    var = variables[0]
-    b1, b2 = self._Betas(var)
-    b1p, b2p = self._Powers(var)
-    scalars = (b1p, b2p, Cast(lr, var), Cast(b1, var), Cast(b2, var),
-               self._EpsilonHat(var, b2p))
-    factor = None if grad_scale is None else Cast(grad_scale, var)
-    return kernels.ApplyAdam(variables, [s['m'] for s in slots],
-                             [s['v'] for s in slots], grads, scalars, factor,
-                             wd_rate, decay, measure)
-
-  def _ApplySparse(self, lr, var, grad, slots):
-    p = self.params
-    b1, b2 = self._Betas(var)
-    b1p, b2p = self._Powers(var)
-    lr_t = Cast(lr, var) * tf.sqrt(1. - b2p) / (1. - b1p)
-    idx, g = grad.indices, grad.values
-    m_rows = b1 * tf.gather(slots['m'], idx) + (1. - b1) * g
-    v_rows = b2 * tf.gather(slots['v'], idx) + (1. - b2) * g * g
-    ops = [
-        slots['m'].scatter_update(tf.IndexedSlices(m_rows, idx)),
-        slots['v'].scatter_update(tf.IndexedSlices(v_rows, idx)),
-        var.scatter_sub(tf.IndexedSlices(
-            lr_t * m_rows / (tf.sqrt(v_rows) + self._EpsilonHat(var, b2p)),
-            idx)),
-    ]
-    return tf.group(ops) if not tf.executing_eagerly() else None
+  def _Step(self, s, w, g, slots):
+    del w
+    m = s.beta1 * slots['m'] + (1. - s.beta1) * g
+    v = s.beta2 * slots['v'] + (1. - s.beta2) * tf.square(g)
+    lr_t = s.lr * tf.sqrt(1. - s.beta2_power) / (1. - s.beta1_power)
+    return lr_t * m / (tf.sqrt(v) + s.epsilon), {'m': m, 'v': v}
 
 
 class AdamW(Adam):

@@ -24,9 +24,13 @@ Optimal Rate", NeurIPS 2024. Reference implementation: optax 0.2.8
 (`nadam`, `radam`, `adamax`, `amsgrad`, `contrib.adopt`), whose numbers the
 tests match (tests/data/optax_adam_family.json).
 
-Fused kernels (kernels/multi_tensor_rules.cc, the same numbers bit for
-bit): Nadam (TfLearnerMultiApplyNadam) and AMSGrad
-(TfLearnerMultiApplyAMSGrad); RAdam, Adamax and ADOPT run the pure-TF path.
+Each rule is one formula: its `_Step` on values (the base derives the
+dense update, ZeRO-1 shards and `slot_dtype` storage from it;
+learner/optimizers/base.py) from the scalars its `_Scalars` computes once
+per variable. Fused kernels (kernels/multi_tensor_rules.cc, the same
+numbers bit for bit) are the accelerators 'nadam' (TfLearnerMultiApplyNadam)
+and 'amsgrad' (TfLearnerMultiApplyAMSGrad) in kernels/accelerators.py, fed
+those scalars; RAdam, Adamax and ADOPT run `_Step` as TF ops.
 
 One module: the five share the moment updates, the float64 bias
 corrections, the checks of beta1/beta2/epsilon and the epsilon convention.
@@ -34,9 +38,8 @@ corrections, the checks of beta1/beta2/epsilon and the epsilon convention.
 
 import tensorflow as tf
 
-from learner.optimizers import kernels
 from learner.optimizers.base import BaseOptimizer
-from learner.optimizers.rules import common
+from params import NestedMap
 from params import checks
 
 # Keras's (Dozat's) momentum schedule: mu_t = b1 (1 - 0.5 * 0.96^t). Beyond
@@ -46,15 +49,17 @@ _DOZAT_BASE = 0.96
 _DOZAT_TERMS = 1000
 
 
-def Cast(x, var):
-  """`x` (Python number or tensor) in `var`'s dtype.
+def Cast(x, dtype):
+  """`x` (Python number or tensor) as a tensor of `dtype`.
 
-  Unlike common.Cast, a Python number is converted straight to the dtype
-  (not through float32), so float64 variables see epsilon = 1e-3 exactly.
+  A Python number is converted straight to `dtype` (not through float32,
+  as a tf.cast of a Python float would), so float64 variables see epsilon =
+  1e-3 exactly; a tensor (a float64 bias correction, the float32 rate) is
+  cast with tf.cast.
   """
   if isinstance(x, (int, float)):
-    return tf.constant(x, var.dtype)
-  return common.Cast(x, var)
+    return tf.constant(x, dtype)
+  return tf.cast(x, dtype)
 
 
 def _Choice(layer, key, value, choices):
@@ -75,9 +80,12 @@ def _Bool(layer, key, value):
 class _AdamFamily(BaseOptimizer):
   """What the family shares: beta1, beta2, epsilon, the moment updates.
 
-  Powers and bias corrections are computed in float64 from the int64
-  `num_updates` and cast to the variable's dtype (as optax with x64). Sparse
-  gradients are densified. Slots (zeros) are named by each rule.
+  Each rule writes its scalars (`_Scalars`, once per variable) and its
+  formula on values (`_Step`); the base applies them (BaseOptimizer: the
+  dense update, ZeRO-1 shards, `slot_dtype` storage). Powers and bias
+  corrections are computed in float64 from the int64 `num_updates` and
+  cast to the variable's dtype (as optax with x64). Sparse gradients are
+  densified (no lazy update). Slots (zeros) are named by each rule.
 
   Raises:
     ValueError: at construction, beta1 or beta2 not a finite number in
@@ -110,22 +118,37 @@ class _AdamFamily(BaseOptimizer):
     return tf.cast(self.num_updates + 1, tf.float64)
 
   @staticmethod
-  def _Correction(decay, t, var):
-    """1 - decay^t, computed in float64, in `var`'s dtype."""
-    return Cast(1. - tf.pow(tf.constant(decay, tf.float64), t), var)
+  def _Correction(decay, t, dtype):
+    """1 - decay^t, computed in float64, as a `dtype` scalar."""
+    return Cast(1. - tf.pow(tf.constant(decay, tf.float64), t), dtype)
 
-  def _Moments(self, var, grad, slots):
-    """Updates slots m and v in place; returns their new values."""
+  def _FamilyScalars(self, update, dtype):
+    """The scalars every rule of the family reads, as `dtype` scalars.
+
+    Returns:
+      NestedMap: lr (the scheduled rate), beta1, one_minus_beta1, beta2,
+      one_minus_beta2 and epsilon. 1 - beta is computed on the Python
+      floats (float64) and then converted, never as 1 - a rounded beta.
+    """
     p = self.params
-    m = slots['m'].assign((1. - p.beta1) * grad + p.beta1 * slots['m'])
-    v = slots['v'].assign((1. - p.beta2) * tf.square(grad) +
-                          p.beta2 * slots['v'])
-    return m, v
+    return NestedMap(lr=Cast(update.lr, dtype), beta1=Cast(p.beta1, dtype),
+                     one_minus_beta1=Cast(1. - p.beta1, dtype),
+                     beta2=Cast(p.beta2, dtype),
+                     one_minus_beta2=Cast(1. - p.beta2, dtype),
+                     epsilon=Cast(p.epsilon, dtype))
 
-  def _Descend(self, lr, var, update):
-    """w <- w - lr * update; returns the op (None when eager)."""
-    op = var.assign_sub(Cast(lr, var) * update)
-    return None if tf.executing_eagerly() else op
+  @staticmethod
+  def _NewFirstMoment(s, g, slots):
+    """m after this step, on values: (1 - b1) g + b1 m_old (`s` from
+    `_FamilyScalars`, g and the slots of one shape and dtype)."""
+    return s.one_minus_beta1 * g + s.beta1 * slots['m']
+
+  @classmethod
+  def _NewMoments(cls, s, g, slots):
+    """(m, v) after this step, on values: m as `_NewFirstMoment`, v =
+    (1 - b2) g^2 + b2 v_old."""
+    return (cls._NewFirstMoment(s, g, slots),
+            s.one_minus_beta2 * tf.square(g) + s.beta2 * slots['v'])
 
 
 class Nadam(_AdamFamily):
@@ -150,6 +173,8 @@ class Nadam(_AdamFamily):
       epsilon > 0), or momentum_schedule not 'constant' or 'dozat'.
   """
 
+  ELEMENTWISE = True
+  ACCELERATOR = 'nadam'
   SCHEDULES = ('constant', 'dozat')
 
   @classmethod
@@ -180,32 +205,27 @@ class Nadam(_AdamFamily):
         tf.constant(_DOZAT_BASE, tf.float64), n))
     return u(t), u(t + 1.), prod(t), prod(t + 1.)
 
-  def _ApplyDense(self, lr, var, grad, slots):
+  def _Scalars(self, update, dtype):
+    """The family's scalars plus the schedule's: u_next = u_{t+1},
+    one_minus_p_next = 1 - P_{t+1}, one_minus_u_t = 1 - u_t, one_minus_p_t
+    = 1 - P_t and v_correction = 1 - b2^t (float64, then `dtype`)."""
     t = self._T()
     u_t, u_next, p_t, p_next = self._Schedule(t)
-    m, v = self._Moments(var, grad, slots)
-    m_hat = (Cast(u_next, var) * (m / Cast(1. - p_next, var)) +
-             Cast(1. - u_t, var) * (grad / Cast(1. - p_t, var)))
-    v_hat = v / self._Correction(self.params.beta2, t, var)
-    return self._Descend(lr, var, m_hat / (tf.sqrt(v_hat) +
-                                            Cast(self.params.epsilon, var)))
+    s = self._FamilyScalars(update, dtype)
+    s.u_next = Cast(u_next, dtype)
+    s.one_minus_p_next = Cast(1. - p_next, dtype)
+    s.one_minus_u_t = Cast(1. - u_t, dtype)
+    s.one_minus_p_t = Cast(1. - p_t, dtype)
+    s.v_correction = self._Correction(self.params.beta2, t, dtype)
+    return s
 
-  def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
-                       wd_rate, decay, measure):
-    """One TfLearnerMultiApplyNadam: `_ApplyDense`'s scalars, fused loop."""
-    p = self.params
-    var = variables[0]
-    t = self._T()
-    u_t, u_next, p_t, p_next = self._Schedule(t)
-    scalars = (Cast(lr, var), Cast(p.beta1, var), Cast(1. - p.beta1, var),
-               Cast(p.beta2, var), Cast(1. - p.beta2, var),
-               Cast(u_next, var), Cast(1. - p_next, var),
-               Cast(1. - u_t, var), Cast(1. - p_t, var),
-               self._Correction(p.beta2, t, var), Cast(p.epsilon, var))
-    factor = None if grad_scale is None else Cast(grad_scale, var)
-    return kernels.ApplyNadam(variables, [s['m'] for s in slots],
-                              [s['v'] for s in slots], grads, scalars,
-                              factor, wd_rate, decay, measure)
+  def _Step(self, s, w, g, slots):
+    del w
+    m, v = self._NewMoments(s, g, slots)
+    m_hat = (s.u_next * (m / s.one_minus_p_next) +
+             s.one_minus_u_t * (g / s.one_minus_p_t))
+    v_hat = v / s.v_correction
+    return s.lr * (m_hat / (tf.sqrt(v_hat) + s.epsilon)), {'m': m, 'v': v}
 
 
 class RAdam(_AdamFamily):
@@ -229,6 +249,8 @@ class RAdam(_AdamFamily):
       number >= 4 (below 4, rho_t in (2, 4) gives the square root of a
       negative number: NaN weights), or use_nesterov not a bool.
   """
+
+  ELEMENTWISE = True
 
   @classmethod
   def Params(cls):
@@ -262,20 +284,37 @@ class RAdam(_AdamFamily):
           ((rho_inf - 4.) * (rho_inf - 2.) * rho))
     return rho, tf.sqrt(tf.where(rho >= 4., r2, tf.zeros_like(r2)))
 
-  def _ApplyDense(self, lr, var, grad, slots):
+  def _Scalars(self, update, dtype):
+    """The family's scalars plus m_correction = 1 - b1^t, v_correction = 1
+    - b2^t, next_correction = 1 - b1^(t+1) (Nadam's look-ahead; None
+    without use_nesterov), r = r_t (float64, then `dtype`), the bool
+    scalar tensor rectify = (rho_t >= threshold) and the Python bool
+    use_nesterov."""
     p = self.params
     t = self._T()
-    m, v = self._Moments(var, grad, slots)
-    if p.use_nesterov:
-      m_hat = (p.beta1 * (m / self._Correction(p.beta1, t + 1., var)) +
-               (1. - p.beta1) * (grad / self._Correction(p.beta1, t, var)))
-    else:
-      m_hat = m / self._Correction(p.beta1, t, var)
-    v_hat = v / self._Correction(p.beta2, t, var)
     rho, r = self._Rectifier(t)
-    adaptive = Cast(r, var) * m_hat / (tf.sqrt(v_hat) + Cast(p.epsilon, var))
-    update = tf.where(rho >= p.threshold, adaptive, m_hat)
-    return self._Descend(lr, var, update)
+    s = self._FamilyScalars(update, dtype)
+    s.m_correction = self._Correction(p.beta1, t, dtype)
+    s.v_correction = self._Correction(p.beta2, t, dtype)
+    s.next_correction = (self._Correction(p.beta1, t + 1., dtype)
+                         if p.use_nesterov else None)
+    s.r = Cast(r, dtype)
+    s.rectify = rho >= p.threshold
+    s.use_nesterov = p.use_nesterov
+    return s
+
+  def _Step(self, s, w, g, slots):
+    del w
+    m, v = self._NewMoments(s, g, slots)
+    if s.use_nesterov:
+      m_hat = (s.beta1 * (m / s.next_correction) +
+               s.one_minus_beta1 * (g / s.m_correction))
+    else:
+      m_hat = m / s.m_correction
+    v_hat = v / s.v_correction
+    adaptive = s.r * m_hat / (tf.sqrt(v_hat) + s.epsilon)
+    return (s.lr * tf.where(s.rectify, adaptive, m_hat),
+            {'m': m, 'v': v})
 
 
 class Adamax(_AdamFamily):
@@ -296,6 +335,7 @@ class Adamax(_AdamFamily):
       'optax' or 'keras'.
   """
 
+  ELEMENTWISE = True
   FORMS = ('optax', 'keras')
 
   @classmethod
@@ -313,19 +353,24 @@ class Adamax(_AdamFamily):
   def _CreateSlots(self, var):
     return {'m': None, 'u': None}
 
-  def _ApplyDense(self, lr, var, grad, slots):
-    p = self.params
-    eps = Cast(p.epsilon, var)
-    m = slots['m'].assign((1. - p.beta1) * grad + p.beta1 * slots['m'])
-    correction = self._Correction(p.beta1, self._T(), var)
-    if p.epsilon_form == 'optax':
-      u = slots['u'].assign(tf.maximum(tf.abs(grad) + eps,
-                                       p.beta2 * slots['u']))
-      update = (m / correction) / u
+  def _Scalars(self, update, dtype):
+    """The family's scalars plus m_correction = 1 - b1^t (float64, then
+    `dtype`) and the Python str epsilon_form."""
+    s = self._FamilyScalars(update, dtype)
+    s.m_correction = self._Correction(self.params.beta1, self._T(), dtype)
+    s.epsilon_form = self.params.epsilon_form
+    return s
+
+  def _Step(self, s, w, g, slots):
+    del w
+    m = self._NewFirstMoment(s, g, slots)
+    if s.epsilon_form == 'optax':
+      u = tf.maximum(tf.abs(g) + s.epsilon, s.beta2 * slots['u'])
+      step = (m / s.m_correction) / u
     else:
-      u = slots['u'].assign(tf.maximum(p.beta2 * slots['u'], tf.abs(grad)))
-      update = m / (correction * (u + eps))
-    return self._Descend(lr, var, update)
+      u = tf.maximum(s.beta2 * slots['u'], tf.abs(g))
+      step = m / (s.m_correction * (u + s.epsilon))
+    return s.lr * step, {'m': m, 'u': u}
 
 
 class AMSGrad(_AdamFamily):
@@ -345,6 +390,9 @@ class AMSGrad(_AdamFamily):
       bias_correction_nu not a bool.
   """
 
+  ELEMENTWISE = True
+  ACCELERATOR = 'amsgrad'
+
   @classmethod
   def Params(cls):
     p = super().Params()
@@ -361,36 +409,27 @@ class AMSGrad(_AdamFamily):
   def _CreateSlots(self, var):
     return {'m': None, 'v': None, 'v_max': None}
 
-  def _ApplyDense(self, lr, var, grad, slots):
+  def _Scalars(self, update, dtype):
+    """The family's scalars plus m_correction = 1 - b1^t and v_correction
+    = 1 - b2^t (float64, then `dtype`), each None when its
+    bias_correction_* is False (then nothing divides)."""
     p = self.params
     t = self._T()
-    m, v = self._Moments(var, grad, slots)
-    if p.bias_correction_mu:
-      m = m / self._Correction(p.beta1, t, var)
-    if p.bias_correction_nu:
-      v = v / self._Correction(p.beta2, t, var)
-    v_max = slots['v_max'].assign(tf.maximum(slots['v_max'], v))
-    return self._Descend(lr, var,
-                         m / (tf.sqrt(v_max) + Cast(p.epsilon, var)))
+    s = self._FamilyScalars(update, dtype)
+    s.m_correction = (self._Correction(p.beta1, t, dtype)
+                      if p.bias_correction_mu else None)
+    s.v_correction = (self._Correction(p.beta2, t, dtype)
+                      if p.bias_correction_nu else None)
+    return s
 
-  def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
-                       wd_rate, decay, measure):
-    """One TfLearnerMultiApplyAMSGrad; a correction that is off is 1.0
-    (x / 1 = x exactly, so the numbers are `_ApplyDense`'s)."""
-    p = self.params
-    var = variables[0]
-    t = self._T()
-    one = Cast(1.0, var)
-    k1 = self._Correction(p.beta1, t, var) if p.bias_correction_mu else one
-    k2 = self._Correction(p.beta2, t, var) if p.bias_correction_nu else one
-    scalars = (Cast(lr, var), Cast(p.beta1, var), Cast(1. - p.beta1, var),
-               Cast(p.beta2, var), Cast(1. - p.beta2, var), k1, k2,
-               Cast(p.epsilon, var))
-    factor = None if grad_scale is None else Cast(grad_scale, var)
-    return kernels.ApplyAMSGrad(
-        variables, [s['m'] for s in slots], [s['v'] for s in slots],
-        [s['v_max'] for s in slots], grads, scalars, factor, wd_rate, decay,
-        measure)
+  def _Step(self, s, w, g, slots):
+    del w
+    m, v = self._NewMoments(s, g, slots)
+    m_hat = m if s.m_correction is None else m / s.m_correction
+    v_hat = v if s.v_correction is None else v / s.v_correction
+    v_max = tf.maximum(slots['v_max'], v_hat)
+    return (s.lr * (m_hat / (tf.sqrt(v_max) + s.epsilon)),
+            {'m': m, 'v': v, 'v_max': v_max})
 
 
 class ADOPT(_AdamFamily):
@@ -413,6 +452,8 @@ class ADOPT(_AdamFamily):
     ValueError: at construction, as the family, clip_exponent not a finite
       number > 0, or use_nesterov / use_clipping not a bool.
   """
+
+  ELEMENTWISE = True
 
   @classmethod
   def Params(cls):
@@ -442,23 +483,33 @@ class ADOPT(_AdamFamily):
   def _CreateSlots(self, var):
     return {'m': None, 'v': None}
 
-  def _ApplyDense(self, lr, var, grad, slots):
+  def _Scalars(self, update, dtype):
+    """lr and epsilon; b1, c1, b2, c2: (beta1, 1 - beta1, beta2, 1 -
+    beta2) after the first update, (1, 0, 0, 1) at it (m stays 0, v <-
+    g^2), chosen in float64 then converted (1 - 0.9999 in float32 is 1.7e-5
+    relative off, which ADOPT's g / sqrt(v) can magnify); clip = k^c in
+    `dtype` (k = num_updates), or None without use_clipping; the Python
+    bool use_nesterov."""
     p = self.params
-    k = tf.cast(self.num_updates, tf.float64)
     first = tf.equal(self.num_updates, 0)
-    # (decay, 1 - decay) chosen in float64: 1 - 0.9999 in float32 is 1.7e-5
-    # (relative) off, which ADOPT's g / sqrt(v) can magnify.
     pick = lambda a, b: Cast(tf.where(first, tf.constant(a, tf.float64),
-                                      tf.constant(b, tf.float64)), var)
-    b1, c1 = pick(1., p.beta1), pick(0., 1. - p.beta1)
-    b2, c2 = pick(0., p.beta2), pick(1., 1. - p.beta2)
-    n = grad / tf.maximum(tf.sqrt(slots['v']), Cast(p.epsilon, var))
+                                      tf.constant(b, tf.float64)), dtype)
+    clip = None
     if p.use_clipping:
-      c = Cast(tf.pow(k, p.clip_exponent), var)
-      n = tf.clip_by_value(n, -c, c)
-    m = slots['m'].assign(c1 * n + b1 * slots['m'])
-    with tf.control_dependencies([n]):
-      v_op = slots['v'].assign(c2 * tf.square(grad) + b2 * slots['v'])
-    update = (c1 * n + b1 * m) if p.use_nesterov else m
-    with tf.control_dependencies([v_op]):
-      return self._Descend(lr, var, update)
+      k = tf.cast(self.num_updates, tf.float64)
+      clip = Cast(tf.pow(k, p.clip_exponent), dtype)
+    return NestedMap(lr=Cast(update.lr, dtype), b1=pick(1., p.beta1),
+                     c1=pick(0., 1. - p.beta1), b2=pick(0., p.beta2),
+                     c2=pick(1., 1. - p.beta2),
+                     epsilon=Cast(p.epsilon, dtype), clip=clip,
+                     use_nesterov=p.use_nesterov)
+
+  def _Step(self, s, w, g, slots):
+    del w
+    n = g / tf.maximum(tf.sqrt(slots['v']), s.epsilon)
+    if s.clip is not None:
+      n = tf.clip_by_value(n, -s.clip, s.clip)
+    m = s.c1 * n + s.b1 * slots['m']
+    v = s.c2 * tf.square(g) + s.b2 * slots['v']
+    step = (s.c1 * n + s.b1 * m) if s.use_nesterov else m
+    return s.lr * step, {'m': m, 'v': v}

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.base import BaseOptimizer
-from learner.optimizers.rules.common import Cast
+from params import NestedMap
 from params import checks
 
 
@@ -92,22 +92,32 @@ class LAMB(BaseOptimizer):
   def _CreateSlots(self, var):
     return {'m': None, 'v': None}
 
-  def _ApplyDense(self, lr, var, grad, slots):
+  def _Scalars(self, update, dtype):
+    """lr, the betas (scheduled: their value now), the bias corrections'
+    beta^t (t = num_updates + 1) and weight_decay, for variables of
+    `dtype`. An unscheduled beta or weight_decay stays a Python number (so
+    `beta * m` takes it at full precision, as before)."""
+    b1 = self.Hyper('beta1', dtype)
+    b2 = self.Hyper('beta2', dtype)
+    t = tf.cast(self.num_updates + 1, dtype)
+    return NestedMap(lr=tf.cast(update.lr, dtype), beta1=b1, beta2=b2,
+                     beta1_power=tf.pow(tf.cast(b1, dtype), t),
+                     beta2_power=tf.pow(tf.cast(b2, dtype), t),
+                     weight_decay=self.Hyper('weight_decay', dtype))
+
+  def _Step(self, s, w, g, slots):
+    """LAMB on a whole variable `w` (its norm and name are read: the trust
+    ratio and the exclude lists)."""
     p = self.params
-    b1 = self.Hyper('beta1', var.dtype)
-    b2 = self.Hyper('beta2', var.dtype)
-    t = tf.cast(self.num_updates + 1, var.dtype)
-    m = b1 * slots['m'] + (1. - b1) * grad
-    v = b2 * slots['v'] + (1. - b2) * tf.square(grad)
-    w_old = tf.identity(var.read_value())
-    m_hat = m / (1. - tf.pow(Cast(b1, var), t))
-    v_hat = v / (1. - tf.pow(Cast(b2, var), t))
+    m = s.beta1 * slots['m'] + (1. - s.beta1) * g
+    v = s.beta2 * slots['v'] + (1. - s.beta2) * tf.square(g)
+    w_old = tf.identity(w)
+    m_hat = m / (1. - s.beta1_power)
+    v_hat = v / (1. - s.beta2_power)
     r = m_hat / (tf.sqrt(v_hat) + p.epsilon)
-    if not self._Matches(var, p.exclude_from_weight_decay):
-      r += self.Hyper('weight_decay', var.dtype) * w_old
+    if not self._Matches(w, p.exclude_from_weight_decay):
+      r += s.weight_decay * w_old
     ratio = 1.
-    if not self._Matches(var, p.exclude_from_layer_adaptation):
+    if not self._Matches(w, p.exclude_from_layer_adaptation):
       ratio = _TrustRatio(tf.norm(w_old), tf.norm(r))
-    ops = [slots['m'].assign(m), slots['v'].assign(v),
-           var.assign_sub(Cast(lr, var) * ratio * r)]
-    return tf.group(ops) if not tf.executing_eagerly() else None
+    return s.lr * ratio * r, {'m': m, 'v': v}

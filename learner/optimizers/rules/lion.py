@@ -10,9 +10,8 @@ NeurIPS 2023, Program 1. Fused kernel: TfLearnerMultiApplyLion
 
 import tensorflow as tf
 
-from learner.optimizers import kernels
 from learner.optimizers.base import BaseOptimizer
-from learner.optimizers.rules.common import Cast
+from params import NestedMap
 from params import checks
 
 
@@ -35,6 +34,8 @@ class Lion(BaseOptimizer):
   """
 
   SCHEDULABLE_PARAMS = BaseOptimizer.SCHEDULABLE_PARAMS + ('beta1', 'beta2')
+  ELEMENTWISE = True
+  ACCELERATOR = 'lion'
 
   @classmethod
   def Params(cls):
@@ -57,27 +58,17 @@ class Lion(BaseOptimizer):
   def _CreateSlots(self, var):
     return {'m': None}
 
-  def _ApplyDense(self, lr, var, grad, slots):
-    b1 = self.Hyper('beta1', var.dtype)
-    b2 = self.Hyper('beta2', var.dtype)
+  def _Scalars(self, update, dtype):
+    b1 = self.Hyper('beta1', dtype)
+    b2 = self.Hyper('beta2', dtype)
+    return NestedMap(
+        lr=tf.cast(update.lr, dtype), beta1=tf.cast(b1, dtype),
+        one_minus_beta1=tf.cast(1. - b1, dtype), beta2=tf.cast(b2, dtype),
+        one_minus_beta2=tf.cast(1. - b2, dtype))
+
+  def _Step(self, s, w, g, slots):
+    del w
     m = slots['m']
-    c = b1 * m + (1. - b1) * grad
-    ops = [var.assign_sub(Cast(lr, var) * tf.sign(c)),
-           m.assign(b2 * m + (1. - b2) * grad)]
-    return tf.group(ops) if not tf.executing_eagerly() else None
-
-  def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
-                       wd_rate, decay, measure):
-    """One TfLearnerMultiApplyLion over all variables (see BaseOptimizer).
-
-    The scalars are the ones `_ApplyDense` builds (scheduled betas too), so
-    the op gives its numbers bit for bit.
-    """
-    var = variables[0]
-    b1 = self.Hyper('beta1', var.dtype)
-    b2 = self.Hyper('beta2', var.dtype)
-    scalars = (Cast(lr, var), Cast(b1, var), Cast(1. - b1, var),
-               Cast(b2, var), Cast(1. - b2, var))
-    factor = None if grad_scale is None else Cast(grad_scale, var)
-    return kernels.ApplyLion(variables, [s['m'] for s in slots], grads,
-                             scalars, factor, wd_rate, decay, measure)
+    c = s.beta1 * m + s.one_minus_beta1 * g
+    return (s.lr * tf.sign(c),
+            {'m': s.beta2 * m + s.one_minus_beta2 * g})

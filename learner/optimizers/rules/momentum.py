@@ -11,11 +11,10 @@ Plain SGD (w <- w - lr * g) is `SGD` in learner/optimizers/base.py.
 
 import tensorflow as tf
 
-from learner.optimizers import kernels
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.base import BaseOptimizer
 from learner.optimizers.base import DefineLingvoBaseParams
-from learner.optimizers.rules.common import Cast
+from params import NestedMap
 from params import checks
 
 
@@ -63,7 +62,8 @@ class Momentum(BaseOptimizer):
   """
 
   SUPPORTS_LAZY_SPARSE = True
-  APPLY_TAKES_GRAD_SCALE = True
+  ELEMENTWISE = True
+  ACCELERATOR = 'momentum'
   SCHEDULABLE_PARAMS = BaseOptimizer.SCHEDULABLE_PARAMS + ('alpha',)
 
   @classmethod
@@ -92,7 +92,6 @@ class Momentum(BaseOptimizer):
     super().__init__(params)
     self._scale_state = self.CreateVariable(
         'grad_scale_state', [], init=1.0, trainable=False, dtype=tf.float32)
-    self._fold = None  # (momentum, lr, grad factor) during Apply.
 
   @property
   def grad_scale_state(self):
@@ -108,23 +107,22 @@ class Momentum(BaseOptimizer):
   def _CreateSlots(self, var):
     return {'momentum': None}
 
-  @tf.autograph.experimental.do_not_convert
-  def Apply(self, lr, var_grads, _grad_scale=None, _measure=None):
-    """BaseOptimizer.Apply with the gradient scale folded where possible."""
-    with self.HyperScope():
-      return self._ApplyFolded(lr, var_grads, _grad_scale, _measure)
+  def _BeginUpdate(self, lr, vgs, grad_scale):
+    """Decides the fold (class docstring): the velocity's factor and rate.
 
-  def _ApplyFolded(self, lr, var_grads, _grad_scale, _measure):
+    Returns the base's NestedMap plus `momentum` (alpha_t s_prev / s_t when
+    folded, else alpha_t), `lr_s` (lr s_t) and `scale_state` (s_t); its
+    `grad_scale` is what the gradient still gets multiplied by: None when
+    folded, else c_t / s_prev.
+    """
     p = self.params
-    lr = tf.convert_to_tensor(lr, tf.float32)
-    present = [vg for vg in var_grads.Flatten() if vg.grad is not None]
-    names = set(var_grad_lib.VarName(vg.var) for vg in present)
+    names = set(var_grad_lib.VarName(vg.var) for vg in vgs)
     lazy = p.lazy_sparse_updates and any(
-        isinstance(vg.grad, tf.IndexedSlices) for vg in present)
+        isinstance(vg.grad, tf.IndexedSlices) for vg in vgs)
     fold = (p.fold_grad_scale and not p.use_nesterov and not lazy and
-            p.slot_dtype is None and names == set(self._bound))
-    c = (tf.constant(1.0) if _grad_scale is None else
-         tf.cast(_grad_scale, tf.float32))
+            p.slot_dtype is None and names == set(self.bound_variables))
+    c = (tf.constant(1.0) if grad_scale is None else
+         tf.cast(grad_scale, tf.float32))
     s_prev = self._scale_state.read_value()
     alpha = self.Hyper('alpha')
     if fold:
@@ -135,49 +133,21 @@ class Momentum(BaseOptimizer):
       s_new = s_prev
       factor = c / s_prev
       mom = tf.convert_to_tensor(alpha, tf.float32)
-    self._fold = (mom, lr * s_new, factor)
-    try:
-      op = super().Apply(lr, var_grads, _measure=_measure)
-    finally:
-      self._fold = None
-    with tf.control_dependencies([op] if op is not None else []):
-      assign = self._scale_state.assign(s_new)
-    return None if tf.executing_eagerly() else tf.group(op, assign)
+    return NestedMap(lr=lr, grad_scale=factor, momentum=mom,
+                     lr_s=lr * s_new, scale_state=s_new)
 
-  def _Scalars(self, var, grad):
-    mom, lr_s, factor = self._fold
-    if factor is not None:
-      grad = kernels.ScaleGradient(grad, Cast(factor, var))
-    return Cast(mom, var), Cast(lr_s, var), grad
+  def _EndUpdate(self, update, ops):
+    """Stores s_t after the update."""
+    with tf.control_dependencies([o for o in ops if o is not None]):
+      return [self._scale_state.assign(update.scale_state, read_value=False)]
 
-  def _ApplyDense(self, lr, var, grad, slots):
-    p = self.params
-    mom, lr_s, grad = self._Scalars(var, grad)
-    return tf.raw_ops.ResourceApplyMomentum(
-        var=var.handle, accum=slots['momentum'].handle, lr=lr_s,
-        grad=grad, momentum=mom, use_locking=False,
-        use_nesterov=p.use_nesterov)
+  def _Scalars(self, update, dtype):
+    return NestedMap(lr=tf.cast(update.lr_s, dtype),
+                     momentum=tf.cast(update.momentum, dtype),
+                     use_nesterov=self.params.use_nesterov)
 
-  def _DenseStep(self, lr, var, grad, slots):
-    """ResourceApplyMomentum's formula on values (low-precision slots)."""
-    mom, lr_s, grad = self._Scalars(var, grad)
-    v = mom * slots['momentum'] + grad
-    step = grad + mom * v if self.params.use_nesterov else v
-    return lr_s * step, {'momentum': v}
-
-  def _ApplyDenseMulti(self, lr, variables, grads, slots, grad_scale,
-                       wd_rate, decay, measure):
-    """One TfLearnerMultiApplyMomentum with `_Scalars`' factors folded in."""
-    del lr, grad_scale  # Momentum.Apply passes them in self._fold.
-    mom, lr_s, factor = self._fold
-    return kernels.ApplyMomentum(
-        variables, [s['momentum'] for s in slots], grads, lr_s, mom, factor,
-        wd_rate, decay, self.params.use_nesterov, measure)
-
-  def _ApplySparse(self, lr, var, grad, slots):
-    p = self.params
-    mom, lr_s, grad = self._Scalars(var, grad)
-    return tf.raw_ops.ResourceSparseApplyMomentum(
-        var=var.handle, accum=slots['momentum'].handle, lr=lr_s,
-        grad=grad.values, indices=grad.indices, momentum=mom,
-        use_locking=False, use_nesterov=p.use_nesterov)
+  def _Step(self, s, w, g, slots):
+    del w
+    v = s.momentum * slots['momentum'] + g
+    step = g + s.momentum * v if s.use_nesterov else v
+    return s.lr * step, {'momentum': v}

@@ -25,7 +25,7 @@ import tensorflow as tf
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.base import BaseOptimizer
 from learner.optimizers.rules import adam
-from learner.optimizers.rules.common import Cast
+from params import NestedMap
 from params import checks
 
 MOMENTUM_FORMS = ('optax', 'reference')
@@ -59,12 +59,6 @@ def NewtonSchulz(x, steps, coeffs, eps):
     gram = tf.matmul(x, x, transpose_b=True)
     x = a * x + tf.matmul(b * gram + c * tf.matmul(gram, gram), x)
   return tf.transpose(x) if transposed else x
-
-
-def _Number(x, var):
-  """A Python number as a constant of var's dtype (no float32 rounding,
-  which tf.cast of a Python float would do first)."""
-  return tf.constant(x, var.dtype)
 
 
 def MatrixShape(shape):
@@ -208,17 +202,29 @@ class Muon(BaseOptimizer):
   def _CreateSlots(self, var):
     return {'m': None}
 
-  def _Direction(self, var, grad, m_new):
-    """u, the tensor Newton-Schulz orthogonalises (var's shape and dtype)."""
+  def _Scalars(self, update, dtype):
+    """lr, beta and 1 - beta (constants of `dtype`, not rounded through
+    float32) and, for momentum_form 'optax', the bias corrections
+    1 - beta^t and 1 - beta^(t+1) with t = num_updates + 1."""
     p = self.params
-    beta = _Number(p.beta, var)
+    beta = tf.constant(p.beta, dtype)
+    s = NestedMap(lr=tf.cast(update.lr, dtype), beta=beta,
+                  one_minus_beta=tf.constant(1. - p.beta, dtype))
+    if p.momentum_form == 'optax':
+      t = tf.cast(self.num_updates + 1, dtype)
+      s.correction = 1. - tf.pow(beta, t)
+      s.next_correction = 1. - tf.pow(beta, t + 1.)
+    return s
+
+  def _Direction(self, s, g, m_new):
+    """u, the tensor Newton-Schulz orthogonalises (g's shape and dtype)."""
+    p = self.params
     if p.momentum_form == 'reference':
-      return beta * m_new + (1. - beta) * grad if p.nesterov else m_new
-    t = tf.cast(self.num_updates + 1, var.dtype)
+      return s.beta * m_new + (1. - s.beta) * g if p.nesterov else m_new
     if not p.nesterov:
-      return m_new / (1. - tf.pow(beta, t))
-    return (beta * m_new / (1. - tf.pow(beta, t + 1.)) +
-            (1. - beta) * grad / (1. - tf.pow(beta, t)))
+      return m_new / s.correction
+    return (s.beta * m_new / s.next_correction +
+            (1. - s.beta) * g / s.correction)
 
   def _Scale(self, fan_in, fan_out):
     """s, the shape-dependent multiplier of the rate (a Python float)."""
@@ -227,16 +233,16 @@ class Muon(BaseOptimizer):
       return p.rms_rate * math.sqrt(max(fan_in, fan_out))
     return math.sqrt(max(1., fan_out / fan_in))
 
-  def _ApplyDense(self, lr, var, grad, slots):
+  def _Step(self, s, w, g, slots):
+    """Muon on a whole variable (only `w`'s shape is read)."""
     p = self.params
-    m = slots['m']
-    m_new = _Number(p.beta, var) * m + _Number(1. - p.beta, var) * grad
-    fan_in, fan_out = MatrixShape(var.shape.as_list())
-    u = tf.reshape(self._Direction(var, grad, m_new), [fan_in, fan_out])
+    m_new = s.beta * slots['m'] + s.one_minus_beta * g
+    shape = w.shape.as_list()
+    fan_in, fan_out = MatrixShape(shape)
+    u = tf.reshape(self._Direction(s, g, m_new), [fan_in, fan_out])
     o = NewtonSchulz(u, p.ns_steps, p.ns_coeffs, p.epsilon)
-    step = Cast(lr, var) * _Number(self._Scale(fan_in, fan_out), var)
-    ops = [m.assign(m_new), var.assign_sub(step * tf.reshape(o, var.shape))]
-    return tf.group(ops) if not tf.executing_eagerly() else None
+    step = s.lr * tf.constant(self._Scale(fan_in, fan_out), g.dtype)
+    return step * tf.reshape(o, shape), {'m': m_new}
 
   @classmethod
   def TwoLearners(cls, learner, matrices, muon=None, adamw=None,

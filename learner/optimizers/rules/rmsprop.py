@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from learner.optimizers.base import BaseOptimizer
 from learner.optimizers.base import DefineLingvoBaseParams
-from learner.optimizers.rules.common import Cast
+from params import NestedMap
 from params import checks
 
 
@@ -51,6 +51,8 @@ class RMSProp(BaseOptimizer):
   """
 
   SUPPORTS_LAZY_SPARSE = True
+  ELEMENTWISE = True
+  ACCELERATOR = 'rmsprop'
   SCHEDULABLE_PARAMS = BaseOptimizer.SCHEDULABLE_PARAMS + ('decay',
                                                           'momentum')
 
@@ -84,27 +86,19 @@ class RMSProp(BaseOptimizer):
       slots['mg'] = None
     return slots
 
-  def _Args(self, lr, var, slots):
-    p = self.params
-    args = dict(var=var.handle, ms=slots['ms'].handle,
-                mom=slots['mom'].handle, lr=Cast(lr, var),
-                rho=Cast(self.Hyper('decay'), var),
-                momentum=Cast(self.Hyper('momentum'), var),
-                epsilon=Cast(p.epsilon, var), use_locking=False)
-    if p.centered:
-      args['mg'] = slots['mg'].handle
-    return args
+  def _Scalars(self, update, dtype):
+    return NestedMap(lr=tf.cast(update.lr, dtype),
+                     decay=tf.cast(self.Hyper('decay'), dtype),
+                     momentum=tf.cast(self.Hyper('momentum'), dtype),
+                     epsilon=tf.cast(self.params.epsilon, dtype),
+                     centered=self.params.centered)
 
-  def _ApplyDense(self, lr, var, grad, slots):
-    args = self._Args(lr, var, slots)
-    if self.params.centered:
-      return tf.raw_ops.ResourceApplyCenteredRMSProp(grad=grad, **args)
-    return tf.raw_ops.ResourceApplyRMSProp(grad=grad, **args)
-
-  def _ApplySparse(self, lr, var, grad, slots):
-    args = self._Args(lr, var, slots)
-    if self.params.centered:
-      return tf.raw_ops.ResourceSparseApplyCenteredRMSProp(
-          grad=grad.values, indices=grad.indices, **args)
-    return tf.raw_ops.ResourceSparseApplyRMSProp(
-        grad=grad.values, indices=grad.indices, **args)
+  def _Step(self, s, w, g, slots):
+    del w
+    new = {'ms': slots['ms'] + (tf.square(g) - slots['ms']) * (1. - s.decay)}
+    denominator = new['ms'] + s.epsilon
+    if s.centered:
+      new['mg'] = slots['mg'] + (g - slots['mg']) * (1. - s.decay)
+      denominator = new['ms'] - tf.square(new['mg']) + s.epsilon
+    new['mom'] = slots['mom'] * s.momentum + s.lr * g / tf.sqrt(denominator)
+    return new['mom'], new

@@ -37,10 +37,10 @@ so r = 0 gives its numbers) and facebookresearch/schedule_free
 
 import tensorflow as tf
 
-from learner.optimizers import kernels
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers import wrapper
 from learner.optimizers.base import BaseOptimizer
+from params import NestedMap
 from params import checks
 
 # The slot of the eval weights x. Its name is part of the checkpoint key of
@@ -54,32 +54,68 @@ WARMUP_FORMS = ('optax', 'reference')
 _SCALAR_DTYPE = tf.float64
 
 
-def _Cast(x, var):
-  """`x` (a Python number or a tensor) in `var`'s dtype.
+def _AverageScalars(update, dtype, b1, wd):
+  """The scalars both rules share, for variables of `dtype`.
 
-  A Python number becomes a constant of that dtype directly (tf.cast of a
-  Python float goes through float32: 0.999 would be 0.99900001 in float64).
+  lr_z, c and 1 - c from the update's float64 values (`StepScalars`), the
+  interpolation b1 and 1 - b1 (Python floats made constants of `dtype`
+  directly), the weight decay wd (a constant; `decay_on` the Python bool
+  wd != 0) and `first` (bool scalar: z and x start from y).
   """
-  if isinstance(x, (int, float)):
-    return tf.constant(x, var.dtype)
-  return tf.cast(x, var.dtype)
+  c = tf.cast(update.c, dtype)
+  return NestedMap(lr_z=tf.cast(update.lr_z, dtype), c=c, one_minus_c=1. - c,
+                   b1=tf.constant(b1, dtype),
+                   one_minus_b1=tf.constant(1. - b1, dtype),
+                   wd=tf.constant(wd, dtype), decay_on=bool(wd),
+                   first=update.first)
+
+
+def _Average(s, w, u, slots, decay, new):
+  """The z, x, y update from the direction u (module docstring).
+
+  Args:
+    s: the rule's `_Scalars`; w: the weights y (a variable or tensor); u:
+      the direction before the rate; slots: {'z', 'x', ...: values};
+      decay: Python bool, add wd * y to u; new: the direction's new slots.
+
+  Returns:
+    (y_new, new slots): the new weights (the rule declares
+    STEP_GIVES_WEIGHTS: y - (y - y_new) is not y_new bit for bit).
+  """
+  y = tf.identity(w)
+  if decay:
+    u = u + s.wd * y
+  # Before the first update z and x are the weights then (not at Bind: a
+  # warm start assigns the weights after the learners are built).
+  z_old = tf.where(s.first, y, slots['z'])
+  x_old = tf.where(s.first, y, slots[EVAL_SLOT])
+  z_new = z_old - s.lr_z * u
+  x_new = s.one_minus_c * x_old + s.c * z_new
+  y_new = s.b1 * x_new + s.one_minus_b1 * z_new
+  new = dict(new)
+  new['z'], new[EVAL_SLOT] = z_new, x_new
+  return y_new, new
 
 
 class _ScheduleFree(BaseOptimizer):
   """What schedule-free SGD and AdamW share: warmup, average, y/z/x slots.
 
-  Subclasses give `_Interpolation()` (b1) and `_Direction(...)` (u).
-  `Apply` is written out: the step's scalars (lr_z, c) are computed once
-  per update from the checkpointed `lr_max` and `weight_sum`; then one
-  fused op updates every variable (TfLearnerMultiApplyScheduleFree*,
-  kernels/multi_tensor_rules.cc) where it can run, else `_UpdateOne` per
-  variable (the same numbers).
+  The update's float64 scalars (lr_z, c; `StepScalars`) are computed once
+  per `Apply` from the checkpointed `lr_max` and `weight_sum`
+  (`_BeginUpdate`), which are stored after the update (`_EndUpdate`).
+  Each subclass writes its `_Scalars` and its `_Step` (its direction u,
+  then the shared z, x, y update); one fused op updates every variable
+  (the 'schedule_free' accelerator: TfLearnerMultiApplyScheduleFree*,
+  kernels/multi_tensor_rules.cc) where it can run, else the base's
+  per-variable `_Step` (the same numbers).
   Sparse gradients are densified. The eval weights follow Ema's protocol:
   `EvalAverages()`, `EvalAverageClasses(p)`, `GetAverage(var)`,
   `AverageCheckpointKeySuffix(var)`, `SwapAverages()`.
   """
 
-  APPLY_TAKES_GRAD_SCALE = True
+  ELEMENTWISE = True
+  STEP_GIVES_WEIGHTS = True
+  DECAY_IN_STEP = True  # wd * y is added to the direction u (`_Average`).
   EVAL_WEIGHTS_LABEL = 'schedule-free average x'
 
   @classmethod
@@ -115,18 +151,17 @@ class _ScheduleFree(BaseOptimizer):
       raise ValueError(
           '%s: warmup_form=%r is not known. Set warmup_form to one of %s.' %
           (checks.Where(self), p.warmup_form, list(WARMUP_FORMS)))
+    if p.slot_dtype is not None:
+      raise ValueError(
+          '%s: slot_dtype=%s is not supported by %s: its slot x holds the '
+          'eval weights, which eval and export restore into the variables '
+          'from the checkpoint as they are. Set slot_dtype=None.' %
+          (checks.Where(self), tf.as_dtype(p.slot_dtype).name,
+           type(self).__name__))
     self._lr_max = self.CreateVariable('lr_max', [], init=0.0,
                                        trainable=False, dtype=_SCALAR_DTYPE)
     self._weight_sum = self.CreateVariable(
         'weight_sum', [], init=0.0, trainable=False, dtype=_SCALAR_DTYPE)
-
-  def _Interpolation(self):
-    """b1 (a Python float in (0, 1))."""
-    raise NotImplementedError
-
-  def _Direction(self, var, grad, slots, t):
-    """(u, ops): the inner step direction (before the rate) and its ops."""
-    raise NotImplementedError
 
   def _CreateSlots(self, var):
     value = tf.identity(var.read_value())
@@ -151,112 +186,28 @@ class _ScheduleFree(BaseOptimizer):
     c = tf.where(total > 0., weight / tf.where(total > 0., total, 1.), 0.)
     return lr_z, c, lr_max, total
 
-  @tf.autograph.experimental.do_not_convert
-  def Apply(self, lr, var_grads, _grad_scale=None, _measure=None):
-    """Applies one schedule-free update; returns the op (None when eager).
-
-    Args:
-      lr: float32 scalar, the scheduled rate.
-      var_grads: NestedMap of VarGrad; grad None leaves the variable alone
-        (its y, z, x do not move; the average's weight still advances).
-      _grad_scale: internal (ApplyScaled): None or a float32 scalar
-        multiplying every gradient.
-      _measure: internal (the learner's var_norm/all): None, or a
-        kernels.WeightMeasure the fused op measures y into.
-
-    Raises:
-      ValueError: if a variable was not bound with `Bind`.
-    """
-    lr = tf.convert_to_tensor(lr, tf.float32)
-    present = [vg for vg in var_grads.Flatten() if vg.grad is not None]
-    for vg in present:
-      self._CheckBound(vg.var)
+  def _BeginUpdate(self, lr, vgs, grad_scale):
+    """The base's NestedMap plus this update's `StepScalars` (lr_z, c,
+    lr_max, weight_sum), t = num_updates + 1 (int64) and `first` (bool
+    scalar: no update was applied yet). A variable without a gradient
+    keeps its y, z, x; the average's weight still advances."""
+    del vgs
     lr_z, c, lr_max, total = self.StepScalars(lr)
-    t = self.num_updates + 1
-    fused, op = self._FusedApply(present, lr_z, c, t, _grad_scale, _measure)
-    ops = [op] if fused else []
-    for vg in ([] if fused else present):
-      grad = tf.convert_to_tensor(vg.grad)  # Sums duplicate sparse rows.
-      if _grad_scale is not None:
-        grad = kernels.ScaleGradient(grad, _grad_scale)
-      ops.extend(self._UpdateOne(vg.var, grad, lr_z, c, t))
+    return NestedMap(lr=lr, grad_scale=grad_scale, lr_z=lr_z, c=c,
+                     lr_max=lr_max, weight_sum=total,
+                     t=self.num_updates + 1,
+                     first=tf.equal(self.num_updates, 0))
+
+  def _EndUpdate(self, update, ops):
+    """Stores lr_max and weight_sum after the update."""
     with tf.control_dependencies([o for o in ops if o is not None]):
-      ops += [self._lr_max.assign(lr_max), self._weight_sum.assign(total)]
-    return self._FinishApply(ops)
+      return [self._lr_max.assign(update.lr_max),
+              self._weight_sum.assign(update.weight_sum)]
 
-  def FusedApplyReason(self, vgs):
-    """None if the update of `vgs` runs as one fused op, else why not (str).
-
-    The fused op (kernels/multi_tensor_rules.cc) repeats `_UpdateOne` with
-    the class's own `_Direction`; a subclass that changes either keeps the
-    pure-TF path, as do low-precision slots and everything
-    `kernels.Unsupported` refuses (XLA, a strategy, a GPU, float64).
-    """
-    owner = next(k for k in type(self).__mro__
-                 if '_FusedDirectionScalars' in vars(k))
-    if owner is _ScheduleFree:
-      return 'no fused kernel for this rule'
-    for name in ('_Direction', '_UpdateOne', '_Interpolation'):
-      if getattr(type(self), name) is not getattr(owner, name):
-        return '%s overrides %s of %s' % (type(self).__name__, name,
-                                          owner.__name__)
-    if self.params.slot_dtype is not None:
-      return 'slot_dtype=%s (the fused kernels hold slots in the variable ' \
-             'dtype)' % tf.as_dtype(self.params.slot_dtype).name
-    return kernels.Unsupported([vg.var for vg in vgs], [
-        vg.grad.values if isinstance(vg.grad, tf.IndexedSlices) else vg.grad
-        for vg in vgs])
-
-  def _FusedDirectionScalars(self, var, t):
-    """The direction's float32 scalars for the fused op ([] for SGD)."""
-    raise NotImplementedError
-
-  def _FusedApply(self, vgs, lr_z, c, t, grad_scale, measure):
-    """(fused, op): every variable's z, x, y update in one op, if it can
-    run (`FusedApplyReason`); the same numbers as `_UpdateOne` bit for bit
-    (tests/test_optimizers/test_rule_kernels.py). fused False: nothing ran."""
-    reason = self.FusedApplyReason(vgs) if vgs else 'no gradient'
-    kernels.LogPath('%s update' % type(self).__name__, reason)
-    if reason:
-      return False, None
-    variables = [vg.var for vg in vgs]
-    var = variables[0]
-    wd = self.params.decoupled_weight_decay or 0.0
-    decay = [bool(wd) and self._decay_mask.get(var_grad_lib.VarName(v), True)
-             for v in variables]
-    b1 = self._Interpolation()
-    c = _Cast(c, var)
-    scalars = [_Cast(lr_z, var), c, 1. - c, _Cast(b1, var),
-               _Cast(1. - b1, var), _Cast(wd, var)]
-    scalars += self._FusedDirectionScalars(var, t)
-    slots = [self.GetSlots(v) for v in variables]
-    vs = [s['v'] for s in slots] if 'v' in slots[0] else None
-    factor = None if grad_scale is None else tf.cast(grad_scale, var.dtype)
-    return True, kernels.ApplyScheduleFree(
-        variables, [s['z'] for s in slots], [s[EVAL_SLOT] for s in slots],
-        vs, [tf.convert_to_tensor(vg.grad) for vg in vgs],
-        tf.equal(self.num_updates, 0), scalars, factor, decay, measure)
-
-  def _UpdateOne(self, var, grad, lr_z, c, t):
-    """The ops of one variable's z, x, y update (see the module docstring)."""
-    slots = self.GetSlots(var)
-    z, x = slots['z'], slots[EVAL_SLOT]
-    b1 = self._Interpolation()
-    u, ops = self._Direction(var, grad, slots, t)
-    y = var.read_value()
-    wd = self.params.decoupled_weight_decay
-    if wd and self._decay_mask.get(var_grad_lib.VarName(var), True):
-      u = u + _Cast(wd, var) * y
-    # Before the first update z and x are the weights then (not at Bind: a
-    # warm start assigns the weights after the learners are built).
-    first = tf.equal(self.num_updates, 0)
-    z_old = tf.where(first, y, z.read_value())
-    x_old = tf.where(first, y, x.read_value())
-    z_new = z_old - _Cast(lr_z, var) * u
-    c = _Cast(c, var)
-    x_new = (1. - c) * x_old + c * z_new
-    y_new = b1 * x_new + (1. - b1) * z_new
-    return ops + [z.assign(z_new), x.assign(x_new), var.assign(y_new)]
+  def _Decays(self, w):
+    """True if decoupled_weight_decay acts on the variable `w` (inside u)."""
+    return bool(self.params.decoupled_weight_decay) and self._decay_mask.get(
+        var_grad_lib.VarName(w), True)
 
   # ---- the eval weights (Ema's protocol) -----------------------------------
 
@@ -325,9 +276,12 @@ class ScheduleFreeSGD(_ScheduleFree):
 
   Raises:
     ValueError: at construction, if momentum is not in (0, 1), warmup_steps
-      is not an int >= 0, weight_lr_power or r is negative, or warmup_form
-      is not 'optax' or 'reference'.
+      is not an int >= 0, weight_lr_power or r is negative, warmup_form
+      is not 'optax' or 'reference', or slot_dtype is set (x, a slot, is
+      the eval weights).
   """
+
+  ACCELERATOR = 'schedule_free'
 
   @classmethod
   def Params(cls):
@@ -344,16 +298,14 @@ class ScheduleFreeSGD(_ScheduleFree):
         why='the reference refuses 0 and 1 (x and z would decouple from y)')
     return specs
 
-  def _Interpolation(self):
-    return float(self.params.momentum)
+  def _Scalars(self, update, dtype):
+    p = self.params
+    return _AverageScalars(update, dtype, float(p.momentum),
+                           p.decoupled_weight_decay or 0.0)
 
-  def _Direction(self, var, grad, slots, t):
-    del var, slots, t
-    return grad, []
-
-  def _FusedDirectionScalars(self, var, t):
-    del var, t
-    return []
+  def _Step(self, s, w, g, slots):
+    """u = g, then the shared z, x, y update (`_Average`)."""
+    return _Average(s, w, g, slots, self._Decays(w), {})
 
 
 class ScheduleFreeAdamW(_ScheduleFree):
@@ -373,6 +325,8 @@ class ScheduleFreeAdamW(_ScheduleFree):
     ValueError: at construction, if beta1 is not in (0, 1), beta2 not in
       [0, 1), epsilon not > 0, or as ScheduleFreeSGD for the shared params.
   """
+
+  ACCELERATOR = 'schedule_free'
 
   @classmethod
   def Params(cls):
@@ -395,27 +349,27 @@ class ScheduleFreeAdamW(_ScheduleFree):
                             why='0 gives 0/0 = NaN where a gradient is 0'))
     return specs
 
-  def _Interpolation(self):
-    return float(self.params.beta1)
-
   def _CreateSlots(self, var):
     return dict(super()._CreateSlots(var), v=None)
 
-  def _Direction(self, var, grad, slots, t):
+  def _Scalars(self, update, dtype):
+    """The shared scalars (b1 = beta1) plus b2, 1 - b2, the bias
+    correction 1 - b2^t and epsilon."""
     p = self.params
-    v = slots['v']
-    v_new = p.beta2 * v.read_value() + (1. - p.beta2) * grad * grad
+    s = _AverageScalars(update, dtype, float(p.beta1),
+                        p.decoupled_weight_decay or 0.0)
     # 1 - beta2^t in float64, then rounded once (in float32, 1 - 0.999 would
     # carry float32(0.999)'s error, 5e-5 relative).
-    correction = _Cast(1. - tf.pow(tf.constant(p.beta2, tf.float64),
-                                   tf.cast(t, tf.float64)), var)
-    u = grad / (tf.sqrt(v_new / correction) + _Cast(p.epsilon, var))
-    return u, [v.assign(v_new)]
+    s.correction = tf.cast(1. - tf.pow(tf.constant(p.beta2, tf.float64),
+                                       tf.cast(update.t, tf.float64)), dtype)
+    s.b2 = tf.constant(p.beta2, dtype)
+    s.one_minus_b2 = tf.constant(1. - p.beta2, dtype)
+    s.epsilon = tf.constant(p.epsilon, dtype)
+    return s
 
-  def _FusedDirectionScalars(self, var, t):
-    """(b2, 1 - b2, 1 - b2^t, eps) as `_Direction` computes them."""
-    p = self.params
-    correction = _Cast(1. - tf.pow(tf.constant(p.beta2, tf.float64),
-                                   tf.cast(t, tf.float64)), var)
-    return [_Cast(p.beta2, var), _Cast(1. - p.beta2, var), correction,
-            _Cast(p.epsilon, var)]
+  def _Step(self, s, w, g, slots):
+    """u = g / (sqrt(v_new / (1 - b2^t)) + eps), then the shared z, x, y
+    update (`_Average`)."""
+    v_new = s.b2 * slots['v'] + s.one_minus_b2 * g * g
+    u = g / (tf.sqrt(v_new / s.correction) + s.epsilon)
+    return _Average(s, w, u, slots, self._Decays(w), {'v': v_new})

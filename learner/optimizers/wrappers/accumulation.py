@@ -294,7 +294,7 @@ class GradientAccumulation(wrapper.BaseWrapper):
       self._weight_sum.assign_add(weight)
       return tf.constant(True)
 
-    base_optimizer.CondAsCall(is_finite, _Add,
+    CondAsCall(is_finite, _Add,
                               lambda: self._DropMicroBatch(weight))
     return self._micro_step.assign_add(1)
 
@@ -348,7 +348,7 @@ class GradientAccumulation(wrapper.BaseWrapper):
       self._weight_sum.assign_add(weight)
       return tf.constant(True)
 
-    base_optimizer.CondAsCall(finite, _Added,
+    CondAsCall(finite, _Added,
                               lambda: self._DropMicroBatch(weight))
     return self._micro_step.assign_add(1)
 
@@ -477,7 +477,7 @@ class GradientAccumulation(wrapper.BaseWrapper):
     else:
       micro_step = self._AccumulateChecked(variables, dense, weight)
     is_apply = self.IsApplyStep(micro_step)
-    outputs = base_optimizer.CondAsCall(
+    outputs = CondAsCall(
         is_apply, self._ApplyWindowFn(var_grads, apply_window, all_reduce),
         when_accumulating)
     return outputs, is_apply
@@ -515,7 +515,7 @@ class GradientAccumulation(wrapper.BaseWrapper):
     finite = kernels.SumOfSquaresFinite(dense)
     self._CountMicroBatch(weight, finite)
     is_apply = self.IsApplyStep(self._micro_step.assign_add(1))
-    outputs = base_optimizer.CondAsCall(
+    outputs = CondAsCall(
         is_apply, self._ApplyWindowFn(
             var_grads, apply_window, all_reduce,
             sums_fn=lambda: self._SelectSums(pairs, weight, finite)),
@@ -652,3 +652,45 @@ def _AssignZero(var, zero=None):
       and hasattr(var, 'values')):
     return tf.group([v.assign(_Zeros(v)) for v in var.values])
   return var.assign(_Zeros(var))
+
+
+def CondAsCall(pred, true_fn, false_fn):
+  """tf.cond whose If op runs as a function call (not lowered).
+
+  Args:
+    pred: bool scalar tensor.
+    true_fn, false_fn: as in tf.cond.
+
+  Returns:
+    What tf.cond returns.
+
+  A lowered cond (Switch/Merge, the default in tf.function) still walks
+  every op of the branch not taken as dead; for the applying branch of an
+  accumulation micro-step that is ~5 ops per variable on every micro-step.
+  Run as a call, a micro-step that only accumulates executes just its own
+  branch. Eagerly it is the plain tf.cond. Under XLA it is a
+  tf.switch_case with `false_fn` as branch 0: XLA:CPU (TF 2.21) keeps a
+  variable that a branch passes through unchanged in place only when that
+  branch is branch 0 of an indexed conditional (openxla/xla#46314, fixed
+  upstream in 2026-07); as a tf.cond it copied every weight and optimizer
+  slot in the accumulate-only branch of a micro-step
+  (tests/test_learner/test_learner_xla.py).
+  """
+  if kernels.InXla():
+    return tf.switch_case(tf.cast(pred, tf.int32), [false_fn, true_fn])
+  out = tf.cond(pred, true_fn, false_fn)
+  if tf.executing_eagerly():
+    return out
+  flat = tf.nest.flatten(out)
+  if_ops = set()
+  for t in flat:
+    op = t.op
+    while op.type == 'Identity' and op.inputs:
+      op = op.inputs[0].op
+    if op.type in ('If', 'StatelessIf'):
+      if_ops.add(op)
+  from tensorflow.core.framework import attr_value_pb2  # pylint: disable=g-import-not-at-top
+  for op in if_ops:
+    op._set_attr('_lower_using_switch_merge',  # pylint: disable=protected-access
+                 attr_value_pb2.AttrValue(b=False))
+  return out

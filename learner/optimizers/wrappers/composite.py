@@ -5,6 +5,7 @@ import re
 import tensorflow as tf
 
 from learner.optimizers import base as base_optimizer
+from learner.optimizers import wrapper
 from learner.optimizers import var_grad as var_grad_lib
 from params import NestedMap
 
@@ -50,7 +51,7 @@ class Composite(base_optimizer.BaseOptimizer):
   def __init__(self, params):
     super().__init__(params)
     p = self.params
-    base_optimizer.CheckNoWrapperDecay(self)
+    wrapper.CheckNoWrapperDecay(self)
     if not p.optimizer_map:
       raise ValueError(
           '%s: optimizer_map is empty; give {regex: (optimizer params, lr '
@@ -65,7 +66,7 @@ class Composite(base_optimizer.BaseOptimizer):
         raise ValueError(
             '%s: optimizer_map[%r] must be (optimizer params, lr multiplier),'
             ' got %r.' % (self.path, key, entry))
-      base_optimizer.CheckInnerOptimizerParams(
+      wrapper.CheckInnerOptimizerParams(
           'Composite', 'optimizer_map[%r]' % key, entry[0])
       if key != DEFAULT_KEY:
         try:

@@ -86,7 +86,7 @@ class Ema(wrapper.BaseAveraging):
             'set one (hyper_schedules counts the learner\'s step, '
             'decay_schedule this wrapper\'s num_updates).' % self.path)
       self.CreateChild('decay_schedule', p.decay_schedule)
-      self.__dict__['_hyper_schedules']['decay'] = self.decay_schedule
+      self.ScheduleHyper('decay', self.decay_schedule)
 
   def HyperStep(self, name=None):
     """The learner's step; for a decay given by decay_schedule, this
