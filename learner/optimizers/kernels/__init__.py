@@ -6,6 +6,9 @@
   multi_tensor_rules.cc  the newer rules' apply ops: Lion, Nadam, AMSGrad,
                          schedule-free SGD / AdamW
   multi_tensor_common.h  the chunk split and the apply base both share
+  accelerators.py      per rule, its raw TF op or fused op fed with the
+                       rule's scalars (the ACCELERATORS table; no formula)
+  low_precision.py     slots stored in bfloat16 (slot_dtype), read upcast
   loader.py            compiles them on first use into a cache, loads them
   multi_tensor.py      the Python entry points and when they may run
   shared_ops.py        InXla, the finite checks, ScaleGradient, BlockSum:
