@@ -1,10 +1,12 @@
 """Update rules and their wrappers, and the MoXing-style factories.
 
-  base.py            BaseOptimizer (Bind-time slots, Apply), SGD, helpers
+  base.py            BaseOptimizer (Bind-time slots; Apply: every path
+                     derived from a rule's _Scalars + _Step), SGD, helpers
   rules/             the update rules, one family per module (momentum, adam,
                      adagrad, rmsprop, adadelta, adafactor, lamb, lion,
-                     adam_family, schedule_free, muon); rules.RULES
-                     registers each (export, factory name)
+                     adam_family, schedule_free, muon, ademamix), each
+                     formula once in its _Step; rules.RULES registers each
+                     (export, factory name)
   wrappers/          the wrappers, one per module, each holding an inner
                      optimizer's params: lars, ema, lookahead, swa, sam,
                      composite, accumulation; easgd, local_sgd (replica-local,
@@ -17,7 +19,8 @@
                      scheduled hyperparameters; a learner's optimizer and
                      schedule resolved; ZeRO-1 sharded state
   var_grad.py        VarGrad, the (variable, gradient) pair they consume
-  kernels/           the fused C++ ops and the graph helpers all share
+  kernels/           the accelerators (raw TF and fused C++ ops per rule),
+                     slot storage and the graph helpers all share
 """
 
 from learner.optimizers.var_grad import VarGrad
