@@ -93,7 +93,7 @@ def RunChild(set_name, steps):
   for shard in (False, True):
     name = 'adam_sharded' if shard else 'adam_unsharded'
     lrn, step, model_vars = _Build(strategy, specs, weights, grads, shard)
-    copies = (lrn.optimizer.__dict__['_zero'].shard_variables if shard
+    copies = (lrn.optimizer.state_sharding.shard_variables if shard
               else [])
     skip = {id(v) for v in list(model_vars) + copies}
     result['rows'][name] = dict(

@@ -211,6 +211,11 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
           '%s: use_bf16_gradients_ar=True (Lingvo: all-reduce gradients in '
           'bfloat16) is not supported. Leave it False; for bfloat16 '
           'communication use mixed precision (docs/lingvo.md).' % self.path)
+    if p.lazy_sparse_updates and not type(self).SUPPORTS_LAZY_SPARSE:
+      logging.warning(
+          '%s: lazy_sparse_updates=True, but %s does not update sparse rows '
+          'lazily (SUPPORTS_LAZY_SPARSE is False): sparse gradients are '
+          'densified and every row moves.', self.path, type(self).__name__)
     self._num_updates = self.CreateVariable(
         'num_updates', [], init=0, trainable=False, dtype=tf.int64)
     self._slots = {}

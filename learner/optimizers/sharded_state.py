@@ -81,7 +81,9 @@ def RuleToShard(path, optimizer):
         'statistics; Ema, Lookahead, SWA keep full-size averages; schedule-'
         'free keeps its eval weights x as a slot that eval and export swap '
         'into the model whole) is not. '
-        'Set shard_optimizer_state=False or use one of those rules.' %
+        'Set shard_optimizer_state=False or use one of those rules (a '
+        'rule of your own: declare ELEMENTWISE = True on its class when one '
+        'element\'s step reads only that element).' %
         (path, type(rule).__name__, ', '.join(ShardableRuleNames())))
   return rule
 

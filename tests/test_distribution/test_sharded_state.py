@@ -10,6 +10,8 @@ the steps (within 1e-6 relative, the acceptance bound; in practice equal).
 import io
 import json
 import os
+import pathlib
+import re
 import sys
 
 import numpy as np
@@ -605,3 +607,14 @@ def test_cli_cpu_devices_is_checked_before_any_file(tmp_path, flags, needle):
   assert out.returncode == 2 and needle in out.stderr, out.stderr
   assert len(out.stderr.strip().splitlines()) == 1
   assert not (tmp_path / 'run').exists()
+
+
+def test_distributed_md_lists_exactly_the_shardable_rules():
+  # docs/distributed.md names the rules ZeRO-1 shards; the list is typed
+  # there, so it is checked against the declared flags here.
+  text = (pathlib.Path(__file__).resolve().parents[2] / 'docs' /
+          'distributed.md').read_text()
+  start = text.index('weights to evaluate:')
+  listed = re.findall(r'`(\w+)`', text[start:text.index(
+      '`sharded_state.ShardableRuleNames()`', start)])
+  assert sorted(listed) == sorted(sharded_state.ShardableRuleNames())

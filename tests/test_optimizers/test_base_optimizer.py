@@ -161,3 +161,19 @@ def test_check_inner_refuses_accumulation_saying_it_must_be_outermost():
 def test_check_inner_refuses_non_optimizer_params_naming_the_key():
   with pytest.raises(ValueError, match=r'params\.optimizer must be'):
     wrapper.CheckInnerOptimizerParams('Ema', 'optimizer', None)
+
+
+def test_lazy_sparse_updates_on_a_rule_that_densifies_warns(caplog):
+  # Lion densifies sparse gradients (SUPPORTS_LAZY_SPARSE is False): asking
+  # for lazy rows is not silently ignored.
+  with caplog.at_level('WARNING'):
+    optimizers.Lion.Params().Set(name='lion', lazy_sparse_updates=True
+                                 ).Instantiate()
+  assert any('lazy_sparse_updates=True, but Lion does not update sparse rows'
+             in r.getMessage() for r in caplog.records)
+  caplog.clear()
+  with caplog.at_level('WARNING'):
+    optimizers.Adam.Params().Set(name='adam', lazy_sparse_updates=True
+                                 ).Instantiate()
+  assert not any('lazy_sparse_updates' in r.getMessage()
+                 for r in caplog.records)

@@ -5,7 +5,8 @@
                        in-place zero
   multi_tensor_rules.cc  the newer rules' apply ops: Lion, Nadam, AMSGrad,
                          schedule-free SGD / AdamW
-  multi_tensor_common.h  the chunk split and the apply base both share
+  multi_tensor_common.h  the chunk split and the apply skeleton
+                         (MultiApplyOp<Rule>: a rule writes its step)
   accelerators.py      per rule, its raw TF op or fused op fed with the
                        rule's scalars (the ACCELERATORS table; no formula)
   low_precision.py     slots stored in bfloat16 (slot_dtype), read upcast

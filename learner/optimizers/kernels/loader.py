@@ -50,7 +50,7 @@ library (about 20 s of CPU once per machine and TensorFlow version).
                    (`Active()`). (Session 3 shipped it off: the fused step
                    measured slower than the pure-TF one on the resnet50 set;
                    the cause was the ops' thread split, see ForEachChunk in
-                   multi_tensor_ops.cc.)
+                   multi_tensor_common.h.)
 
 No compiler, a failed build, a failed load or an unwritable cache leave
 `Library()` None and `Unavailable()` saying why; callers then take the

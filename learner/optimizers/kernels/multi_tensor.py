@@ -147,7 +147,10 @@ def _Run(op_fn, variables, *args, measure=None, **attrs):
 
 
 def ApplySGD(variables, grads, alpha, wd_rate, decay, measure=None):
-  """w -= alpha * g for every pair (TfLearnerMultiApplySGD); decay below.
+  """SGD's step for every pair in one op (TfLearnerMultiApplySGD); decay below.
+
+  The step is SGD's (learner/optimizers/base.py), in the order of TF's
+  ResourceApplyGradientDescent.
 
   Args:
     variables, grads: aligned lists (float32; dense grads).
@@ -170,9 +173,9 @@ def ApplyMomentum(variables, accums, grads, lr, momentum, grad_factor,
                   wd_rate, decay, use_nesterov, measure=None):
   """TF's ResourceApplyMomentum over lists, g * grad_factor folded in.
 
-  a <- a * momentum + f g;  w <- w - lr a  (Nesterov: w - (f g lr + a
-  momentum lr)); grad_factor None means f = 1 (not multiplied). Other args
-  and the result as `ApplySGD`; `accums` aligned with `variables`.
+  Momentum's step (learner/optimizers/rules/momentum.py) on g * f, in TF's
+  order; grad_factor None means f = 1 (not multiplied). Other args and the
+  result as `ApplySGD`; `accums` aligned with `variables`.
   """
   scale = grad_factor is not None
   factor = grad_factor if scale else tf.constant(1.0)
@@ -214,8 +217,8 @@ def ApplyLion(variables, ms, grads, scalars, grad_factor, wd_rate, decay,
               measure=None):
   """Lion over lists (TfLearnerMultiApplyLion, multi_tensor_rules.cc).
 
-  c = beta1 m + (1 - beta1) g;  w <- w - lr sign(c);
-  m <- beta2 m + (1 - beta2) g, with g * grad_factor folded in.
+  Lion's step (learner/optimizers/rules/lion.py), with g * grad_factor
+  folded in.
 
   Args:
     variables, ms, grads: aligned lists (float32; dense grads).
@@ -237,9 +240,8 @@ def ApplyNadam(variables, ms, vs, grads, scalars, grad_factor, wd_rate,
                decay, measure=None):
   """Nadam over lists (TfLearnerMultiApplyNadam, multi_tensor_rules.cc).
 
-  m <- (1 - b1) g + b1 m;  v <- (1 - b2) g^2 + b2 v;
-  w <- w - lr (u' (m / (1 - P')) + (1 - u) (g / (1 - P)))
-             / (sqrt(v / (1 - b2^t)) + eps).
+  Nadam's step (learner/optimizers/rules/adam_family.py, Nadam), with
+  g * grad_factor folded in.
 
   Args:
     variables, ms, vs, grads: aligned lists.
@@ -262,8 +264,8 @@ def ApplyAMSGrad(variables, ms, vs, v_maxs, grads, scalars, grad_factor,
                  wd_rate, decay, measure=None):
   """AMSGrad over lists (TfLearnerMultiApplyAMSGrad, multi_tensor_rules.cc).
 
-  m <- (1 - b1) g + b1 m;  v <- (1 - b2) g^2 + b2 v;
-  v_max <- max(v_max, v / k2);  w <- w - lr (m / k1) / (sqrt(v_max) + eps).
+  AMSGrad's step (learner/optimizers/rules/adam_family.py, AMSGrad), with
+  g * grad_factor folded in.
 
   Args:
     variables, ms, vs, v_maxs, grads: aligned lists.
@@ -287,9 +289,9 @@ def ApplyScheduleFree(variables, zs, xs, vs, grads, first, scalars,
   """Schedule-free SGD (vs None) or AdamW over lists, in one op.
 
   TfLearnerMultiApplyScheduleFreeSGD / ...AdamW (multi_tensor_rules.cc):
-  u = g (SGD) or g / (sqrt(v' / (1 - b2^t)) + eps) with v' = b2 v +
-  (1 - b2) g^2 (AdamW); u += wd y where `decay`; z0, x0 = y if `first`;
-  z <- z0 - lr_z u;  x <- (1 - c) x0 + c z;  y <- b1 x + (1 - b1) z.
+  the schedule-free step (learner/optimizers/rules/schedule_free.py,
+  `_ScheduleFree._UpdateOne`) on y = the variable, with g * grad_factor
+  folded in; the weight decay wd y is applied where `decay` is true.
 
   Args:
     variables (y), zs, xs, vs (None for SGD), grads: aligned lists.

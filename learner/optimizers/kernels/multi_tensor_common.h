@@ -1,8 +1,10 @@
-// What the multi-tensor apply ops of multi_tensor_ops.cc and
-// multi_tensor_rules.cc share: the chunk split over threads, the locked
-// variables, the in-pass weight measure, the base class for "N variables,
-// S slot groups, N gradients, scalars" (MultiApplyBase) and the dispatch of
-// run-time flags to template arguments (WithFlags).
+// What the multi-tensor ops of multi_tensor_ops.cc and multi_tensor_rules.cc
+// share: the chunk split over threads, the locked variables and their shape
+// check, the scalar inputs, the dispatch of run-time flags to template
+// arguments (WithFlags) and the one skeleton of every apply op
+// (MultiApplyOp: inputs and attrs, locking, shape checks, the in-pass weight
+// measure, decay, gradient scale, the loop), which each rule fills with
+// only its step (a rule struct).
 //
 // In its own namespace (tf_learner::common) so the two translation units of
 // the library share one definition. ForEachChunk below says why the split
@@ -22,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "tensorflow/core/framework/op.h"
@@ -195,16 +198,68 @@ class LockedVariables {
   std::vector<Tensor> tensors_;
 };
 
-inline float Scalar(OpKernelContext* ctx, int input) {
-  return ctx->input(input).scalar<float>()();
+// OK if each of the `groups` groups of n locked variables has, at every
+// index i, the shape of gradient i (input grads_first + i). Else fails ctx
+// with InvalidArgument naming the tensor (and, with name_group, its group:
+// 0 the variables, s the s-th slot group) and returns false.
+inline bool SameShapes(OpKernelContext* ctx, const LockedVariables& vars,
+                       int groups, int n, int grads_first, bool name_group) {
+  for (int i = 0; i < n; ++i) {
+    const Tensor& g = ctx->input(grads_first + i);
+    for (int s = 0; s < groups; ++s) {
+      const Tensor& v = vars.tensor(s * n + i);
+      if (v.shape().IsSameSize(g.shape())) continue;
+      if (name_group) {
+        ctx->CtxFailure(tensorflow::errors::InvalidArgument(
+            "tensor ", i, " (slot group ", s, "): shape ",
+            v.shape().DebugString(), " != gradient shape ",
+            g.shape().DebugString()));
+      } else {
+        ctx->CtxFailure(tensorflow::errors::InvalidArgument(
+            "tensor ", i, ": variable shape ", v.shape().DebugString(),
+            " != gradient shape ", g.shape().DebugString()));
+      }
+      return false;
+    }
+  }
+  return true;
 }
 
+// Reads an op's scalar inputs in order from input `first` on:
+// Read(&a, &b, &c) reads the next three. A float* takes a float32 scalar,
+// a bool* a bool one (the op registration fixes the dtypes).
+class ScalarInputs {
+ public:
+  ScalarInputs(OpKernelContext* ctx, int first) : ctx_(ctx), next_(first) {}
+
+  template <typename... T>
+  void Read(T*... out) {
+    (ReadOne(out), ...);  // Left to right: the order of the inputs.
+  }
+
+ private:
+  void ReadOne(float* out) { *out = ctx_->input(next_++).scalar<float>()(); }
+  void ReadOne(bool* out) { *out = ctx_->input(next_++).scalar<bool>()(); }
+
+  OpKernelContext* ctx_;
+  int next_;
+};
+
 // Calls fn(std::integral_constant<bool, f>{}...) with one constant per
-// run-time flag, in order: WithFlags(fn, scale, decay) calls
+// flag, in order: WithFlags(fn, scale, decay) calls
 // fn(std::true_type{}, std::false_type{}) when scale and not decay. The
 // callee passes the constants on as template arguments
-// (Run<decltype(s)::value, ...>), so each combination gets its own loop
-// without a branch inside (2^flags loops are compiled).
+// (Loop<decltype(s)::value, ...>), so each combination gets its own loop
+// without a branch inside. A flag given as a run-time bool compiles both
+// loops; one given as a constant (std::false_type, see FlagIf) only its own.
+template <typename Fn>
+inline void WithFlags(Fn&& fn);
+template <typename Fn, typename... Rest>
+inline void WithFlags(Fn&& fn, bool first, Rest... rest);
+template <typename Fn, bool kFirst, typename... Rest>
+inline void WithFlags(Fn&& fn, std::integral_constant<bool, kFirst> first,
+                      Rest... rest);
+
 template <typename Fn>
 inline void WithFlags(Fn&& fn) {
   fn();
@@ -221,89 +276,183 @@ inline void WithFlags(Fn&& fn, bool first, Rest... rest) {
   }
 }
 
-// Base of the apply ops: N variables, `num_slots` slot groups of N, N
-// gradients, then scalar inputs. Attrs: N, decay (one bool per variable),
-// measure_weights and, if `has_scale_grad`, scale_grad (an op registered
-// without that attr passes false; scale_grad() is then false). Output 0:
-// sum(w_old^2) / 2 when measured, else 0.
+template <typename Fn, bool kFirst, typename... Rest>
+inline void WithFlags(Fn&& fn, std::integral_constant<bool, kFirst> first,
+                      Rest... rest) {
+  WithFlags([&fn, first](auto... known) { fn(first, known...); }, rest...);
+}
+
+// `value` if kUsed, else the constant false (WithFlags then compiles no
+// loop for true): for a flag an op does not have.
+template <bool kUsed>
+inline auto FlagIf(bool value) {
+  if constexpr (kUsed) {
+    return value;
+  } else {
+    return std::false_type{};
+  }
+}
+
+// ---- The apply ops: one skeleton, a rule per op ----------------------------
+//
+// MultiApplyOp<R> is the whole op but the rule's arithmetic. Inputs: N
+// variables, R::kSlots slot groups of N, N gradients, then R's scalars.
+// Attrs: N, decay (one bool per variable), measure_weights, scale_grad (if
+// R::kScaleGrad) and R::kFlagAttr (if not null). Output 0: sum(w_old^2) / 2
+// over the variables when measure_weights (each chunk summed just before its
+// update, from cache), else 0.
+//
+// Per element, in this order: g = g * factor (scale_grad); w1 = R's Step;
+// then, for a variable whose decay entry is true, w1 = w1 - wd * w_old
+// (R::kDecayInStep: the rule decays inside its step instead).
+//
+// A rule R derives from RuleBase and has:
+//   kSlots                how many slot groups follow the variables
+//                         (at most kMaxSlots);
+//   R(ScalarInputs* in)   reads the scalar inputs after the gradients, in
+//                         their registration order, including `factor`
+//                         (grad_factor) and `wd` (the decay rate) where the
+//                         op takes them;
+//   float Step(int64_t i, float w_old, float g, float* s...) const
+//                         w's new value before decay, given element i of
+//                         the scaled gradient; reads and writes element i
+//                         of its slots s... (one pointer per slot group, in
+//                         input order). A rule with kHasFlag or
+//                         kDecayInStep declares it
+//                         template <bool kFlag, bool kDecay>.
 // Errors (InvalidArgument): decay without N entries (at construction); a
 // variable or slot whose shape is not its gradient's (in Compute, before
 // any element is written).
-class MultiApplyBase : public OpKernel {
+
+// What a rule has unless it says otherwise.
+struct RuleBase {
+  // The op has attr scale_grad and an input grad_factor (read into factor).
+  static constexpr bool kScaleGrad = true;
+  // The name of a bool attr that becomes `flag` (e.g. "use_nesterov").
+  static constexpr const char* kFlagAttr = nullptr;
+  // Step takes `flag` as its template argument kFlag.
+  static constexpr bool kHasFlag = false;
+  // Step applies the decay itself (template argument kDecay) with `wd`.
+  static constexpr bool kDecayInStep = false;
+
+  float factor = 1.f;
+  float wd = 0.f;
+  bool flag = false;
+};
+
+template <bool kFlag, bool kDecay, typename Rule, typename... Args>
+inline float StepOf(const Rule& rule, Args... args) {
+  if constexpr (Rule::kHasFlag || Rule::kDecayInStep) {
+    return rule.template Step<kFlag, kDecay>(args...);
+  } else {
+    return rule.Step(args...);
+  }
+}
+
+template <std::size_t>
+using SlotPtr = float* __restrict__;
+
+// The loop over n elements of one chunk. The rule is copied so its scalars
+// are locals the writes through the pointers cannot change (they stay in
+// registers); every flag is a template argument, so the loop is
+// branch-free and vectorizes. Not inlined: inlined into the chunk lambda,
+// g++ 12 lost the __restrict__ of the pointers for Adam's loops and
+// vectorized them behind a run-time overlap check (-fopt-info-vec); as a
+// call (one per chunk) all 42 apply loops vectorize without one.
+template <bool kScale, bool kDecay, bool kFlag, typename Rule,
+          std::size_t... S>
+__attribute__((noinline)) void Loop(const Rule& rule, float* __restrict__ w,
+                                    const float* __restrict__ g, int64_t n,
+                                    std::index_sequence<S...>,
+                                    SlotPtr<S>... slots) {
+  const Rule r = rule;
+  const float f = r.factor, wd = r.wd;
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = kScale ? g[i] * f : g[i];
+    const float w0 = w[i];
+    float w1 = StepOf<kFlag, kDecay>(r, i, w0, gi, slots...);
+    if (kDecay && !Rule::kDecayInStep) w1 = w1 - wd * w0;
+    w[i] = w1;
+  }
+}
+
+template <typename Rule>
+class MultiApplyOp : public OpKernel {
  public:
-  MultiApplyBase(OpKernelConstruction* ctx, int num_slots, bool has_scale_grad)
-      : OpKernel(ctx), num_slots_(num_slots) {
+  static_assert(Rule::kSlots <= kMaxSlots, "raise kMaxSlots");
+
+  explicit MultiApplyOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ctx->GetAttr("N", &n_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("decay", &decay_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("measure_weights", &measure_));
-    if (has_scale_grad) {
+    if (Rule::kScaleGrad) {
       OP_REQUIRES_OK(ctx, ctx->GetAttr("scale_grad", &scale_grad_));
     }
     OP_REQUIRES(ctx, static_cast<int>(decay_.size()) == n_,
                 tensorflow::errors::InvalidArgument(
                     "decay has ", decay_.size(), " entries, expected N=", n_));
+    if (Rule::kFlagAttr != nullptr) {
+      OP_REQUIRES_OK(ctx, ctx->GetAttr(Rule::kFlagAttr, &attr_flag_));
+    }
   }
 
   void Compute(OpKernelContext* ctx) override {
-    std::vector<int> inputs(n_ * (1 + num_slots_));
+    constexpr int kGroups = 1 + Rule::kSlots;
+    std::vector<int> inputs(n_ * kGroups);
     for (size_t i = 0; i < inputs.size(); ++i) inputs[i] = i;
     LockedVariables vars(ctx, inputs);
     if (!ctx->status().ok()) return;
+    const int grads_first = n_ * kGroups;
+    if (!SameShapes(ctx, vars, kGroups, n_, grads_first, true)) return;
     std::vector<int64_t> sizes(n_);
     for (int i = 0; i < n_; ++i) {
-      const Tensor& g = ctx->input(grads_first() + i);
-      sizes[i] = g.NumElements();
-      for (int s = 0; s <= num_slots_; ++s) {
-        OP_REQUIRES(ctx, vars.tensor(s * n_ + i).shape().IsSameSize(g.shape()),
-                    tensorflow::errors::InvalidArgument(
-                        "tensor ", i, " (slot group ", s, "): shape ",
-                        vars.tensor(s * n_ + i).shape().DebugString(),
-                        " != gradient shape ", g.shape().DebugString()));
-      }
+      sizes[i] = ctx->input(grads_first + i).NumElements();
     }
-    Prepare(ctx);
-    if (!ctx->status().ok()) return;
+    ScalarInputs in(ctx, grads_first + n_);
+    Rule rule(&in);
+    if (Rule::kFlagAttr != nullptr) rule.flag = attr_flag_;
     Tensor* measured = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, {}, &measured));
     const std::vector<Chunk> chunks = MakeChunks(sizes);
-    // With measure_weights, each chunk of w is summed just before its
-    // update, which then reads w from cache: the weights' norm (before the
-    // update) costs no memory pass of its own.
-    // Reversed: the gradient norm op read g forward just before.
     std::vector<double> partial(measure_ ? chunks.size() : 0, 0.0);
+    // Reversed: the gradient norm op read g forward just before.
     ForEachChunkReversed(ctx, chunks.size(), [&](int64_t c) {
       const Chunk& k = chunks[c];
+      const int64_t len = k.end - k.begin;
       float* slots[kMaxSlots] = {nullptr, nullptr, nullptr, nullptr};
-      for (int s = 0; s < num_slots_; ++s) {
+      for (int s = 0; s < Rule::kSlots; ++s) {
         slots[s] = vars.data((s + 1) * n_ + k.tensor) + k.begin;
       }
       const float* g =
-          ctx->input(grads_first() + k.tensor).flat<float>().data() + k.begin;
+          ctx->input(grads_first + k.tensor).flat<float>().data() + k.begin;
       float* w = vars.data(k.tensor) + k.begin;
-      if (measure_) partial[c] = SumSquares(w, k.end - k.begin);
-      Update(w, slots, g, k.end - k.begin, decay_[k.tensor]);
+      if (measure_) partial[c] = SumSquares(w, len);
+      RunChunk(rule, w, g, len, slots, static_cast<bool>(decay_[k.tensor]),
+               std::make_index_sequence<Rule::kSlots>{});
     });
     measured->scalar<float>()() =
         measure_ ? static_cast<float>(CombineHalves(chunks, partial, n_))
                  : 0.f;
   }
 
- protected:
-  int scalars_first() const { return n_ * (2 + num_slots_); }
-  bool scale_grad() const { return scale_grad_; }
-  // Reads the scalar inputs (after the variables are locked).
-  virtual void Prepare(OpKernelContext* ctx) = 0;
-  // Updates `n` elements of one variable and its slots in place.
-  virtual void Update(float* w, float* const* slots, const float* g,
-                      int64_t n, bool decay) const = 0;
-
  private:
-  int grads_first() const { return n_ * (1 + num_slots_); }
+  template <std::size_t... S>
+  void RunChunk(const Rule& rule, float* w, const float* g, int64_t n,
+                float* const* slots, bool decay,
+                std::index_sequence<S...> seq) const {
+    WithFlags(
+        [&](auto s, auto d, auto f) {
+          Loop<decltype(s)::value, decltype(d)::value, decltype(f)::value>(
+              rule, w, g, n, seq, slots[S]...);
+        },
+        FlagIf<Rule::kScaleGrad>(scale_grad_), decay,
+        FlagIf<Rule::kHasFlag>(rule.flag));
+  }
 
   int n_ = 0;
-  int num_slots_;
   bool measure_ = false;
   bool scale_grad_ = false;
+  bool attr_flag_ = false;
   std::vector<bool> decay_;
 };
 

@@ -1,17 +1,20 @@
 // Multi-tensor CPU kernels of tf-learner (issue 16): one op per learner step.
 //
-//   TfLearnerMultiSumSquares   half sum of squares of every tensor of a list,
-//                              and the total, in one read pass.
-//   TfLearnerMultiApplySGD     w -= alpha * g                        (SGD)
-//   TfLearnerMultiApplyMomentum  a = mom * a + f * g; w -= lr * a     (Momentum)
-//   TfLearnerMultiApplyAdam    TF's Adam update, f * g folded in      (Adam/AdamW)
-//   TfLearnerMultiAccumulate   acc += w * g if every g is finite      (accumulation)
-//   TfLearnerMultiZero         v = 0 in place                       (window end)
+//   TfLearnerMultiSumSquares     half sum of squares of every tensor of a
+//                                list, and the total, in one read pass.
+//   TfLearnerMultiApplySGD       SGD's step                    (SGD)
+//   TfLearnerMultiApplyMomentum  Momentum's step, f * g folded in  (Momentum)
+//   TfLearnerMultiApplyAdam      TF's Adam step, f * g folded in (Adam/AdamW)
+//   TfLearnerMultiAccumulate     acc += w * g if every g is finite
+//                                (accumulation)
+//   TfLearnerMultiZero           v = 0 in place                (window end)
 //
-// Every apply op may subtract decoupled weight decay rate * w_old from the
+// The apply ops are MultiApplyOp (multi_tensor_common.h) with a rule each:
+// every one may subtract decoupled weight decay rate * w_old from the
 // variables whose `decay` entry is true, in the same pass, and (attr
 // measure_weights) outputs sum(w_old^2) / 2 over all its variables, the
-// total TfLearnerMultiSumSquares would give (0 when not measured).
+// total TfLearnerMultiSumSquares would give (0 when not measured). A rule's
+// Step below is the kernel's only statement of its formula.
 //
 // Bitwise compatibility: each elementwise expression is written in the
 // order of operations of TF's own CPU functor (tensorflow/core/kernels/
@@ -23,54 +26,39 @@
 //
 // Work split: the elements of all tensors are cut into chunks of kChunk
 // elements (a chunk never spans two tensors) and the chunks are spread over
-// the calling thread and the intra-op pool (ForEachChunk). Every chunk is
-// independent, so the result does not depend on the number of threads. A
-// future pass (e.g. "skip the step if a new weight would be non-finite")
-// fits as a first ForEachChunk over the same chunks that only reads, before
-// the writing one (as TfLearnerMultiAccumulate does with its finite check).
-
-#define EIGEN_USE_THREADS
+// the calling thread and the intra-op pool (ForEachChunk, in
+// multi_tensor_common.h). Every chunk is independent, so the result does not
+// depend on the number of threads. A future pass (e.g. "skip the step if a
+// new weight would be non-finite") fits as a first ForEachChunk over the same
+// chunks that only reads, before the writing one (as
+// TfLearnerMultiAccumulate does with its finite check).
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <condition_variable>
-#include <functional>
-#include <limits>
-#include <memory>
-#include <mutex>
 #include <vector>
 
-#include "tensorflow/core/framework/op.h"
-#include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/shape_inference.h"
-#include "tensorflow/core/kernels/training_op_helpers.h"
-#include "tensorflow/core/platform/threadpool.h"
 #include "multi_tensor_common.h"
 
 namespace tf_learner {
 namespace {
 
-using ::tensorflow::DEVICE_CPU;
 using ::tensorflow::OpKernel;
 using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
-using CPUDevice = Eigen::ThreadPoolDevice;
 
-// The chunks, the work split, the sum of squares and the apply base are
+// The chunks, the work split, the sum of squares and the apply skeleton are
 // shared with multi_tensor_rules.cc (multi_tensor_common.h).
 using common::Chunk;
-using common::CombineHalves;
 using common::ForEachChunk;
 using common::ForEachChunkReversed;
-using common::kChunk;
 using common::LockedVariables;
 using common::MakeChunks;
-using common::MultiApplyBase;
-using common::Scalar;
+using common::MultiApplyOp;
+using common::RuleBase;
+using common::SameShapes;
+using common::ScalarInputs;
 using common::SumSquares;
-using common::WithFlags;
 
 std::vector<double> PerTensorHalves(const std::vector<Chunk>& chunks,
                                     const std::vector<double>& partial,
@@ -135,180 +123,68 @@ class MultiSumSquaresOp : public OpKernel {
   }
 };
 
-// ---- variables ------------------------------------------------------------
+// ---- the apply rules --------------------------------------------------------
+// Each is only its step; MultiApplyOp (multi_tensor_common.h) does the rest.
+// A rule's constructor reads the scalar inputs in the order its registration
+// (below) lists them.
 
-std::vector<int> Range(int first, int count) {
-  std::vector<int> out(count);
-  for (int i = 0; i < count; ++i) out[i] = first + i;
-  return out;
-}
+// TfLearnerMultiApplySGD: SGD's step (learner/optimizers/base.py, SGD), in
+// the order of TF's ApplyGradientDescent. alpha is lr with any gradient
+// scale folded in by the caller (no scale_grad attr).
+struct SGDRule : RuleBase {
+  static constexpr int kSlots = 0;
+  static constexpr bool kScaleGrad = false;
 
-// Checks that every variable group and the gradients have the same shapes.
-bool CheckShapes(OpKernelContext* ctx, const std::vector<LockedVariables*>& vs,
-                 int grads_first, int n) {
-  for (int i = 0; i < n; ++i) {
-    const Tensor& g = ctx->input(grads_first + i);
-    for (LockedVariables* v : vs) {
-      if (!v->tensor(i).shape().IsSameSize(g.shape())) {
-        ctx->CtxFailure(tensorflow::errors::InvalidArgument(
-            "tensor ", i, ": variable shape ",
-            v->tensor(i).shape().DebugString(), " != gradient shape ",
-            g.shape().DebugString()));
-        return false;
-      }
-    }
-  }
-  return ctx->status().ok();
-}
+  explicit SGDRule(ScalarInputs* in) { in->Read(&alpha, &wd); }
 
-std::vector<int64_t> Sizes(OpKernelContext* ctx, int first, int n) {
-  std::vector<int64_t> sizes(n);
-  for (int i = 0; i < n; ++i) sizes[i] = ctx->input(first + i).NumElements();
-  return sizes;
-}
+  float Step(int64_t, float w, float g) const { return w - g * alpha; }
 
-// ---- TfLearnerMultiApplySGD ------------------------------------------------
-// Inputs: vars, grads, alpha, wd_rate.
-// w' = w - g * alpha; with decay: w' - wd_rate * w.
-
-class MultiApplySGDOp : public MultiApplyBase {
- public:
-  explicit MultiApplySGDOp(OpKernelConstruction* ctx)
-      : MultiApplyBase(ctx, 0, /*has_scale_grad=*/false) {}
-
- protected:
-  void Prepare(OpKernelContext* ctx) override {
-    alpha_ = Scalar(ctx, scalars_first());
-    wd_ = Scalar(ctx, scalars_first() + 1);
-  }
-  void Update(float* w, float* const* slots, const float* g, int64_t n,
-              bool decay) const override {
-    WithFlags([&](auto d) { Run<decltype(d)::value>(w, g, n); }, decay);
-  }
-
- private:
-  template <bool kDecay>
-  void Run(float* __restrict__ w, const float* __restrict__ g,
-           int64_t n) const {
-    const float alpha = alpha_, wd = wd_;
-    for (int64_t i = 0; i < n; ++i) {
-      const float w0 = w[i];
-      w[i] = kDecay ? (w0 - g[i] * alpha) - wd * w0 : w0 - g[i] * alpha;
-    }
-  }
-
- private:
-  float alpha_ = 0.f, wd_ = 0.f;
+  float alpha = 0.f;
 };
 
-// ---- TfLearnerMultiApplyMomentum -------------------------------------------
-// Inputs: vars, accums, grads, lr, momentum, grad_factor, wd_rate.
-// Attrs: use_nesterov, scale_grad (multiply g by grad_factor first).
-// a' = a * momentum + g;  w' = w - a' * lr
-// (Nesterov: w' = w - (g * lr + a' * momentum * lr)); decay as SGD.
+// TfLearnerMultiApplyMomentum: Momentum's step (learner/optimizers/rules/
+// momentum.py), in the order of TF's ApplyMomentum; `flag` is the attr
+// use_nesterov.
+struct MomentumRule : RuleBase {
+  static constexpr int kSlots = 1;
+  static constexpr const char* kFlagAttr = "use_nesterov";
+  static constexpr bool kHasFlag = true;
 
-class MultiApplyMomentumOp : public MultiApplyBase {
- public:
-  explicit MultiApplyMomentumOp(OpKernelConstruction* ctx)
-      : MultiApplyBase(ctx, 1, /*has_scale_grad=*/true) {
-    OP_REQUIRES_OK(ctx, ctx->GetAttr("use_nesterov", &nesterov_));
+  explicit MomentumRule(ScalarInputs* in) { in->Read(&lr, &mom, &factor, &wd); }
+
+  template <bool kNesterov, bool>
+  float Step(int64_t i, float w, float g, float* a) const {
+    const float ai = a[i] * mom + g;
+    a[i] = ai;
+    return kNesterov ? w - (g * lr + ai * mom * lr) : w - ai * lr;
   }
 
- protected:
-  void Prepare(OpKernelContext* ctx) override {
-    lr_ = Scalar(ctx, scalars_first());
-    mom_ = Scalar(ctx, scalars_first() + 1);
-    factor_ = Scalar(ctx, scalars_first() + 2);
-    wd_ = Scalar(ctx, scalars_first() + 3);
-  }
-  void Update(float* w, float* const* slots, const float* g, int64_t n,
-              bool decay) const override {
-    // Every flag is a template argument: each loop is branch-free.
-    WithFlags(
-        [&](auto s, auto nv, auto d) {
-          Run<decltype(s)::value, decltype(nv)::value, decltype(d)::value>(
-              w, slots[0], g, n);
-        },
-        scale_grad(), nesterov_, decay);
-  }
-
- private:
-  template <bool kScale, bool kNesterov, bool kDecay>
-  void Run(float* __restrict__ w, float* __restrict__ a,
-           const float* __restrict__ g, int64_t n) const {
-    const float lr = lr_, mom = mom_, f = factor_, wd = wd_;
-    for (int64_t i = 0; i < n; ++i) {
-      const float gi = kScale ? g[i] * f : g[i];
-      const float ai = a[i] * mom + gi;
-      a[i] = ai;
-      const float w0 = w[i];
-      float w1 = kNesterov ? w0 - (gi * lr + ai * mom * lr) : w0 - ai * lr;
-      if (kDecay) w1 = w1 - wd * w0;
-      w[i] = w1;
-    }
-  }
-
-  bool nesterov_ = false;
-  float lr_ = 0.f, mom_ = 0.f, factor_ = 1.f, wd_ = 0.f;
+  float lr = 0.f, mom = 0.f;
 };
 
-// ---- TfLearnerMultiApplyAdam -----------------------------------------------
-// Inputs: vars, ms, vs, grads, beta1_power, beta2_power, lr, beta1, beta2,
-// epsilon, grad_factor, wd_rate. Attr scale_grad.
-// alpha = lr * sqrt(1 - beta2_power) / (1 - beta1_power)
-// m' = m + (g - m) * (1 - beta1);  v' = v + (g * g - v) * (1 - beta2)
-// w' = w - (m' * alpha) / (sqrt(v') + epsilon); decay as SGD.
+// TfLearnerMultiApplyAdam: Adam's step (learner/optimizers/rules/adam.py,
+// Adam and AdamW), in the order of TF's ApplyAdamNonCuda, which also folds
+// the bias corrections into alpha and takes 1 - beta here.
+struct AdamRule : RuleBase {
+  static constexpr int kSlots = 2;
 
-class MultiApplyAdamOp : public MultiApplyBase {
- public:
-  explicit MultiApplyAdamOp(OpKernelConstruction* ctx)
-      : MultiApplyBase(ctx, 2, /*has_scale_grad=*/true) {}
-
- protected:
-  void Prepare(OpKernelContext* ctx) override {
-    const int s = scalars_first();
-    const float b1p = Scalar(ctx, s), b2p = Scalar(ctx, s + 1);
-    const float lr = Scalar(ctx, s + 2);
-    alpha_ = lr * std::sqrt(1.f - b2p) / (1.f - b1p);
-    one_minus_b1_ = 1.f - Scalar(ctx, s + 3);
-    one_minus_b2_ = 1.f - Scalar(ctx, s + 4);
-    eps_ = Scalar(ctx, s + 5);
-    factor_ = Scalar(ctx, s + 6);
-    wd_ = Scalar(ctx, s + 7);
-  }
-  void Update(float* w, float* const* slots, const float* g, int64_t n,
-              bool decay) const override {
-    // Every flag is a template argument: each loop is branch-free.
-    WithFlags(
-        [&](auto s, auto d) {
-          Run<decltype(s)::value, decltype(d)::value>(w, slots[0], slots[1],
-                                                      g, n);
-        },
-        scale_grad(), decay);
+  explicit AdamRule(ScalarInputs* in) {
+    float b1p, b2p, lr, b1, b2;
+    in->Read(&b1p, &b2p, &lr, &b1, &b2, &eps, &factor, &wd);
+    alpha = lr * std::sqrt(1.f - b2p) / (1.f - b1p);
+    c1 = 1.f - b1;
+    c2 = 1.f - b2;
   }
 
- private:
-  template <bool kScale, bool kDecay>
-  void Run(float* __restrict__ w, float* __restrict__ m,
-           float* __restrict__ v, const float* __restrict__ g,
-           int64_t n) const {
-    const float alpha = alpha_, c1 = one_minus_b1_, c2 = one_minus_b2_;
-    const float eps = eps_, f = factor_, wd = wd_;
-    for (int64_t i = 0; i < n; ++i) {
-      const float gi = kScale ? g[i] * f : g[i];
-      const float mi = m[i] + (gi - m[i]) * c1;
-      const float vi = v[i] + (gi * gi - v[i]) * c2;
-      m[i] = mi;
-      v[i] = vi;
-      const float w0 = w[i];
-      float w1 = w0 - (mi * alpha) / (std::sqrt(vi) + eps);
-      if (kDecay) w1 = w1 - wd * w0;
-      w[i] = w1;
-    }
+  float Step(int64_t i, float w, float g, float* m, float* v) const {
+    const float mi = m[i] + (g - m[i]) * c1;
+    const float vi = v[i] + (g * g - v[i]) * c2;
+    m[i] = mi;
+    v[i] = vi;
+    return w - (mi * alpha) / (std::sqrt(vi) + eps);
   }
 
-  float alpha_ = 0.f, one_minus_b1_ = 0.f, one_minus_b2_ = 0.f, eps_ = 0.f;
-  float factor_ = 1.f, wd_ = 0.f;
+  float alpha = 0.f, c1 = 0.f, c2 = 0.f, eps = 0.f;
 };
 
 // ---- TfLearnerMultiAccumulate ----------------------------------------------
@@ -327,6 +203,12 @@ void AddScaled(float* __restrict__ a, const float* __restrict__ g, float alpha,
   for (int64_t i = 0; i < n; ++i) a[i] = a[i] - g[i] * alpha;
 }
 
+std::vector<int> FirstInputs(int n) {
+  std::vector<int> out(n);
+  for (int i = 0; i < n; ++i) out[i] = i;
+  return out;
+}
+
 class MultiAccumulateOp : public OpKernel {
  public:
   explicit MultiAccumulateOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
@@ -334,12 +216,15 @@ class MultiAccumulateOp : public OpKernel {
   }
 
   void Compute(OpKernelContext* ctx) override {
-    LockedVariables accs(ctx, Range(0, n_));
+    LockedVariables accs(ctx, FirstInputs(n_));
     if (!ctx->status().ok()) return;
-    if (!CheckShapes(ctx, {&accs}, n_, n_)) return;
+    if (!SameShapes(ctx, accs, 1, n_, n_, /*name_group=*/false)) return;
     std::vector<const float*> g(n_);
-    for (int i = 0; i < n_; ++i) g[i] = ctx->input(n_ + i).flat<float>().data();
-    const std::vector<int64_t> sizes = Sizes(ctx, n_, n_);
+    std::vector<int64_t> sizes(n_);
+    for (int i = 0; i < n_; ++i) {
+      g[i] = ctx->input(n_ + i).flat<float>().data();
+      sizes[i] = ctx->input(n_ + i).NumElements();
+    }
     double sum = 0.0;
     for (double h : HalfSumSquares(ctx, g, sizes)) sum += h;
     const bool finite = std::isfinite(static_cast<float>(sum));
@@ -347,7 +232,9 @@ class MultiAccumulateOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, {}, &out));
     out->scalar<bool>()() = finite;
     if (!finite) return;
-    const float alpha = -Scalar(ctx, 2 * n_);
+    float weight = 0.f;
+    ScalarInputs(ctx, 2 * n_).Read(&weight);
+    const float alpha = -weight;
     const std::vector<Chunk> chunks = MakeChunks(sizes);
     // Reversed: pass 1 read g forward, so its tail is still in cache.
     ForEachChunkReversed(ctx, chunks.size(), [&](int64_t c) {
@@ -373,7 +260,7 @@ class MultiZeroOp : public OpKernel {
   }
 
   void Compute(OpKernelContext* ctx) override {
-    LockedVariables vars(ctx, Range(0, n_));
+    LockedVariables vars(ctx, FirstInputs(n_));
     if (!ctx->status().ok()) return;
     std::vector<int64_t> sizes(n_);
     for (int i = 0; i < n_; ++i) sizes[i] = vars.tensor(i).NumElements();
@@ -485,13 +372,13 @@ REGISTER_KERNEL_BUILDER(
     MultiSumSquaresOp);
 REGISTER_KERNEL_BUILDER(
     Name("TfLearnerMultiApplySGD").Device(::tensorflow::DEVICE_CPU),
-    MultiApplySGDOp);
+    MultiApplyOp<SGDRule>);
 REGISTER_KERNEL_BUILDER(
     Name("TfLearnerMultiApplyMomentum").Device(::tensorflow::DEVICE_CPU),
-    MultiApplyMomentumOp);
+    MultiApplyOp<MomentumRule>);
 REGISTER_KERNEL_BUILDER(
     Name("TfLearnerMultiApplyAdam").Device(::tensorflow::DEVICE_CPU),
-    MultiApplyAdamOp);
+    MultiApplyOp<AdamRule>);
 REGISTER_KERNEL_BUILDER(
     Name("TfLearnerMultiAccumulate").Device(::tensorflow::DEVICE_CPU),
     MultiAccumulateOp);
