@@ -14,6 +14,7 @@ from learner.learner import Learner
 from learner.optimizers.rules.adam import Adam
 from learner.optimizers.rules.adadelta import AdaDelta
 from learner.optimizers.rules.ademamix import AdEMAMix
+from learner.optimizers.rules.simplified_ademamix import SimplifiedAdEMAMix
 from learner.optimizers.rules.adam import AdamW
 from learner.optimizers.rules import adam_family
 from learner.optimizers.rules.lion import Lion
@@ -120,6 +121,8 @@ MORE_RULES = {
     'adadelta': lambda: AdaDelta.Params().Set(decay=0.9),
     'ademamix': lambda: AdEMAMix.Params().Set(
         beta3=0.99, alpha=8.0, decoupled_weight_decay=0.1),
+    'simplified_ademamix': lambda: SimplifiedAdEMAMix.Params().Set(
+        beta1=0.9, alpha=2.0, decoupled_weight_decay=0.1),
 }
 
 

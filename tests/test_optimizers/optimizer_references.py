@@ -353,3 +353,19 @@ class RefAdEMAMix(RefSGD):
     new = w - lr * (m1_hat + p.alpha * s['m2']) / (np.sqrt(nu_hat) +
                                                    p.epsilon)
     return _Decayed(p, lr, w, new)
+
+
+class RefSimplifiedAdEMAMix(RefSGD):
+  """Morwani et al., arXiv:2502.02431: m an undamped sum (no 1 - beta1, not
+  bias corrected), nu bias corrected, eps outside the square root."""
+
+  def slots(self, w):
+    return {k: np.zeros_like(w) for k in ('m', 'nu')}
+
+  def step(self, t, lr, w, g, s):
+    p = self.p
+    s['m'] = _f(p.beta1 * s['m'] + g)
+    s['nu'] = _f(p.beta2 * s['nu'] + (1 - p.beta2) * g * g)
+    nu_hat = s['nu'] / (1 - p.beta2**t)
+    new = w - lr * (s['m'] + p.alpha * g) / (np.sqrt(nu_hat) + p.epsilon)
+    return _Decayed(p, lr, w, new)

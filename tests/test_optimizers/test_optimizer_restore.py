@@ -65,6 +65,8 @@ _PARAMS = {
     'lamb': optimizers.LAMB.Params(),
     'lion': optimizers.Lion.Params(),
     'ademamix': optimizers.AdEMAMix.Params().Set(beta3=0.99),
+    'simplified_ademamix': optimizers.SimplifiedAdEMAMix.Params().Set(
+        alpha=2.0),
     'nadam': optimizers.Nadam.Params().Set(momentum_schedule='dozat'),
     'radam': optimizers.RAdam.Params().Set(beta2=0.9, threshold=4.0),
     'adamax': optimizers.Adamax.Params(),

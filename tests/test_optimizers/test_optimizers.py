@@ -102,6 +102,9 @@ _CASES = [
     ('ademamix', optimizers.AdEMAMix.Params().Set(
         beta3=0.99, alpha=8.0, epsilon=1e-3, decoupled_weight_decay=0.1),
      refs.RefAdEMAMix),
+    ('simplified_ademamix', optimizers.SimplifiedAdEMAMix.Params().Set(
+        beta1=0.9, alpha=2.0, epsilon=1e-3, decoupled_weight_decay=0.1),
+     refs.RefSimplifiedAdEMAMix),
     ('nadam', optimizers.Nadam.Params().Set(decoupled_weight_decay=0.1),
      refs.RefNadam),
     ('nadam_dozat', optimizers.Nadam.Params().Set(
@@ -134,7 +137,7 @@ _CASES += [
     for name, p, ref in _CASES
     if name in ('sgd', 'momentum', 'nesterov', 'adam', 'adamw', 'adagrad',
                 'ademamix', 'nadam', 'radam', 'adamax_keras', 'amsgrad',
-                'adopt')]
+                'adopt', 'simplified_ademamix')]
 
 _IDS = [c[0] for c in _CASES]
 
@@ -184,7 +187,8 @@ def test_one_and_three_steps_match_numpy_reference(name, p, ref_cls):
 
 # Optimizers whose lazy sparse update keeps absent rows (var and slots).
 _LAZY = {'sgd', 'momentum', 'nesterov', 'adam', 'adamw', 'adagrad', 'rmsprop',
-         'rmsprop_centered', 'adadelta', 'ademamix'}
+         'rmsprop_centered', 'adadelta', 'ademamix',
+         'simplified_ademamix'}
 
 
 def _Sparse(values, indices, rows):
@@ -234,7 +238,8 @@ def test_sparse_gradients_agree_with_dense_and_lazy_differs_where_it_should(
       np.testing.assert_allclose(lazy_after[k], dense_after[k], rtol=RTOL,
                                  atol=ATOL, err_msg=k)
   moved = {'momentum': 'var', 'adam': 'var', 'adamw': 'var', 'rmsprop': 'ms',
-           'adadelta': 'accum', 'ademamix': 'var'}
+           'adadelta': 'accum', 'ademamix': 'var',
+           'simplified_ademamix': 'var'}
   if name in moved:
     # The dense form moves absent rows (a slot decays, or the velocity
     # keeps moving the weights), so lazy really differs there.

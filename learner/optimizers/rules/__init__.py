@@ -9,6 +9,7 @@
   schedule_free.py  ScheduleFreeSGD, ScheduleFreeAdamW (eval weights x)
   muon.py       Muon (Newton-Schulz orthogonalised momentum; matrices only)
   ademamix.py   AdEMAMix (Adam plus a slow EMA; issue 37's example rule)
+  simplified_ademamix.py  SimplifiedAdEMAMix (one undamped momentum)
   common.py     helpers the families share
 
 Plain SGD is `SGD` in learner/optimizers/base.py (the base's own rule).
@@ -33,6 +34,7 @@ from learner.optimizers.rules import momentum
 from learner.optimizers.rules import muon
 from learner.optimizers.rules import rmsprop
 from learner.optimizers.rules import schedule_free
+from learner.optimizers.rules import simplified_ademamix
 
 # One registered rule. `factory_names` are get_optimizer_fn's names for it
 # (empty: reachable only by class); `aliases` maps an accepted factory
@@ -69,6 +71,8 @@ RULES = (
          {'momentum': 'beta', 'weight_decay': 'decoupled_weight_decay'}),
     Rule(ademamix.AdEMAMix, ('ademamix',), dict(
         _BETAS, beta_3='beta3', weight_decay='decoupled_weight_decay')),
+    Rule(simplified_ademamix.SimplifiedAdEMAMix, ('simplified_ademamix',),
+         dict(_BETAS, weight_decay='decoupled_weight_decay')),
 )
 
 
