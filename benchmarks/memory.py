@@ -2,6 +2,8 @@
 
     python -m benchmarks.memory [--quick] [--set=resnet50] [--steps=8]
         [--num_batches=4] [--sharded] [--output=PATH]
+    python -m benchmarks.memory --table [--quick] [...]   (the memory
+        table of the levers: benchmarks/memory_table.py)
 
 Each measurement runs in its own subprocess, which reports its peak resident
 set size (getrusage ru_maxrss):
@@ -38,6 +40,7 @@ import tensorflow as tf
 
 from benchmarks import child_process
 from benchmarks import learner_row
+from benchmarks import memory_table
 from benchmarks import peer_rows
 from benchmarks import sharded_memory
 from benchmarks import timing
@@ -143,7 +146,10 @@ def ParseArgs(argv):
 
 def main(argv=None):
   """Runs the children; prints the table; returns the JSON payload."""
-  args = ParseArgs(sys.argv[1:] if argv is None else argv)
+  argv = sys.argv[1:] if argv is None else argv
+  if '--table' in argv:  # The memory table: benchmarks/memory_table.py.
+    return memory_table.main([a for a in argv if a != '--table'])
+  args = ParseArgs(argv)
   if args.child:
     result = RunChild(args.child, args.set, args.steps, args.num_batches)
     print(_RESULT_PREFIX + json.dumps(result))

@@ -347,8 +347,12 @@ class ShardedState(tf.Module):
     with tf.control_dependencies(done):
       for dtype, layout in sorted(self._layouts.items()):
         shard = self._shards[dtype]
-        flat = self._all_gather(tf.raw_ops.ReadVariableOp(
-            resource=shard.handle, dtype=shard.dtype))
+        mine = tf.raw_ops.ReadVariableOp(resource=shard.handle,
+                                         dtype=shard.dtype)
+        # A raw read has no static shape; EnsureShape records it in the
+        # graph (benchmarks/memory_table.py counts the gather's bytes).
+        mine = tf.ensure_shape(mine, [layout.shard])
+        flat = self._all_gather(mine)
         for v, value in zip(layout.variables, layout.Split(flat)):
           writes.append(tf.raw_ops.AssignVariableOp(resource=v.handle,
                                                     value=value))

@@ -196,6 +196,10 @@ class GradientAccumulation(wrapper.BaseWrapper):
     """The accumulator variable (sum of weight*grad) of a bound variable."""
     return self._accums[var_grad_lib.VarName(var)]
 
+  def Accumulators(self):
+    """Every accumulator variable, in bind order (full size per replica)."""
+    return list(self._accums.values())
+
   # ---- binding -----------------------------------------------------------
 
   def Bind(self, vmap):

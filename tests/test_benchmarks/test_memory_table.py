@@ -1,0 +1,45 @@
+"""benchmarks.memory --table (benchmarks/memory_table.py) on the small set.
+
+Each cell runs in its own child process (its CPU split into N logical
+devices before TF starts). The bytes are sizes, not timings, so they are
+asserted exactly: the small set (benchmarks/variable_sets.py) has P =
+10 x (320 x 320 + 320) = 1,027,200 float32 parameters and Adam keeps m and
+v (4 B each per parameter) plus its 8 B num_updates counter.
+"""
+
+import pytest
+
+from benchmarks import memory
+from benchmarks import memory_table
+
+P = 10 * (320 * 320 + 320)
+
+
+def test_memory_table_refuses_an_unknown_lever_naming_it():
+  with pytest.raises(ValueError, match=r'--levers=fp32,int4: unknown'):
+    memory_table.main(['--levers=fp32,int4'])
+
+
+@pytest.mark.slow
+def test_memory_table_small_set_bytes_per_replica(tmp_path):
+  payload = memory.main(['--table', '--sets=small', '--replicas=1,2',
+                         '--levers=fp32,zero1',
+                         '--output=%s' % (tmp_path / 't.json')])
+  assert payload['errors'] == []
+  cells = {(r['lever'], r['replicas']): r for r in payload['results']}
+  for n in (1, 2):
+    assert cells[('fp32', n)]['weights'] == 4 * P
+    assert cells[('fp32', n)]['opt_state'] == 8 * P + 8
+  # ZeRO-1: half of m and v per replica, and the replica's slice of the
+  # weights that its rule updates.
+  assert cells[('zero1', 2)]['opt_state'] == 8 * (P // 2) + 8
+  assert cells[('zero1', 2)]['weight_shard'] == 4 * (P // 2)
+  assert cells[('zero1', 1)]['opt_state'] == 8 * P + 8
+  # Bytes sent: none on one replica; on two, a ring all-reduce of the
+  # gradients (2 (N-1)/N x 4P = 4P) plus five float32 scalars of the step
+  # (two packed with the gradients, three in one more all-reduce: 20 B),
+  # and under ZeRO-1 the all-gather of each replica's updated half
+  # ((N-1) x 4 P/2).
+  assert cells[('fp32', 1)]['sent'] == 0
+  assert cells[('fp32', 2)]['sent'] == 4 * P + 20
+  assert cells[('zero1', 2)]['sent'] == 4 * P + 20 + 4 * (P // 2)
