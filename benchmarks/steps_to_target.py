@@ -9,21 +9,22 @@ MLCommons AlgoPerf's external-tuning track does (Dahl et al. 2023,
 "Benchmarking Neural Network Training Algorithms", arXiv:2306.07179):
 
   * search space: one seeded quasi-random draw (Halton, bases 2, 3, 5; the
-    first TRIALS points of the sequence, index 1 on) of points u in [0, 1]^d,
+    first `trials` points of the sequence, index 1 on) of points u in [0, 1]^d,
     drawn ONCE and shared by every rule; a rule's row (`RULES`) maps
     coordinate i of u to its i-th hyperparameter's log range. A rule with no
     range (a learning-rate-free rule) runs one trial of its defaults.
   * every trial trains the workload's model (the registered experiment's
     task, data and seed, its learners' variable split and clipping) with
     the rule for at most the workload's budget of steps, evaluating the
-    held-out metric every `eval_every` steps (`EVAL_SAMPLES` examples);
+    held-out metric every `eval_every` steps (on `Workload.eval_samples`
+    examples; 0: the whole eval split);
   * target: from the baseline, Adam (cosine): its best trial (best final
-    metric) is rerun with SEEDS seeds, and the target is the median of
+    metric) is rerun with `seeds` seeds (3 in full), and the target is the median of
     those runs' final held-out metric (AlgoPerf sets targets from a tuned
     baseline's result). Adam's runs therefore go to the budget; every
     other run stops at its first evaluation that meets the target;
   * per rule and workload: the trial that reaches the target in the fewest
-    steps (ties: the better metric) is rerun with SEEDS seeds (the trial
+    steps (ties: the better metric) is rerun with `seeds` seeds (the trial
     itself is seed 1); steps to target = the median over seeds (infinite
     when it is not reached), time = the median of the training time to the
     target (the train steps and their tracing, without evaluations);
