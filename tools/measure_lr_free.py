@@ -14,7 +14,7 @@ Usage, from the repository root:
     PYTHONPATH=. python tools/measure_lr_free.py digits.MlpMomentum dog /tmp/d
     PYTHONPATH=. python tools/measure_lr_free.py mnist1d.ConvNet tuned /tmp/c
 
-(rules: tuned, dog, dowg, cocob, madgrad; an optional 4th argument sets
+(rules: tuned, dog, dowg, cocob, madgrad, dowg_small; an optional 4th argument sets
 max_steps).
 """
 
@@ -33,6 +33,9 @@ RULES = {
     'dowg': (optimizers.DoWG.Params, 1.0),
     'cocob': (optimizers.COCOB.Params, 1.0),
     'madgrad': (optimizers.MADGRAD.Params, 1e-2),
+    # Not a default: DoWG with a smaller first squared-distance estimate.
+    'dowg_small': (lambda: optimizers.DoWG.Params().Set(
+        init_estim_sq_dist=1e-8), 1.0),
 }
 
 
