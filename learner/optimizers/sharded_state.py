@@ -66,7 +66,8 @@ def RuleToShard(path, optimizer):
   Raises:
     ValueError: the optimizer is a wrapper other than an outermost
       GradientAccumulation, or its rule is not elementwise (Muon: whole
-      matrices; Adafactor, LAMB, LARS: per-tensor statistics).
+      matrices; Adafactor, LAMB, LARS: per-tensor statistics; DoG, DoWG:
+      global norms).
   """
   rule = optimizer
   if type(optimizer).IS_ACCUMULATION:
@@ -78,7 +79,7 @@ def RuleToShard(path, optimizer):
         '(optionally inside GradientAccumulation) are '
         'sharded by flat slices; a rule or wrapper that needs whole tensors '
         '(Muon orthogonalizes matrices; Adafactor, LAMB, LARS use per-tensor '
-        'statistics; Ema, Lookahead, SWA keep full-size averages; schedule-'
+        'statistics; DoG, DoWG read global norms over all variables; Ema, Lookahead, SWA keep full-size averages; schedule-'
         'free keeps its eval weights x as a slot that eval and export swap '
         'into the model whole) is not. '
         'Set shard_optimizer_state=False or use one of those rules (a '

@@ -15,6 +15,8 @@ from learner.optimizers.rules.adam import Adam
 from learner.optimizers.rules.adadelta import AdaDelta
 from learner.optimizers.rules.ademamix import AdEMAMix
 from learner.optimizers.rules.simplified_ademamix import SimplifiedAdEMAMix
+from learner.optimizers.rules.cocob import COCOB
+from learner.optimizers.rules.madgrad import MADGRAD
 from learner.optimizers.rules.adam import AdamW
 from learner.optimizers.rules import adam_family
 from learner.optimizers.rules.lion import Lion
@@ -123,6 +125,8 @@ MORE_RULES = {
         beta3=0.99, alpha=8.0, decoupled_weight_decay=0.1),
     'simplified_ademamix': lambda: SimplifiedAdEMAMix.Params().Set(
         beta1=0.9, alpha=2.0, decoupled_weight_decay=0.1),
+    'cocob': lambda: COCOB.Params().Set(alpha=10.0),
+    'madgrad': lambda: MADGRAD.Params().Set(decoupled_weight_decay=0.1),
 }
 
 

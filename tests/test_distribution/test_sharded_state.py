@@ -81,8 +81,8 @@ def test_sharded_matches_unsharded_with_clip(strategy, name):
 @pytest.mark.parametrize('name', sorted(cases.MORE_RULES))
 def test_more_elementwise_rules_match_unsharded_with_clip(strategy, name):
   """Lion, Nadam, RAdam, Adamax, AMSGrad, ADOPT, AdaDelta, AdEMAMix,
-  SimplifiedAdEMAMix: each rule's own Apply on the [17] shard gives the
-  unsharded weights (20 steps, clip)."""
+  SimplifiedAdEMAMix, COCOB, MADGRAD: each rule's own Apply on the [17]
+  shard gives the unsharded weights (20 steps, clip)."""
   kw = dict(clip_gradient_norm_to_value=0.5, l2_regularizer_weight=1e-3)
   ref, ref_l = cases.Run(strategy, cases.MORE_RULES[name](), False, **kw)
   got, lrn = cases.Run(strategy, cases.MORE_RULES[name](), True, **kw)

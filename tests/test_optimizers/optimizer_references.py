@@ -369,3 +369,85 @@ class RefSimplifiedAdEMAMix(RefSGD):
     nu_hat = s['nu'] / (1 - p.beta2**t)
     new = w - lr * (s['m'] + p.alpha * g) / (np.sqrt(nu_hat) + p.epsilon)
     return _Decayed(p, lr, w, new)
+
+
+class RefCOCOB(RefSGD):
+  """Orabona & Tommasi 2017, Algorithm 2 (COCOB-Backprop), on lr * g; x0
+  the weights before the first step."""
+
+  def slots(self, w):
+    z = np.zeros_like(w)
+    return {'x0': w.copy(), 'scale': np.full_like(w, self.p.epsilon),
+            'subgradients': z.copy(), 'reward': z.copy(),
+            'cumulative_gradients': z.copy()}
+
+  def step(self, t, lr, w, g, s):
+    g = _f(F(lr) * g)
+    s['scale'] = np.maximum(s['scale'], np.abs(g))
+    s['subgradients'] = _f(s['subgradients'] + np.abs(g))
+    s['reward'] = _f(np.maximum(s['reward'] - g * (w - s['x0']), 0))
+    s['cumulative_gradients'] = _f(s['cumulative_gradients'] - g)
+    L, G = s['scale'], s['subgradients']
+    bet = s['cumulative_gradients'] / (L * np.maximum(G + L,
+                                                      F(self.p.alpha) * L))
+    return _f(s['x0'] + bet * (L + s['reward']))
+
+
+class RefMADGRAD(RefSGD):
+  """Defazio & Jelassi 2022, Algorithm 1, with lr + eps (the reference
+  PyTorch code's); x0 the weights before the first step."""
+
+  def slots(self, w):
+    return {'x0': w.copy(), 's': np.zeros_like(w),
+            'grad_sum_sq': np.zeros_like(w)}
+
+  def step(self, t, lr, w, g, s):
+    p = self.p
+    lam = (float(F(lr)) + p.epsilon) * np.sqrt(t)
+    s['grad_sum_sq'] = _f(s['grad_sum_sq'] + lam * g * g)
+    s['s'] = _f(s['s'] + lam * g)
+    z = s['x0'] - s['s'] / (np.cbrt(s['grad_sum_sq']) + p.epsilon)
+    new = _f((1 - p.momentum) * z + p.momentum * w)
+    return _Decayed(p, lr, w, new)
+
+
+class RefDistanceOverGradients:
+  """DoG (Ivgi et al. 2023) and DoWG (Khaled et al. 2023) over a list of
+  variables: their norms are global, so `step_all(t, lr, ws, gs)` takes
+  every variable at once (float64 scalars, float32 weights) and returns
+  the new weights; `x0` the weights before the first step."""
+
+  def __init__(self, p, dowg=False):
+    self.p, self.dowg = p, dowg
+    self.x0 = None
+    self.state = None
+
+  def step_all(self, t, lr, ws, gs):
+    p = self.p
+    if self.x0 is None:
+      self.x0 = [w.copy() for w in ws]
+    sq = lambda xs: sum(float(np.sum(np.square(x, dtype=np.float64)))
+                        for x in xs)
+    sq_dist = sq([w - x for w, x in zip(ws, self.x0)])
+    sq_grad = sq(gs)
+    if self.dowg:
+      init = p.epsilon if p.init_estim_sq_dist is None else (
+          p.init_estim_sq_dist)
+      estim, total = self.state or (init, 0.)
+      estim = max(estim, sq_dist)
+      total += estim * sq_grad
+      self.state = (estim, total)
+      eta = estim / (np.sqrt(total) + p.epsilon)
+    else:
+      r_eps = {'heuristic': p.init_step_value * (1 + np.sqrt(sq(self.x0))),
+               'distance': p.init_step_value,
+               'learning_rate': 0.}[p.init_step]
+      max_dist, total = self.state or (r_eps, 0.)
+      max_dist = max(max_dist, np.sqrt(sq_dist))
+      total += sq_grad
+      self.state = (max_dist, total)
+      eta = max_dist / np.sqrt(total + p.epsilon)
+      if p.init_step == 'learning_rate' and t == 1:
+        eta = p.init_step_value
+    return [_Decayed(p, lr, w, _f(w - F(float(F(lr)) * eta) * g))
+            for w, g in zip(ws, gs)]

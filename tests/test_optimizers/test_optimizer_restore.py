@@ -67,6 +67,10 @@ _PARAMS = {
     'ademamix': optimizers.AdEMAMix.Params().Set(beta3=0.99),
     'simplified_ademamix': optimizers.SimplifiedAdEMAMix.Params().Set(
         alpha=2.0),
+    'dog': optimizers.DoG.Params().Set(init_step_value=0.1),
+    'dowg': optimizers.DoWG.Params(),
+    'cocob': optimizers.COCOB.Params(),
+    'madgrad': optimizers.MADGRAD.Params(),
     'nadam': optimizers.Nadam.Params().Set(momentum_schedule='dozat'),
     'radam': optimizers.RAdam.Params().Set(beta2=0.9, threshold=4.0),
     'adamax': optimizers.Adamax.Params(),

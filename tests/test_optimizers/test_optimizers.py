@@ -122,6 +122,11 @@ _CASES = [
      refs.RefAMSGrad),
     ('adopt', optimizers.ADOPT.Params().Set(clip_exponent=0.5, beta2=0.9),
      refs.RefADOPT),
+    ('cocob', optimizers.COCOB.Params().Set(alpha=10.0, epsilon=1e-6),
+     refs.RefCOCOB),
+    ('madgrad', optimizers.MADGRAD.Params().Set(
+        momentum=0.5, epsilon=1e-4, decoupled_weight_decay=0.1),
+     refs.RefMADGRAD),
     ('schedule_free_sgd', optimizers.ScheduleFreeSGD.Params().Set(
         momentum=0.8, warmup_steps=2, decoupled_weight_decay=0.1),
      refs.RefScheduleFree),
@@ -137,7 +142,7 @@ _CASES += [
     for name, p, ref in _CASES
     if name in ('sgd', 'momentum', 'nesterov', 'adam', 'adamw', 'adagrad',
                 'ademamix', 'nadam', 'radam', 'adamax_keras', 'amsgrad',
-                'adopt', 'simplified_ademamix')]
+                'adopt', 'simplified_ademamix', 'cocob', 'madgrad')]
 
 _IDS = [c[0] for c in _CASES]
 
@@ -146,6 +151,21 @@ _IDS = [c[0] for c in _CASES]
 # under tf.function and XLA.
 _MATRIX_CASES = [
     ('muon', optimizers.Muon.Params().Set(decoupled_weight_decay=0.1), None),
+]
+
+# Rules whose step reads global norms over all variables (DoG, DoWG): the
+# reference takes every variable at once (`step_all`).
+_GLOBAL_CASES = [
+    ('dog', optimizers.DoG.Params().Set(
+        init_step='distance', init_step_value=0.5,
+        decoupled_weight_decay=0.1), refs.RefDistanceOverGradients),
+    ('dog_heuristic', optimizers.DoG.Params().Set(init_step_value=0.1),
+     refs.RefDistanceOverGradients),
+    ('dog_learning_rate', optimizers.DoG.Params().Set(
+        init_step='learning_rate', init_step_value=0.3),
+     refs.RefDistanceOverGradients),
+    ('dowg', optimizers.DoWG.Params().Set(init_estim_sq_dist=0.2),
+     lambda p: refs.RefDistanceOverGradients(p, dowg=True)),
 ]
 
 
@@ -180,6 +200,27 @@ def test_one_and_three_steps_match_numpy_reference(name, p, ref_cls):
         for k in s:
           np.testing.assert_allclose(got[k].numpy(), s[k], rtol=RTOL,
                                      atol=ATOL, err_msg='slot %s' % k)
+  assert int(opt.num_updates.numpy()) == 3
+
+
+@pytest.mark.parametrize('name,p,ref_cls', _GLOBAL_CASES,
+                         ids=[c[0] for c in _GLOBAL_CASES])
+def test_global_norm_rules_match_numpy_reference_over_two_variables(
+    name, p, ref_cls):
+  del name
+  values, grads = _Data()
+  opt, variables = _Build(p, values)
+  ref = ref_cls(opt.params)
+  ws = [v.copy() for v in values]
+  lrs = [0.1, 0.05, 0.2]
+  for t in range(1, 4):
+    _Step(opt, variables, [tf.constant(g) for g in grads[t - 1]], lrs[t - 1])
+    ws = ref.step_all(t, lrs[t - 1], ws, grads[t - 1])
+    for var, w, w0 in zip(variables, ws, values):
+      np.testing.assert_allclose(var.numpy(), w, rtol=RTOL, atol=ATOL,
+                                 err_msg='step %d' % t)
+      np.testing.assert_array_equal(opt.GetSlots(var)['x0'].numpy(), w0)
+    assert np.abs(ws[0] - values[0]).max() > 1e-3  # The weights moved.
   assert int(opt.num_updates.numpy()) == 3
 
 
@@ -260,7 +301,8 @@ def test_sgd_importable_from_optimizers():
 
 # The rules, and the wrappers that change the variables after the inner
 # update (Lookahead synchronizes at the second step; SWA averages both).
-_TRACE_CASES = [(name, p) for name, p, _ in _CASES + _MATRIX_CASES] + [
+_TRACE_CASES = [(name, p) for name, p, _ in
+                _CASES + _MATRIX_CASES + _GLOBAL_CASES] + [
     ('lookahead', optimizers.Lookahead.Params().Set(
         k=2, alpha=0.5, optimizer=optimizers.Momentum.Params())),
     ('swa', optimizers.SWA.Params().Set(

@@ -10,6 +10,9 @@
   muon.py       Muon (Newton-Schulz orthogonalised momentum; matrices only)
   ademamix.py   AdEMAMix (Adam plus a slow EMA; issue 37's example rule)
   simplified_ademamix.py  SimplifiedAdEMAMix (one undamped momentum)
+  dog.py        DoG, DoWG (learning-rate free; global norms, not sharded)
+  cocob.py      COCOB (coin betting, learning-rate free)
+  madgrad.py    MADGRAD (dual averaging, cube-root denominator)
   common.py     helpers the families share
 
 Plain SGD is `SGD` in learner/optimizers/base.py (the base's own rule).
@@ -28,8 +31,11 @@ from learner.optimizers.rules import adagrad
 from learner.optimizers.rules import adam
 from learner.optimizers.rules import ademamix
 from learner.optimizers.rules import adam_family
+from learner.optimizers.rules import cocob
+from learner.optimizers.rules import dog
 from learner.optimizers.rules import lamb
 from learner.optimizers.rules import lion
+from learner.optimizers.rules import madgrad
 from learner.optimizers.rules import momentum
 from learner.optimizers.rules import muon
 from learner.optimizers.rules import rmsprop
@@ -73,6 +79,10 @@ RULES = (
         _BETAS, beta_3='beta3', weight_decay='decoupled_weight_decay')),
     Rule(simplified_ademamix.SimplifiedAdEMAMix, ('simplified_ademamix',),
          dict(_BETAS, weight_decay='decoupled_weight_decay')),
+    Rule(dog.DoG, ('dog',), {'eps': 'epsilon'}),
+    Rule(dog.DoWG, ('dowg',), {'eps': 'epsilon'}),
+    Rule(cocob.COCOB, ('cocob',), {'eps': 'epsilon'}),
+    Rule(madgrad.MADGRAD, ('madgrad',), {'eps': 'epsilon'}),
 )
 
 
