@@ -78,7 +78,7 @@ def RuleToShard(path, optimizer):
         '(optionally inside GradientAccumulation) are '
         'sharded by flat slices; a rule or wrapper that needs whole tensors '
         '(Muon orthogonalizes matrices; Adafactor, LAMB, LARS use per-tensor '
-        'statistics; Ema, Lookahead, SWA keep full-size averages; schedule-'
+        'statistics; Prodigy, DAdaptAdamW sum over all variables; Ema, Lookahead, SWA keep full-size averages; schedule-'
         'free keeps its eval weights x as a slot that eval and export swap '
         'into the model whole) is not. '
         'Set shard_optimizer_state=False or use one of those rules (a '

@@ -10,6 +10,7 @@
   muon.py       Muon (Newton-Schulz orthogonalised momentum; matrices only)
   ademamix.py   AdEMAMix (Adam plus a slow EMA; issue 37's example rule)
   simplified_ademamix.py  SimplifiedAdEMAMix (one undamped momentum)
+  d_adaptation.py  DAdaptAdamW, Prodigy (learning-rate-free: a tree-wide d)
   common.py     helpers the families share
 
 Plain SGD is `SGD` in learner/optimizers/base.py (the base's own rule).
@@ -28,6 +29,7 @@ from learner.optimizers.rules import adagrad
 from learner.optimizers.rules import adam
 from learner.optimizers.rules import ademamix
 from learner.optimizers.rules import adam_family
+from learner.optimizers.rules import d_adaptation
 from learner.optimizers.rules import lamb
 from learner.optimizers.rules import lion
 from learner.optimizers.rules import momentum
@@ -73,6 +75,12 @@ RULES = (
         _BETAS, beta_3='beta3', weight_decay='decoupled_weight_decay')),
     Rule(simplified_ademamix.SimplifiedAdEMAMix, ('simplified_ademamix',),
          dict(_BETAS, weight_decay='decoupled_weight_decay')),
+    Rule(d_adaptation.DAdaptAdamW, ('dadapt_adamw',), dict(
+        _BETAS, eps='epsilon', estim_lr0='d0',
+        weight_decay='decoupled_weight_decay')),
+    Rule(d_adaptation.Prodigy, ('prodigy',), dict(
+        _BETAS, beta_3='beta3', eps='epsilon', estim_lr0='d0',
+        estim_lr_coef='d_coef', weight_decay='decoupled_weight_decay')),
 )
 
 
