@@ -15,6 +15,7 @@ from learner import optimizers
 from learner.optimizers import factory
 from learner.optimizers.var_grad import VarGrad
 from learner.optimizers.wrappers.mechanic import Mechanic
+from learner.training.cluster import distribution
 from params import NestedMap
 import optax_references as refs
 import test_d_adaptation as lr_free
@@ -114,3 +115,34 @@ def test_bad_values_are_refused_in_one_line_naming_the_key(key, value):
                           **{key: value}).Instantiate()
   msg = str(e.value)
   assert key in msg and '\n' not in msg.strip()
+
+
+def test_mirrored_replicas_apply_as_a_single_device_run():
+  # Every replica applies the same (all-reduced) gradient: each copy of the
+  # weights, and the scale, must equal the single-device run.
+  if len(tf.config.list_logical_devices('CPU')) < 2:
+    pytest.skip('needs 2 logical CPU devices (tests/conftest.py)')
+  strategy = distribution.CreateStrategy('mirrored')
+  init = np.arange(6, dtype=np.float32).reshape(2, 3) / 3. - 1.
+  grads = [tf.constant([[0.5, -1.0, 0.25], [1.0, 0.0, -0.5]]),
+           tf.constant([[0.5, -2.0, 0.75], [1.0, 1.0, -0.5]])]
+  p = Mechanic.Params().Set(name='opt', s_init=0.05,
+                            optimizer=optimizers.Adam.Params())
+  with strategy.scope():
+    w = tf.Variable(init, name='w')
+    opt = p.Instantiate().Bind([w])
+  w_ref = tf.Variable(init, name='w')
+  ref = p.Instantiate().Bind([w_ref])
+
+  @tf.function
+  def Step(g):
+    strategy.run(lambda: opt.Apply(0.1, NestedMap(w=VarGrad(w, g))))
+
+  for g in grads + grads:
+    Step(g)
+    ref.Apply(0.1, NestedMap(w=VarGrad(w_ref, g)))
+  for value in strategy.experimental_local_results(w):
+    np.testing.assert_allclose(value.numpy(), w_ref.numpy(), rtol=1e-6)
+  for s in strategy.experimental_local_results(opt._s):  # pylint: disable=protected-access
+    np.testing.assert_allclose(s.numpy(), ref._s.numpy(), rtol=1e-6)  # pylint: disable=protected-access
+  assert not np.allclose(w_ref.numpy(), init)
