@@ -34,6 +34,7 @@ _EXPORTS = {
     'Composite': 'learner.optimizers.wrappers.composite',
     'Easgd': 'learner.optimizers.wrappers.easgd',
     'LocalSgd': 'learner.optimizers.wrappers.local_sgd',
+    'Mechanic': 'learner.optimizers.wrappers.mechanic',
     'KerasOptimizer': 'learner.optimizers.keras_optimizer',
     'GradientAccumulation': 'learner.optimizers.wrappers.accumulation',
     'get_optimizer_fn': 'learner.optimizers.factory',

@@ -26,9 +26,10 @@ from schedules import ConstantOne
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data')
 
 
-def Load(topic):
-  """The parsed tests/data/optax_<topic>.json (dict with 'cases')."""
-  with open(os.path.join(DATA, 'optax_%s.json' % topic)) as f:
+def Load(topic, prefix='optax'):
+  """The parsed tests/data/<prefix>_<topic>.json (dict with 'cases'; the
+  torch recorders write the same format under prefix 'torch')."""
+  with open(os.path.join(DATA, '%s_%s.json' % (prefix, topic))) as f:
     return json.load(f)
 
 

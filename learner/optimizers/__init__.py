@@ -9,8 +9,8 @@
                      (export, factory name)
   wrappers/          the wrappers, one per module, each holding an inner
                      optimizer's params: lars, ema, lookahead, swa, sam,
-                     composite, accumulation; easgd, local_sgd (replica-local,
-                     base replica_local.py)
+                     composite, accumulation, mechanic; easgd, local_sgd
+                     (replica-local, base replica_local.py)
   wrapper.py         their bases: BaseWrapper, and BaseAveraging for those
                      that keep weights to evaluate (Ema, Lookahead, SWA)
   keras_optimizer.py any tf.keras optimizer as a BaseOptimizer
@@ -35,6 +35,7 @@ from learner.optimizers.wrappers.sam import Sam
 from learner.optimizers.wrappers.composite import Composite
 from learner.optimizers.wrappers.easgd import Easgd
 from learner.optimizers.wrappers.local_sgd import LocalSgd
+from learner.optimizers.wrappers.mechanic import Mechanic
 from learner.optimizers.keras_optimizer import KerasOptimizer
 from learner.optimizers.wrappers.accumulation import GradientAccumulation
 from learner.optimizers.factory import get_optimizer_fn

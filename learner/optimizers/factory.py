@@ -27,6 +27,7 @@ from learner.optimizers.wrappers import ema as ema_lib
 from learner.optimizers import keras_optimizer
 from learner.optimizers.wrappers import lars as lars_lib
 from learner.optimizers.wrappers import local_sgd as local_sgd_lib
+from learner.optimizers.wrappers import mechanic as mechanic_lib
 from learner.optimizers.wrappers import lookahead as lookahead_lib
 from learner.optimizers import rules
 from learner.optimizers.wrappers import sam as sam_lib
@@ -56,6 +57,7 @@ _WRAPPERS = {
               {'communication_period': 'tau', 'moving_rate': 'alpha'}),
     'local_sgd': (local_sgd_lib.LocalSgd,
                   {'communication_period': 'tau', 'moving_rate': 'alpha'}),
+    'mechanic': (mechanic_lib.Mechanic, {'eps': 'epsilon'}),
 }
 _WRAPPER_NAMES = tuple(_WRAPPERS)
 
@@ -258,7 +260,9 @@ def get_optimizer_wrapper_fn(name, inner, **kwargs):  # pylint: disable=invalid-
       `start_averaging`, swa_freq / `average_period`), 'sam' (Sam: rho,
       adaptive, adaptive_eta), 'easgd' (Easgd: tau /
       `communication_period`, alpha / `moving_rate`, mode='sync'; 'async'
-      is refused) or 'local_sgd' (LocalSgd: tau / `communication_period`).
+      is refused), 'local_sgd' (LocalSgd: tau / `communication_period`) or
+      'mechanic' (Mechanic: weight_decay, epsilon / optax's `eps`,
+      s_init, num_betas).
     inner: an optimizer instance (as in MoXing's example; its params are
       used), a factory from get_optimizer_fn / get_optimizer_wrapper_fn, or
       optimizer params.

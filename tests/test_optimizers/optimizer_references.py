@@ -451,3 +451,61 @@ class RefDistanceOverGradients:
         eta = p.init_step_value
     return [_Decayed(p, lr, w, _f(w - F(float(F(lr)) * eta) * g))
             for w, g in zip(ws, gs)]
+class RefDAdaptAdamW(RefSGD):
+  """Defazio & Mishchenko, arXiv:2301.07733 (optax's dadapt_adamw): d from
+  sums over ALL variables, so `step_all(t, lr, ws, gs, slots)` steps the
+  whole list (d and r kept on the reference); float64."""
+
+  def __init__(self, p):
+    super().__init__(p)
+    self.d, self.r = p.d0, 0.0
+
+  def slots(self, w):
+    return {k: np.zeros_like(w, np.float64) for k in ('m', 'v', 's')}
+
+  def _Dlr(self, t, lr):
+    p = self.p
+    return self.d * lr * np.sqrt(1 - p.beta2**t) / (1 - p.beta1**t)
+
+  def step_all(self, t, lr, ws, gs, slots):
+    p, sb2 = self.p, np.sqrt(self.p.beta2)
+    dlr = self._Dlr(t, lr)
+    a = sum(np.sum(g * s['s'] / (np.sqrt(s['v']) + p.epsilon))
+            for g, s in zip(gs, slots))
+    out = []
+    for w, g, s in zip(ws, gs, slots):
+      s['m'] = p.beta1 * s['m'] + (1 - p.beta1) * dlr * g
+      s['v'] = p.beta2 * s['v'] + (1 - p.beta2) * g * g
+      s['s'] = sb2 * s['s'] + (1 - sb2) * dlr * g
+      out.append(w - s['m'] / (np.sqrt(s['v']) + p.epsilon) -
+                 p.decoupled_weight_decay * dlr * w)
+    self.r = sb2 * self.r + (1 - sb2) * dlr * a
+    l1 = sum(np.abs(s['s']).sum() for s in slots)
+    self.d = max(self.d, self.r / ((1 - sb2) * l1))
+    return out
+
+
+class RefProdigy(RefDAdaptAdamW):
+  """Mishchenko & Defazio, arXiv:2306.06101 (optax's prodigy): the step's
+  eps is scaled by the NEW d; w0 the weights before the first step."""
+
+  def slots(self, w):
+    s = super().slots(w)
+    s['w0'] = np.asarray(w, np.float64).copy()
+    return s
+
+  def step_all(self, t, lr, ws, gs, slots):
+    p, d = self.p, self.d
+    b3 = np.sqrt(p.beta2) if p.beta3 is None else p.beta3
+    dlr = self._Dlr(t, lr)
+    a = sum(np.sum(g * (s['w0'] - w)) for w, g, s in zip(ws, gs, slots))
+    for g, s in zip(gs, slots):
+      s['m'] = p.beta1 * s['m'] + (1 - p.beta1) * d * g
+      s['v'] = p.beta2 * s['v'] + (1 - p.beta2) * d * d * g * g
+      s['s'] = b3 * s['s'] + (d if p.safeguard_warmup else dlr) * d * g / p.d0
+    self.r = b3 * self.r + d / p.d0 * dlr * a
+    l1 = sum(np.abs(s['s']).sum() for s in slots)
+    self.d = max(d, p.d_coef * self.r / l1)
+    return [w - dlr * s['m'] / (np.sqrt(s['v']) + self.d * p.epsilon) -
+            p.decoupled_weight_decay * dlr * w
+            for w, s in zip(ws, slots)]

@@ -266,13 +266,13 @@ def test_wrapper_names_and_the_classes_they_build():
   sgd = get_optimizer_fn('sgd')
   assert set(factory._WRAPPER_NAMES) == {  # pylint: disable=protected-access
       'batch_gradients', 'lars', 'ema', 'lookahead', 'swa', 'sam', 'easgd',
-      'local_sgd'}
+      'local_sgd', 'mechanic'}
   built = {name: get_optimizer_wrapper_fn(name, sgd)().__class__.__name__
            for name in ('lars', 'ema', 'lookahead', 'swa', 'sam', 'easgd',
-                        'local_sgd')}
+                        'local_sgd', 'mechanic')}
   assert built == {'lars': 'Lars', 'ema': 'Ema', 'lookahead': 'Lookahead',
                    'swa': 'SWA', 'sam': 'Sam', 'easgd': 'Easgd',
-                   'local_sgd': 'LocalSgd'}
+                   'local_sgd': 'LocalSgd', 'mechanic': 'Mechanic'}
   la = get_optimizer_wrapper_fn('lookahead', sgd, k=5, alpha=0.5).Params()
   assert (la.k, la.alpha, la.optimizer) == (5, 0.5, optimizers.SGD.Params())
 

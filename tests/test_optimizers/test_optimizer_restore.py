@@ -71,6 +71,10 @@ _PARAMS = {
     'dowg': optimizers.DoWG.Params(),
     'cocob': optimizers.COCOB.Params(),
     'madgrad': optimizers.MADGRAD.Params(),
+    'dadapt_adamw': optimizers.DAdaptAdamW.Params().Set(d0=1e-2),
+    'prodigy': optimizers.Prodigy.Params().Set(d0=1e-2),
+    'mechanic': optimizers.Mechanic.Params().Set(
+        s_init=0.05, optimizer=optimizers.Adam.Params()),
     'nadam': optimizers.Nadam.Params().Set(momentum_schedule='dozat'),
     'radam': optimizers.RAdam.Params().Set(beta2=0.9, threshold=4.0),
     'adamax': optimizers.Adamax.Params(),

@@ -127,6 +127,13 @@ _CASES = [
     ('madgrad', optimizers.MADGRAD.Params().Set(
         momentum=0.5, epsilon=1e-4, decoupled_weight_decay=0.1),
      refs.RefMADGRAD),
+    # Tree-wide d (their references step all variables: `step_all`).
+    ('dadapt_adamw', optimizers.DAdaptAdamW.Params().Set(
+        d0=1e-2, epsilon=1e-3, decoupled_weight_decay=0.1),
+     refs.RefDAdaptAdamW),
+    ('prodigy', optimizers.Prodigy.Params().Set(
+        d0=1e-2, epsilon=1e-3, decoupled_weight_decay=0.1),
+     refs.RefProdigy),
     ('schedule_free_sgd', optimizers.ScheduleFreeSGD.Params().Set(
         momentum=0.8, warmup_steps=2, decoupled_weight_decay=0.1),
      refs.RefScheduleFree),
@@ -142,7 +149,8 @@ _CASES += [
     for name, p, ref in _CASES
     if name in ('sgd', 'momentum', 'nesterov', 'adam', 'adamw', 'adagrad',
                 'ademamix', 'nadam', 'radam', 'adamax_keras', 'amsgrad',
-                'adopt', 'simplified_ademamix', 'cocob', 'madgrad')]
+                'adopt', 'simplified_ademamix', 'cocob', 'madgrad',
+                'dadapt_adamw', 'prodigy')]
 
 _IDS = [c[0] for c in _CASES]
 
@@ -189,8 +197,11 @@ def test_one_and_three_steps_match_numpy_reference(name, p, ref_cls):
   lrs = [0.1, 0.05, 0.2]
   for t in range(1, 4):
     _Step(opt, variables, [tf.constant(g) for g in grads[t - 1]], lrs[t - 1])
-    ws = [ref.step(t, lrs[t - 1], w, g, s)
-          for w, g, s in zip(ws, grads[t - 1], slots)]
+    if hasattr(ref, 'step_all'):  # A rule whose step reads all variables.
+      ws = ref.step_all(t, lrs[t - 1], ws, grads[t - 1], slots)
+    else:
+      ws = [ref.step(t, lrs[t - 1], w, g, s)
+            for w, g, s in zip(ws, grads[t - 1], slots)]
     if t in (1, 3):
       for var, w, s in zip(variables, ws, slots):
         np.testing.assert_allclose(var.numpy(), w, rtol=RTOL, atol=ATOL,

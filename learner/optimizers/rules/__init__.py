@@ -13,6 +13,7 @@
   dog.py        DoG, DoWG (learning-rate free; global norms, not sharded)
   cocob.py      COCOB (coin betting, learning-rate free)
   madgrad.py    MADGRAD (dual averaging, cube-root denominator)
+  d_adaptation.py  DAdaptAdamW, Prodigy (learning-rate-free: a tree-wide d)
   common.py     helpers the families share
 
 Plain SGD is `SGD` in learner/optimizers/base.py (the base's own rule).
@@ -33,6 +34,7 @@ from learner.optimizers.rules import ademamix
 from learner.optimizers.rules import adam_family
 from learner.optimizers.rules import cocob
 from learner.optimizers.rules import dog
+from learner.optimizers.rules import d_adaptation
 from learner.optimizers.rules import lamb
 from learner.optimizers.rules import lion
 from learner.optimizers.rules import madgrad
@@ -83,6 +85,12 @@ RULES = (
     Rule(dog.DoWG, ('dowg',), {'eps': 'epsilon'}),
     Rule(cocob.COCOB, ('cocob',), {'eps': 'epsilon'}),
     Rule(madgrad.MADGRAD, ('madgrad',), {'eps': 'epsilon'}),
+    Rule(d_adaptation.DAdaptAdamW, ('dadapt_adamw',), dict(
+        _BETAS, eps='epsilon', estim_lr0='d0',
+        weight_decay='decoupled_weight_decay')),
+    Rule(d_adaptation.Prodigy, ('prodigy',), dict(
+        _BETAS, beta_3='beta3', eps='epsilon', estim_lr0='d0',
+        estim_lr_coef='d_coef', weight_decay='decoupled_weight_decay')),
 )
 
 

@@ -9,6 +9,7 @@
   composite.py     Composite (one inner optimizer per variable group)
   easgd.py         Easgd (replica-local copies, elastic pull to a center)
   local_sgd.py     LocalSgd (replica-local copies, averaged every tau)
+  mechanic.py      Mechanic (a learned scale of the inner updates)
   replica_local.py their base: no gradient all-reduce, per-replica saves
 
 Their shared bases, `BaseWrapper` and `BaseAveraging` (the copies every
