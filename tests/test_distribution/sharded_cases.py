@@ -123,6 +123,10 @@ MORE_RULES = {
         beta3=0.99, alpha=8.0, decoupled_weight_decay=0.1),
     'simplified_ademamix': lambda: SimplifiedAdEMAMix.Params().Set(
         beta1=0.9, alpha=2.0, decoupled_weight_decay=0.1),
+    # Cautious weight decay is elementwise (the cautious update is not:
+    # refused, test_cautious.py).
+    'adamw_cwd': lambda: AdamW.Params().Set(decoupled_weight_decay=0.1,
+                                            cautious_weight_decay=True),
 }
 
 
