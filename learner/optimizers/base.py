@@ -76,6 +76,7 @@ import tensorflow as tf
 from params import BaseLayer
 from params import NestedMap
 from params import checks
+from learner.optimizers import cautious as cautious_lib
 from learner.optimizers import hyper as hyper_lib
 from learner.optimizers import kernels
 from learner.optimizers.kernels import accelerators
@@ -110,8 +111,8 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
       `SCHEDULABLE_PARAMS`, holds anything but schedule params or leaves the
       param's range at step 0 or a boundary (learner/optimizers/hyper.py),
       or a `slot_dtype` that is not None / a float dtype, or set on a rule
-      or wrapper without `_Step`; `Apply` on a variable that was not
-      bound.
+      or wrapper without `_Step`; `cautious` / `cautious_weight_decay` as
+      cautious.CheckParams refuses; `Apply` on a variable not bound.
   """
 
   @classmethod
@@ -154,7 +155,7 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
         'batch are updated (their slots too), as in TF1; if False the '
         'gradient is densified, identical to a dense gradient. The Lingvo-'
         'named classes default to TF1\'s choice (True except for Adam).')
-    return p
+    return cautious_lib.DefineParams(p)
 
   @classmethod
   def ValueChecks(cls):
@@ -204,8 +205,8 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     super().__init__(params)
     p = self.params
     checks.CheckRegexList(self, 'weight_decay_exclude', p.weight_decay_exclude)
-    low_precision.CheckSlotDtype(
-        self, type(self)._Step is not BaseOptimizer._Step)
+    has_step = type(self)._Step is not BaseOptimizer._Step
+    low_precision.CheckSlotDtype(self, has_step)
     if 'use_bf16_gradients_ar' in p and p.use_bf16_gradients_ar:
       raise ValueError(
           '%s: use_bf16_gradients_ar=True (Lingvo: all-reduce gradients in '
@@ -222,6 +223,7 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     self._bound = {}
     self._decay_mask = {}
     self._BuildHyperSchedules(p.hyper_schedules)
+    cautious_lib.CheckParams(self, has_step)
 
   def WeightDecayOn(self):
     """True if decoupled weight decay is nonzero or scheduled."""
@@ -303,6 +305,7 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
       raise ValueError('%s: %s is not an elementwise rule; its state cannot '
                        'be sharded by flat slices.' % (self.path,
                                                        type(self).__name__))
+    cautious_lib.CheckShardable(self)
     self.__dict__['_state_sharding'] = sharding
 
   @property
@@ -469,6 +472,8 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     if reason:
       return reason
     p = self.params
+    if cautious_lib.Reason(p):
+      return cautious_lib.Reason(p)
     if p.slot_dtype is not None:
       return ('slot_dtype=%s (the fused kernels hold slots in the variable '
               'dtype)' % tf.as_dtype(p.slot_dtype).name)
@@ -634,11 +639,12 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     """
     grad_scale = update.grad_scale
     upcast = self.params.slot_dtype is not None
+    masked = cautious_lib.Reason(self.params) is not None  # The pure-TF path.
     accelerator = self.Accelerator()
     lazy = False
     if isinstance(grad, tf.IndexedSlices):
       lazy = (self.params.lazy_sparse_updates and self.SUPPORTS_LAZY_SPARSE
-              and not kernels.InXla() and not upcast)
+              and not kernels.InXla() and not upcast and not masked)
       if lazy:
         grad = var_grad_lib.MergeDuplicateIndices(grad)
       else:
@@ -660,6 +666,9 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
         op = accelerator.sparse(var, grad, slots, s)
       else:
         op = self._ApplyRows(s, var, grad, slots)
+    elif masked:  # The masks decay in _ApplyStep: w <- w - (delta + decay).
+      op, decay = self._ApplyStep(
+          s, var, accelerators.Scaled(grad, grad_scale), slots, decay), None
     elif upcast or accelerator is None or accelerator.dense is None:
       op = self._ApplyStep(s, var, accelerators.Scaled(grad, grad_scale),
                            slots)
@@ -672,12 +681,15 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
         return var.scatter_sub(decay)
       return var.assign_sub(decay)
 
-  def _ApplyStep(self, s, var, grad, slots):
+  def _ApplyStep(self, s, var, grad, slots, decay=None):
     """`_Step` on the whole variable: the slots read (upcast from
-    `slot_dtype`), the new slots stored (rounded to it), w -= delta."""
+    `slot_dtype`), the new slots stored (rounded to it), w -= delta (with
+    `cautious` / `cautious_weight_decay`: the masked delta plus `decay`)."""
     values = {k: low_precision.ReadSlot(x, var.dtype)
               for k, x in slots.items()}
     delta, new = self._Step(s, var, grad, values)
+    if cautious_lib.Reason(self.params):
+      delta = cautious_lib.Masked(self.params, delta, grad, decay)
     ops = [low_precision.StoreSlot(
         slots[k], v, self.params.slot_stochastic_rounding, self.num_updates)
            for k, v in sorted(new.items())]

@@ -127,6 +127,10 @@ MORE_RULES = {
         beta1=0.9, alpha=2.0, decoupled_weight_decay=0.1),
     'cocob': lambda: COCOB.Params().Set(alpha=10.0),
     'madgrad': lambda: MADGRAD.Params().Set(decoupled_weight_decay=0.1),
+    # Cautious weight decay is elementwise (the cautious update is not:
+    # refused, test_cautious.py).
+    'adamw_cwd': lambda: AdamW.Params().Set(decoupled_weight_decay=0.1,
+                                            cautious_weight_decay=True),
 }
 
 

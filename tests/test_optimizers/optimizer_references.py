@@ -509,3 +509,34 @@ class RefProdigy(RefDAdaptAdamW):
     return [w - dlr * s['m'] / (np.sqrt(s['v']) + self.d * p.epsilon) -
             p.decoupled_weight_decay * dlr * w
             for w, s in zip(ws, slots)]
+# ---- the base's masks (learner/optimizers/cautious.py) ----------------------
+
+
+def Cautious(inner):
+  """The reference of `inner` (a Ref class) with the base's `cautious` and
+  `cautious_weight_decay` masks, written again here: u = w - inner's step
+  without decay; cautious: u <- u [u g > 0] n / (nnz + 1); the decay
+  lr wd w acts where u w >= 0 (cautious_weight_decay) or everywhere."""
+
+  class RefCautious(RefSGD):
+
+    def __init__(self, p):
+      super().__init__(p)
+      self.inner = inner(p.Copy(frozen=False).Set(decoupled_weight_decay=0.0))
+
+    def slots(self, w):
+      return self.inner.slots(w)
+
+    def step(self, t, lr, w, g, s):
+      p = self.p
+      w64 = np.asarray(w, np.float64)
+      u = w64 - self.inner.step(t, lr, w, g, s)
+      if p.cautious:
+        agree = (u * g > 0).astype(np.float64)
+        u = u * agree * (u.size / (agree.sum() + 1))
+      decay = lr * p.decoupled_weight_decay * w64
+      if p.cautious_weight_decay:
+        decay = decay * (u * w64 >= 0)
+      return _f(w64 - u - decay)
+
+  return RefCautious

@@ -26,6 +26,11 @@ _CASES = {
         lazy_sparse_updates=True),
     'adafactor': optimizers.Adafactor.Params(),
     'adam_optax_form': optimizers.Adam.Params().Set(epsilon_form='optax'),
+    # Cautious masks (learner/optimizers/cautious.py): per-tensor n / (nnz
+    # + 1) on each replica's (identical) copy; the decay masked at w[1].
+    'adamw_cautious_cwd': optimizers.AdamW.Params().Set(
+        decoupled_weight_decay=0.1, cautious=True, cautious_weight_decay=True),
+    'lion_cautious': optimizers.Lion.Params().Set(cautious=True),
     'nadam_dozat': optimizers.Nadam.Params().Set(momentum_schedule='dozat'),
     'radam': optimizers.RAdam.Params(),
     'adamax_keras_sparse': optimizers.Adamax.Params().Set(

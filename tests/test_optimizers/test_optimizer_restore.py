@@ -57,6 +57,8 @@ _PARAMS = {
     'momentum_bf16_slots': optimizers.Momentum.Params().Set(
         slot_dtype=tf.bfloat16),
     'adamw': optimizers.AdamW.Params(),
+    'adamw_cautious_cwd': optimizers.AdamW.Params().Set(
+        decoupled_weight_decay=0.1, cautious=True, cautious_weight_decay=True),
     'adagrad': optimizers.Adagrad.Params(),
     'rmsprop': optimizers.RMSProp.Params().Set(centered=True, momentum=0.5),
     'adadelta': optimizers.AdaDelta.Params(),

@@ -140,6 +140,16 @@ _CASES = [
     ('schedule_free_adamw', optimizers.ScheduleFreeAdamW.Params().Set(
         warmup_steps=2, warmup_form='reference', r=1.0,
         decoupled_weight_decay=0.1), refs.RefScheduleFree),
+    # The base's masks (learner/optimizers/cautious.py) on three rules:
+    # Momentum's velocity and Adam's m disagree with g in some entries.
+    ('momentum_cautious', optimizers.Momentum.Params().Set(
+        alpha=0.9, cautious=True), refs.Cautious(refs.RefMomentum)),
+    ('adamw_cautious_cwd', optimizers.AdamW.Params().Set(
+        beta1=0.8, epsilon=1e-3, decoupled_weight_decay=0.5, cautious=True,
+        cautious_weight_decay=True), refs.Cautious(refs.RefAdam)),
+    ('lion_cwd', optimizers.Lion.Params().Set(
+        decoupled_weight_decay=0.5, cautious_weight_decay=True),
+     refs.Cautious(refs.RefLion)),
 ]
 # The same rules through the low-precision-slot path (`_Step`, read /
 # upcast / store) with float32 slots: it must give the kernels' numbers.
