@@ -66,7 +66,8 @@ def RuleToShard(path, optimizer):
   Raises:
     ValueError: the optimizer is a wrapper other than an outermost
       GradientAccumulation, or its rule is not elementwise (Muon: whole
-      matrices; Adafactor, LAMB, LARS: per-tensor statistics).
+      matrices; SOAP: per-dimension eigenbases; Adafactor, LAMB, LARS:
+      per-tensor statistics).
   """
   rule = optimizer
   if type(optimizer).IS_ACCUMULATION:
@@ -77,7 +78,8 @@ def RuleToShard(path, optimizer):
         'elementwise rules %s and their subclasses (AdamW is an Adam) '
         '(optionally inside GradientAccumulation) are '
         'sharded by flat slices; a rule or wrapper that needs whole tensors '
-        '(Muon orthogonalizes matrices; Adafactor, LAMB, LARS use per-tensor '
+        '(Muon orthogonalizes matrices; SOAP rotates by per-dimension '
+        'eigenbases; Adafactor, LAMB, LARS use per-tensor '
         'statistics; Ema, Lookahead, SWA keep full-size averages; schedule-'
         'free keeps its eval weights x as a slot that eval and export swap '
         'into the model whole) is not. '

@@ -67,6 +67,8 @@ _PARAMS = {
     'ademamix': optimizers.AdEMAMix.Params().Set(beta3=0.99),
     'simplified_ademamix': optimizers.SimplifiedAdEMAMix.Params().Set(
         alpha=2.0),
+    # Frequency 2: a QR refresh at update 2, the first after the restore.
+    'soap': optimizers.SOAP.Params().Set(precondition_frequency=2),
     'nadam': optimizers.Nadam.Params().Set(momentum_schedule='dozat'),
     'radam': optimizers.RAdam.Params().Set(beta2=0.9, threshold=4.0),
     'adamax': optimizers.Adamax.Params(),

@@ -10,6 +10,7 @@
   muon.py       Muon (Newton-Schulz orthogonalised momentum; matrices only)
   ademamix.py   AdEMAMix (Adam plus a slow EMA; issue 37's example rule)
   simplified_ademamix.py  SimplifiedAdEMAMix (one undamped momentum)
+  soap.py       SOAP (Adam in the eigenbases of Shampoo's statistics)
   common.py     helpers the families share
 
 Plain SGD is `SGD` in learner/optimizers/base.py (the base's own rule).
@@ -35,6 +36,7 @@ from learner.optimizers.rules import muon
 from learner.optimizers.rules import rmsprop
 from learner.optimizers.rules import schedule_free
 from learner.optimizers.rules import simplified_ademamix
+from learner.optimizers.rules import soap
 
 # One registered rule. `factory_names` are get_optimizer_fn's names for it
 # (empty: reachable only by class); `aliases` maps an accepted factory
@@ -73,6 +75,10 @@ RULES = (
         _BETAS, beta_3='beta3', weight_decay='decoupled_weight_decay')),
     Rule(simplified_ademamix.SimplifiedAdEMAMix, ('simplified_ademamix',),
          dict(_BETAS, weight_decay='decoupled_weight_decay')),
+    Rule(soap.SOAP, ('soap',),
+         dict(_BETAS, eps='epsilon', weight_decay='decoupled_weight_decay',
+              max_precondition_dim='max_precond_dim',
+              normalize_gradient='normalize_grads')),
 )
 
 
