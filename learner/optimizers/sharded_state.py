@@ -66,8 +66,9 @@ def RuleToShard(path, optimizer):
   Raises:
     ValueError: the optimizer is a wrapper other than an outermost
       GradientAccumulation, or its rule is not elementwise (Muon: whole
-      matrices; Adafactor, LAMB, LARS: per-tensor statistics; DoG, DoWG:
-      global norms).
+      matrices; SOAP: per-dimension eigenbases; Adafactor, LAMB, LARS:
+      per-tensor statistics; DoG, DoWG, Prodigy, DAdaptAdamW: sums over
+      all variables).
   """
   rule = optimizer
   if type(optimizer).IS_ACCUMULATION:
@@ -78,7 +79,8 @@ def RuleToShard(path, optimizer):
         'elementwise rules %s and their subclasses (AdamW is an Adam) '
         '(optionally inside GradientAccumulation) are '
         'sharded by flat slices; a rule or wrapper that needs whole tensors '
-        '(Muon orthogonalizes matrices; Adafactor, LAMB, LARS use per-tensor '
+        '(Muon orthogonalizes matrices; SOAP rotates by per-dimension '
+        'eigenbases; Adafactor, LAMB, LARS use per-tensor '
         'statistics; DoG, DoWG read global norms over all variables; '
         'Prodigy, DAdaptAdamW sum over all variables; Ema, Lookahead, SWA '
         'keep full-size averages; schedule-'

@@ -540,3 +540,74 @@ def Cautious(inner):
       return _f(w64 - u - decay)
 
   return RefCautious
+def _CanonicalSigns(q):
+  """q's columns negated where their largest-magnitude entry is negative."""
+  lead = q[np.argmax(np.abs(q), axis=0), np.arange(q.shape[1])]
+  return q * np.where(lead < 0, -1., 1.)
+
+
+class RefSOAP(RefSGD):
+  """Vyas et al., arXiv:2409.11321 (pytorch-optimizer's SOAP): the first
+  update only starts L_i and takes Q_i = eigh; then Adam in the bases of
+  the previous update, L_i, and a QR power iteration every
+  precondition_frequency updates. No merge_dims; vectors are Adam unless
+  precondition_1d. Written again with numpy (float64 math, float32 state).
+  """
+
+  def _Rotated(self, w):
+    p = self.p
+    if w.ndim == 1:
+      return [p.precondition_1d and w.shape[0] <= p.max_precond_dim]
+    return [d <= p.max_precond_dim for d in w.shape]
+
+  def slots(self, w):
+    s = {'m': np.zeros_like(w), 'v': np.zeros_like(w)}
+    for i, r in enumerate(self._Rotated(w)):
+      if r:
+        s['gg%d' % i] = np.zeros((w.shape[i],) * 2, F)
+        s['q%d' % i] = np.zeros((w.shape[i],) * 2, F)
+    return s
+
+  @staticmethod
+  def _Project(x, qs, back=False):
+    for q in qs:
+      x = (np.moveaxis(x, 0, -1) if q is None else
+           np.tensordot(x, q, axes=[[0], [1 if back else 0]]))
+    return x
+
+  def step(self, t, lr, w, g, s):
+    p = self.p
+    g = np.asarray(g, np.float64)
+    rotated = self._Rotated(w)
+    qs = [np.asarray(s['q%d' % i], np.float64) if r else None
+          for i, r in enumerate(rotated)]
+    new = w
+    n = t - 1  # num_updates before this one
+    if n > 0:
+      m = p.beta1 * s['m'] + (1 - p.beta1) * g
+      v = p.beta2 * s['v'] + (1 - p.beta2) * self._Project(g, qs)**2
+      d = self._Project(self._Project(m, qs) / (np.sqrt(v) + p.epsilon), qs,
+                        back=True)
+      size = lr * np.sqrt(1 - p.beta2**n) / (1 - p.beta1**n)
+      new = (w - size * d) * (1 - lr * p.decoupled_weight_decay)
+      s['m'], s['v'] = _f(m), _f(v)
+    sb = p.beta2 if p.shampoo_beta is None else p.shampoo_beta
+    v = np.asarray(s['v'], np.float64)
+    for i, r in enumerate(rotated):
+      if not r:
+        continue
+      others = [j for j in range(g.ndim) if j != i]
+      gg = sb * s['gg%d' % i] + (1 - sb) * np.tensordot(g, g, [others] * 2)
+      s['gg%d' % i] = _f(gg)
+      if n == 0:
+        q = np.linalg.eigh(gg)[1][:, ::-1]
+      elif n % p.precondition_frequency == 0:
+        product = gg @ qs[i]
+        order = np.argsort(-np.sum(qs[i] * product, axis=0), kind='stable')
+        v = np.take(v, order, axis=i)
+        q = np.linalg.qr(product[:, order])[0]
+      else:
+        continue
+      s['q%d' % i] = _f(_CanonicalSigns(q))
+    s['v'] = _f(v)
+    return _f(new)

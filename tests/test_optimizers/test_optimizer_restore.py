@@ -77,6 +77,8 @@ _PARAMS = {
     'prodigy': optimizers.Prodigy.Params().Set(d0=1e-2),
     'mechanic': optimizers.Mechanic.Params().Set(
         s_init=0.05, optimizer=optimizers.Adam.Params()),
+    # Frequency 2: a QR refresh at update 2, the first after the restore.
+    'soap': optimizers.SOAP.Params().Set(precondition_frequency=2),
     'nadam': optimizers.Nadam.Params().Set(momentum_schedule='dozat'),
     'radam': optimizers.RAdam.Params().Set(beta2=0.9, threshold=4.0),
     'adamax': optimizers.Adamax.Params(),

@@ -105,6 +105,14 @@ _CASES = [
     ('simplified_ademamix', optimizers.SimplifiedAdEMAMix.Params().Set(
         beta1=0.9, alpha=2.0, epsilon=1e-3, decoupled_weight_decay=0.1),
      refs.RefSimplifiedAdEMAMix),
+    # The (2, 3) matrix gets L_0, L_1 (a QR refresh at update 2); the (3,)
+    # vector is Adam after the skipped first update. epsilon 0.1: the
+    # sparse cases' gradients have rows of zeros, whose rounding noise
+    # (~1e-8 in the rotated m and sqrt(v), different in eager and XLA) eps
+    # 1e-8 would turn into O(1) steps (1e-3: 2e-6 apart, over RTOL).
+    ('soap', optimizers.SOAP.Params().Set(
+        precondition_frequency=2, epsilon=0.1, decoupled_weight_decay=0.1),
+     refs.RefSOAP),
     ('nadam', optimizers.Nadam.Params().Set(decoupled_weight_decay=0.1),
      refs.RefNadam),
     ('nadam_dozat', optimizers.Nadam.Params().Set(

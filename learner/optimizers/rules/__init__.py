@@ -14,6 +14,7 @@
   cocob.py      COCOB (coin betting, learning-rate free)
   madgrad.py    MADGRAD (dual averaging, cube-root denominator)
   d_adaptation.py  DAdaptAdamW, Prodigy (learning-rate-free: a tree-wide d)
+  soap.py       SOAP (Adam in the eigenbases of Shampoo's statistics)
   common.py     helpers the families share
 
 Plain SGD is `SGD` in learner/optimizers/base.py (the base's own rule).
@@ -43,6 +44,7 @@ from learner.optimizers.rules import muon
 from learner.optimizers.rules import rmsprop
 from learner.optimizers.rules import schedule_free
 from learner.optimizers.rules import simplified_ademamix
+from learner.optimizers.rules import soap
 
 # One registered rule. `factory_names` are get_optimizer_fn's names for it
 # (empty: reachable only by class); `aliases` maps an accepted factory
@@ -91,6 +93,10 @@ RULES = (
     Rule(d_adaptation.Prodigy, ('prodigy',), dict(
         _BETAS, beta_3='beta3', eps='epsilon', estim_lr0='d0',
         estim_lr_coef='d_coef', weight_decay='decoupled_weight_decay')),
+    Rule(soap.SOAP, ('soap',),
+         dict(_BETAS, eps='epsilon', weight_decay='decoupled_weight_decay',
+              max_precondition_dim='max_precond_dim',
+              normalize_gradient='normalize_grads')),
 )
 
 
