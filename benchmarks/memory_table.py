@@ -137,7 +137,10 @@ def _Categories(model_vars, optimizers_):
       if id(v) not in other:
         other.add(id(v))
         state.append(v)
-  return dict(weights=_Replica0Bytes(model_vars),
+  # The task's variables also list its learners' own (accumulators,
+  # counters: not trainable); the weights are the trainable ones.
+  weights = list({id(v): v for v in model_vars if v.trainable}.values())
+  return dict(weights=_Replica0Bytes(weights),
               opt_state=_Replica0Bytes(state),
               weight_shard=_Replica0Bytes(shard_copies),
               accum=_Replica0Bytes(accum))
@@ -171,8 +174,8 @@ def SentBytes(concrete_fn, num_replicas):
         continue
       t = op.inputs[0]
       size = t.shape.num_elements()
-      if size is None:
-        continue
+      if size is None:  # Not countable: say so rather than undercount.
+        return None
       p = size * t.dtype.size
       total += (2.0 * (n - 1) / n * p if op.type == 'CollectiveReduceV2'
                 else (n - 1) * p)
