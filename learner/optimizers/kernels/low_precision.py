@@ -25,6 +25,79 @@ from params import checks
 
 SLOT_DTYPES = (tf.bfloat16, tf.float16, tf.float32, tf.float64)
 
+# master_weights: the slot holding a 16-bit variable's float32 master copy.
+MASTER_SLOT = 'master'
+MASTER_DTYPE = tf.float32
+_MASTERED_DTYPES = (tf.bfloat16, tf.float16)
+
+
+def NeedsMaster(dtype):
+  """True for the variable dtypes master_weights keeps a float32 copy of."""
+  return tf.as_dtype(dtype) in _MASTERED_DTYPES
+
+
+def CheckMasterWeights(opt, has_step):
+  """Refuses bad master_weights / master_stochastic_rounding at construction.
+
+  Args:
+    opt: the optimizer (its params have master_weights and
+      master_stochastic_rounding).
+    has_step: True if the optimizer updates through a rule's `_Step`.
+
+  Raises:
+    ValueError: either param not a bool; master_weights=True on a class
+      without `_Step` (a wrapper); stochastic rounding without
+      master_weights.
+  """
+  p = opt.params
+  for key in ('master_weights', 'master_stochastic_rounding'):
+    if not isinstance(p.Get(key), bool):
+      raise ValueError('%s: %s=%r; expected True or False.' %
+                       (checks.Where(opt), key, p.Get(key)))
+  if p.master_weights and not has_step:
+    raise ValueError(
+        '%s: master_weights=True is not supported by %s (no _Step: a wrapper '
+        'or a rule that writes its own update); set it on the inner update '
+        'rule, or set master_weights=False.' %
+        (checks.Where(opt), type(opt).__name__))
+  if p.master_stochastic_rounding and not p.master_weights:
+    raise ValueError(
+        '%s: master_stochastic_rounding=True needs master_weights=True (it '
+        'rounds the float32 master to the variable); set both or neither.' %
+        checks.Where(opt))
+
+
+def CheckMastersBound(opt, variables):
+  """Refuses master_weights when none of the bound `variables` is 16-bit.
+
+  A float32 variable is its own master: with master_weights=True it is
+  updated as without it. If no variable needs a master the setting does
+  nothing, which is refused so a run that meant bfloat16 weights (task
+  param dtype) is not silently float32. Also refuses stochastic rounding
+  onto a float16 variable (implemented for bfloat16 only).
+
+  Raises:
+    ValueError: as above, naming the variables and their dtypes.
+  """
+  p = opt.params
+  if not p.master_weights or not variables:
+    return
+  dtypes = {v.name: v.dtype.name for v in variables}
+  if not any(NeedsMaster(v.dtype) for v in variables):
+    raise ValueError(
+        '%s: master_weights=True but no bound variable is bfloat16 or float16 '
+        '(%s): a float32 variable is its own master. Create the weights in '
+        'bfloat16 (the task\'s or layer\'s param dtype=tf.bfloat16, with '
+        'fprop_dtype=tf.float32) or set master_weights=False.' %
+        (checks.Where(opt), dtypes))
+  if p.master_stochastic_rounding and any(
+      v.dtype == tf.float16 for v in variables):
+    raise ValueError(
+        '%s: master_stochastic_rounding=True with float16 variables (%s); '
+        'stochastic rounding is implemented for bfloat16 only. Use bfloat16 '
+        'weights or master_stochastic_rounding=False.' %
+        (checks.Where(opt), dtypes))
+
 
 def CheckSlotDtype(opt, has_step):
   """Refuses a bad slot_dtype / slot_stochastic_rounding at construction.
