@@ -148,22 +148,7 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
         '(unbiased; seeded by num_updates and the slot\'s name) instead of '
         'to nearest, so updates smaller than bfloat16\'s spacing (Adam\'s '
         'v decay) are kept on average (kernels/low_precision.py).')
-    p.Define(
-        'master_weights', False,
-        'True: each bfloat16/float16 variable gets a float32 master copy, '
-        'the slot \'master\' (made from the variable\'s value at Bind, '
-        'checkpointed); the rule updates the master in float32 (gradient '
-        'upcast) and the variable gets the master rounded to nearest (or '
-        'stochastically, master_stochastic_rounding), so updates smaller '
-        'than bfloat16\'s spacing add up. float32/float64 variables are '
-        'updated as without it (their own master); refused at Bind when no '
-        'bound variable is 16-bit. Per-variable path (no fused op), sparse '
-        'gradients densified. Update rules only (not wrappers).')
-    p.Define(
-        'master_stochastic_rounding', False,
-        'With master_weights=True: round the master to a bfloat16 variable '
-        'stochastically (unbiased; seeded by num_updates and the '
-        'variable\'s name) instead of to nearest (kernels/low_precision.py).')
+    low_precision.DefineMasterParams(p)  # master_weights (bfloat16 weights).
     p.Define(
         'lazy_sparse_updates', False,
         'For tf.IndexedSlices gradients: if True only rows present in the '
@@ -220,9 +205,7 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     super().__init__(params)
     p = self.params
     checks.CheckRegexList(self, 'weight_decay_exclude', p.weight_decay_exclude)
-    low_precision.CheckSlotDtype(
-        self, type(self)._Step is not BaseOptimizer._Step)
-    low_precision.CheckMasterWeights(
+    low_precision.CheckParams(
         self, type(self)._Step is not BaseOptimizer._Step)
     if 'use_bf16_gradients_ar' in p and p.use_bf16_gradients_ar:
       raise ValueError(
@@ -289,19 +272,10 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     self._BindWeightDecay(new)
     return self
 
-  def HasMaster(self, var):
-    """True if `var` (a variable or a ZeRO-1 shard) gets a float32 master
-    copy: master_weights=True and a 16-bit float dtype."""
-    return bool(self.params.master_weights and
-                low_precision.NeedsMaster(var.dtype))
-
   def CreateSlotVariables(self, var, creator=None):
     """{slot name: new tf.Variable} for `var` (`_CreateSlots`' initial
-    values, stored in `slot_dtype`), created outside any tf.function.
-
-    With `HasMaster(var)` the slot 'master' comes first: float32, the
-    variable's value (zeros for a ZeRO-1 shard, which its sharding fills),
-    and the rule's slots are made in float32 too (or slot_dtype).
+    values, stored in `slot_dtype`), created outside any tf.function; first
+    a float32 'master' when master_weights (low_precision.CreateMaster).
 
     Args:
       var: a variable, or anything with `name`, `dtype` and `shape` (a
@@ -312,18 +286,10 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     with tf.init_scope(), contextlib.ExitStack() as stack:
       if creator is not None:
         stack.enter_context(tf.variable_creator_scope(creator))
-      slots, dtype = {}, None
-      if self.HasMaster(var):
-        dtype = low_precision.MASTER_DTYPE  # The rule's slots follow it.
-        # A ZeRO-1 shard (not a variable) starts at zeros; its sharding
-        # fills the master from the weights.
-        initial = (tf.cast(var.read_value(), dtype)
-                   if isinstance(var, tf.Variable) else None)
-        slots[low_precision.MASTER_SLOT] = _CreateSlotVariable(
-            self, var, low_precision.MASTER_SLOT, initial, dtype=dtype)
-      for name, init in self._CreateSlots(var).items():
-        slots[name] = _CreateSlotVariable(self, var, name, init,
-                                          var_dtype=dtype)
+      slots = low_precision.CreateMaster(self, var)
+      dtype = low_precision.MASTER_DTYPE if slots else None  # Slots follow.
+      slots.update((name, _CreateSlotVariable(self, var, name, init, dtype))
+                   for name, init in self._CreateSlots(var).items())
       return slots
 
   def UseStateSharding(self, sharding):
@@ -512,9 +478,8 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     if p.slot_dtype is not None:
       return ('slot_dtype=%s (the fused kernels hold slots in the variable '
               'dtype)' % tf.as_dtype(p.slot_dtype).name)
-    if any(self.HasMaster(vg.var) for vg in vgs):
-      return ('master_weights=True (the fused kernels update the variables '
-              'in place; a float32 master is updated per variable)')
+    if any(low_precision.HasMaster(self, vg.var) for vg in vgs):
+      return low_precision.MASTER_REASON
     if (p.lazy_sparse_updates and self.SUPPORTS_LAZY_SPARSE and
         any(isinstance(vg.grad, tf.IndexedSlices) for vg in vgs)):
       return 'lazy sparse update (lazy_sparse_updates=True)'
@@ -663,11 +628,8 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
   # ---- applying one variable: derived from _Step ----------------------------
 
   def _ApplyOne(self, update, var, grad, slots, decay_name=None):
-    """Applies decoupled weight decay and the update to one variable.
-
-    With a float32 master (`HasMaster(var)`), that update is applied to the
-    master and the variable gets it rounded (`_ApplyToMaster`); `decay_name`
-    is then the variable's name, which `weight_decay_exclude` matched.
+    """Applies decoupled weight decay and the update to one variable (to its
+    float32 master with master_weights: low_precision.ApplyToMaster).
 
     Sparse gradients: for a lazy update duplicate indices are merged before
     anything reads the values; otherwise they are densified (which sums
@@ -679,8 +641,8 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     multiplies the gradient: folded into the accelerator's kernel when it
     can, else applied to the (merged) gradient.
     """
-    if self.HasMaster(var):
-      return self._ApplyToMaster(update, var, grad, slots)
+    if low_precision.HasMaster(self, var):
+      return low_precision.ApplyToMaster(self, update, var, grad, slots)
     grad_scale = update.grad_scale
     upcast = self.params.slot_dtype is not None
     accelerator = self.Accelerator()
@@ -720,28 +682,6 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
       if lazy:
         return var.scatter_sub(decay)
       return var.assign_sub(decay)
-
-  def _ApplyToMaster(self, update, var, grad, slots):
-    """The update of a 16-bit `var` through its float32 master slot.
-
-    The gradient (bfloat16 or float32; a sparse one densified) is upcast to
-    float32, `_ApplyOne` applies decay and the rule's update to the master
-    with the other slots (any path: `_Step`, the rule's raw TF op), then the
-    variable is assigned the master rounded to its dtype: to nearest, or
-    stochastically (`master_stochastic_rounding`, seeded by num_updates
-    and the variable's name, so a resumed run rounds alike).
-    Source: Micikevicius et al., "Mixed Precision Training", ICLR 2018,
-    section 3.1 (a float32 master copy of the weights).
-    """
-    master = slots[low_precision.MASTER_SLOT]
-    rest = {k: v for k, v in slots.items() if k != low_precision.MASTER_SLOT}
-    grad = tf.cast(tf.convert_to_tensor(grad), master.dtype)
-    op = self._ApplyOne(update, master, grad, rest,
-                        decay_name=var_grad_lib.VarName(var))
-    with tf.control_dependencies([op] if op is not None else []):
-      return low_precision.StoreSlot(
-          var, master.read_value(), self.params.master_stochastic_rounding,
-          self.num_updates)
 
   def _ApplyStep(self, s, var, grad, slots):
     """`_Step` on the whole variable: the slots read (upcast from
@@ -792,18 +732,12 @@ def _AcceleratorOf(cls):
   return accelerators.ACCELERATORS[cls.ACCELERATOR], None
 
 
-def _CreateSlotVariable(opt, var, slot_name, init, dtype=None,
-                        var_dtype=None):
-  """Creates one slot variable like `var` (same shape and placement).
-
-  Its dtype: `dtype` if given (the master), else the optimizer's slot_dtype,
-  else `var_dtype` (float32 beside a master) or var's dtype.
-  """
+def _CreateSlotVariable(opt, var, slot_name, init, var_dtype=None):
+  """Creates one slot variable like `var` (same shape and placement; the
+  optimizer's slot_dtype, or `var_dtype` (a master's), or var's dtype)."""
   name = '%s/%s/%s' % (opt.path, var_grad_lib.VarName(var), slot_name)
   slot_dtype = opt.params.slot_dtype
-  if dtype is None:
-    dtype = (var_dtype or var.dtype) if slot_dtype is None else tf.as_dtype(
-        slot_dtype)
+  dtype = tf.as_dtype(slot_dtype or var_dtype or var.dtype)
   if init is None:
     initial = tf.zeros(var.shape, dtype)
   elif isinstance(init, (int, float)):

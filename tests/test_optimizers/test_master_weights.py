@@ -76,7 +76,8 @@ def test_master_is_a_float32_slot_made_from_the_value_and_rule_slots_follow():
       'm': tf.float32, 'master': tf.float32, 'v': tf.float32}
   np.testing.assert_array_equal(slots['master'].numpy(), [1.0, -3.0])
   assert sorted(opt.GetSlots(f)) == ['m', 'v']
-  assert opt.HasMaster(v) and not opt.HasMaster(f)
+  assert low_precision.HasMaster(opt, v)
+  assert not low_precision.HasMaster(opt, f)
 
 
 def _AdamRun(mw=True, steps=4, fn=lambda f: f, **kw):
