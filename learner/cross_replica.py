@@ -147,6 +147,10 @@ def AllGather(tensor):
   with it); no merge_call, as `AllReduceSum`. Eagerly, the strategy's own
   all_gather.
 
+  A bfloat16 tensor (master_weights' bfloat16 weights) is gathered as
+  float32, which holds it exactly (the collective takes no bfloat16), and
+  cast back.
+
   Args:
     tensor: a Tensor of rank >= 1, the same shape on every replica.
 
@@ -157,6 +161,8 @@ def AllGather(tensor):
   n = NumReplicas()
   if n <= 1:
     return tensor
+  if tensor.dtype == tf.bfloat16:
+    return tf.cast(AllGather(tf.cast(tensor, tf.float32)), tf.bfloat16)
   if tf.executing_eagerly():
     return tf.distribute.get_replica_context().all_gather(tensor, axis=0)
   group_key, instance_key, token = _Keys()

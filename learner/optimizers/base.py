@@ -42,16 +42,11 @@ Wrappers around one inner optimizer (Lars, Ema, GradientAccumulation)
 derive from `wrapper.BaseWrapper`; Composite and KerasOptimizer override
 `Bind` and `Apply` themselves (no `_Step`: `slot_dtype` is refused).
 
-Low-precision optimizer state (`slot_dtype`, e.g. tf.bfloat16): the slots
-are stored in that dtype while the update runs in the variable's dtype:
-each step reads a slot, upcasts it, computes `_Step` and stores the new
-slot rounded to nearest, or stochastically (`slot_stochastic_rounding`;
-learner/optimizers/kernels/low_precision.py). Such an update takes the
-pure-TF path (no accelerator: the kernels hold slots in the variable's
-dtype) and densifies sparse gradients (no lazy update).
-Idea: Gupta et al., "Deep Learning with Limited Numerical Precision", ICML
-2015 and Kalamkar et al., "A Study of BFLOAT16 for Deep Learning Training",
-2019 (bfloat16 optimizer state with float32 math).
+Storage options, all in kernels/low_precision.py: `slot_dtype` (slots
+stored low-precision, the math in the variable's dtype) and
+`master_weights` (a float32 master of each 16-bit variable); the
+masks of learner/optimizers/cautious.py act on `_Step`'s delta. Each takes
+the pure-TF path (no accelerator) and densifies sparse gradients.
 
 Averages of the weights to evaluate on (Ema, Lookahead's slow weights,
 SWA: the `wrapper.BaseAveraging` wrappers) are found by asking the
@@ -149,6 +144,7 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
         '(unbiased; seeded by num_updates and the slot\'s name) instead of '
         'to nearest, so updates smaller than bfloat16\'s spacing (Adam\'s '
         'v decay) are kept on average (kernels/low_precision.py).')
+    low_precision.DefineMasterParams(p)  # master_weights (bfloat16 weights).
     p.Define(
         'lazy_sparse_updates', False,
         'For tf.IndexedSlices gradients: if True only rows present in the '
@@ -206,7 +202,7 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     p = self.params
     checks.CheckRegexList(self, 'weight_decay_exclude', p.weight_decay_exclude)
     has_step = type(self)._Step is not BaseOptimizer._Step
-    low_precision.CheckSlotDtype(self, has_step)
+    low_precision.CheckParams(self, has_step)
     if 'use_bf16_gradients_ar' in p and p.use_bf16_gradients_ar:
       raise ValueError(
           '%s: use_bf16_gradients_ar=True (Lingvo: all-reduce gradients in '
@@ -269,12 +265,14 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
       self._bound[var_grad_lib.VarName(var)] = var
       self._slots[var_grad_lib.SanitizedName(var_grad_lib.VarName(var))] = (
           slots)
+    low_precision.CheckMastersBound(self, list(self._bound.values()))
     self._BindWeightDecay(new)
     return self
 
   def CreateSlotVariables(self, var, creator=None):
     """{slot name: new tf.Variable} for `var` (`_CreateSlots`' initial
-    values, stored in `slot_dtype`), created outside any tf.function.
+    values, stored in `slot_dtype`), created outside any tf.function; first
+    a float32 'master' when master_weights (low_precision.CreateMaster).
 
     Args:
       var: a variable, or anything with `name`, `dtype` and `shape` (a
@@ -285,8 +283,11 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     with tf.init_scope(), contextlib.ExitStack() as stack:
       if creator is not None:
         stack.enter_context(tf.variable_creator_scope(creator))
-      return {name: _CreateSlotVariable(self, var, name, init)
-              for name, init in self._CreateSlots(var).items()}
+      slots = low_precision.CreateMaster(self, var)
+      dtype = low_precision.MASTER_DTYPE if slots else None  # Slots follow.
+      slots.update((name, _CreateSlotVariable(self, var, name, init, dtype))
+                   for name, init in self._CreateSlots(var).items())
+      return slots
 
   def UseStateSharding(self, sharding):
     """Keeps this rule's state in `sharding` (ZeRO-1; not tracked).
@@ -477,6 +478,8 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     if p.slot_dtype is not None:
       return ('slot_dtype=%s (the fused kernels hold slots in the variable '
               'dtype)' % tf.as_dtype(p.slot_dtype).name)
+    if any(low_precision.HasMaster(self, vg.var) for vg in vgs):
+      return low_precision.MASTER_REASON
     if (p.lazy_sparse_updates and self.SUPPORTS_LAZY_SPARSE and
         any(isinstance(vg.grad, tf.IndexedSlices) for vg in vgs)):
       return 'lazy sparse update (lazy_sparse_updates=True)'
@@ -624,8 +627,9 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
 
   # ---- applying one variable: derived from _Step ----------------------------
 
-  def _ApplyOne(self, update, var, grad, slots):
-    """Applies decoupled weight decay and the update to one variable.
+  def _ApplyOne(self, update, var, grad, slots, decay_name=None):
+    """Applies decoupled weight decay and the update to one variable (to its
+    float32 master with master_weights: low_precision.ApplyToMaster).
 
     Sparse gradients: for a lazy update duplicate indices are merged before
     anything reads the values; otherwise they are densified (which sums
@@ -637,6 +641,8 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     multiplies the gradient: folded into the accelerator's kernel when it
     can, else applied to the (merged) gradient.
     """
+    if low_precision.HasMaster(self, var):
+      return low_precision.ApplyToMaster(self, update, var, grad, slots)
     grad_scale = update.grad_scale
     upcast = self.params.slot_dtype is not None
     masked = cautious_lib.Reason(self.params) is not None  # The pure-TF path.
@@ -651,7 +657,7 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
         grad = tf.convert_to_tensor(grad)  # Sums duplicate rows.
     decay = None
     if (self.WeightDecayOn() and not type(self).DECAY_IN_STEP and
-        self._decay_mask.get(var_grad_lib.VarName(var), True)):
+        self._decay_mask.get(decay_name or var_grad_lib.VarName(var), True)):
       rate = tf.cast(update.lr * self.Hyper('decoupled_weight_decay'),
                      var.dtype)
       if lazy:
@@ -733,12 +739,12 @@ def _AcceleratorOf(cls):
   return accelerators.ACCELERATORS[cls.ACCELERATOR], None
 
 
-def _CreateSlotVariable(opt, var, slot_name, init):
+def _CreateSlotVariable(opt, var, slot_name, init, var_dtype=None):
   """Creates one slot variable like `var` (same shape and placement; the
-  optimizer's slot_dtype, or var's dtype)."""
+  optimizer's slot_dtype, or `var_dtype` (a master's), or var's dtype)."""
   name = '%s/%s/%s' % (opt.path, var_grad_lib.VarName(var), slot_name)
   slot_dtype = opt.params.slot_dtype
-  dtype = var.dtype if slot_dtype is None else tf.as_dtype(slot_dtype)
+  dtype = tf.as_dtype(slot_dtype or var_dtype or var.dtype)
   if init is None:
     initial = tf.zeros(var.shape, dtype)
   elif isinstance(init, (int, float)):

@@ -47,6 +47,7 @@ import weakref
 import tensorflow as tf
 
 from learner.optimizers import rules as rules_lib
+from learner.optimizers.kernels import low_precision
 from learner.optimizers import var_grad as var_grad_lib
 from params import NestedMap
 
@@ -304,6 +305,9 @@ class ShardedState(tf.Module):
       self._proxies[dtype] = _ShardVar(var)
       self.shard_slots[dtype] = rule.CreateSlotVariables(
           self._proxies[dtype], creator=_PerReplica)
+      master = self.shard_slots[dtype].get(low_precision.MASTER_SLOT)
+      if master is not None:
+        _FillFromWeights(master, self._layouts[dtype])
     self._views = {}
     for dtype, layout in self._layouts.items():
       for i, v in enumerate(layout.variables):
@@ -385,6 +389,17 @@ class ShardedState(tf.Module):
                for s in slots.values())
 
 
+def _FillFromWeights(slot, layout):
+  """Sets each local copy of the shard slot `slot` (master_weights' float32
+  master) to its replica's slice of the layout's variables, upcast: the
+  master starts from the weights, as unsharded (made at Bind, eagerly)."""
+  values = [v.read_value() for v in layout.variables]
+  copies = getattr(slot, 'values', None) or [slot]
+  for r, copy in zip(layout.LocalReplicaIds(), copies):
+    with tf.device(copy.device):
+      copy.assign(tf.cast(layout.Slice(values, r), copy.dtype))
+
+
 def _CheckNoDecayExclusion(rule, variables):
   """Raises ValueError if weight_decay_exclude spares some of `variables`
   (a flat shard gets one decay mask: all decayed or none)."""
@@ -428,7 +443,7 @@ class _ShardVar:
   The rule binds it (its `_bound` dict, checkpointed, would otherwise
   save the shard under a key of its own); it offers what an update rule
   uses of a variable: name, dtype, shape, handle (this replica's copy in
-  a replica context), read_value and assign_sub.
+  a replica context), read_value, assign_sub and assign.
   """
 
   def __init__(self, var):
@@ -448,6 +463,12 @@ class _ShardVar:
     del read_value
     return tf.raw_ops.AssignSubVariableOp(resource=self.handle,
                                           value=tf.cast(delta, self.dtype))
+
+  def assign(self, value, read_value=False):
+    """Writes this replica's shard (master_weights: the rounded master)."""
+    del read_value
+    return tf.raw_ops.AssignVariableOp(resource=self.handle,
+                                       value=tf.cast(value, self.dtype))
 
 
 def _ShardVarToTensor(value, dtype=None, name=None, as_ref=False):

@@ -54,6 +54,9 @@ _PARAMS = {
     'adam_bf16_slots': optimizers.Adam.Params().Set(slot_dtype=tf.bfloat16),
     'adam_bf16_stochastic': optimizers.Adam.Params().Set(
         slot_dtype=tf.bfloat16, slot_stochastic_rounding=True),
+    # bfloat16 variables (_DTYPES) with a float32 master slot (issue 38.3).
+    'adam_master_weights': optimizers.Adam.Params().Set(
+        master_weights=True, master_stochastic_rounding=True),
     'momentum_bf16_slots': optimizers.Momentum.Params().Set(
         slot_dtype=tf.bfloat16),
     'adamw': optimizers.AdamW.Params(),
@@ -118,14 +121,18 @@ _PARAMS = {
 
 # Rules that update matrices only (Muon refuses a vector at Bind).
 _SHAPES = {'muon': ((2, 3), (3, 1))}
+# Variables in another dtype than float32 (master_weights needs 16-bit ones).
+_DTYPES = {'adam_master_weights': tf.bfloat16}
 
 
-def _Run(p, steps, restore_from=None, save_to=None, shapes=((2, 3), (3,))):
+def _Run(p, steps, restore_from=None, save_to=None, shapes=((2, 3), (3,)),
+         dtype=tf.float32):
   rng = np.random.RandomState(1)
   values = [rng.randn(*shape).astype(np.float32) for shape in shapes]
   grads = [[rng.randn(*v.shape).astype(np.float32) for v in values]
            for _ in range(4)]
-  variables = [tf.Variable(v, name='w%d' % i) for i, v in enumerate(values)]
+  variables = [tf.Variable(tf.constant(v, dtype), name='w%d' % i)
+               for i, v in enumerate(values)]
   opt = p.Copy().Set(name='opt').Instantiate().Bind(variables)
   ckpt = tf.train.Checkpoint(opt=opt, w=variables)
   first = 0
@@ -150,6 +157,8 @@ def test_restore_before_any_step_then_continue_equals_uninterrupted(
     name, tmp_path):
   p = _PARAMS[name]
   kw = {'shapes': _SHAPES[name]} if name in _SHAPES else {}
+  if name in _DTYPES:
+    kw['dtype'] = _DTYPES[name]
   uninterrupted, _ = _Run(p, 4, **kw)
   _, path = _Run(p, 2, save_to=str(tmp_path / 'ckpt'), **kw)
   resumed, _ = _Run(p, 2, restore_from=path, **kw)

@@ -9,6 +9,17 @@ probability equal to its distance from the value below, so the rounding
 error is zero on average and small steps (Adam's v <- 0.999 v + ...: a
 change of 0.1%, under bfloat16's half spacing of 0.2-0.4%) are not lost.
 
+Low-precision weights (`BaseOptimizer.master_weights`, issue 38.3): a
+bfloat16 (or float16) variable gets a float32 master copy, the slot
+'master'; the rule's update runs on the master (the gradient upcast, the
+other slots float32) and the variable is assigned the master rounded to
+nearest (or stochastically, `master_stochastic_rounding`, the same bit
+trick). Without the master an update smaller than half of bfloat16's
+spacing at the weight (2^-9 relative) is rounded away: w = 1.0 never
+moves under steps of 1e-3. Source: Micikevicius et al., "Mixed Precision
+Training", ICLR 2018 (float32 master weights); Keras's mixed_bfloat16
+keeps float32 variables instead (tensorflow#58138).
+
 Sources: Gupta, Agrawal, Gopalakrishnan & Narayanan, "Deep Learning with
 Limited Numerical Precision", ICML 2015 (stochastic rounding); Kalamkar et
 al., "A Study of BFLOAT16 for Deep Learning Training", 2019; Zamirai et
@@ -21,9 +32,165 @@ import zlib
 
 import tensorflow as tf
 
+from params import VariableName
 from params import checks
 
 SLOT_DTYPES = (tf.bfloat16, tf.float16, tf.float32, tf.float64)
+
+# master_weights: the slot holding a 16-bit variable's float32 master copy.
+MASTER_SLOT = 'master'
+MASTER_DTYPE = tf.float32
+MASTER_REASON = ('master_weights=True (the fused kernels update the '
+                 'variables in place; a float32 master is updated per '
+                 'variable)')
+_MASTERED_DTYPES = (tf.bfloat16, tf.float16)
+
+
+def DefineMasterParams(p):
+  """Defines BaseOptimizer's master_weights params on `p` (in place)."""
+  p.Define(
+      'master_weights', False,
+      'True: each bfloat16/float16 variable gets a float32 master copy, the '
+      'slot \'master\' (made from the variable\'s value at Bind, '
+      'checkpointed); the rule updates the master in float32 (gradient '
+      'upcast; its other slots float32 too, or slot_dtype) and the variable '
+      'gets the master rounded to nearest, so updates smaller than '
+      'bfloat16\'s spacing add up. float32/float64 variables are updated as '
+      'without it (their own master); refused at Bind when no bound '
+      'variable is 16-bit. Per-variable path (no fused op), sparse '
+      'gradients densified. Update rules only (not wrappers).')
+  p.Define(
+      'master_stochastic_rounding', False,
+      'With master_weights=True: round the master to a bfloat16 variable '
+      'stochastically (unbiased; seeded by num_updates and the variable\'s '
+      'name) instead of to nearest (kernels/low_precision.py).')
+  return p
+
+
+def CheckParams(opt, has_step):
+  """`CheckSlotDtype` and `CheckMasterWeights` (BaseOptimizer's __init__)."""
+  CheckSlotDtype(opt, has_step)
+  CheckMasterWeights(opt, has_step)
+
+
+def HasMaster(opt, var):
+  """True if `var` (a variable or a ZeRO-1 shard) gets a float32 master in
+  optimizer `opt`: master_weights=True and a 16-bit float dtype."""
+  return bool(opt.params.master_weights and
+              tf.as_dtype(var.dtype) in _MASTERED_DTYPES)
+
+
+def CreateMaster(opt, var):
+  """{'master': float32 variable} for `var` if `HasMaster`, else {}.
+
+  Call inside `tf.init_scope` (BaseOptimizer.CreateSlotVariables, under its
+  variable creator). The master is `var`'s value upcast; a ZeRO-1 shard
+  (not a tf.Variable: its value is not the weights yet) gets zeros, which
+  sharded_state fills from the weights at Bind.
+  """
+  if not HasMaster(opt, var):
+    return {}
+  if isinstance(var, tf.Variable):
+    initial = tf.cast(var.read_value(), MASTER_DTYPE)
+  else:
+    initial = tf.zeros(var.shape, MASTER_DTYPE)
+  name = '%s/%s/%s' % (opt.path, VariableName(var), MASTER_SLOT)
+  return {MASTER_SLOT: tf.Variable(initial, name=name, trainable=False)}
+
+
+def ApplyToMaster(opt, update, var, grad, slots):
+  """The update of a 16-bit `var` through its float32 master slot.
+
+  The gradient (bfloat16 or float32; a sparse one densified) is upcast to
+  float32; the optimizer's `_ApplyOne` applies decoupled weight decay
+  (`weight_decay_exclude` matched against var's name) and the rule's update
+  to the master with the other slots (any of its paths: `_Step`, the rule's
+  raw TF op); then `var` is assigned the master rounded to its dtype: to
+  nearest, or stochastically (`master_stochastic_rounding`, seeded by
+  num_updates and the variable's name, so a resumed run rounds alike).
+  Source: Micikevicius et al., "Mixed Precision Training", ICLR 2018,
+  section 3.1 (a float32 master copy of the weights).
+
+  Args:
+    opt: the BaseOptimizer; update: its `_BeginUpdate` NestedMap.
+    var: the bfloat16/float16 variable (or ZeRO-1 shard); grad: its
+      gradient (Tensor or tf.IndexedSlices); slots: {name: slot}, with
+      MASTER_SLOT.
+
+  Returns:
+    The op (None eagerly).
+  """
+  master = slots[MASTER_SLOT]
+  rest = {k: v for k, v in slots.items() if k != MASTER_SLOT}
+  grad = tf.cast(tf.convert_to_tensor(grad), MASTER_DTYPE)
+  op = opt._ApplyOne(update, master, grad, rest,  # pylint: disable=protected-access
+                     decay_name=VariableName(var))
+  with tf.control_dependencies([op] if op is not None else []):
+    return StoreSlot(var, master.read_value(),
+                     opt.params.master_stochastic_rounding, opt.num_updates)
+
+
+def CheckMasterWeights(opt, has_step):
+  """Refuses bad master_weights / master_stochastic_rounding at construction.
+
+  Args:
+    opt: the optimizer (its params have master_weights and
+      master_stochastic_rounding).
+    has_step: True if the optimizer updates through a rule's `_Step`.
+
+  Raises:
+    ValueError: either param not a bool; master_weights=True on a class
+      without `_Step` (a wrapper); stochastic rounding without
+      master_weights.
+  """
+  p = opt.params
+  for key in ('master_weights', 'master_stochastic_rounding'):
+    if not isinstance(p.Get(key), bool):
+      raise ValueError('%s: %s=%r; expected True or False.' %
+                       (checks.Where(opt), key, p.Get(key)))
+  if p.master_weights and not has_step:
+    raise ValueError(
+        '%s: master_weights=True is not supported by %s (no _Step: a wrapper '
+        'or a rule that writes its own update); set it on the inner update '
+        'rule, or set master_weights=False.' %
+        (checks.Where(opt), type(opt).__name__))
+  if p.master_stochastic_rounding and not p.master_weights:
+    raise ValueError(
+        '%s: master_stochastic_rounding=True needs master_weights=True (it '
+        'rounds the float32 master to the variable); set both or neither.' %
+        checks.Where(opt))
+
+
+def CheckMastersBound(opt, variables):
+  """Refuses master_weights when none of the bound `variables` is 16-bit.
+
+  A float32 variable is its own master: with master_weights=True it is
+  updated as without it. If no variable needs a master the setting does
+  nothing, which is refused so a run that meant bfloat16 weights (task
+  param dtype) is not silently float32. Also refuses stochastic rounding
+  onto a float16 variable (implemented for bfloat16 only).
+
+  Raises:
+    ValueError: as above, naming the variables and their dtypes.
+  """
+  p = opt.params
+  if not p.master_weights or not variables:
+    return
+  dtypes = {v.name: v.dtype.name for v in variables}
+  if not any(HasMaster(opt, v) for v in variables):
+    raise ValueError(
+        '%s: master_weights=True but no bound variable is bfloat16 or float16 '
+        '(%s): a float32 variable is its own master. Create the weights in '
+        'bfloat16 (the task\'s or layer\'s param dtype=tf.bfloat16, with '
+        'fprop_dtype=tf.float32) or set master_weights=False.' %
+        (checks.Where(opt), dtypes))
+  if p.master_stochastic_rounding and any(
+      v.dtype == tf.float16 for v in variables):
+    raise ValueError(
+        '%s: master_stochastic_rounding=True with float16 variables (%s); '
+        'stochastic rounding is implemented for bfloat16 only. Use bfloat16 '
+        'weights or master_stochastic_rounding=False.' %
+        (checks.Where(opt), dtypes))
 
 
 def CheckSlotDtype(opt, has_step):
