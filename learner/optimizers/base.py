@@ -52,6 +52,12 @@ dtype) and densifies sparse gradients (no lazy update).
 Idea: Gupta et al., "Deep Learning with Limited Numerical Precision", ICML
 2015 and Kalamkar et al., "A Study of BFLOAT16 for Deep Learning Training",
 2019 (bfloat16 optimizer state with float32 math).
+`slot_dtype=tf.int8` (ELEMENTWISE rules) is 8-bit blockwise state on the
+same path: each slot is int8 codes plus a float32 absmax per block of
+`slot_block_size` elements, dequantized before `_Step` and requantized
+after it with the dynamic map (signed, or unsigned for the rule's
+`NONNEGATIVE_SLOTS`); Dettmers et al., "8-bit Optimizers via Block-wise
+Quantization", ICLR 2022 (kernels/quantized_state.py).
 
 Averages of the weights to evaluate on (Ema, Lookahead's slow weights,
 SWA: the `wrapper.BaseAveraging` wrappers) are found by asking the
@@ -80,6 +86,7 @@ from learner.optimizers import hyper as hyper_lib
 from learner.optimizers import kernels
 from learner.optimizers.kernels import accelerators
 from learner.optimizers.kernels import low_precision
+from learner.optimizers.kernels import quantized_state
 from learner.optimizers import var_grad as var_grad_lib
 
 
@@ -139,9 +146,20 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
         'None: slots in the variable\'s dtype. tf.bfloat16 (or tf.float16, '
         'tf.float32): slots are stored in this dtype, upcast to the '
         'variable\'s dtype for the update and rounded back to nearest '
-        '(bfloat16 halves the slot bytes of float32 variables). Pure-TF '
+        '(bfloat16 halves the slot bytes of float32 variables). tf.int8: '
+        '8-bit blockwise state (ELEMENTWISE rules): each slot is int8 codes '
+        'plus a float32 absmax per slot_block_size elements with the '
+        'dynamic quantization map (Dettmers et al. 2022; 0.254x the bytes '
+        'of float32 slots at 256), dequantized for the update and '
+        'requantized after it (kernels/quantized_state.py). Pure-TF '
         'path, sparse gradients densified. Update rules only (a `_Step`) '
         '(not wrappers).')
+    p.Define(
+        'slot_block_size', quantized_state.DEFAULT_BLOCK_SIZE,
+        'With slot_dtype=tf.int8: elements per quantization block B (one '
+        'float32 absmax each, over the flattened slot; the last block is '
+        'padded with zeros for the max only). Smaller B: finer scales, '
+        '4/B more bytes per element.')
     p.Define(
         'slot_stochastic_rounding', False,
         'With slot_dtype=tf.bfloat16: round the stored slots stochastically '
@@ -199,6 +217,10 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
   # True when `_Step` applies decoupled weight decay itself (schedule-free
   # decays inside its direction u); the base then adds none after it.
   DECAY_IN_STEP = False
+  # The slots that are never negative (second moments, accumulators): with
+  # slot_dtype=tf.int8 they use the unsigned dynamic map (twice the codes
+  # in [0, 1]); the others the signed one.
+  NONNEGATIVE_SLOTS = ()
 
   def __init__(self, params):
     super().__init__(params)
@@ -469,6 +491,9 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     if reason:
       return reason
     p = self.params
+    if low_precision.IsQuantized(p.slot_dtype):
+      return ('slot_dtype=int8 (8-bit blockwise state: the fused kernels '
+              'hold slots in the variable dtype, not codes and scales)')
     if p.slot_dtype is not None:
       return ('slot_dtype=%s (the fused kernels hold slots in the variable '
               'dtype)' % tf.as_dtype(p.slot_dtype).name)
@@ -723,17 +748,31 @@ def _AcceleratorOf(cls):
 
 def _CreateSlotVariable(opt, var, slot_name, init):
   """Creates one slot variable like `var` (same shape and placement; the
-  optimizer's slot_dtype, or var's dtype)."""
+  optimizer's slot_dtype, or var's dtype); with slot_dtype=tf.int8 a
+  QuantizedSlot (codes and scales) of the initial value."""
   name = '%s/%s/%s' % (opt.path, var_grad_lib.VarName(var), slot_name)
   slot_dtype = opt.params.slot_dtype
+  if low_precision.IsQuantized(slot_dtype):
+    initial = _InitialValue(var, init, tf.float32)
+    return quantized_state.QuantizedSlot(
+        name, var.shape, initial,
+        signed=slot_name not in type(opt).NONNEGATIVE_SLOTS,
+        block_size=opt.params.slot_block_size)
   dtype = var.dtype if slot_dtype is None else tf.as_dtype(slot_dtype)
+  return tf.Variable(_InitialValue(var, init, dtype), name=name,
+                     trainable=False)
+
+
+def _InitialValue(var, init, dtype):
+  """A slot's initial value of `var`'s shape in `dtype` (`init`: None for
+  zeros, a number to fill, or a tensor)."""
   if init is None:
     initial = tf.zeros(var.shape, dtype)
   elif isinstance(init, (int, float)):
     initial = tf.fill(var.shape, tf.constant(init, dtype))
   else:
     initial = tf.cast(init, dtype)
-  return tf.Variable(initial, name=name, trainable=False)
+  return initial
 
 
 def DefineLingvoBaseParams(p):
