@@ -86,7 +86,6 @@ from learner.optimizers import hyper as hyper_lib
 from learner.optimizers import kernels
 from learner.optimizers.kernels import accelerators
 from learner.optimizers.kernels import low_precision
-from learner.optimizers.kernels import quantized_state
 from learner.optimizers import var_grad as var_grad_lib
 
 
@@ -155,7 +154,7 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
         'path, sparse gradients densified. Update rules only (a `_Step`) '
         '(not wrappers).')
     p.Define(
-        'slot_block_size', quantized_state.DEFAULT_BLOCK_SIZE,
+        'slot_block_size', low_precision.DEFAULT_BLOCK_SIZE,
         'With slot_dtype=tf.int8: elements per quantization block B (one '
         'float32 absmax each, over the flattened slot; the last block is '
         'padded with zeros for the max only). Smaller B: finer scales, '
@@ -305,7 +304,9 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     with tf.init_scope(), contextlib.ExitStack() as stack:
       if creator is not None:
         stack.enter_context(tf.variable_creator_scope(creator))
-      return {name: _CreateSlotVariable(self, var, name, init)
+      return {name: low_precision.CreateSlot(
+                  '%s/%s/%s' % (self.path, var_grad_lib.VarName(var), name),
+                  self.params, type(self).NONNEGATIVE_SLOTS, var, init)
               for name, init in self._CreateSlots(var).items()}
 
   def UseStateSharding(self, sharding):
@@ -744,35 +745,6 @@ def _AcceleratorOf(cls):
       return None, '%s overrides %s of %s' % (cls.__name__, name,
                                               owner.__name__)
   return accelerators.ACCELERATORS[cls.ACCELERATOR], None
-
-
-def _CreateSlotVariable(opt, var, slot_name, init):
-  """Creates one slot variable like `var` (same shape and placement; the
-  optimizer's slot_dtype, or var's dtype); with slot_dtype=tf.int8 a
-  QuantizedSlot (codes and scales) of the initial value."""
-  name = '%s/%s/%s' % (opt.path, var_grad_lib.VarName(var), slot_name)
-  slot_dtype = opt.params.slot_dtype
-  if low_precision.IsQuantized(slot_dtype):
-    initial = _InitialValue(var, init, tf.float32)
-    return quantized_state.QuantizedSlot(
-        name, var.shape, initial,
-        signed=slot_name not in type(opt).NONNEGATIVE_SLOTS,
-        block_size=opt.params.slot_block_size)
-  dtype = var.dtype if slot_dtype is None else tf.as_dtype(slot_dtype)
-  return tf.Variable(_InitialValue(var, init, dtype), name=name,
-                     trainable=False)
-
-
-def _InitialValue(var, init, dtype):
-  """A slot's initial value of `var`'s shape in `dtype` (`init`: None for
-  zeros, a number to fill, or a tensor)."""
-  if init is None:
-    initial = tf.zeros(var.shape, dtype)
-  elif isinstance(init, (int, float)):
-    initial = tf.fill(var.shape, tf.constant(init, dtype))
-  else:
-    initial = tf.cast(init, dtype)
-  return initial
 
 
 def DefineLingvoBaseParams(p):

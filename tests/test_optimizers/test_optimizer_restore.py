@@ -56,6 +56,9 @@ _PARAMS = {
         slot_dtype=tf.bfloat16, slot_stochastic_rounding=True),
     'momentum_bf16_slots': optimizers.Momentum.Params().Set(
         slot_dtype=tf.bfloat16),
+    'adam_int8_slots': optimizers.Adam.Params().Set(slot_dtype=tf.int8,
+                                                    slot_block_size=4),
+    'lion_int8_slots': optimizers.Lion.Params().Set(slot_dtype=tf.int8),
     'adamw': optimizers.AdamW.Params(),
     'adagrad': optimizers.Adagrad.Params(),
     'rmsprop': optimizers.RMSProp.Params().Set(centered=True, momentum=0.5),

@@ -30,6 +30,7 @@ import tensorflow as tf
 from params import checks
 from learner.optimizers.kernels import quantized_state
 
+DEFAULT_BLOCK_SIZE = quantized_state.DEFAULT_BLOCK_SIZE
 SLOT_DTYPES = (tf.bfloat16, tf.float16, tf.float32, tf.float64)
 # slot_dtype=tf.int8: 8-bit blockwise state (kernels/quantized_state.py).
 QUANTIZED_DTYPE = tf.int8
@@ -167,3 +168,36 @@ def StoreSlot(slot, value, stochastic, step):
     rounded = tf.cast(value, slot.dtype)
   op = slot.assign(rounded, read_value=False)
   return None if tf.executing_eagerly() else op
+
+
+def CreateSlot(name, p, nonnegative, var, init):
+  """One new slot of `var` (same shape and placement) in `p.slot_dtype`.
+
+  Args:
+    name: '<optimizer path>/<variable>/<slot>'.
+    p: the optimizer's params (slot_dtype, slot_block_size).
+    nonnegative: the rule's NONNEGATIVE_SLOTS (the unsigned map for those).
+    var: the variable (or anything with name, dtype and shape).
+    init: None for zeros, a number to fill, or a tensor of var's shape.
+
+  Returns:
+    A tf.Variable of slot_dtype (None: var's dtype), or with
+    slot_dtype=tf.int8 a QuantizedSlot of the initial value.
+  """
+  if IsQuantized(p.slot_dtype):
+    return quantized_state.QuantizedSlot(
+        name, var.shape, _InitialValue(var, init, tf.float32),
+        signed=name.rsplit('/', 1)[-1] not in nonnegative,
+        block_size=p.slot_block_size)
+  dtype = var.dtype if p.slot_dtype is None else tf.as_dtype(p.slot_dtype)
+  return tf.Variable(_InitialValue(var, init, dtype), name=name,
+                     trainable=False)
+
+
+def _InitialValue(var, init, dtype):
+  """A slot's initial value of `var`'s shape in `dtype`."""
+  if init is None:
+    return tf.zeros(var.shape, dtype)
+  if isinstance(init, (int, float)):
+    return tf.fill(var.shape, tf.constant(init, dtype))
+  return tf.cast(init, dtype)
