@@ -11,14 +11,10 @@ Contract (docs/DESIGN.md, "Optimizer"):
   * Decoupled weight decay (Loshchilov & Hutter, "Decoupled Weight Decay
     Regularization", ICLR 2019): `w <- w - lr * wd * w_old`, with the
     scheduled rate and the weights from before this step's update.
-  * Sparse gradients (tf.IndexedSlices): duplicate indices are merged first;
-    with `lazy_sparse_updates=False` they are densified (same result as a
-    dense gradient); `lazy_sparse_updates=True` updates only the rows
-    present (TF1 semantics): the accelerator's sparse op or `_Step` on the
-    gathered rows, for rules with SUPPORTS_LAZY_SPARSE. The base default is
-    False; the Lingvo-named classes set TF1's choice (True for SGD,
-    Momentum, Adagrad, RMSProp, AdaDelta; False for Adam).
-    Under XLA (`jit_compile=True`) sparse gradients are always densified.
+  * Sparse gradients (tf.IndexedSlices): duplicate indices merged, then
+    densified, or with `lazy_sparse_updates=True` (rules with
+    SUPPORTS_LAZY_SPARSE; the Lingvo-named classes take TF1's default) only
+    the rows present are updated; under XLA always densified.
 
 A rule is one formula (docs/DESIGN.md, "Where things go": a new optimizer):
 a subclass writes `Params()`, `_CreateSlots(var)` -> {slot_name: initial
@@ -43,23 +39,19 @@ derive from `wrapper.BaseWrapper`; Composite and KerasOptimizer override
 `Bind` and `Apply` themselves (no `_Step`: `slot_dtype` is refused).
 
 Storage options, all in kernels/low_precision.py: `slot_dtype` (slots
-stored low-precision, the math in the variable's dtype) and
-`master_weights` (a float32 master of each 16-bit variable); the
-masks of learner/optimizers/cautious.py act on `_Step`'s delta. Each takes
-the pure-TF path (no accelerator) and densifies sparse gradients.
+stored low-precision, the math in the variable's dtype; tf.int8 is 8-bit
+blockwise state, Dettmers et al., ICLR 2022: kernels/quantized_state.py,
+the unsigned map for a rule's `NONNEGATIVE_SLOTS`) and `master_weights` (a
+float32 master of each 16-bit variable); the masks of
+learner/optimizers/cautious.py act on `_Step`'s delta. Each takes the
+pure-TF path (no accelerator) and densifies sparse gradients.
 
-Averages of the weights to evaluate on (Ema, Lookahead's slow weights,
-SWA: the `wrapper.BaseAveraging` wrappers) are found by asking the
-optimizer tree: `EvalAverages()` on a built optimizer, `EvalAverageClasses(p)`
-on params; both are empty here and delegated by wrappers to their inner
-optimizers.
-
-Scheduled hyperparameters (learner/optimizers/hyper.py): `hyper_schedules`
-= {param name: BaseSchedule params} for the names in the class's
-`SCHEDULABLE_PARAMS`; a rule reads such a param with `self.Hyper(name)`
-(never `p.<name>`), which is the Python constant when unscheduled (the
-same graph as before) and the schedule's value at the learner's step when
-scheduled. Here: 'decoupled_weight_decay'.
+Averages to evaluate on (Ema, Lookahead, SWA: `wrapper.BaseAveraging`)
+are found by asking the optimizer tree (`EvalAverages()`,
+`EvalAverageClasses(p)`; empty here, delegated by wrappers).
+Scheduled hyperparameters (hyper.py): `hyper_schedules` = {param: schedule
+params} for names in `SCHEDULABLE_PARAMS`, read as `self.Hyper(name)` (the
+Python constant when unscheduled); here 'decoupled_weight_decay'.
 """
 
 import contextlib
@@ -135,9 +127,20 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
         'None: slots in the variable\'s dtype. tf.bfloat16 (or tf.float16, '
         'tf.float32): slots are stored in this dtype, upcast to the '
         'variable\'s dtype for the update and rounded back to nearest '
-        '(bfloat16 halves the slot bytes of float32 variables). Pure-TF '
+        '(bfloat16 halves the slot bytes of float32 variables). tf.int8: '
+        '8-bit blockwise state (ELEMENTWISE rules): each slot is int8 codes '
+        'plus a float32 absmax per slot_block_size elements with the '
+        'dynamic quantization map (Dettmers et al. 2022; 0.254x the bytes '
+        'of float32 slots at 256), dequantized for the update and '
+        'requantized after it (kernels/quantized_state.py). Pure-TF '
         'path, sparse gradients densified. Update rules only (a `_Step`) '
         '(not wrappers).')
+    p.Define(
+        'slot_block_size', low_precision.DEFAULT_BLOCK_SIZE,
+        'With slot_dtype=tf.int8: elements per quantization block B (one '
+        'float32 absmax each, over the flattened slot; the last block is '
+        'padded with zeros for the max only). Smaller B: finer scales, '
+        '4/B more bytes per element.')
     p.Define(
         'slot_stochastic_rounding', False,
         'With slot_dtype=tf.bfloat16: round the stored slots stochastically '
@@ -196,6 +199,10 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
   # True when `_Step` applies decoupled weight decay itself (schedule-free
   # decays inside its direction u); the base then adds none after it.
   DECAY_IN_STEP = False
+  # The slots that are never negative (second moments, accumulators): with
+  # slot_dtype=tf.int8 they use the unsigned dynamic map (twice the codes
+  # in [0, 1]); the others the signed one.
+  NONNEGATIVE_SLOTS = ()
 
   def __init__(self, params):
     super().__init__(params)
@@ -285,7 +292,9 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
         stack.enter_context(tf.variable_creator_scope(creator))
       slots = low_precision.CreateMaster(self, var)
       dtype = low_precision.MASTER_DTYPE if slots else None  # Slots follow.
-      slots.update((name, _CreateSlotVariable(self, var, name, init, dtype))
+      slots.update((name, low_precision.CreateSlot(
+          '%s/%s/%s' % (self.path, var_grad_lib.VarName(var), name),
+          self.params, type(self).NONNEGATIVE_SLOTS, var, init, dtype))
                    for name, init in self._CreateSlots(var).items())
       return slots
 
@@ -475,6 +484,9 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     p = self.params
     if cautious_lib.Reason(p):
       return cautious_lib.Reason(p)
+    if low_precision.IsQuantized(p.slot_dtype):
+      return ('slot_dtype=int8 (8-bit blockwise state: the fused kernels '
+              'hold slots in the variable dtype, not codes and scales)')
     if p.slot_dtype is not None:
       return ('slot_dtype=%s (the fused kernels hold slots in the variable '
               'dtype)' % tf.as_dtype(p.slot_dtype).name)
@@ -737,21 +749,6 @@ def _AcceleratorOf(cls):
       return None, '%s overrides %s of %s' % (cls.__name__, name,
                                               owner.__name__)
   return accelerators.ACCELERATORS[cls.ACCELERATOR], None
-
-
-def _CreateSlotVariable(opt, var, slot_name, init, var_dtype=None):
-  """Creates one slot variable like `var` (same shape and placement; the
-  optimizer's slot_dtype, or `var_dtype` (a master's), or var's dtype)."""
-  name = '%s/%s/%s' % (opt.path, var_grad_lib.VarName(var), slot_name)
-  slot_dtype = opt.params.slot_dtype
-  dtype = tf.as_dtype(slot_dtype or var_dtype or var.dtype)
-  if init is None:
-    initial = tf.zeros(var.shape, dtype)
-  elif isinstance(init, (int, float)):
-    initial = tf.fill(var.shape, tf.constant(init, dtype))
-  else:
-    initial = tf.cast(init, dtype)
-  return tf.Variable(initial, name=name, trainable=False)
 
 
 def DefineLingvoBaseParams(p):

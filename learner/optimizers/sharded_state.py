@@ -34,6 +34,17 @@ the full shape the unsharded slot has (`_SlotView` gathers the replicas'
 shards at save and slices them at restore), so a checkpoint restores on
 any replica count and the evaler and export read it as any other.
 
+8-bit blockwise state (`slot_dtype=tf.int8`, kernels/quantized_state.py):
+a replica quantizes its own [s] shard slot, in blocks of slot_block_size
+inside the shard (so the blocks differ from the unsharded run's, which
+start at each variable). Its checkpoint holds, per variable, each
+element's code and its block's absmax (`_QuantizedSlotView`: keys
+`<slot>/.ATTRIBUTES/codes` and `.../absmax`, the variable's shape), so a
+restore on the same replica count is bit-identical and one on another
+count requantizes the dequantized values in the new blocks (one rounding).
+Such a checkpoint restores under ZeRO-1 only (the unsharded int8 slot
+saves its blocks' codes and scales under keys of its own).
+
 Only rules that declare `ELEMENTWISE = True` can be sliced this way (and
 keep no weights to evaluate, `EVAL_WEIGHTS_LABEL`); others are refused
 with the reason, as are wrappers other than an outermost
@@ -48,6 +59,7 @@ import tensorflow as tf
 
 from learner.optimizers import rules as rules_lib
 from learner.optimizers.kernels import low_precision
+from learner.optimizers.kernels import quantized_state
 from learner.optimizers import var_grad as var_grad_lib
 from params import NestedMap
 
@@ -216,7 +228,11 @@ class _Layout:
       concatenated in replica order (across workers too: one collective, on
       every worker, which must all call this in the same order).
     """
-    return self._gather(tf.stack([c.read_value() for c in copies]))
+    return self.GatheredValues([c.read_value() for c in copies])
+
+  def GatheredValues(self, values):
+    """As `Gathered`, from this process's [shard] tensors (local order)."""
+    return self._gather(tf.stack(values))
 
   def _GatherRows(self, rows):
     """[local replicas, shard] -> [N * shard]; traced once (`Gathered`)."""
@@ -312,7 +328,7 @@ class ShardedState(tf.Module):
     for dtype, layout in self._layouts.items():
       for i, v in enumerate(layout.variables):
         self._views[var_grad_lib.VarName(v)] = {
-            name: _SlotView(slot, layout, i)
+            name: _ViewOf(slot, layout, i)
             for name, slot in self.shard_slots[dtype].items()}
     return self._views
 
@@ -376,17 +392,24 @@ class ShardedState(tf.Module):
 
   def SlotBytesPerReplica(self):
     """Bytes of the shard slots one replica holds (shape [shard] each)."""
-    return sum(int(s.shape.num_elements()) * s.dtype.size
+    return sum(quantized_state.SlotBytes(s)
                for slots in self.shard_slots.values()
                for s in slots.values())
 
   def UnshardedSlotBytes(self):
     """Bytes the same slots take unsharded, on each replica: for every
     slot, the element count of its dtype's variables (no padding) times the
-    slot's dtype size."""
-    return sum(self._layouts[dtype].total * s.dtype.size
-               for dtype, slots in self.shard_slots.items()
-               for s in slots.values())
+    slot's dtype size (8-bit blockwise: codes and one scale per block of
+    each variable)."""
+    total = 0
+    for dtype, slots in self.shard_slots.items():
+      for s in slots.values():
+        if isinstance(s, quantized_state.QuantizedSlot):
+          total += sum(quantized_state.QuantizedBytes(n, s.block_size)
+                       for n in self._layouts[dtype].sizes)
+        else:
+          total += self._layouts[dtype].total * s.dtype.size
+    return total
 
 
 def _FillFromWeights(slot, layout):
@@ -541,6 +564,95 @@ class _SlotView(tf.__internal__.tracking.Trackable):
         with tf.device(copy.device):
           ops.append(copy[a - lo:b - lo].assign(value[a - off:b - off]))
     return tf.group(ops) if ops and not tf.executing_eagerly() else None
+
+
+def _ViewOf(slot, layout, index):
+  """The checkpointed view of variable `index`'s part of a shard slot."""
+  if isinstance(slot, quantized_state.QuantizedSlot):
+    return _QuantizedSlotView(slot, layout, index)
+  return _SlotView(slot, layout, index)
+
+
+class _QuantizedSlotView(tf.__internal__.tracking.Trackable):
+  """One variable's part of an 8-bit shard slot (module doc), checkpointed
+  as its codes (int8) and each element's block absmax (float32), both of
+  the variable's shape.
+
+  Args:
+    slot: the QuantizedSlot of ON_READ codes [s] and absmax [ceil(s/B)].
+    layout: the _Layout of its dtype.
+    index: the variable's index in `layout`.
+  """
+
+  def __init__(self, slot, layout, index):
+    self._slot = slot
+    self._layout = layout
+    self._index = index
+
+  def _Copies(self):
+    """[(codes, absmax)] of this process's replicas, in local order."""
+    codes = getattr(self._slot.codes, 'values', None)
+    absmax = getattr(self._slot.absmax, 'values', None)
+    if not codes:
+      return [(self._slot.codes, self._slot.absmax)]
+    return list(zip(codes, absmax))
+
+  def _PerElementScale(self, absmax):
+    """[shard] float32: each element's block absmax."""
+    block = self._slot.block_size
+    return tf.repeat(absmax, block)[:self._layout.shard]
+
+  def _serialize_to_tensors(self):
+    copies = self._Copies()
+    shape = self._layout.variables[self._index].shape
+    codes = self._layout.GatheredValues(
+        [tf.cast(c.read_value(), tf.float32) for c, _ in copies])
+    scale = self._layout.GatheredValues(
+        [self._PerElementScale(a.read_value()) for _, a in copies])
+    part = lambda flat: tf.reshape(self._layout.Split(flat)[self._index],
+                                   shape)
+    return {'codes': tf.cast(part(codes), tf.int8),
+            'absmax': tf.identity(part(scale))}
+
+  def _restore_from_tensors(self, restored_tensors):
+    codes = tf.reshape(restored_tensors['codes'], [-1])
+    scale = tf.reshape(restored_tensors['absmax'], [-1])
+    off = self._layout.offsets[self._index]
+    size = self._layout.sizes[self._index]
+    ops = []
+    for r, (c, a) in zip(self._layout.LocalReplicaIds(), self._Copies()):
+      lo, hi = r * self._layout.shard, (r + 1) * self._layout.shard
+      first, last = max(lo, off), min(hi, off + size)
+      if first < last:
+        with tf.device(c.device):
+          new_c, new_a = self._Piece(
+              c.read_value(), a.read_value(), first - lo, last - lo,
+              codes[first - off:last - off], scale[first - off:last - off])
+          ops += [c.assign(new_c, read_value=False),
+                  a.assign(new_a, read_value=False)]
+    return tf.group(ops) if ops and not tf.executing_eagerly() else None
+
+  def _Piece(self, codes, absmax, a, b, piece_codes, piece_scale):
+    """(codes, absmax) of one copy with elements [a, b) restored: written
+    as saved when every element's saved scale is its new block's (same
+    replica count), else the copy requantized with them dequantized."""
+    slot = self._slot
+    blocks = tf.range(a, b) // slot.block_size
+    exact_a = tf.tensor_scatter_nd_update(absmax, blocks[:, None],
+                                          piece_scale)
+    exact_c = tf.concat([codes[:a], piece_codes, codes[b:]], axis=0)
+    same = tf.reduce_all(tf.gather(exact_a, blocks) == piece_scale)
+
+    def _Requantized():
+      values = quantized_state.Dequantize(codes, absmax, slot.signed,
+                                          slot.block_size)
+      piece = quantized_state.DequantizeScaled(piece_codes, piece_scale,
+                                               slot.signed)
+      return quantized_state.Quantize(
+          tf.concat([values[:a], piece, values[b:]], axis=0), slot.signed,
+          slot.block_size)
+
+    return tf.cond(same, lambda: (exact_c, exact_a), _Requantized)
 
 
 def StateOf(optimizer):

@@ -618,3 +618,54 @@ def test_distributed_md_lists_exactly_the_shardable_rules():
   listed = re.findall(r'`(\w+)`', text[start:text.index(
       '`sharded_state.ShardableRuleNames()`', start)])
   assert sorted(listed) == sorted(sharded_state.ShardableRuleNames())
+
+
+# ---- 8-bit blockwise state (slot_dtype=tf.int8, issue 38 item 2) ----------
+
+
+def _Int8Adam(block=8):
+  return Adam.Params().Set(slot_dtype=tf.int8, slot_block_size=block)
+
+
+def test_int8_state_mirrored_and_sharded_train_like_float32(strategy):
+  """Under MirroredStrategy, unsharded and ZeRO-1 (a replica quantizes its
+  [17] shard in blocks of 8 inside it: 3 blocks, the last one padded),
+  the replicas stay identical and the weights near float32 state's."""
+  ref, _ = cases.Run(strategy, Adam.Params(), False)
+  plain, plain_l = cases.Run(strategy, _Int8Adam(), False)
+  got, lrn = cases.Run(strategy, _Int8Adam(), True)
+  zero = lrn.optimizer.state_sharding
+  assert zero.sharded
+  for slot in zero.shard_slots['float32'].values():
+    assert [c.shape for c in slot.codes.values] == [[17], [17]]
+    assert [a.shape for a in slot.absmax.values] == [[3], [3]]
+  # Per replica: 2 slots x (17 codes + 3 scales x 4 bytes); unsharded: each
+  # variable's codes and blocks (15: 2 blocks, 5: 1, 10: 2, 3: 1).
+  assert zero.SlotBytesPerReplica() == 2 * (17 + 3 * 4)
+  assert zero.UnshardedSlotBytes() == 2 * (33 + 6 * 4)
+  wr = cases.Weights(strategy, ref)
+  for run in (plain, got):
+    w = cases.Weights(strategy, run)
+    for k in w:
+      np.testing.assert_array_equal(w[k][0], w[k][1], err_msg=k)
+      np.testing.assert_allclose(w[k][0], wr[k][0], atol=0.02, err_msg=k)
+  assert any(np.any(cases.Weights(strategy, got)[k][0] != wr[k][0])
+             for k in wr)
+  del plain_l
+
+
+def test_int8_sharded_checkpoint_resumes_bit_identically(strategy, tmp_path):
+  """Keys: each element's code and block absmax at the variable's shape;
+  2 -> 2 across a restart continues as the uninterrupted run."""
+  path = _Save(strategy, _Int8Adam(), True, str(tmp_path / 's2'))
+  keys = _Tensors(path)
+  codes = [k for k in keys if k.endswith('/m/.ATTRIBUTES/codes')]
+  assert codes and all(keys[k].dtype == np.int8 for k in codes)
+  w1 = [k for k in keys if '_w1/v/.ATTRIBUTES/absmax' in k]
+  assert len(w1) == 1 and keys[w1[0]].shape == (3, 5)
+  assert np.all(keys[w1[0]] > 0)
+  task, _, train = cases.Build(strategy, _Int8Adam(), True)
+  for step in range(8):
+    train(step)
+  _AssertBitEqual(_Continue(strategy, _Int8Adam(), True, path),
+                  cases.Weights(strategy, task))

@@ -59,6 +59,9 @@ _PARAMS = {
         master_weights=True, master_stochastic_rounding=True),
     'momentum_bf16_slots': optimizers.Momentum.Params().Set(
         slot_dtype=tf.bfloat16),
+    'adam_int8_slots': optimizers.Adam.Params().Set(slot_dtype=tf.int8,
+                                                    slot_block_size=4),
+    'lion_int8_slots': optimizers.Lion.Params().Set(slot_dtype=tf.int8),
     'adamw': optimizers.AdamW.Params(),
     'adamw_cautious_cwd': optimizers.AdamW.Params().Set(
         decoupled_weight_decay=0.1, cautious=True, cautious_weight_decay=True),

@@ -10,6 +10,8 @@
   accelerators.py      per rule, its raw TF op or fused op fed with the
                        rule's scalars (the ACCELERATORS table; no formula)
   low_precision.py     slots stored in bfloat16 (slot_dtype), read upcast
+  quantized_state.py   8-bit blockwise slots (slot_dtype=tf.int8): int8
+                       codes + a float32 absmax per block, dynamic map
   loader.py            compiles them on first use into a cache, loads them
   multi_tensor.py      the Python entry points and when they may run
   shared_ops.py        InXla, the finite checks, ScaleGradient, BlockSum:

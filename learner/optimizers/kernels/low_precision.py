@@ -26,6 +26,12 @@ al., "A Study of BFLOAT16 for Deep Learning Training", 2019; Zamirai et
 al., "Revisiting BFloat16 Training", 2020 (bfloat16 state needs stochastic
 rounding or compensation). The bit trick (add 16 random low bits to the
 float32 pattern, truncate) is the usual one for float32 -> bfloat16.
+
+`slot_dtype=tf.int8` is 8-bit blockwise state instead (int8 codes and a
+float32 scale per block of `slot_block_size` elements, dequantized for the
+step and requantized after it): kernels/quantized_state.py. `ReadSlot`
+and `StoreSlot` below are the one place both storages are read and
+written.
 """
 
 import zlib
@@ -34,8 +40,17 @@ import tensorflow as tf
 
 from params import VariableName
 from params import checks
+from learner.optimizers.kernels import quantized_state
 
+DEFAULT_BLOCK_SIZE = quantized_state.DEFAULT_BLOCK_SIZE
 SLOT_DTYPES = (tf.bfloat16, tf.float16, tf.float32, tf.float64)
+# slot_dtype=tf.int8: 8-bit blockwise state (kernels/quantized_state.py).
+QUANTIZED_DTYPE = tf.int8
+
+
+def IsQuantized(slot_dtype):
+  """True when `slot_dtype` (a param value) selects 8-bit blockwise state."""
+  return slot_dtype is not None and tf.as_dtype(slot_dtype) == QUANTIZED_DTYPE
 
 # master_weights: the slot holding a 16-bit variable's float32 master copy.
 MASTER_SLOT = 'master'
@@ -203,8 +218,10 @@ def CheckSlotDtype(opt, has_step):
       (False: a wrapper, or a rule that writes its own update).
 
   Raises:
-    ValueError: slot_dtype not None or one of SLOT_DTYPES; set on a class
-      without a `_Step` (`has_step` False); stochastic rounding without slot_dtype=tf.bfloat16.
+    ValueError: slot_dtype not None, one of SLOT_DTYPES or tf.int8; set on
+      a class without a `_Step` (`has_step` False); tf.int8 on a rule that
+      is not ELEMENTWISE, or slot_block_size not an int > 0; stochastic
+      rounding without slot_dtype=tf.bfloat16.
   """
   p = opt.params
   value = p.slot_dtype
@@ -223,10 +240,11 @@ def CheckSlotDtype(opt, has_step):
     dtype = tf.as_dtype(value)
   except TypeError:
     dtype = None
-  if dtype not in SLOT_DTYPES:
+  if dtype not in SLOT_DTYPES + (QUANTIZED_DTYPE,):
     raise ValueError(
-        '%s: slot_dtype=%r is not a float dtype; use None (the variable\'s '
-        'dtype) or tf.bfloat16 / tf.float16 / tf.float32 / tf.float64.' %
+        '%s: slot_dtype=%r is not a float dtype or tf.int8; use None (the '
+        'variable\'s dtype), tf.bfloat16 / tf.float16 / tf.float32 / '
+        'tf.float64, or tf.int8 (8-bit blockwise state).' %
         (checks.Where(opt), value))
   if not has_step:
     raise ValueError(
@@ -234,6 +252,8 @@ def CheckSlotDtype(opt, has_step):
         'rule that writes its own update); set it on an update rule (for a '
         'wrapper: on its inner optimizer), or set slot_dtype=None.' %
         (checks.Where(opt), dtype.name, type(opt).__name__))
+  if dtype == QUANTIZED_DTYPE:
+    _CheckQuantized(opt)
   if p.slot_stochastic_rounding and dtype != tf.bfloat16:
     raise ValueError(
         '%s: slot_stochastic_rounding=True with slot_dtype=%s; stochastic '
@@ -242,8 +262,27 @@ def CheckSlotDtype(opt, has_step):
         (checks.Where(opt), dtype.name))
 
 
+def _CheckQuantized(opt):
+  """Refuses slot_dtype=tf.int8 on a rule that is not elementwise or with
+  a bad slot_block_size (ValueError, one line naming the fix)."""
+  block = opt.params.slot_block_size
+  if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+    raise ValueError(
+        '%s: slot_block_size=%r; expected an int >= 1 (elements per '
+        'quantization block of slot_dtype=tf.int8), e.g. 256.' %
+        (checks.Where(opt), block))
+  if not type(opt).ELEMENTWISE:
+    raise ValueError(
+        '%s: slot_dtype=int8 (8-bit blockwise state) is not supported by %s: '
+        'its slots are not elementwise (ELEMENTWISE is False: factored or '
+        'per-tensor statistics). Use slot_dtype=tf.bfloat16 or None, or an '
+        'elementwise rule (Adam, AdamW, Momentum, Lion, ...).' %
+        (checks.Where(opt), type(opt).__name__))
+
+
 def ReadSlot(slot, dtype):
-  """The slot's value upcast to `dtype` (the variable's), for `_Step`."""
+  """The slot's value upcast (or dequantized) to `dtype` (the variable's),
+  for `_Step`."""
   return tf.cast(slot.read_value(), dtype)
 
 
@@ -286,6 +325,8 @@ def StoreSlot(slot, value, stochastic, step):
   Returns:
     The assign op (None eagerly).
   """
+  if isinstance(slot, quantized_state.QuantizedSlot):
+    return slot.Store(value)
   if stochastic:
     salt = zlib.crc32(slot.name.encode('utf-8')) & 0x7fffffff
     seed = tf.stack([tf.cast(step, tf.int64), tf.constant(salt, tf.int64)])
@@ -294,3 +335,38 @@ def StoreSlot(slot, value, stochastic, step):
     rounded = tf.cast(value, slot.dtype)
   op = slot.assign(rounded, read_value=False)
   return None if tf.executing_eagerly() else op
+
+
+def CreateSlot(name, p, nonnegative, var, init, var_dtype=None):
+  """One new slot of `var` (same shape and placement) in `p.slot_dtype`.
+
+  Args:
+    name: '<optimizer path>/<variable>/<slot>'.
+    p: the optimizer's params (slot_dtype, slot_block_size).
+    nonnegative: the rule's NONNEGATIVE_SLOTS (the unsigned map for those).
+    var: the variable (or anything with name, dtype and shape).
+    init: None for zeros, a number to fill, or a tensor of var's shape.
+    var_dtype: the dtype the slot follows instead of var's (a float32
+      master's: `master_weights`), or None.
+
+  Returns:
+    A tf.Variable of slot_dtype (None: var_dtype or var's dtype), or with
+    slot_dtype=tf.int8 a QuantizedSlot of the initial value.
+  """
+  if IsQuantized(p.slot_dtype):
+    return quantized_state.QuantizedSlot(
+        name, var.shape, _InitialValue(var, init, tf.float32),
+        signed=name.rsplit('/', 1)[-1] not in nonnegative,
+        block_size=p.slot_block_size)
+  dtype = tf.as_dtype(p.slot_dtype or var_dtype or var.dtype)
+  return tf.Variable(_InitialValue(var, init, dtype), name=name,
+                     trainable=False)
+
+
+def _InitialValue(var, init, dtype):
+  """A slot's initial value of `var`'s shape in `dtype`."""
+  if init is None:
+    return tf.zeros(var.shape, dtype)
+  if isinstance(init, (int, float)):
+    return tf.fill(var.shape, tf.constant(init, dtype))
+  return tf.cast(init, dtype)

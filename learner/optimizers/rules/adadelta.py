@@ -40,6 +40,8 @@ class AdaDelta(BaseOptimizer):
 
   SUPPORTS_LAZY_SPARSE = True
   ELEMENTWISE = True
+  # slot_dtype=tf.int8: the unsigned map.
+  NONNEGATIVE_SLOTS = ('accum', 'accum_update')
   ACCELERATOR = 'adadelta'
 
   @classmethod

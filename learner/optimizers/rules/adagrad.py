@@ -36,6 +36,7 @@ class Adagrad(BaseOptimizer):
 
   SUPPORTS_LAZY_SPARSE = True
   ELEMENTWISE = True
+  NONNEGATIVE_SLOTS = ('accumulator',)  # slot_dtype=tf.int8: unsigned.
   ACCELERATOR = 'adagrad'
 
   @classmethod

@@ -64,6 +64,7 @@ class Adam(BaseOptimizer):
 
   SUPPORTS_LAZY_SPARSE = True
   ELEMENTWISE = True
+  NONNEGATIVE_SLOTS = ('v',)  # slot_dtype=tf.int8: the unsigned map.
   ACCELERATOR = 'adam'
   SCHEDULABLE_PARAMS = BaseOptimizer.SCHEDULABLE_PARAMS + ('beta1', 'beta2')
 

@@ -92,6 +92,9 @@ class _AdamFamily(BaseOptimizer):
       [0, 1), or epsilon not > 0 (one line naming the key and the fix).
   """
 
+  # slot_dtype=tf.int8: the unsigned map for the second moments.
+  NONNEGATIVE_SLOTS = ('v', 'u', 'v_max')
+
   @classmethod
   def Params(cls):
     p = super().Params()

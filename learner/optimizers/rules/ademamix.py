@@ -44,6 +44,7 @@ class AdEMAMix(BaseOptimizer):
 
   SUPPORTS_LAZY_SPARSE = True
   ELEMENTWISE = True
+  NONNEGATIVE_SLOTS = ('nu',)  # slot_dtype=tf.int8: the unsigned map.
   SCHEDULABLE_PARAMS = BaseOptimizer.SCHEDULABLE_PARAMS + (
       'beta1', 'beta2', 'beta3', 'alpha')
 

@@ -52,6 +52,7 @@ class RMSProp(BaseOptimizer):
 
   SUPPORTS_LAZY_SPARSE = True
   ELEMENTWISE = True
+  NONNEGATIVE_SLOTS = ('ms',)  # slot_dtype=tf.int8: the unsigned map.
   ACCELERATOR = 'rmsprop'
   SCHEDULABLE_PARAMS = BaseOptimizer.SCHEDULABLE_PARAMS + ('decay',
                                                           'momentum')
