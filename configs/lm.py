@@ -56,6 +56,11 @@ class CharTransformerTask(task_lib.BaseTask):
   evaluation is deterministic. The task knows a train step by its own
   `_ReplicaStep`, which traces FProp with `training=True`.
 
+  `remat_blocks` (default False) recomputes each block's activations in the
+  backward pass instead of keeping them (`BaseLayer`'s `remat`): the same
+  gradients, less peak memory, one more forward pass of the blocks
+  (benchmarks/remat.py).
+
   Metrics (weight = target characters in the batch): 'loss', the mean
   cross-entropy in nats; 'bits_per_char' = loss / ln 2; 'accuracy', the
   fraction of next characters predicted exactly (argmax).
@@ -73,6 +78,11 @@ class CharTransformerTask(task_lib.BaseTask):
              'Dropout probability, in training steps only, on the input '
              '(embedding + positions), the attention probabilities and '
              'each sub-layer output before its residual add; 0: none.')
+    p.Define('remat_blocks', False,
+             'Rematerialize every Transformer block (its `remat` param, '
+             'params/remat.py): the backward pass recomputes each block\'s '
+             'activations instead of keeping them, for less peak memory at '
+             'the cost of one more forward pass of the blocks per step.')
     return p
 
   @classmethod
@@ -96,7 +106,7 @@ class CharTransformerTask(task_lib.BaseTask):
     sp = layers.TransformerStack.Params().Set(num_layers=p.num_layers)
     sp.block.Set(model_dim=p.model_dim, num_heads=p.num_heads,
                  hidden_dim=p.hidden_dim, atten_dropout_prob=p.dropout_prob,
-                 residual_dropout_prob=p.dropout_prob)
+                 residual_dropout_prob=p.dropout_prob, remat=p.remat_blocks)
     self.CreateChild('stack', sp)
     self.CreateChild('input_dropout', layers.DropoutLayer.Params().Set(
         keep_prob=1.0 - p.dropout_prob))

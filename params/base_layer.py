@@ -32,6 +32,7 @@ import tensorflow as tf
 
 from params import checks
 from params import hyperparams
+from params import remat
 from params.nested_map import NestedMap
 
 # Lingvo 0.14.2 py_utils.SKIP_LP_REGULARIZATION: the collection of variables
@@ -89,7 +90,24 @@ class BaseLayer(tf.Module):
         'SKIP_LP_REGULARIZATION collection: the learner adds no L1/L2 term '
         'for it. None inherits the parent\'s; None/False leaves only the '
         'variables put there explicitly (Lingvo\'s param).')
+    p.Define(
+        'remat', False,
+        'If True, this layer\'s FProp keeps no activations for the gradient: '
+        'the backward pass recomputes them (one more forward pass of the '
+        'layer per step, for less peak memory; params/remat.py). Not '
+        'inherited by children. Only for a class that defines FProp.')
     return p
+
+  def __init_subclass__(cls, **kwargs):
+    """Wraps an FProp the subclass defines so `p.remat` can recompute it.
+
+    The one place rematerialization is wired (params/remat.py, `WrapFProp`):
+    with `p.remat` False the wrapper calls the FProp unchanged.
+    """
+    super().__init_subclass__(**kwargs)
+    fprop = cls.__dict__.get('FProp')
+    if fprop is not None and getattr(fprop, 'remat_unwrapped', None) is None:
+      cls.FProp = remat.WrapFProp(fprop)
 
   def __init__(self, params):
     if not isinstance(params, hyperparams.Params):
@@ -107,6 +125,8 @@ class BaseLayer(tf.Module):
     self._private_vars = {}
     self._private_keras = {}
     self._CheckDtypes()
+    if 'remat' in self._params:
+      remat.CheckRematParam(self, self._params.remat)
     checks.CheckValues(self, self._params, self.ValueChecks())
 
   @classmethod

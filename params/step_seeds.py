@@ -61,3 +61,38 @@ def NextSeed(layer_seed):
   counts[layer_seed] = k + 1
   return tf.stack([tf.constant(int(layer_seed) + _CALL_STRIDE * k, tf.int64),
                    step])
+
+
+def Snapshot():
+  """The state of the open `StepSeeds` scope, for `Replay`; None outside one.
+
+  Returns:
+    (step int64 scalar tensor, a copy of the draw counts {layer_seed: k}),
+    or None when no scope is open.
+  """
+  scope = getattr(_STATE, 'scope', None)
+  if scope is None:
+    return None
+  step, counts = scope
+  return step, dict(counts)
+
+
+@contextlib.contextmanager
+def Replay(snapshot):
+  """Within: `NextSeed` repeats the seeds it gave after `Snapshot()`.
+
+  A rematerialized layer (params/remat.py) runs its forward pass a second
+  time in the backward pass; replaying the snapshot taken before the first
+  run gives every random layer inside it the same seeds, so the same masks.
+  The scope that was open before is restored on exit, its counts unchanged.
+
+  Args:
+    snapshot: a `Snapshot()` result (not None).
+  """
+  step, counts = snapshot
+  previous = getattr(_STATE, 'scope', None)
+  _STATE.scope = (step, dict(counts))
+  try:
+    yield
+  finally:
+    _STATE.scope = previous

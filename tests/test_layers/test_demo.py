@@ -131,5 +131,12 @@ def test_params_text_written_by_params_demo_still_loads():
     p.FromText(_PRE_MOVE_TEXT)
   assert p == demo.DemoParams()
   assert p.hidden.cls is demo.Linear and p.output.activation is None
-  # Written again, it names the new paths and nothing else changed.
-  assert p.ToText() == _PRE_MOVE_TEXT.replace('params.demo.', 'layers.demo.')
+  # Written again, it names the new paths and nothing else changed but the
+  # params added since (BaseLayer's remat, default False).
+  added = ('hidden.remat : False\n', 'output.remat : False\n',
+           'remat : False\n')
+  text = p.ToText()
+  for line in added:
+    assert line in text
+    text = text.replace(line, '', 1)
+  assert text == _PRE_MOVE_TEXT.replace('params.demo.', 'layers.demo.')
