@@ -17,7 +17,8 @@ reports, for the device of replica 0:
   * `step_peak`: the peak resident memory of steady train steps above the
     resident memory before them (activations, gradients and temporaries):
     the peak (VmHWM) is reset after the first, tracing step by writing 5 to
-    /proc/self/clear_refs, so tracing does not count. Only for `char_large`
+    /proc/self/clear_refs, so tracing does not count (the children run
+    with TF_ENABLE_ONEDNN_OPTS=0: oneDNN's cache would keep buffers). Only for `char_large`
     (a real model); the `resnet50` set has fixed gradients and no forward
     pass;
   * `sent`: the bytes a replica sends per applied update in the step's
@@ -62,6 +63,31 @@ def _SetBf16State(lp, model_p):
   _Rule(lp).slot_dtype = 'bfloat16'
 
 
+def _SetInt8State(lp, model_p):
+  """8-bit blockwise state (kernels/quantized_state.py) on the rule."""
+  del model_p
+  _Rule(lp).slot_dtype = 'int8'
+
+
+def _SetMaster(lp, model_p):
+  """bfloat16 weights (math in float32) and the rule's float32 master."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  if model_p is not None:
+    model_p.dtype = tf.bfloat16
+    model_p.fprop_dtype = tf.float32
+  _Rule(lp).master_weights = True
+
+
+def _SetRemat(lp, model_p):
+  """Rematerialized Transformer blocks (params/remat.py); only the
+  char_large set has a forward pass to recompute."""
+  if model_p is None:
+    return 'remat: no forward pass on this set (nothing to recompute)'
+  del lp
+  model_p.remat_blocks = True
+  return None
+
+
 def _SetAccum(sync):
   def Apply(lp, model_p):
     del model_p
@@ -87,7 +113,14 @@ LEVERS = {
     'bf16_state': [_SetBf16State],
     'accum4': [_SetAccum(True)],
     'accum4_nosync': [_SetAccum(False)],
+    'int8_state': [_SetInt8State],
+    'bf16_master': [_SetMaster],
     'zero1+bf16_state': [_SetShard, _SetBf16State],
+    'zero1+int8_state': [_SetShard, _SetInt8State],
+    'zero1+bf16_master': [_SetShard, _SetMaster],
+    'remat': [_SetRemat],
+    'zero1+int8_state+bf16_master': [_SetShard, _SetInt8State, _SetMaster],
+    'all': [_SetShard, _SetInt8State, _SetMaster, _SetRemat],
 }
 QUICK_LEVERS = ('fp32', 'zero1')
 
@@ -214,8 +247,11 @@ def _FixedGradientCell(set_name, n, lever, steps):
       clip_gradient_norm_to_value=1.0, optimizer=optimizers.Adam.Params())
   notes = [edit(lp, None) for edit in LEVERS[lever]]
   with strategy.scope():
-    vs = [tf.Variable(w, name=s.name) for s, w in zip(specs, weights)]
-    gs = [tf.Variable(g, trainable=False, name=s.name + '_grad')
+    # bf16_master: the weights (and their gradients) in bfloat16.
+    dtype = tf.bfloat16 if 'master' in lever else tf.float32
+    vs = [tf.Variable(tf.cast(w, dtype), name=s.name)
+          for s, w in zip(specs, weights)]
+    gs = [tf.Variable(tf.cast(g, dtype), trainable=False, name=s.name + '_grad')
           for s, g in zip(specs, grads)]
     vmap = NestedMap({var_grad.SanitizedName(s.name): v
                       for s, v in zip(specs, vs)})
@@ -342,6 +378,9 @@ def main(argv):
       args.get('replicas') or ('1,2' if quick else '1,2,4'),
       [str(r) for r in REPLICAS], 'replicas')]
   steps = 2 if quick else 3
+  # oneDNN's primitive cache keeps a step's buffers resident (benchmarks/
+  # remat.py): without it each step's peak is its own.
+  os.environ['TF_ENABLE_ONEDNN_OPTS'] = '0'
   results, errors = [], []
   for s, lever, n in Cells(sets, levers, replicas):
     res, err = child_process.SpawnChild(
