@@ -100,6 +100,16 @@ RULES = (
     Rule('lion', 'lion', (('learning_rate', 3e-4, 1e-2),
                           ('weight_decay', 1e-2, 1.0)), {}, 'cosine'),
     Rule('ademamix', 'ademamix', (_LR,), {}, 'cosine'),
+    Rule('soap', 'soap', (_LR,), {}, 'cosine'),
+    Rule('cautious_adamw', 'adamw', (_LR, ('weight_decay', 1e-4, 1e-1)),
+         {'cautious': True}, 'cosine'),
+    Rule('madgrad', 'madgrad', (('learning_rate', 1e-3, 1e-1),), {},
+         'cosine'),
+    # Learning-rate free: no search, the rate a multiplier of 1.
+    Rule('dog', 'dog', (), {}, 'constant'),
+    Rule('cocob', 'cocob', (), {}, 'constant'),
+    Rule('prodigy', 'prodigy', (), {}, 'cosine'),
+    Rule('dadapt_adamw', 'dadapt_adamw', (), {}, 'cosine'),
 )
 
 # Run of one trial: steps at each evaluation, the training seconds up to it,
