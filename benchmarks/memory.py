@@ -216,4 +216,8 @@ def _Sharded(args):
 
 
 if __name__ == '__main__':
-  main()
+  try:
+    main()
+  except ValueError as e:  # A bad flag: one line, exit 2, nothing written.
+    sys.stderr.write('ERROR: %s\n' % e)
+    sys.exit(2)

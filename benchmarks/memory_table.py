@@ -377,6 +377,10 @@ def main(argv):
   replicas = [int(x) for x in ParseList(
       args.get('replicas') or ('1,2' if quick else '1,2,4'),
       [str(r) for r in REPLICAS], 'replicas')]
+  path = args.get('output') or timing.DefaultOutputPath('memory_table')
+  if os.path.isdir(path):  # Checked before anything is measured.
+    raise ValueError('--output=%s is a directory; give a file path (the '
+                     'table\'s JSON), e.g. %s/memory_table.json.' % (path, path))
   steps = 2 if quick else 3
   # oneDNN's primitive cache keeps a step's buffers resident (benchmarks/
   # remat.py): without it each step's peak is its own.
@@ -396,8 +400,8 @@ def main(argv):
     sys.stdout.flush()
   lines = Table(results)
   print('\n'.join(lines))
-  path = args.get('output') or timing.DefaultOutputPath('memory_table')
   timing.WriteJson(path, dict(results=results, errors=errors))
+  print('wrote %s' % path)
   return dict(results=results, errors=errors)
 
 

@@ -20,6 +20,12 @@ def test_memory_table_refuses_an_unknown_lever_naming_it():
     memory_table.main(['--levers=fp32,int4'])
 
 
+def test_memory_table_refuses_a_directory_as_output_before_measuring(
+    tmp_path):
+  with pytest.raises(ValueError, match=r'is a directory; give a file path'):
+    memory_table.main(['--sets=small', '--output=%s' % tmp_path])
+
+
 @pytest.mark.slow
 def test_memory_table_small_set_bytes_per_replica(tmp_path):
   payload = memory.main(['--table', '--sets=small', '--replicas=1,2',

@@ -274,8 +274,8 @@ def _CheckQuantized(opt):
   if not type(opt).ELEMENTWISE:
     raise ValueError(
         '%s: slot_dtype=int8 (8-bit blockwise state) is not supported by %s: '
-        'its slots are not elementwise (ELEMENTWISE is False: factored or '
-        'per-tensor statistics). Use slot_dtype=tf.bfloat16 or None, or an '
+        'its step is not elementwise (ELEMENTWISE is False: it reads whole '
+        'tensors or sums over variables). Use slot_dtype=tf.bfloat16 or None, or an '
         'elementwise rule (Adam, AdamW, Momentum, Lion, ...).' %
         (checks.Where(opt), type(opt).__name__))
 

@@ -196,7 +196,7 @@ class DAdaptAdamW(_TreeWideD):
   or give a schedule with 1 at its peak. Weight decay:
   `decoupled_weight_decay` wd, w <- w - wd dlr w (optax's weight_decay).
   Defaults: optax.contrib.dadapt_adamw's (0.2.8: betas (0.9, 0.999), eps
-  1e-8, estim_lr0 1e-6, weight_decay 0, bias corrected).
+  1e-8, d0 1e-6 (optax's estim_lr0), weight_decay 0, bias corrected).
   Source: Defazio & Mishchenko, ICML 2023 (arXiv:2301.07733).
 
   Raises:
@@ -253,8 +253,8 @@ class Prodigy(_TreeWideD):
   with 1 at its peak (the authors: cosine decay). Weight decay:
   `decoupled_weight_decay` wd, w <- w - wd dlr w (optax's weight_decay;
   prodigyopt's decouple=True). Defaults: optax.contrib.prodigy's (0.2.8:
-  betas (0.9, 0.999), beta3 sqrt(beta2), eps 1e-8, estim_lr0 1e-6,
-  estim_lr_coef 1, weight_decay 0, safeguard_warmup False, bias
+  betas (0.9, 0.999), beta3 sqrt(beta2), eps 1e-8, d0 1e-6 (optax's
+  estim_lr0), d_coef 1 (estim_lr_coef), weight_decay 0, safeguard_warmup False, bias
   corrected).
   Source: Mishchenko & Defazio (arXiv:2306.06101); prodigyopt 1.1.2 gives
   the same numbers with use_bias_correction=True (its default False is
