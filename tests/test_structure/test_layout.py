@@ -222,3 +222,15 @@ def test_the_class_size_check_counts_lines(tmp_path):
   path.write_text('x = 1\n\n\nclass A:\n  """Doc."""\n\n  def f(self):\n'
                   '    return 1\n\n\ndef g():\n  pass\n')
   assert _ClassLines(path, 'A') == 5
+
+
+def test_test_module_basenames_are_unique():
+  # tests/ has no __init__.py files (rootdir-relative imports), so pytest
+  # imports each test module by its basename: two test_remat.py in different
+  # folders stop collection with "import file mismatch" (the CI failure of
+  # session 16).
+  seen = {}
+  for path in sorted((ROOT / 'tests').rglob('test_*.py')):
+    seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+  duplicated = {name: paths for name, paths in seen.items() if len(paths) > 1}
+  assert not duplicated, duplicated
