@@ -499,7 +499,8 @@ def Plot(ratios_by_field, path):
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   except ImportError as e:
-    return 'plot skipped: matplotlib is not importable (%s)' % e
+    return ('plot skipped: matplotlib is not importable (%s); install the '
+            "plot extra (pip install -e '.[plot]') for the PNG" % e)
   taus = np.linspace(1.0, R_MAX, 301)
   fig, axes = plt.subplots(1, len(ratios_by_field), figsize=(10, 4))
   for ax, (field, ratios) in zip(np.atleast_1d(axes), ratios_by_field.items()):
