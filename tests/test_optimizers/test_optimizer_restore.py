@@ -88,6 +88,9 @@ _PARAMS = {
     # Roots at update 3, after the restore, from statistics saved at 2.
     'distributed_shampoo': optimizers.DistributedShampoo.Params().Set(
         start_preconditioning_steps=1, preconditioning_compute_steps=3),
+    'adagraft': optimizers.AdaGraft.Params().Set(
+        magnitude_optimizer=optimizers.Adam.Params(),
+        direction_optimizer=optimizers.Momentum.Params()),
     'nadam': optimizers.Nadam.Params().Set(momentum_schedule='dozat'),
     'radam': optimizers.RAdam.Params().Set(beta2=0.9, threshold=4.0),
     'adamax': optimizers.Adamax.Params(),

@@ -102,15 +102,21 @@ def test_newton_inverse_root_matches_lingvo():
     np.testing.assert_allclose(root.numpy(), want, rtol=1e-4, atol=1e-6)
 
 
-def test_svd_root_is_the_inverse_fourth_root_and_its_error_is_u_minus_v():
+def test_root_and_error_equal_lingvos_svd_form():
+  # Lingvo: U S V^T = svd(H + eps I), root U max(S, eps)^e V^T, error
+  # max|U - V|; ours from eigh. A positive definite H (error ~0) and an
+  # indefinite one (a negative eigenvalue: u = -v there, error 2 max|v|).
   rng = np.random.RandomState(3)
-  a = rng.normal(size=(4, 6)).astype(np.float32)
-  stat = a @ a.T
-  root, error = shampoo.InversePthRoot(tf.constant(stat), 2, 1e-6)
-  lam, v = np.linalg.eigh(stat.astype(np.float64) + 1e-6 * np.eye(4))
-  np.testing.assert_allclose(root.numpy(), (v * lam ** -0.25) @ v.T,
-                             rtol=1e-5)
-  assert root.dtype == tf.float32 and 0 <= float(error) < 1e-8
+  q, _ = np.linalg.qr(rng.normal(size=(4, 4)))
+  for lam in ([3., 2., 1., 0.5], [3., 2., 1., -0.5]):
+    stat = ((q * lam) @ q.T).astype(np.float32)
+    root, error = shampoo.InversePthRoot(tf.constant(stat), 2, 1e-6)
+    u, sv, vt = np.linalg.svd(stat.astype(np.float64) + 1e-6 * np.eye(4))
+    want = (u * np.maximum(sv, 1e-6) ** -0.25) @ vt
+    np.testing.assert_allclose(root.numpy(), want, rtol=1e-5, atol=1e-6)
+    assert float(error) == pytest.approx(np.abs(u - vt.T).max(), abs=1e-6)
+    assert root.dtype == tf.float32
+  assert float(error) > shampoo.ROOT_ERROR_LIMIT  # the indefinite one
 
 
 # (2) The rule by hand.
