@@ -205,9 +205,12 @@ class DistributedShampoo(BaseOptimizer):
   Formula: the module docstring. Params, defaults and names are Lingvo
   0.14.2's, plus `preconditioning_compute_steps` (Lingvo: the trainer's
   loop, p.train.tpu_steps_per_loop, default 1000). The roots are computed
-  in `_EndUpdate`, after the weights are assigned (nothing of the update
-  waits for them), in a tf.cond on the update count, so the steps between
-  pay nothing for them.
+  in `_EndUpdate`, after the weights are assigned (the weights' update does
+  not wait for them, but the step that computes them ends after them), in
+  a tf.cond on the update count, so the steps between pay nothing for
+  them. Cost (benchmarks/shampoo_char_lm.py, lm.CharTransformer on 2 CPU
+  cores): 39 ms per update for the optimizer alone (Adam's fused kernel:
+  4 ms) and 0.7-1.3 s per refresh of its 18 float64 roots.
 
   Slots (Lingvo's names): 'accumulator' (initial_accumulator_value) and
   'momentum' (momentum > 0) of the variable's shape; for a preconditioned
