@@ -32,6 +32,7 @@ _EXPORTS = {
     'SWA': 'learner.optimizers.wrappers.swa',
     'Sam': 'learner.optimizers.wrappers.sam',
     'Composite': 'learner.optimizers.wrappers.composite',
+    'AdaGraft': 'learner.optimizers.wrappers.composite',
     'Easgd': 'learner.optimizers.wrappers.easgd',
     'LocalSgd': 'learner.optimizers.wrappers.local_sgd',
     'Mechanic': 'learner.optimizers.wrappers.mechanic',

@@ -32,6 +32,7 @@ from learner.optimizers.wrappers.ema import Ema
 from learner.optimizers.wrappers.lookahead import Lookahead
 from learner.optimizers.wrappers.swa import SWA
 from learner.optimizers.wrappers.sam import Sam
+from learner.optimizers.wrappers.composite import AdaGraft
 from learner.optimizers.wrappers.composite import Composite
 from learner.optimizers.wrappers.easgd import Easgd
 from learner.optimizers.wrappers.local_sgd import LocalSgd

@@ -37,7 +37,8 @@ SCHEDULES = [
     'EmaDecaySchedule', 'DevBasedSchedule', 'CosineSchedule',
     'PiecewiseSchedule', 'SqrtDecay', 'SqrtDecayToZero', 'CycleSchedule',
     'InverseSigmoid']
-OPTIMIZERS = ['SGD', 'Momentum', 'RMSProp', 'Adagrad', 'AdaDelta', 'Adam']
+OPTIMIZERS = ['SGD', 'Momentum', 'RMSProp', 'Adagrad', 'AdaDelta', 'Adam',
+              'DistributedShampoo', 'AdaGraft']
 # Issue 13 part B: lingvo/core/learner.py Learner, lingvo/core/layers.py
 # GradNormTracker.
 LAYERS = {'Learner': 'lingvo.core.learner.Learner',

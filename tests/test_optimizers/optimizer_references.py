@@ -611,3 +611,62 @@ class RefSOAP(RefSGD):
       s['q%d' % i] = _f(_CanonicalSigns(q))
     s['v'] = _f(v)
     return _f(new)
+
+
+class RefDistributedShampoo(RefSGD):
+  """Lingvo 0.14.2's DistributedShampoo (lingvo/core/distributed_shampoo.py)
+  without blocks, written again with numpy: diagonal AdaGrad with momentum;
+  for a matrix, H_i += G_(i) G_(i)^T, S = momentum of G x_i R_i grafted to
+  AdaGrad's norm, blended in from start_preconditioning_steps; the roots
+  R_i = (H_i + eps I)^(-1/(2 rank)) by eigh (Lingvo: SVD, the same for a
+  positive definite H_i) after every preconditioning_compute_steps-th
+  update.
+  """
+
+  def slots(self, w):
+    p = self.p
+    s = {'accumulator': np.full_like(w, p.initial_accumulator_value)}
+    if p.momentum > 0:
+      s['momentum'] = np.zeros_like(w)
+    if w.ndim >= 2:
+      if p.momentum > 0:
+        s['precond_grad_momentum'] = np.zeros_like(w)
+      for i, d in enumerate(w.shape):
+        s['mat_statistics_%d' % i] = np.zeros((d, d), F)
+        s['mat_preconditioner_%d' % i] = np.zeros((d, d), F)
+    return s
+
+  def step(self, t, lr, w, g, s):
+    p, n, m = self.p, t - 1, self.p.momentum
+    g = np.asarray(g, np.float64)
+    s['accumulator'] = _f(s['accumulator'] + g * g)
+    d = g / np.sqrt(np.asarray(s['accumulator'], np.float64) + 1e-30)
+    if m > 0:
+      d = m * s['momentum'] + (1 - m) * d
+      s['momentum'] = _f(d)
+    if w.ndim < 2:
+      return _f(w - lr * d)
+    direction = g
+    for i in range(g.ndim):
+      others = [j for j in range(g.ndim) if j != i]
+      s['mat_statistics_%d' % i] = _f(
+          s['mat_statistics_%d' % i] + np.tensordot(g, g, [others] * 2))
+      direction = np.tensordot(direction, s['mat_preconditioner_%d' % i],
+                               axes=([0], [0]))
+    if m > 0:
+      direction = m * s['precond_grad_momentum'] + (1 - m) * direction
+      s['precond_grad_momentum'] = _f(direction)
+    norm = np.linalg.norm(direction)
+    if norm > 0:
+      direction = direction * np.linalg.norm(d) / norm
+    start = p.start_preconditioning_steps
+    on = float(n >= start)
+    u = min(1., max((n - start) / start, 0.))
+    new = w - lr * (on * (u * direction + (1 - u) * d) + (1 - on) * d)
+    if t % p.preconditioning_compute_steps == 0:
+      for i in range(g.ndim):
+        h = np.asarray(s['mat_statistics_%d' % i], np.float64)
+        lam, v = np.linalg.eigh(h + p.matrix_epsilon * np.eye(len(h)))
+        lam = np.maximum(lam, p.matrix_epsilon) ** (-1. / (2 * g.ndim))
+        s['mat_preconditioner_%d' % i] = _f((v * lam) @ v.T)
+    return _f(new)

@@ -85,6 +85,12 @@ _PARAMS = {
         s_init=0.05, optimizer=optimizers.Adam.Params()),
     # Frequency 2: a QR refresh at update 2, the first after the restore.
     'soap': optimizers.SOAP.Params().Set(precondition_frequency=2),
+    # Roots at update 3, after the restore, from statistics saved at 2.
+    'distributed_shampoo': optimizers.DistributedShampoo.Params().Set(
+        start_preconditioning_steps=1, preconditioning_compute_steps=3),
+    'adagraft': optimizers.AdaGraft.Params().Set(
+        magnitude_optimizer=optimizers.Adam.Params(),
+        direction_optimizer=optimizers.Momentum.Params()),
     'nadam': optimizers.Nadam.Params().Set(momentum_schedule='dozat'),
     'radam': optimizers.RAdam.Params().Set(beta2=0.9, threshold=4.0),
     'adamax': optimizers.Adamax.Params(),

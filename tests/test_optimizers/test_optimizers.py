@@ -113,6 +113,13 @@ _CASES = [
     ('soap', optimizers.SOAP.Params().Set(
         precondition_frequency=2, epsilon=0.1, decoupled_weight_decay=0.1),
      refs.RefSOAP),
+    # Roots after every update, used from the second (start 1, warm-up
+    # weight 1 from update 3); the (3,) vector is diagonal AdaGrad.
+    # matrix_epsilon 0.1: the 3 x 3 statistics of one (2, 3) gradient have
+    # rank 2, and a null eigenvalue near 1e-6 would magnify its rounding.
+    ('distributed_shampoo', optimizers.DistributedShampoo.Params().Set(
+        start_preconditioning_steps=1, preconditioning_compute_steps=1,
+        matrix_epsilon=0.1), refs.RefDistributedShampoo),
     ('nadam', optimizers.Nadam.Params().Set(decoupled_weight_decay=0.1),
      refs.RefNadam),
     ('nadam_dozat', optimizers.Nadam.Params().Set(

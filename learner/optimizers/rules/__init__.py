@@ -15,6 +15,7 @@
   madgrad.py    MADGRAD (dual averaging, cube-root denominator)
   d_adaptation.py  DAdaptAdamW, Prodigy (learning-rate-free: a tree-wide d)
   soap.py       SOAP (Adam in the eigenbases of Shampoo's statistics)
+  shampoo.py    DistributedShampoo (Lingvo's; grafted onto diagonal AdaGrad)
   common.py     helpers the families share
 
 Plain SGD is `SGD` in learner/optimizers/base.py (the base's own rule).
@@ -43,6 +44,7 @@ from learner.optimizers.rules import momentum
 from learner.optimizers.rules import muon
 from learner.optimizers.rules import rmsprop
 from learner.optimizers.rules import schedule_free
+from learner.optimizers.rules import shampoo
 from learner.optimizers.rules import simplified_ademamix
 from learner.optimizers.rules import soap
 
@@ -97,6 +99,8 @@ RULES = (
          dict(_BETAS, eps='epsilon', weight_decay='decoupled_weight_decay',
               max_precondition_dim='max_precond_dim',
               normalize_gradient='normalize_grads')),
+    Rule(shampoo.DistributedShampoo, ('distributed_shampoo', 'shampoo'),
+         {'epsilon': 'matrix_epsilon'}),
 )
 
 

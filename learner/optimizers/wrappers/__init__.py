@@ -6,7 +6,8 @@
   lookahead.py     Lookahead (slow weights every k updates; eval weights)
   swa.py           SWA (equal-weight average of sampled weights)
   sam.py           Sam (sharpness-aware: the learner's second pass)
-  composite.py     Composite (one inner optimizer per variable group)
+  composite.py     Composite (one inner optimizer per variable group),
+                   AdaGraft (one optimizer's step norm, another's direction)
   easgd.py         Easgd (replica-local copies, elastic pull to a center)
   local_sgd.py     LocalSgd (replica-local copies, averaged every tau)
   mechanic.py      Mechanic (a learned scale of the inner updates)

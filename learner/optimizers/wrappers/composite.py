@@ -1,4 +1,5 @@
-"""Composite: different optimizers for different groups of variables."""
+"""Wrappers with several inner optimizers: Composite (one per variable
+group) and AdaGraft (one gives the step norm, the other the direction)."""
 
 import re
 
@@ -8,6 +9,7 @@ from learner.optimizers import base as base_optimizer
 from learner.optimizers import wrapper
 from learner.optimizers import var_grad as var_grad_lib
 from params import NestedMap
+from params import checks
 
 DEFAULT_KEY = 'default_optimizer'
 
@@ -158,3 +160,135 @@ class Composite(base_optimizer.BaseOptimizer):
         group.Apply(lr * mult, gvg)
         for group, mult, gvg in zip(self._groups, self._multipliers, per_group)
     ])
+
+
+class AdaGraft(base_optimizer.BaseOptimizer):
+  """Lingvo's AdaGraft: one optimizer's step norm, another's direction.
+
+  Per variable w (gradient g, the learner's rate lr):
+    m = M(w, g, lr) - w        (the magnitude optimizer's step, then undone)
+    d = D(w, g, lr_d) - w      (the direction optimizer's step, undone)
+    w <- w + (|m| / max(|d|, 1e-30)) d      (w unchanged where |d| = 0)
+  with |.| the Frobenius norm of the variable's step and lr_d =
+  direction_optimizer_lr, or lr when None. Both inner optimizers keep their
+  state (slots, counts) as if each had stepped alone. Source: Agarwal,
+  Anil, Hazan, Koren & Zhang, "Disentangling Adaptive Gradient Methods from
+  Learning Rates", arXiv:2002.11803 (2020); Lingvo 0.14.2
+  lingvo/core/optimizer.py `AdaGraft` and lingvo/core/adagraft.py
+  (AdaGraftOptimizer, its rate 1.0), tested in
+  tests/test_optimizers/test_adagraft.py against Lingvo itself.
+
+  Children 'magnitude_optimizer' and 'direction_optimizer' (their params
+  in the params of the same names; Lingvo takes instantiated layers there).
+  Differences from Lingvo (docs/lingvo.md, "Update rules: behaviour that
+  differs"): use_global_norm=True is refused (Lingvo 0.14.2's global
+  grafting never moves the weights: its `_finish` discards the norm sums);
+  `diagnostic` writes no summaries (the norms are not kept as slots);
+  sparse gradients are densified and applied (Lingvo: a no-op).
+
+  Raises:
+    ValueError: at construction, if magnitude_optimizer or
+      direction_optimizer is not optimizer params (or is a gradient
+      accumulation), direction_optimizer_lr is not None or a number > 0,
+      use_global_norm is True, or this wrapper's own
+      decoupled_weight_decay is set; in `Apply`, for an unbound variable.
+  """
+
+  SCHEDULABLE_PARAMS = ()
+  _INNER = ('magnitude_optimizer', 'direction_optimizer')
+
+  @classmethod
+  def Params(cls):
+    p = base_optimizer.DefineLingvoBaseParams(super().Params())
+    p.name = 'adagraft'
+    p.Define('magnitude_optimizer', None,
+             'Params of the optimizer providing the step size.')
+    p.Define('direction_optimizer', None,
+             'Params of the optimizer providing the step direction.')
+    p.Define(
+        'direction_optimizer_lr', None,
+        'Custom constant learning rate passed to direction '
+        'optimizer. If None, then pass scheduled lr for both.')
+    p.Define('use_global_norm', False, 'Whether to graft global l2 norm. '
+             'Only False: Lingvo 0.14.2\'s True never updates.')
+    p.Define('diagnostic', False, 'Lingvo: record norm summaries. No effect '
+             'here.')
+    return p
+
+  @classmethod
+  def ValueChecks(cls):
+    specs = super().ValueChecks()
+    specs['direction_optimizer_lr'] = checks.Real(
+        0, low_open=True, none_ok=True, example=0.1,
+        why='0 gives a zero direction, so no step')
+    return specs
+
+  def __init__(self, params):
+    super().__init__(params)
+    p = self.params
+    wrapper.CheckNoWrapperDecay(self)
+    if p.use_global_norm is not False:
+      raise ValueError(
+          '%s: use_global_norm=%r is refused: Lingvo 0.14.2\'s global '
+          'grafting never moves the weights (AdaGraftOptimizer._finish '
+          'discards the norm sums). Set use_global_norm=False (per-variable '
+          'grafting).' % (checks.Where(self), p.use_global_norm))
+    for key in self._INNER:
+      wrapper.CheckInnerOptimizerParams('AdaGraft', key, p.Get(key))
+      self.CreateChild(key, p.Get(key))
+
+  @property
+  def inner_optimizers(self):
+    """[the magnitude optimizer, the direction optimizer]."""
+    return [self.magnitude_optimizer, self.direction_optimizer]
+
+  @classmethod
+  def InnerOptimizerParams(cls, p):
+    """The inner optimizers' params (unset ones skipped)."""
+    return [p.Get(k) for k in cls._INNER if p.Get(k) is not None]
+
+  def Bind(self, vmap):
+    """Binds this wrapper and both inner optimizers to `vmap`."""
+    super().Bind(vmap)
+    for opt in self.inner_optimizers:
+      opt.Bind(vmap)
+    return self
+
+  def Apply(self, lr, var_grads):
+    """The magnitude step, undone; the direction step, undone; the grafted
+    step. Args, return value and errors as `BaseOptimizer.Apply`."""
+    p = self.params
+    lr = tf.convert_to_tensor(lr, tf.float32)
+    self._CheckAllBound(var_grads)
+    vgs = NestedMap({'v%d' % n: vg for n, vg in enumerate(
+        var_grads.Flatten()) if vg.grad is not None})
+    variables = [vg.var for vg in vgs.Flatten()]
+    old = [tf.identity(v.read_value()) for v in variables]
+    m_norms, undo = self._StepAndUndo(self.magnitude_optimizer, lr, vgs,
+                                      variables, old)
+    d_lr = lr if p.direction_optimizer_lr is None else tf.constant(
+        p.direction_optimizer_lr, tf.float32)
+    with tf.control_dependencies(undo):
+      op = self.direction_optimizer.Apply(d_lr, vgs)
+    ops = []
+    with tf.control_dependencies([op] if op is not None else []):
+      for v, w0, m_norm in zip(variables, old, m_norms):
+        d = v.read_value() - w0
+        d_norm = tf.norm(d)
+        step = tf.where(d_norm > 0,
+                        (m_norm / tf.maximum(d_norm, 1e-30)) * d,
+                        tf.zeros_like(d))
+        ops.append(v.assign(w0 + step, read_value=False))
+    return self._FinishApply(ops)
+
+  @staticmethod
+  def _StepAndUndo(opt, lr, vgs, variables, old):
+    """([|step| per variable], [ops restoring the variables]) of `opt`."""
+    op = opt.Apply(lr, vgs)
+    norms, undo = [], []
+    with tf.control_dependencies([op] if op is not None else []):
+      for v, w0 in zip(variables, old):
+        norms.append(tf.norm(v.read_value() - w0))
+    with tf.control_dependencies(norms):
+      undo = [v.assign(w0, read_value=False) for v, w0 in zip(variables, old)]
+    return norms, undo
