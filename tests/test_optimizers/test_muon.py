@@ -26,6 +26,7 @@ _KWARGS = {  # The recorded optax kwargs, as our params.
     'muon_plain': {'nesterov': False},
     'muon_moonlight': {'rate_scaling': 'moonlight', 'rms_rate': 0.2},
     'muon_wd': {'decoupled_weight_decay': 0.1, 'beta': 0.9},
+    'muon_polar': {'ns_coeffs': 'polar_express'},
 }
 _CASES = [c for c in _DATA['cases']]
 _F32 = [c for c in _CASES if c['dtype'] == 'float32']
@@ -150,6 +151,60 @@ def test_newton_schulz_brings_singular_values_near_one():
   assert np.diag(s).min() > 0.6 and np.diag(s).max() < 1.2, np.diag(s)
 
 
+def test_polar_express_table_is_the_recorded_one_and_modded_nanogpts():
+  case = ox.Select(_DATA, 'muon_polar', dtype='float64', clip=None,
+                   shape_name='matrix')[0]
+  assert case['kwargs']['ns_coeffs'] == [list(r) for r in
+                                         muon_lib.POLAR_EXPRESS]
+  # As a list of triples it gives the same numbers as by name.
+  p = optimizers.Muon.Params().Set(
+      ns_coeffs=[list(r) for r in muon_lib.POLAR_EXPRESS])
+  ox.AssertMatches(ox.RunOurs(p, case), case, rtol=1e-6)
+
+
+def _NumpyPolarExpress(g, steps=5, eps=1e-6, safety=2e-2):
+  # modded-nanogpt's polar_express(G) (train_gpt.py), float64 for bfloat16.
+  x = np.asarray(g, np.float64)
+  transposed = x.shape[0] > x.shape[1]
+  if transposed:
+    x = x.T
+  x = x / (np.linalg.norm(x) * (1 + safety) + eps)
+  for a, b, c in muon_lib.POLAR_EXPRESS[:steps]:
+    gram = x @ x.T
+    x = a * x + (b * gram + c * gram @ gram) @ x
+  return x.T if transposed else x
+
+
+def test_polar_express_with_safety_is_modded_nanogpts_and_nearer_one():
+  x = np.random.RandomState(0).randn(12, 7)
+  o = muon_lib.NewtonSchulz(tf.constant(x), 5, 'polar_express', 1e-6,
+                            safety=0.02).numpy()
+  np.testing.assert_allclose(o, _NumpyPolarExpress(x), rtol=1e-10,
+                             atol=1e-12)
+  # Its singular values are nearer 1 than K. Jordan's after the same five
+  # steps (the point of the paper): here within [0.87, 1.0] against
+  # [0.68, 1.13].
+  pe = np.linalg.svd(o, compute_uv=False)
+  jordan = np.linalg.svd(_NumpyNs(x), compute_uv=False)
+  assert np.abs(pe - 1).max() < 0.6 * np.abs(jordan - 1).max(), (pe, jordan)
+
+
+def test_a_short_table_repeats_its_last_row():
+  x = np.random.RandomState(1).randn(3, 5)
+  one = muon_lib.NewtonSchulz(tf.constant(x), 4, [[3.4445, -4.7750, 2.0315]],
+                              1e-8).numpy()
+  np.testing.assert_allclose(one, _NumpyNs(x, steps=4), rtol=1e-12)
+  two = muon_lib.NewtonSchulz(
+      tf.constant(x), 3, [[2.0, -1.5, 0.5], [3.4445, -4.7750, 2.0315]],
+      1e-8).numpy()
+  y = x / (np.linalg.norm(x) + 1e-8)
+  for a, b, c in ((2.0, -1.5, 0.5), (3.4445, -4.7750, 2.0315),
+                  (3.4445, -4.7750, 2.0315)):
+    gram = y @ y.T
+    y = a * y + (b * gram + c * gram @ gram) @ y
+  np.testing.assert_allclose(two, y, rtol=1e-12)
+
+
 def test_matrix_shape_flattens_all_but_the_last_axis():
   assert muon_lib.MatrixShape([4, 3]) == [4, 3]
   assert muon_lib.MatrixShape([3, 3, 2, 4]) == [18, 4]
@@ -185,6 +240,10 @@ def test_a_scalar_is_refused_through_a_learner():
     ('rate_scaling', 'spectral', "rate_scaling='spectral'"),
     ('ns_coeffs', [3.4, -4.7], 'ns_coeffs=[3.4, -4.7]'),
     ('ns_coeffs', [3.4, float('nan'), 2.0], 'ns_coeffs'),
+    ('ns_coeffs', 'polar', "ns_coeffs='polar'"),
+    ('ns_coeffs', [[3.4, -4.7, 2.0], [3.4, -4.7]], 'ns_coeffs=[[3.4'),
+    ('ns_coeffs', [], 'ns_coeffs=[]'),
+    ('ns_safety', -0.02, 'ns_safety'),
     ('beta', 1.0, 'beta'),
     ('ns_steps', 0, 'ns_steps'),
     ('epsilon', 0.0, 'epsilon'),
@@ -236,10 +295,14 @@ def test_params_round_trip_through_text():
   p = optimizers.Muon.Params().Set(
       momentum_form='reference', rate_scaling='moonlight', rms_rate=0.3,
       ns_coeffs=[3.0, -4.0, 2.0], ns_steps=4, nesterov=False, beta=0.9)
-  text = p.ToText()
-  again = optimizers.Muon.Params().FromText(text)
-  assert again == p and again.ToText() == text
-  assert isinstance(again, hyperparams.InstantiableParams)
+  for coeffs in ([3.0, -4.0, 2.0], 'polar_express', None, 'jordan',
+                 [[3.0, -4.0, 2.0], [2.0, -1.5, 0.5]]):
+    p.Set(ns_coeffs=coeffs, ns_safety=0.02)
+    text = p.ToText()
+    again = optimizers.Muon.Params().FromText(text)
+    assert again == p and again.ToText() == text
+    assert isinstance(again, hyperparams.InstantiableParams)
+    again.Instantiate()
 
 
 def _Run(steps, restore_from=None, save_to=None):
