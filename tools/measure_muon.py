@@ -50,8 +50,8 @@ def _Step(key, with_ns):
   """A traced train step of `key` on one batch, NS on or off."""
   original = muon_lib.NewtonSchulz
   if not with_ns:
-    muon_lib.NewtonSchulz = lambda x, steps, coeffs, eps: x / (
-        tf.norm(x) + eps)
+    muon_lib.NewtonSchulz = lambda x, steps, coeffs, eps, safety=0.0: x / (
+        tf.norm(x, axis=[-2, -1], keepdims=True) + eps)
   try:
     p = registry.GetParams(key)
     task = p.task.Instantiate()
