@@ -371,3 +371,74 @@ def test_mirrored_replicas_apply_as_a_single_device_run():
   assert not np.allclose(w_ref.numpy(), init)
   for count in strategy.experimental_local_results(opt.num_updates):
     assert int(count.numpy()) == 2
+
+
+# ---- same-shape batching (issue 40 item 2) ----------------------------------
+
+
+def _RunMany(p, present, steps=3, mode='eager'):
+  """Five variables (two [4, 3], a [2, 2, 3] kernel, two [3, 5]); each step
+  applies the gradients of the names in `present` only (a subset, as a
+  caller sharding whole tensors gives). Returns weights and slots."""
+  rng = np.random.RandomState(0)
+  shapes = [(4, 3), (4, 3), (2, 2, 3), (3, 5), (3, 5)]
+  vs = [tf.Variable(rng.randn(*s).astype(np.float32), name='w%d' % i)
+        for i, s in enumerate(shapes)]
+  grads = [[rng.randn(*s).astype(np.float32) for s in shapes]
+           for _ in range(steps)]
+  opt = p.Copy().Set(name='o', weight_decay_exclude=['w3']).Instantiate()
+  opt.Bind(vs)
+
+  def Step(g):
+    opt.Apply(0.1, NestedMap({'w%d' % i: VarGrad(v, g[i])
+                              for i, v in enumerate(vs) if i in present}))
+
+  if mode != 'eager':
+    Step = tf.function(Step, jit_compile=(mode == 'xla'))
+  for g in grads:
+    Step([tf.constant(x) for x in g])
+  return [v.numpy() for v in vs] + [
+      x.numpy() for v in vs for _, x in sorted(opt.GetSlots(v).items())]
+
+
+@pytest.mark.parametrize('cls', ['Muon', 'NorMuon'])
+@pytest.mark.parametrize('present', [(0, 1, 2, 3, 4), (1, 2, 4), (0, 3)])
+def test_batched_shapes_equal_the_per_variable_path(cls, present):
+  # [4, 3] and [2, 2, 3] share the matrix [4, 3]: one stack of three (or
+  # of what `present` holds of them); w3 is excluded from weight decay.
+  # The batched matmul rounds differently from n single ones: 1e-6.
+  p = getattr(optimizers, cls).Params().Set(decoupled_weight_decay=0.1)
+  per_var = _RunMany(p.Copy().Set(batch_shapes=False), present)
+  batched = _RunMany(p, present)
+  for a, b in zip(per_var, batched):
+    np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-6)
+  untouched = _RunMany(p, ())
+  for i in range(5):
+    assert (i in present) != np.array_equal(batched[i], untouched[i])
+
+
+def test_batched_shapes_under_xla_equal_eager():
+  p = optimizers.NorMuon.Params().Set(decoupled_weight_decay=0.1)
+  eager = _RunMany(p, (0, 1, 2, 3, 4))
+  for a, b in zip(eager, _RunMany(p, (0, 1, 2, 3, 4), mode='xla')):
+    np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize('rule', ['muon_wd', 'muon_polar'])
+def test_a_stack_of_one_recorded_case_matches_optax(rule):
+  # Three copies of the conv case's weight in one Apply: one stack of
+  # three [18, 4] matrices, each copy must be optax's trajectory.
+  case = ox.Select(_DATA, rule, dtype='float32', clip=None,
+                   shape_name='conv')[0]
+  shape = case['shape']
+  init = np.asarray(case['init'], np.float32).reshape(shape)
+  vs = [tf.Variable(init, name='w%d' % i) for i in range(3)]
+  opt = _Params(rule).Set(name='o').Instantiate().Bind(vs)
+  out = []
+  for g in case['grads']:
+    g = tf.constant(np.asarray(g, np.float32).reshape(shape))
+    opt.Apply(case['lr'], NestedMap(
+        {'w%d' % i: VarGrad(v, g) for i, v in enumerate(vs)}))
+    out.append([v.numpy() for v in vs])
+  for i in range(3):
+    ox.AssertMatches(np.stack([o[i] for o in out]), case, rtol=1e-6)
