@@ -165,7 +165,7 @@ def get_optimizer_fn(name, **kwargs):  # pylint: disable=invalid-name
   Args:
     name: one of sgd, momentum, nesterov, adam, adamw, adagrad, rmsprop,
       adadelta, adafactor, lamb, lion, nadam, radam, adamax, amsgrad, adopt,
-      schedule_free_sgd, schedule_free_adamw, muon, ademamix,
+      schedule_free_sgd, schedule_free_adamw, muon, normuon, ademamix,
       simplified_ademamix, soap, dog, dowg, cocob, madgrad, prodigy,
       dadapt_adamw (the factory names of `rules.RULES`).
     **kwargs: `learning_rate` (the base rate, float; the learner uses it when

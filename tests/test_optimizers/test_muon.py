@@ -26,6 +26,7 @@ _KWARGS = {  # The recorded optax kwargs, as our params.
     'muon_plain': {'nesterov': False},
     'muon_moonlight': {'rate_scaling': 'moonlight', 'rms_rate': 0.2},
     'muon_wd': {'decoupled_weight_decay': 0.1, 'beta': 0.9},
+    'muon_polar': {'ns_coeffs': 'polar_express'},
 }
 _CASES = [c for c in _DATA['cases']]
 _F32 = [c for c in _CASES if c['dtype'] == 'float32']
@@ -150,6 +151,60 @@ def test_newton_schulz_brings_singular_values_near_one():
   assert np.diag(s).min() > 0.6 and np.diag(s).max() < 1.2, np.diag(s)
 
 
+def test_polar_express_table_is_the_recorded_one_and_modded_nanogpts():
+  case = ox.Select(_DATA, 'muon_polar', dtype='float64', clip=None,
+                   shape_name='matrix')[0]
+  assert case['kwargs']['ns_coeffs'] == [list(r) for r in
+                                         muon_lib.POLAR_EXPRESS]
+  # As a list of triples it gives the same numbers as by name.
+  p = optimizers.Muon.Params().Set(
+      ns_coeffs=[list(r) for r in muon_lib.POLAR_EXPRESS])
+  ox.AssertMatches(ox.RunOurs(p, case), case, rtol=1e-6)
+
+
+def _NumpyPolarExpress(g, steps=5, eps=1e-6, safety=2e-2):
+  # modded-nanogpt's polar_express(G) (train_gpt.py), float64 for bfloat16.
+  x = np.asarray(g, np.float64)
+  transposed = x.shape[0] > x.shape[1]
+  if transposed:
+    x = x.T
+  x = x / (np.linalg.norm(x) * (1 + safety) + eps)
+  for a, b, c in muon_lib.POLAR_EXPRESS[:steps]:
+    gram = x @ x.T
+    x = a * x + (b * gram + c * gram @ gram) @ x
+  return x.T if transposed else x
+
+
+def test_polar_express_with_safety_is_modded_nanogpts_and_nearer_one():
+  x = np.random.RandomState(0).randn(12, 7)
+  o = muon_lib.NewtonSchulz(tf.constant(x), 5, 'polar_express', 1e-6,
+                            safety=0.02).numpy()
+  np.testing.assert_allclose(o, _NumpyPolarExpress(x), rtol=1e-10,
+                             atol=1e-12)
+  # Its singular values are nearer 1 than K. Jordan's after the same five
+  # steps (the point of the paper): here within [0.87, 1.0] against
+  # [0.68, 1.13].
+  pe = np.linalg.svd(o, compute_uv=False)
+  jordan = np.linalg.svd(_NumpyNs(x), compute_uv=False)
+  assert np.abs(pe - 1).max() < 0.6 * np.abs(jordan - 1).max(), (pe, jordan)
+
+
+def test_a_short_table_repeats_its_last_row():
+  x = np.random.RandomState(1).randn(3, 5)
+  one = muon_lib.NewtonSchulz(tf.constant(x), 4, [[3.4445, -4.7750, 2.0315]],
+                              1e-8).numpy()
+  np.testing.assert_allclose(one, _NumpyNs(x, steps=4), rtol=1e-12)
+  two = muon_lib.NewtonSchulz(
+      tf.constant(x), 3, [[2.0, -1.5, 0.5], [3.4445, -4.7750, 2.0315]],
+      1e-8).numpy()
+  y = x / (np.linalg.norm(x) + 1e-8)
+  for a, b, c in ((2.0, -1.5, 0.5), (3.4445, -4.7750, 2.0315),
+                  (3.4445, -4.7750, 2.0315)):
+    gram = y @ y.T
+    y = a * y + (b * gram + c * gram @ gram) @ y
+  np.testing.assert_allclose(two, y, rtol=1e-12)
+
+
 def test_matrix_shape_flattens_all_but_the_last_axis():
   assert muon_lib.MatrixShape([4, 3]) == [4, 3]
   assert muon_lib.MatrixShape([3, 3, 2, 4]) == [18, 4]
@@ -185,6 +240,10 @@ def test_a_scalar_is_refused_through_a_learner():
     ('rate_scaling', 'spectral', "rate_scaling='spectral'"),
     ('ns_coeffs', [3.4, -4.7], 'ns_coeffs=[3.4, -4.7]'),
     ('ns_coeffs', [3.4, float('nan'), 2.0], 'ns_coeffs'),
+    ('ns_coeffs', 'polar', "ns_coeffs='polar'"),
+    ('ns_coeffs', [[3.4, -4.7, 2.0], [3.4, -4.7]], 'ns_coeffs=[[3.4'),
+    ('ns_coeffs', [], 'ns_coeffs=[]'),
+    ('ns_safety', -0.02, 'ns_safety'),
     ('beta', 1.0, 'beta'),
     ('ns_steps', 0, 'ns_steps'),
     ('epsilon', 0.0, 'epsilon'),
@@ -236,10 +295,14 @@ def test_params_round_trip_through_text():
   p = optimizers.Muon.Params().Set(
       momentum_form='reference', rate_scaling='moonlight', rms_rate=0.3,
       ns_coeffs=[3.0, -4.0, 2.0], ns_steps=4, nesterov=False, beta=0.9)
-  text = p.ToText()
-  again = optimizers.Muon.Params().FromText(text)
-  assert again == p and again.ToText() == text
-  assert isinstance(again, hyperparams.InstantiableParams)
+  for coeffs in ([3.0, -4.0, 2.0], 'polar_express', None, 'jordan',
+                 [[3.0, -4.0, 2.0], [2.0, -1.5, 0.5]]):
+    p.Set(ns_coeffs=coeffs, ns_safety=0.02)
+    text = p.ToText()
+    again = optimizers.Muon.Params().FromText(text)
+    assert again == p and again.ToText() == text
+    assert isinstance(again, hyperparams.InstantiableParams)
+    again.Instantiate()
 
 
 def _Run(steps, restore_from=None, save_to=None):
@@ -308,3 +371,74 @@ def test_mirrored_replicas_apply_as_a_single_device_run():
   assert not np.allclose(w_ref.numpy(), init)
   for count in strategy.experimental_local_results(opt.num_updates):
     assert int(count.numpy()) == 2
+
+
+# ---- same-shape batching (issue 40 item 2) ----------------------------------
+
+
+def _RunMany(p, present, steps=3, mode='eager'):
+  """Five variables (two [4, 3], a [2, 2, 3] kernel, two [3, 5]); each step
+  applies the gradients of the names in `present` only (a subset, as a
+  caller sharding whole tensors gives). Returns weights and slots."""
+  rng = np.random.RandomState(0)
+  shapes = [(4, 3), (4, 3), (2, 2, 3), (3, 5), (3, 5)]
+  vs = [tf.Variable(rng.randn(*s).astype(np.float32), name='w%d' % i)
+        for i, s in enumerate(shapes)]
+  grads = [[rng.randn(*s).astype(np.float32) for s in shapes]
+           for _ in range(steps)]
+  opt = p.Copy().Set(name='o', weight_decay_exclude=['w3']).Instantiate()
+  opt.Bind(vs)
+
+  def Step(g):
+    opt.Apply(0.1, NestedMap({'w%d' % i: VarGrad(v, g[i])
+                              for i, v in enumerate(vs) if i in present}))
+
+  if mode != 'eager':
+    Step = tf.function(Step, jit_compile=(mode == 'xla'))
+  for g in grads:
+    Step([tf.constant(x) for x in g])
+  return [v.numpy() for v in vs] + [
+      x.numpy() for v in vs for _, x in sorted(opt.GetSlots(v).items())]
+
+
+@pytest.mark.parametrize('cls', ['Muon', 'NorMuon'])
+@pytest.mark.parametrize('present', [(0, 1, 2, 3, 4), (1, 2, 4), (0, 3)])
+def test_batched_shapes_equal_the_per_variable_path(cls, present):
+  # [4, 3] and [2, 2, 3] share the matrix [4, 3]: one stack of three (or
+  # of what `present` holds of them); w3 is excluded from weight decay.
+  # The batched matmul rounds differently from n single ones: 1e-6.
+  p = getattr(optimizers, cls).Params().Set(decoupled_weight_decay=0.1)
+  per_var = _RunMany(p.Copy().Set(batch_shapes=False), present)
+  batched = _RunMany(p, present)
+  for a, b in zip(per_var, batched):
+    np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-6)
+  untouched = _RunMany(p, ())
+  for i in range(5):
+    assert (i in present) != np.array_equal(batched[i], untouched[i])
+
+
+def test_batched_shapes_under_xla_equal_eager():
+  p = optimizers.NorMuon.Params().Set(decoupled_weight_decay=0.1)
+  eager = _RunMany(p, (0, 1, 2, 3, 4))
+  for a, b in zip(eager, _RunMany(p, (0, 1, 2, 3, 4), mode='xla')):
+    np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize('rule', ['muon_wd', 'muon_polar'])
+def test_a_stack_of_one_recorded_case_matches_optax(rule):
+  # Three copies of the conv case's weight in one Apply: one stack of
+  # three [18, 4] matrices, each copy must be optax's trajectory.
+  case = ox.Select(_DATA, rule, dtype='float32', clip=None,
+                   shape_name='conv')[0]
+  shape = case['shape']
+  init = np.asarray(case['init'], np.float32).reshape(shape)
+  vs = [tf.Variable(init, name='w%d' % i) for i in range(3)]
+  opt = _Params(rule).Set(name='o').Instantiate().Bind(vs)
+  out = []
+  for g in case['grads']:
+    g = tf.constant(np.asarray(g, np.float32).reshape(shape))
+    opt.Apply(case['lr'], NestedMap(
+        {'w%d' % i: VarGrad(v, g) for i, v in enumerate(vs)}))
+    out.append([v.numpy() for v in vs])
+  for i in range(3):
+    ox.AssertMatches(np.stack([o[i] for o in out]), case, rtol=1e-6)

@@ -101,6 +101,7 @@ _PARAMS = {
     'schedule_free_adamw': optimizers.ScheduleFreeAdamW.Params().Set(
         warmup_steps=3, decoupled_weight_decay=0.1),
     'muon': optimizers.Muon.Params(),
+    'normuon': optimizers.NorMuon.Params().Set(decoupled_weight_decay=0.1),
     'lars': lars.Lars.Params().Set(optimizer=optimizers.Adam.Params(),
                                    eta=0.01, weight_decay=0.01),
     'ema': ema.Ema.Params().Set(optimizer=optimizers.Momentum.Params(),
@@ -128,8 +129,8 @@ _PARAMS = {
 }
 
 
-# Rules that update matrices only (Muon refuses a vector at Bind).
-_SHAPES = {'muon': ((2, 3), (3, 1))}
+# Rules that update matrices only (Muon, NorMuon refuse a vector at Bind).
+_SHAPES = {'muon': ((2, 3), (3, 1)), 'normuon': ((2, 3), (3, 1))}
 # Variables in another dtype than float32 (master_weights needs 16-bit ones).
 _DTYPES = {'adam_master_weights': tf.bfloat16}
 

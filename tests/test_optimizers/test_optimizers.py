@@ -180,10 +180,14 @@ _CASES += [
 _IDS = [c[0] for c in _CASES]
 
 # Rules for matrices only (the cases above include a vector): checked
-# against references in their own test modules (test_muon.py), and here
-# under tf.function and XLA.
+# against references in their own test modules (test_muon.py,
+# test_normuon.py), and here under tf.function and XLA.
 _MATRIX_CASES = [
     ('muon', optimizers.Muon.Params().Set(decoupled_weight_decay=0.1), None),
+    ('muon_polar_express', optimizers.Muon.Params().Set(
+        ns_coeffs='polar_express', ns_safety=0.02), None),
+    ('normuon', optimizers.NorMuon.Params().Set(decoupled_weight_decay=0.1),
+     None),
 ]
 
 # Rules whose step reads global norms over all variables (DoG, DoWG): the

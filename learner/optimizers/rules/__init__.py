@@ -7,7 +7,9 @@
   lamb.py       LAMB                         lion.py       Lion
   adam_family.py  Nadam, RAdam, Adamax, AMSGrad, ADOPT (optax's form)
   schedule_free.py  ScheduleFreeSGD, ScheduleFreeAdamW (eval weights x)
-  muon.py       Muon (Newton-Schulz orthogonalised momentum; matrices only)
+  muon.py       Muon (Newton-Schulz orthogonalised momentum; matrices only;
+                Polar Express coefficient tables)
+  normuon.py    NorMuon (Muon with a per-neuron second moment after NS)
   ademamix.py   AdEMAMix (Adam plus a slow EMA; issue 37's example rule)
   simplified_ademamix.py  SimplifiedAdEMAMix (one undamped momentum)
   dog.py        DoG, DoWG (learning-rate free; global norms, not sharded)
@@ -42,6 +44,7 @@ from learner.optimizers.rules import lion
 from learner.optimizers.rules import madgrad
 from learner.optimizers.rules import momentum
 from learner.optimizers.rules import muon
+from learner.optimizers.rules import normuon
 from learner.optimizers.rules import rmsprop
 from learner.optimizers.rules import schedule_free
 from learner.optimizers.rules import shampoo
@@ -81,6 +84,9 @@ RULES = (
               weight_decay='decoupled_weight_decay')),
     Rule(muon.Muon, ('muon',),
          {'momentum': 'beta', 'weight_decay': 'decoupled_weight_decay'}),
+    Rule(normuon.NorMuon, ('normuon',),
+         {'momentum': 'beta', 'weight_decay': 'decoupled_weight_decay',
+          'eps': 'row_epsilon'}),
     Rule(ademamix.AdEMAMix, ('ademamix',), dict(
         _BETAS, beta_3='beta3', weight_decay='decoupled_weight_decay')),
     Rule(simplified_ademamix.SimplifiedAdEMAMix, ('simplified_ademamix',),

@@ -4,9 +4,10 @@
   u = beta m / (1 - beta^(t+1)) + (1 - beta) g / (1 - beta^t)   (nesterov)
     = m / (1 - beta^t)                                          (otherwise)
   O = NS5(u as a [fan_in, fan_out] matrix);  w <- w - lr * s * O
-  NS5: X = U / (||U||_F + eps), transposed if rows > cols; 5 times
-       A = X X^T;  X <- a X + (b A + c A A) X,  (a, b, c) = (3.4445, -4.7750,
-       2.0315); transposed back.
+  NS5: X = U / (||U||_F (1 + ns_safety) + eps), transposed if rows > cols;
+       for i < ns_steps: A = X X^T;  X <- a_i X + (b_i A + c_i A A) X,
+       (a_i, b_i, c_i) = (3.4445, -4.7750, 2.0315) (K. Jordan) or row i of
+       a table (Polar Express, Amsel et al. 2025); transposed back.
   s = sqrt(max(1, fan_out / fan_in))            (rate_scaling 'width')
     = rms_rate * sqrt(max(fan_in, fan_out))     (rate_scaling 'moonlight')
 
@@ -15,15 +16,21 @@ networks" (2024, github.com/KellerJordan/Muon, modded-nanogpt); the numbers
 are those of optax 0.2.8 `optax.contrib.muon` (its bias-corrected Nesterov
 form above); Liu et al., "Muon is Scalable for LLM Training" (Moonlight,
 arXiv:2502.16982) for the 'moonlight' scaling that matches AdamW's update
-RMS.
+RMS; Amsel, Persson, Musco, Gower, "The Polar Express" (arXiv:2505.16932)
+for the per-step table `POLAR_EXPRESS` (modded-nanogpt's rows), checked
+against optax 0.2.8 given the table as its (n, 3) `ns_coeffs`.
 """
 
+import collections
 import math
 
 import tensorflow as tf
 
+from learner.optimizers import cautious as cautious_lib
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.base import BaseOptimizer
+from learner.optimizers.kernels import accelerators
+from learner.optimizers.kernels import low_precision
 from learner.optimizers.rules import adam
 from params import NestedMap
 from params import checks
@@ -32,33 +39,98 @@ MOMENTUM_FORMS = ('optax', 'reference')
 RATE_SCALINGS = ('width', 'moonlight')
 
 
-def NewtonSchulz(x, steps, coeffs, eps):
-  """The quintic Newton-Schulz iteration: approximately U V^T of x = U S V^T.
+# Polar Express (Amsel, Persson, Musco, Gower 2025, "The Polar Express:
+# Optimal Matrix Sign Methods and Their Application to the Muon Algorithm",
+# arXiv:2505.16932): one (a, b, c) per iteration, each step's quintic the
+# minimax-optimal one for the interval of singular values the previous steps
+# leave, made safe against rounding with the paper's safety factor 2e-2.
+# These are the five rows modded-nanogpt uses (github.com/KellerJordan/
+# modded-nanogpt, train_gpt.py, `polar_express_coeffs`, computed by the
+# paper's code for 5 steps with safety 2e-2; pytorch-optimizer 4.1.0's
+# 8-row 'polar_express_safer' shares its first four rows), where x is first
+# divided by ||x||_F * (1 + 2e-2) + 1e-6: our ns_safety=0.02, epsilon=1e-6.
+POLAR_EXPRESS = (
+    (8.156554524902461, -22.48329292557795, 15.878769915207462),
+    (4.042929935166739, -2.808917465908714, 0.5000178451051316),
+    (3.8916678022926607, -2.772484153217685, 0.5060648178503393),
+    (3.285753657755655, -2.3681294933425376, 0.46449024233003106),
+    (2.3465413258596377, -1.7097828382687081, 0.42323551169305323),
+)
+JORDAN = ((3.4445, -4.7750, 2.0315),)  # K. Jordan's one triple, every step.
+NS_TABLES = {'jordan': JORDAN, 'polar_express': POLAR_EXPRESS}
 
-  Each step maps X to a X + b (X X^T) X + c (X X^T)^2 X; the coefficients
-  maximise the slope at 0, so the singular values land near 1 (in about
-  [0.7, 1.2]) rather than exactly on it (K. Jordan et al. 2024). Runs on the
-  wide orientation (x transposed when it has more rows than columns, so
-  X X^T is the smaller Gram matrix) and transposes back.
+
+def CoefficientTable(ns_coeffs):
+  """ns_coeffs (a name, one triple or a list of triples) as a list of triples.
 
   Args:
-    x: float tensor [rows, cols] (static shape).
+    ns_coeffs: None (K. Jordan's), a key of `NS_TABLES` ('jordan',
+      'polar_express'), three
+      numbers (a, b, c) used at every step, or a list of such triples (one
+      per step; the last one repeats when there are fewer than the steps).
+
+  Returns:
+    A list of (a, b, c) tuples of Python floats, or None when `ns_coeffs`
+    is none of these forms (so the caller can refuse it, naming its key).
+  """
+  if ns_coeffs is None:
+    return list(JORDAN)
+  if isinstance(ns_coeffs, str):
+    table = NS_TABLES.get(ns_coeffs)
+    return [tuple(row) for row in table] if table else None
+  if not isinstance(ns_coeffs, (list, tuple)) or not ns_coeffs:
+    return None
+  rows = ([ns_coeffs] if not isinstance(ns_coeffs[0], (list, tuple))
+          else list(ns_coeffs))
+  out = []
+  for row in rows:
+    if (not isinstance(row, (list, tuple)) or len(row) != 3 or
+        any(isinstance(k, (bool, list, tuple, str)) or
+            checks.Real().Problem(k) for k in row)):
+      return None
+    out.append(tuple(float(k) for k in row))
+  return out
+
+
+def NewtonSchulz(x, steps, coeffs, eps, safety=0.0):
+  """The quintic Newton-Schulz iteration: approximately U V^T of x = U S V^T.
+
+  Each step maps X to a X + b (X X^T) X + c (X X^T)^2 X. K. Jordan's one
+  triple maximises the slope at 0, so the singular values land near 1 (in
+  about [0.7, 1.2]) rather than exactly on it (K. Jordan et al. 2024);
+  Polar Express's per-step triples (`POLAR_EXPRESS`) bring them closer in
+  the same five steps. Runs on the wide orientation (x transposed when it
+  has more rows than columns, so X X^T is the smaller Gram matrix) and
+  transposes back. A batch of matrices [..., rows, cols] is iterated as one
+  batched matmul chain (each matrix its own norm).
+
+  Args:
+    x: float tensor [..., rows, cols] (static shape).
     steps: Python int, the iterations.
-    coeffs: (a, b, c) Python floats.
+    coeffs: one (a, b, c) triple of Python floats, or a list of triples:
+      step i uses coeffs[min(i, len(coeffs) - 1)] (as pytorch-optimizer and
+      modded-nanogpt; optax 0.2.8 runs exactly len(coeffs) steps of an
+      (n, 3) table, the same when steps == n).
     eps: Python float added to the Frobenius norm x is divided by first.
+    safety: Python float; the norm is multiplied by 1 + safety first
+      (modded-nanogpt's Polar Express: 0.02; optax and K. Jordan: 0).
 
   Returns:
     A tensor of x's shape and dtype.
   """
-  transposed = x.shape[0] > x.shape[1]
+  table = CoefficientTable(coeffs)
+  transposed = x.shape[-2] > x.shape[-1]
   if transposed:
-    x = tf.transpose(x)
-  x = x / (tf.norm(x) + tf.constant(eps, x.dtype))
-  a, b, c = [tf.constant(k, x.dtype) for k in coeffs]
-  for _ in range(steps):
+    x = tf.linalg.matrix_transpose(x)
+  norm = tf.norm(x, axis=[-2, -1], keepdims=True)
+  if safety:
+    norm *= tf.constant(1. + safety, x.dtype)
+  x = x / (norm + tf.constant(eps, x.dtype))
+  for i in range(steps):
+    a, b, c = [tf.constant(k, x.dtype) for k in table[min(i, len(table) - 1)]]
     gram = tf.matmul(x, x, transpose_b=True)
     x = a * x + tf.matmul(b * gram + c * tf.matmul(gram, gram), x)
-  return tf.transpose(x) if transposed else x
+  return tf.linalg.matrix_transpose(x) if transposed else x
 
 
 def MatrixShape(shape):
@@ -114,6 +186,16 @@ class Muon(BaseOptimizer):
   (tests/test_optimizers/test_muon.py). Keras gives a conv kernel to AdamW;
   we flatten it to one matrix, as optax with reduction axes (0, 1, 2).
 
+  Several matrices of one shape in one Apply (batch_shapes, default on;
+  issue 40 item 2) are orthogonalised as one stack [n, fan_in, fan_out]:
+  one batched matmul chain per shape instead of one per variable, on
+  whatever subset of the variables Apply receives; within 1e-6 of the
+  per-variable numbers (a batched matmul rounds differently). On this
+  project's 2-core CPU NS is ~88 % of the Muon update on
+  lm.CharTransformerMuon's 8 matrices and batching did not measurably
+  speed it up (tools/measure_muon.py update; the win is fewer kernel
+  launches on an accelerator).
+
   Not a matrix, not Muon: optax.contrib.muon routes every non-2-D variable
   to its own AdamW; we refuse them at `Bind` instead, so the split is
   explicit: two learners, Muon on the matrices of the body, AdamW on
@@ -121,8 +203,8 @@ class Muon(BaseOptimizer):
 
   Raises:
     ValueError: at construction, a beta outside [0, 1), ns_steps < 1,
-      epsilon <= 0, rms_rate <= 0, three ns_coeffs that are not finite
-      numbers, or an unknown momentum_form / rate_scaling (one line naming
+      epsilon <= 0, rms_rate <= 0, ns_safety < 0, ns_coeffs that are not
+      three finite numbers, a list of them or a table's name, or an unknown momentum_form / rate_scaling (one line naming
       the key, the value and the fix); at `Bind`, a variable of rank < 2
       (one line naming the variable and the fix).
   """
@@ -138,13 +220,25 @@ class Muon(BaseOptimizer):
              'bias-corrected momentum; reference: K. Jordan\'s Muon (no bias '
              'correction; differs from the second update on).')
     p.Define('ns_steps', 5, 'Newton-Schulz iterations per update.')
-    p.Define('ns_coeffs', [3.4445, -4.7750, 2.0315],
-             'Quintic Newton-Schulz coefficients (a, b, c).')
+    p.Define('ns_coeffs', None,
+             'Quintic Newton-Schulz coefficients: None or \'jordan\' (K. '
+             'Jordan\'s (3.4445, -4.7750, 2.0315) at every step), '
+             '\'polar_express\' (Amsel et al. 2025, modded-nanogpt\'s five '
+             'rows), one (a, b, c) for every step, or a list of triples '
+             '(step i uses row min(i, n - 1)).')
+    p.Define('ns_safety', 0.0, 'x is divided by ||x||_F * (1 + ns_safety) + '
+             'epsilon before Newton-Schulz (modded-nanogpt\'s Polar Express: '
+             '0.02; optax, K. Jordan: 0).')
     p.Define('epsilon', 1e-8, 'Added to the Frobenius norm before NS '
              '(optax 1e-8; K. Jordan and Keras 1e-7).')
     p.Define('rate_scaling', 'width', 'width: s = sqrt(max(1, fan_out / '
              'fan_in)) (optax, K. Jordan); moonlight: s = rms_rate * '
              'sqrt(max(fan_in, fan_out)) (Liu et al. 2025, Keras).')
+    p.Define('batch_shapes', True, 'Orthogonalise the variables of one '
+             '[fan_in, fan_out] and dtype that an Apply receives as one '
+             'stack: one batched Newton-Schulz matmul chain instead of one '
+             'per variable (the same numbers within 1e-6: a batched matmul '
+             'rounds differently).')
     p.Define('rms_rate', 0.2, 'The update RMS that rate_scaling=moonlight '
              'aims at (AdamW\'s, ~0.2); unused by width.')
     return p
@@ -158,7 +252,9 @@ class Muon(BaseOptimizer):
         ns_steps=checks.Int(1, example=5),
         epsilon=checks.Real(0, low_open=True, example=1e-8,
                             why='0 gives 0/0 = NaN on a zero gradient'),
-        rms_rate=checks.Real(0, low_open=True, example=0.2))
+        rms_rate=checks.Real(0, low_open=True, example=0.2),
+        ns_safety=checks.Real(0, example=0.02,
+                              why='a negative margin shrinks the norm'))
     return specs
 
   def __init__(self, params):
@@ -171,13 +267,12 @@ class Muon(BaseOptimizer):
             '%s: %s=%r is not one of %s; set %s to one of them (default '
             '%r).' % (checks.Where(self), key, getattr(p, key), list(allowed), key,
                       allowed[0]))
-    coeffs = p.ns_coeffs
-    if (not isinstance(coeffs, (list, tuple)) or len(coeffs) != 3 or
-        any(checks.Real().Problem(c) for c in coeffs)):
+    if CoefficientTable(p.ns_coeffs) is None:
       raise ValueError(
-          '%s: ns_coeffs=%r must be three finite numbers (a, b, c); set '
-          'ns_coeffs=[3.4445, -4.775, 2.0315] (the default).' %
-          (checks.Where(self), coeffs))
+          '%s: ns_coeffs=%r must be three finite numbers (a, b, c), a list '
+          'of such triples or one of %s; set ns_coeffs=None (the default, '
+          'K. Jordan\'s [3.4445, -4.775, 2.0315]) or \'polar_express\'.' %
+          (checks.Where(self), p.ns_coeffs, sorted(NS_TABLES)))
 
   def Bind(self, vmap):
     """Refuses a variable of rank < 2, then binds as every optimizer.
@@ -233,16 +328,130 @@ class Muon(BaseOptimizer):
       return p.rms_rate * math.sqrt(max(fan_in, fan_out))
     return math.sqrt(max(1., fan_out / fan_in))
 
+  def _Momentum(self, s, g, slots):
+    """(u, new slots): the momentum step and the direction to orthogonalise.
+
+    Elementwise, so `g` and the slots may be one variable or a stack of
+    several of one shape (`Muon` batches them); u has g's shape.
+    """
+    m_new = s.beta * slots['m'] + s.one_minus_beta * g
+    return self._Direction(s, g, m_new), {'m': m_new}
+
+  def _Orthogonalize(self, u):
+    """NewtonSchulz of u [..., fan_in, fan_out] with this rule's params."""
+    p = self.params
+    return NewtonSchulz(u, p.ns_steps, p.ns_coeffs, p.epsilon, p.ns_safety)
+
+  def _Finish(self, s, o, slots, new_slots):
+    """(delta, new slots) from o = NS(u) [..., fan_in, fan_out]: lr * s * o.
+
+    `slots` are the old values (a subclass may keep more state: NorMuon);
+    every matrix of a batch has the same [fan_in, fan_out].
+    """
+    del slots
+    fan_in, fan_out = o.shape.as_list()[-2:]
+    return s.lr * tf.constant(self._Scale(fan_in, fan_out), o.dtype) * o, (
+        new_slots)
+
   def _Step(self, s, w, g, slots):
     """Muon on a whole variable (only `w`'s shape is read)."""
-    p = self.params
-    m_new = s.beta * slots['m'] + s.one_minus_beta * g
     shape = w.shape.as_list()
-    fan_in, fan_out = MatrixShape(shape)
-    u = tf.reshape(self._Direction(s, g, m_new), [fan_in, fan_out])
-    o = NewtonSchulz(u, p.ns_steps, p.ns_coeffs, p.epsilon)
-    step = s.lr * tf.constant(self._Scale(fan_in, fan_out), g.dtype)
-    return step * tf.reshape(o, shape), {'m': m_new}
+    matrix = MatrixShape(shape)
+    u, new = self._Momentum(s, g, slots)
+    o = self._Orthogonalize(tf.reshape(u, matrix))
+    delta, new = self._Finish(s, o, self._AsMatrix(slots, shape), new)
+    return tf.reshape(delta, shape), new
+
+  def _AsMatrix(self, slots, shape):
+    """The slots of a variable of `shape` as `_Finish` reads them: those of
+    the variable's shape reshaped to [fan_in, fan_out], the rest as they
+    are."""
+    return {k: tf.reshape(v, MatrixShape(shape))
+            if v.shape.as_list() == list(shape) else v
+            for k, v in slots.items()}
+
+  # ---- several matrices of one shape in one chain ---------------------------
+
+  def _BatchReason(self, present):
+    """None if `present` may be stepped in same-shape batches, else why not."""
+    if not self.params.batch_shapes:
+      return 'batch_shapes=False'
+    if self.params.slot_dtype is not None:
+      return 'slot_dtype (slots read and stored per variable)'
+    if cautious_lib.Reason(self.params):
+      return cautious_lib.Reason(self.params)
+    if any(low_precision.HasMaster(self, vg.var) for vg in present):
+      return low_precision.MASTER_REASON
+    return None
+
+  def _ApplyAll(self, update, present, measure):
+    """Variables of one [fan_in, fan_out] and dtype orthogonalised as one
+    stack (issue 40 item 2).
+
+    Whatever subset of the bound variables `present` holds (a caller may
+    apply some of them: whole-tensor sharding over replicas), those that
+    share a matrix shape and dtype go through one batched `_Orthogonalize`
+    of their stacked directions [n, fan_in, fan_out] (`_ApplyStack`); the
+    momentum, `_Finish` and the weight decay stay per variable, as in
+    `_ApplyOne` (stacking them copied the weights, gradients and slots and
+    measured slower). A shape held by one variable, or a reason in
+    `_BatchReason`, takes the per-variable path.
+    """
+    if self._BatchReason(present):
+      return super()._ApplyAll(update, present, measure)
+    groups = collections.OrderedDict()
+    for vg in present:
+      key = (tuple(MatrixShape(vg.var.shape.as_list())), vg.var.dtype)
+      groups.setdefault(key, []).append(vg)
+    ops = []
+    for vgs in groups.values():
+      if len(vgs) == 1:
+        ops.append(self._ApplyOne(update, vgs[0].var, vgs[0].grad,
+                                  self.GetSlots(vgs[0].var)))
+      else:
+        ops.extend(self._ApplyStack(update, vgs))
+    return ops
+
+  def _ApplyStack(self, update, vgs):
+    """The update of `vgs` (one matrix shape and dtype): `_Momentum` and
+    `_Finish` per variable, as `_ApplyOne`, and one `_Orthogonalize` of
+    their stacked directions (stacking only u: the weights, gradients and
+    slots are not copied)."""
+    variables = [vg.var for vg in vgs]
+    matrix, dtype = MatrixShape(variables[0].shape.as_list()), vgs[0].var.dtype
+    s = self._Scalars(update, dtype)
+    slot_vars = [self.GetSlots(v) for v in variables]
+    directions, news, decays = [], [], []
+    for vg, slots in zip(vgs, slot_vars):
+      var = vg.var
+      g = accelerators.Scaled(tf.convert_to_tensor(vg.grad), update.grad_scale)
+      u, new = self._Momentum(s, g, {k: x.read_value()
+                                     for k, x in slots.items()})
+      directions.append(tf.reshape(u, matrix))
+      news.append(new)
+      decays.append(None)
+      if (self.WeightDecayOn() and not type(self).DECAY_IN_STEP and
+          self._decay_mask.get(var_grad_lib.VarName(var), True)):
+        rate = tf.cast(update.lr * self.Hyper('decoupled_weight_decay'),
+                       dtype)
+        decays[-1] = rate * tf.identity(var.read_value())
+    o = tf.unstack(self._Orthogonalize(tf.stack(directions)))
+    ops = []
+    for i, (var, slots) in enumerate(zip(variables, slot_vars)):
+      shape = var.shape.as_list()
+      delta, new = self._Finish(
+          s, o[i], self._AsMatrix({k: x.read_value() for k, x in
+                                   slots.items()}, shape), news[i])
+      assigns = [slots[k].assign(tf.reshape(v, slots[k].shape),
+                                 read_value=False)
+                 for k, v in sorted(new.items())]
+      with tf.control_dependencies(assigns):
+        op = var.assign_sub(tf.reshape(delta, shape), read_value=False)
+      if decays[i] is not None:
+        with tf.control_dependencies([op]):
+          op = var.assign_sub(decays[i], read_value=False)
+      ops.append(op)
+    return [None if tf.executing_eagerly() else tf.group(ops)]
 
   @classmethod
   def TwoLearners(cls, learner, matrices, muon=None, adamw=None,
