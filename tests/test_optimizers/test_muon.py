@@ -407,7 +407,8 @@ def test_batched_shapes_equal_the_per_variable_path(cls, present):
   # [4, 3] and [2, 2, 3] share the matrix [4, 3]: one stack of three (or
   # of what `present` holds of them); w3 is excluded from weight decay.
   # The batched matmul rounds differently from n single ones: 1e-6.
-  p = getattr(optimizers, cls).Params().Set(decoupled_weight_decay=0.1)
+  p = getattr(optimizers, cls).Params().Set(decoupled_weight_decay=0.1,
+                                            batch_shapes=True)
   per_var = _RunMany(p.Copy().Set(batch_shapes=False), present)
   batched = _RunMany(p, present)
   for a, b in zip(per_var, batched):
@@ -418,7 +419,8 @@ def test_batched_shapes_equal_the_per_variable_path(cls, present):
 
 
 def test_batched_shapes_under_xla_equal_eager():
-  p = optimizers.NorMuon.Params().Set(decoupled_weight_decay=0.1)
+  p = optimizers.NorMuon.Params().Set(decoupled_weight_decay=0.1,
+                                      batch_shapes=True)
   eager = _RunMany(p, (0, 1, 2, 3, 4))
   for a, b in zip(eager, _RunMany(p, (0, 1, 2, 3, 4), mode='xla')):
     np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-6)
@@ -433,7 +435,7 @@ def test_a_stack_of_one_recorded_case_matches_optax(rule):
   shape = case['shape']
   init = np.asarray(case['init'], np.float32).reshape(shape)
   vs = [tf.Variable(init, name='w%d' % i) for i in range(3)]
-  opt = _Params(rule).Set(name='o').Instantiate().Bind(vs)
+  opt = _Params(rule).Set(name='o', batch_shapes=True).Instantiate().Bind(vs)
   out = []
   for g in case['grads']:
     g = tf.constant(np.asarray(g, np.float32).reshape(shape))

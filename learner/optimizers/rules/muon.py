@@ -186,8 +186,9 @@ class Muon(BaseOptimizer):
   (tests/test_optimizers/test_muon.py). Keras gives a conv kernel to AdamW;
   we flatten it to one matrix, as optax with reduction axes (0, 1, 2).
 
-  Several matrices of one shape in one Apply (batch_shapes, default on;
-  issue 40 item 2) are orthogonalised as one stack [n, fan_in, fan_out]:
+  With batch_shapes=True (issue 40 item 2; off by default, which keeps the
+  per-variable numbers), several matrices of one shape in one Apply are
+  orthogonalised as one stack [n, fan_in, fan_out]:
   one batched matmul chain per shape instead of one per variable, on
   whatever subset of the variables Apply receives; within 1e-6 of the
   per-variable numbers (a batched matmul rounds differently). On this
@@ -234,7 +235,7 @@ class Muon(BaseOptimizer):
     p.Define('rate_scaling', 'width', 'width: s = sqrt(max(1, fan_out / '
              'fan_in)) (optax, K. Jordan); moonlight: s = rms_rate * '
              'sqrt(max(fan_in, fan_out)) (Liu et al. 2025, Keras).')
-    p.Define('batch_shapes', True, 'Orthogonalise the variables of one '
+    p.Define('batch_shapes', False, 'Orthogonalise the variables of one '
              '[fan_in, fan_out] and dtype that an Apply receives as one '
              'stack: one batched Newton-Schulz matmul chain instead of one '
              'per variable (the same numbers within 1e-6: a batched matmul '
