@@ -394,26 +394,24 @@ class HomeState(tf.Module):
   def _GatherWeights(self, r, weights):
     """Packs replica r's updated home `weights` ({index: _Value}), gathers
     every replica's, writes each variable from its home's segment."""
-    writes = []
-    by_dtype = {}
-    for i, v in enumerate(self._plan.variables):
+    variables, homes = self._plan.variables, self._plan.homes
+    writes, by_dtype = [], {}
+    for i, v in enumerate(variables):
       by_dtype.setdefault(v.dtype.name, []).append(i)
     for _, indices in sorted(by_dtype.items()):
-      sizes = [int(self._plan.variables[i].shape.num_elements()) for i in indices]
-      per = [[(i, n) for i, n in zip(indices, sizes) if self._plan.homes[i] == h]
-             for h in range(self.num_replicas)]
+      per = [[(i, int(variables[i].shape.num_elements())) for i in indices
+              if homes[i] == h] for h in range(self.num_replicas)]
       width = max(1, max(sum(n for _, n in p) for p in per))
-      dtype = self._plan.variables[indices[0]].dtype
       parts = [tf.reshape(weights[i].value, [-1]) for i, _ in per[r]]
       pad = width - sum(n for _, n in per[r])
       if pad or not parts:
-        parts.append(tf.zeros([pad], dtype))
+        parts.append(tf.zeros([pad], variables[indices[0]].dtype))
       mine = tf.ensure_shape(tf.concat(parts, axis=0), [width])
       flat = self._all_gather(mine)
       for h, p in enumerate(per):
         off = h * width
         for i, n in p:
-          v = self._plan.variables[i]
+          v = variables[i]
           writes.append(tf.raw_ops.AssignVariableOp(
               resource=v.handle, value=tf.reshape(flat[off:off + n], v.shape)))
           off += n

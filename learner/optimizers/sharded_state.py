@@ -46,9 +46,12 @@ Such a checkpoint restores under ZeRO-1 only (the unsharded int8 slot
 saves its blocks' codes and scales under keys of its own).
 
 Only rules that declare `ELEMENTWISE = True` can be sliced this way (and
-keep no weights to evaluate, `EVAL_WEIGHTS_LABEL`); others are refused
+keep no weights to evaluate, `EVAL_WEIGHTS_LABEL`); a rule that declares
+`WHOLE_TENSOR = True` (Muon, Adafactor, LAMB, SOAP) gets a home replica per
+variable instead (home_sharding.py, the same contract); others are refused
 with the reason, as are wrappers other than an outermost
-GradientAccumulation (whose accumulators stay full-size per replica).
+GradientAccumulation (whose accumulators stay full-size per replica) and
+Lars (`SHARDS_INNER`: its inner rule is sharded).
 """
 
 import math
@@ -87,7 +90,7 @@ def RuleToShard(path, optimizer):
   rule = _Unwrapped(optimizer)
   cls = type(rule)
   why = None
-  if rule.EvalAverages():
+  if rule.inner_optimizers and rule.EvalAverages():
     why = 'it keeps full-size averages of the weights to evaluate'
   elif rule.inner_optimizers:
     why = 'a wrapper other than GradientAccumulation (outermost) and Lars'

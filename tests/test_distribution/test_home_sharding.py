@@ -186,6 +186,7 @@ def _AssertBitEqual(a, b):
       np.testing.assert_array_equal(x, y, err_msg=k)
 
 
+@pytest.mark.slow  # ~20 s on a loaded 2-core machine.
 @pytest.mark.parametrize('name', ['muon', 'adafactor_factored'])
 def test_checkpoint_is_the_unsharded_one_and_restores_across_counts(
     strategy, name, tmp_path):
