@@ -269,7 +269,8 @@ def test_two_workers_homes_equal_unsharded(tmp_path):
   micro-batch, across 2 processes (zero_worker.py home)."""
   out_dir = str(tmp_path)
   logs = [os.path.join(out_dir, 'w%d.log' % i) for i in range(2)]
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
+  root = os.path.dirname(os.path.dirname(_HERE))  # The repository.
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=root)
   procs = launcher.StartWorkers(
       [sys.executable, os.path.join(_HERE, 'zero_worker.py'), out_dir,
        'home'], 2, env=env, log_paths=logs)
