@@ -309,14 +309,13 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     checkpointed views)} when it shards, else None; its `Apply(vgs,
     step_fn)` runs `step_fn([(var, grad, slots)])` on this replica's part
     (flat shards; home tensors: home_sharding.py) and writes the gathered
-    weights; `sharded`, `REASON`: whether it sharded, why no fused op runs;
-    `CheckRule(rule)` raises ValueError for a rule it cannot shard."""
+    weights; `CheckRule(rule)` raises ValueError for a rule it cannot shard.
+    """
     sharding.CheckRule(self)
     self.__dict__['_state_sharding'] = sharding
 
   def ShardCost(self, var):
-    """ZeRO-1 homes (WHOLE_TENSOR, home_sharding.py) balance this cost of
-    `var`: here its slots' bytes (Muon: its Newton-Schulz FLOPs)."""
+    """`var`'s cost that ZeRO-1 homes balance (home_sharding.py): bytes."""
     return home_sharding.SlotBytes(self, var)
 
   @property
