@@ -49,11 +49,14 @@ REPLICAS = (1, 2, 4)
 
 
 def _SetShard(lp, model_p):
-  """ZeRO-1 on a learner whose rule shards; a note naming it otherwise."""
+  """ZeRO-1 on a learner whose rule shards (flat slices for an ELEMENTWISE
+  rule, home replicas for a WHOLE_TENSOR one); a note naming it
+  otherwise."""
   del model_p
   rule = _Rule(lp).cls
-  if not rule.ELEMENTWISE:  # sharded_state.py would refuse it (exit 2).
-    return '%s unsharded (%s: not elementwise)' % (lp.name, rule.__name__)
+  if not (rule.ELEMENTWISE or rule.WHOLE_TENSOR):  # Refused (exit 2).
+    return '%s unsharded (%s: neither elementwise nor whole-tensor)' % (
+        lp.name, rule.__name__)
   lp.shard_optimizer_state = True
   return None
 
@@ -76,6 +79,13 @@ def _SetMaster(lp, model_p):
     model_p.dtype = tf.bfloat16
     model_p.fprop_dtype = tf.float32
   _Rule(lp).master_weights = True
+  rule = _Rule(lp).cls
+  if lp.shard_optimizer_state and not rule.ELEMENTWISE:
+    # Homes (home_sharding.py) keep no master: that learner stays unsharded.
+    lp.shard_optimizer_state = False
+    return '%s unsharded (%s: master_weights is not homed)' % (
+        lp.name, rule.__name__)
+  return None
 
 
 def _SetRemat(lp, model_p):

@@ -64,6 +64,7 @@ from params import BaseLayer
 from params import NestedMap
 from params import checks
 from learner.optimizers import cautious as cautious_lib
+from learner.optimizers import home_sharding
 from learner.optimizers import hyper as hyper_lib
 from learner.optimizers import kernels
 from learner.optimizers.kernels import accelerators
@@ -186,9 +187,11 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
   # True when the rule's `_Step` on one element reads only that element's
   # weight, gradient and slots (and the update's scalars): the base may
   # then run it on the rows of a lazy sparse gradient and on a flat shard
-  # of the weights (ZeRO-1, sharded_state.py). False: whole tensors (Muon,
-  # Adafactor, LAMB) or not a rule (wrappers).
+  # of the weights (ZeRO-1, sharded_state.py).
   ELEMENTWISE = False
+  # True when `_Step` on a variable reads only that variable (and the
+  # scalars): ZeRO-1 gives each a home replica (home_sharding.py).
+  WHOLE_TENSOR = False
   # The name of the rule's entry in kernels.ACCELERATORS (raw TF ops, fused
   # multi-tensor ops), or None: `_Step` runs as TF ops.
   ACCELERATOR = None
@@ -304,19 +307,16 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     Called by the learner before `Bind` (sharded_state.Install). The
     sharding's `Bind(rule, variables)` returns {variable name: slots (the
     checkpointed views)} when it shards, else None; its `Apply(vgs,
-    step_fn)` runs `step_fn([(var, grad, slots)])` on this replica's flat
-    shards and writes the gathered weights; `sharded` and `REASON` say
-    whether it sharded and why no fused op runs.
-
-    Raises:
-      ValueError: the rule is not ELEMENTWISE.
+    step_fn)` runs `step_fn([(var, grad, slots)])` on this replica's part
+    (flat shards; home tensors: home_sharding.py) and writes the gathered
+    weights; `CheckRule(rule)` raises ValueError for a rule it cannot shard.
     """
-    if not type(self).ELEMENTWISE:
-      raise ValueError('%s: %s is not an elementwise rule; its state cannot '
-                       'be sharded by flat slices.' % (self.path,
-                                                       type(self).__name__))
-    cautious_lib.CheckShardable(self)
+    sharding.CheckRule(self)
     self.__dict__['_state_sharding'] = sharding
+
+  def ShardCost(self, var):
+    """`var`'s cost that ZeRO-1 homes balance (home_sharding.py): bytes."""
+    return home_sharding.SlotBytes(self, var)
 
   @property
   def state_sharding(self):

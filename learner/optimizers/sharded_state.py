@@ -46,9 +46,12 @@ Such a checkpoint restores under ZeRO-1 only (the unsharded int8 slot
 saves its blocks' codes and scales under keys of its own).
 
 Only rules that declare `ELEMENTWISE = True` can be sliced this way (and
-keep no weights to evaluate, `EVAL_WEIGHTS_LABEL`); others are refused
+keep no weights to evaluate, `EVAL_WEIGHTS_LABEL`); a rule that declares
+`WHOLE_TENSOR = True` (Muon, Adafactor, LAMB, SOAP) gets a home replica per
+variable instead (home_sharding.py, the same contract); others are refused
 with the reason, as are wrappers other than an outermost
-GradientAccumulation (whose accumulators stay full-size per replica).
+GradientAccumulation (whose accumulators stay full-size per replica) and
+Lars (`SHARDS_INNER`: its inner rule is sharded).
 """
 
 import math
@@ -57,53 +60,61 @@ import weakref
 
 import tensorflow as tf
 
+from learner.optimizers import cautious as cautious_lib
+from learner.optimizers import home_sharding
 from learner.optimizers import rules as rules_lib
 from learner.optimizers.kernels import low_precision
 from learner.optimizers.kernels import quantized_state
 from learner.optimizers import var_grad as var_grad_lib
+from learner.optimizers import wrapper as wrapper_lib
 from params import NestedMap
 
 SHARDED_REASON = 'sharded optimizer state (ZeRO-1)'
 
 
 def RuleToShard(path, optimizer):
-  """The update rule a learner shards: `optimizer` or its accumulation's.
+  """The update rule a learner shards: `optimizer` or the rule inside its
+  GradientAccumulation (outermost) and stateless gradient wrappers (Lars).
 
   Args:
     path: the learner's path, for the message.
     optimizer: the learner's built optimizer.
 
   Returns:
-    The BaseOptimizer (an elementwise rule) whose slots get sharded.
+    The BaseOptimizer whose slots get sharded: an elementwise rule (flat
+    slices) or a WHOLE_TENSOR rule (home replicas, home_sharding.py).
 
   Raises:
-    ValueError: the optimizer is a wrapper other than an outermost
-      GradientAccumulation, or its rule is not elementwise (Muon: whole
-      matrices; SOAP: per-dimension eigenbases; Adafactor, LAMB, LARS:
-      per-tensor statistics; DoG, DoWG, Prodigy, DAdaptAdamW: sums over
-      all variables).
+    ValueError: one line naming the rule and why it is not sharded.
   """
+  rule = _Unwrapped(optimizer)
+  cls = type(rule)
+  why = None
+  if rule.inner_optimizers and rule.EvalAverages():
+    why = 'it keeps full-size averages of the weights to evaluate'
+  elif rule.inner_optimizers:
+    why = 'a wrapper other than GradientAccumulation (outermost) and Lars'
+  elif cls.EVAL_WEIGHTS_LABEL is not None:
+    why = ('it keeps its eval weights as a slot that eval and export swap '
+           'into the model whole')
+  elif not (cls.ELEMENTWISE or cls.WHOLE_TENSOR):
+    why = ('it declares neither ELEMENTWISE nor WHOLE_TENSOR (its step reads '
+           'more than one variable, or its state changes outside the step)')
+  if why:
+    raise ValueError('%s: shard_optimizer_state=True with %s: %s. Set '
+                     'shard_optimizer_state=False.' % (path, cls.__name__,
+                                                       why))
+  return rule
+
+
+def _Unwrapped(optimizer):
+  """The rule inside an outermost GradientAccumulation and SHARDS_INNER
+  wrappers (Lars), or `optimizer` itself."""
   rule = optimizer
-  if type(optimizer).IS_ACCUMULATION:
-    rule = optimizer.optimizer
-  if not _Shardable(type(rule)) or rule.inner_optimizers:
-    raise ValueError(
-        '%s: shard_optimizer_state=True with optimizer %s: only the '
-        'elementwise rules %s and their subclasses (AdamW is an Adam) '
-        '(optionally inside GradientAccumulation) are '
-        'sharded by flat slices; a rule or wrapper that needs whole tensors '
-        '(Muon orthogonalizes matrices; SOAP rotates by per-dimension '
-        'eigenbases; DistributedShampoo multiplies by per-dimension '
-        'inverse roots and grafts per-tensor norms; Adafactor, LAMB, LARS '
-        'use per-tensor statistics; DoG, DoWG read global norms over all variables; '
-        'Prodigy, DAdaptAdamW sum over all variables; Ema, Lookahead, SWA '
-        'keep full-size averages; schedule-'
-        'free keeps its eval weights x as a slot that eval and export swap '
-        'into the model whole) is not. '
-        'Set shard_optimizer_state=False or use one of those rules (a '
-        'rule of your own: declare ELEMENTWISE = True on its class when one '
-        'element\'s step reads only that element).' %
-        (path, type(rule).__name__, ', '.join(ShardableRuleNames())))
+  if type(rule).IS_ACCUMULATION:
+    rule = rule.optimizer
+  while isinstance(rule, wrapper_lib.BaseWrapper) and type(rule).SHARDS_INNER:
+    rule = rule.optimizer
   return rule
 
 
@@ -162,7 +173,10 @@ def Install(path, optimizer, p, all_gather):
         'agree to apply, and a sharded update all-gathers the weights, which '
         'needs every replica. Set one of them False.' % path)
   rule = RuleToShard(path, optimizer)
-  state = ShardedState(rule, all_gather)
+  if _Shardable(type(rule)):
+    state = ShardedState(rule, all_gather)
+  else:
+    state = home_sharding.HomeState(rule, all_gather)
   rule.UseStateSharding(state)
   return state
 
@@ -277,6 +291,14 @@ class ShardedState(tf.Module):
     return bool(self._shards)
 
   REASON = SHARDED_REASON  # Why no fused op runs (FusedApplyReason).
+
+  def CheckRule(self, rule):
+    """Raises ValueError unless `rule` is ELEMENTWISE (and not cautious)."""
+    if not type(rule).ELEMENTWISE:
+      raise ValueError('%s: %s is not an elementwise rule; its state cannot '
+                       'be sharded by flat slices.' % (rule.path,
+                                                       type(rule).__name__))
+    cautious_lib.CheckShardable(rule)
 
   def Bind(self, rule, variables):
     """Shards the rule's state over the strategy's replicas, when N > 1.
@@ -662,10 +684,7 @@ def StateOf(optimizer):
   None when the learner does not set shard_optimizer_state; a state whose
   `sharded` is False when it was bound with one replica.
   """
-  rule = optimizer
-  if type(optimizer).IS_ACCUMULATION:
-    rule = optimizer.optimizer
-  return rule.state_sharding
+  return _Unwrapped(optimizer).state_sharding
 
 
 def _FormatBytes(num_bytes):

@@ -81,6 +81,10 @@ class BaseWrapper(base_optimizer.BaseOptimizer):
   # A wrapper has no decoupled weight decay of its own; a subclass lists
   # the params it reads through `Hyper` (Ema: 'decay').
   SCHEDULABLE_PARAMS = ()
+  # True for a wrapper that keeps no state and changes the gradients from
+  # the full weights and gradients every replica holds after the all-reduce
+  # (Lars): ZeRO-1 shards its inner rule (sharded_state.RuleToShard).
+  SHARDS_INNER = False
 
   @classmethod
   def Params(cls):

@@ -19,7 +19,12 @@ from learner.optimizers.rules.cocob import COCOB
 from learner.optimizers.rules.madgrad import MADGRAD
 from learner.optimizers.rules.adam import AdamW
 from learner.optimizers.rules import adam_family
+from learner.optimizers.rules.adafactor import Adafactor
+from learner.optimizers.rules.lamb import LAMB
 from learner.optimizers.rules.lion import Lion
+from learner.optimizers.rules.muon import Muon
+from learner.optimizers.rules.soap import SOAP
+from learner.optimizers.wrappers.lars import Lars
 from learner.optimizers.rules.momentum import Momentum
 from learner.optimizers.wrappers.accumulation import GradientAccumulation
 from params import BaseLayer
@@ -138,3 +143,34 @@ def Accumulated(name, num_batches=4):
   """GradientAccumulation(num_batches) around OPTS[name]."""
   return GradientAccumulation.Params().Set(optimizer=OPTS[name](),
                                            num_batches=num_batches)
+
+
+# The whole-tensor rules (issue 38 item 1): each variable has a home
+# replica (learner/optimizers/home_sharding.py). Name -> (optimizer params,
+# Learner kwargs): Muon takes the matrices w1, w2 only.
+HOME_RULES = {
+    'muon': lambda: (Muon.Params().Set(decoupled_weight_decay=0.1),
+                     dict(bprop_variable_filter=r'/w\d$')),
+    'adafactor_factored': lambda: (Adafactor.Params().Set(
+        min_dim_size_to_factor=2, beta1=0.9), {}),
+    'adafactor': lambda: (Adafactor.Params().Set(factored=False), {}),
+    'lamb': lambda: (LAMB.Params().Set(weight_decay=0.01), {}),
+    'lars': lambda: (Lars.Params().Set(
+        optimizer=Momentum.Params().Set(alpha=0.9), eta=0.01,
+        weight_decay=1e-3), {}),
+    'soap': lambda: (SOAP.Params().Set(precondition_frequency=3), {}),
+}
+
+
+# The home cases zero_worker.py runs across 2 processes.
+HOME_WORKER_CASES = ('muon', 'adafactor_factored')
+
+
+def HomeRule(name, num_batches=None):
+  """(optimizer params, Learner kwargs) of HOME_RULES[name], inside
+  GradientAccumulation(num_batches) when given."""
+  opt, kw = HOME_RULES[name]()
+  if num_batches:
+    opt = GradientAccumulation.Params().Set(optimizer=opt,
+                                            num_batches=num_batches)
+  return opt, kw

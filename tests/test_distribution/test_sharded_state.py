@@ -22,7 +22,7 @@ from learner import gradient_tape
 from learner.optimizers import sharded_state
 from learner.learner import Learner
 from learner.optimizers.rules.adam import Adam
-from learner.optimizers.rules.muon import Muon
+from learner.optimizers.rules.dog import DoG
 from learner.optimizers.rules.schedule_free import ScheduleFreeAdamW
 from learner.training.cluster import distribution
 from learner.training.cluster import launcher
@@ -98,20 +98,23 @@ def test_more_elementwise_rules_match_unsharded_with_clip(strategy, name):
 
 
 def test_averaging_wrappers_are_still_refused():
-  """Ema, Lookahead and SWA keep full-size averages: refused at build."""
+  """Ema, Lookahead and SWA keep full-size averages: refused at build, in
+  one short line naming the wrapper."""
   for wrapper_cls in (Ema, Lookahead, SWA):
     p = Learner.Params().Set(
         name='loss', learning_rate=0.1, shard_optimizer_state=True,
         optimizer=wrapper_cls.Params().Set(optimizer=Adam.Params()))
-    with pytest.raises(ValueError, match='keep full-size averages'):
+    with pytest.raises(ValueError, match='with %s: it keeps full-size '
+                       'averages' % wrapper_cls.__name__) as e:
       p.Instantiate()
+    assert len(str(e.value)) < 200 and '\n' not in str(e.value)
 
 
 def test_schedule_free_is_refused_with_the_reason():
   p = Learner.Params().Set(name='loss', learning_rate=0.1,
                            optimizer=ScheduleFreeAdamW.Params(),
                            shard_optimizer_state=True)
-  with pytest.raises(ValueError, match='eval weights x as a slot'):
+  with pytest.raises(ValueError, match='ScheduleFreeAdamW: it keeps its eval weights as a slot'):
     p.Instantiate()
 
 
@@ -143,12 +146,19 @@ def test_sharded_with_accumulation(strategy, name):
     assert [int(x) for x in res(lrn.num_updates)] == [5, 5]
 
 
-def test_non_elementwise_rule_is_refused():
+def test_rule_reading_several_variables_is_refused_in_one_short_line():
+  # DoG's step reads global norms: neither elementwise nor whole-tensor.
+  # (Muon, Adafactor, LAMB, SOAP: home replicas, test_home_sharding.py.)
   p = Learner.Params().Set(name='loss', learning_rate=0.1,
-                           optimizer=Muon.Params(),
+                           optimizer=DoG.Params(),
                            shard_optimizer_state=True)
-  with pytest.raises(ValueError, match='Muon orthogonalizes'):
+  with pytest.raises(ValueError) as e:
     p.Instantiate()
+  assert str(e.value) == (
+      'loss: shard_optimizer_state=True with DoG: it declares neither '
+      'ELEMENTWISE nor WHOLE_TENSOR (its step reads more than one variable, '
+      'or its state changes outside the step). Set '
+      'shard_optimizer_state=False.')
 
 
 def test_check_finite_weights_and_decay_exclusion_are_refused(strategy):

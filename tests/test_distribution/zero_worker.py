@@ -1,6 +1,8 @@
 """A worker process of the 2-worker ZeRO-1 test (test_sharded_state.py).
 
-Usage: python zero_worker.py <out_dir>   (TF_CONFIG set by the launcher)
+Usage: python zero_worker.py <out_dir> [home]   (TF_CONFIG set by the
+launcher; `home`: sharded_cases.HOME_WORKER_CASES instead, the whole-tensor
+rules of test_home_sharding.py)
 
 Under MultiWorkerMirroredStrategy (one CPU per worker, 2 replicas) runs
 sharded_cases.py's 20 steps with Momentum, Adam and AdamW, clipping and
@@ -26,11 +28,14 @@ def main(argv):
   index = json.loads(os.environ['TF_CONFIG'])['task']['index']
   import sharded_cases as cases  # pylint: disable=g-import-not-at-top
   result = {'num_replicas': strategy.num_replicas_in_sync}
-  for name in sorted(cases.OPTS):
+  home = argv[2:] == ['home']
+  for name in cases.HOME_WORKER_CASES if home else sorted(cases.OPTS):
     result[name] = {}
     for label, shard in (('plain', False), ('sharded', True)):
-      task, lrn = cases.Run(strategy, cases.Accumulated(name), shard,
-                            nan_at=(5, 1), clip_gradient_norm_to_value=0.5)
+      opt, kw = (cases.HomeRule(name, 4) if home else
+                 (cases.Accumulated(name), {}))
+      task, lrn = cases.Run(strategy, opt, shard, nan_at=(5, 1),
+                            clip_gradient_norm_to_value=0.5, **kw)
       weights = cases.Weights(strategy, task)
       result[name][label] = {k: v[0].tolist() for k, v in weights.items()}
       result[name][label + '_dropped'] = int(

@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from learner import optimizers
 from learner.optimizers import cautious
+from learner.optimizers import sharded_state
 from learner.optimizers.var_grad import VarGrad
 from learner.optimizers.wrappers import ema
 from params import NestedMap
@@ -222,11 +223,12 @@ def test_refusals_are_one_line_naming_the_key(make, key):
 def test_zero1_sharding_of_a_cautious_rule_is_refused_in_one_line():
   opt = optimizers.Adam.Params().Set(name='o', cautious=True).Instantiate()
   with pytest.raises(ValueError) as e:
-    opt.UseStateSharding(object())
+    opt.UseStateSharding(sharded_state.ShardedState(opt, None))
   msg = str(e.value)
   assert 'cautious=True' in msg and 'shard_optimizer_state=False' in msg
   assert '\n' not in msg
   # Cautious weight decay alone is elementwise: accepted.
-  optimizers.Adam.Params().Set(
+  opt = optimizers.Adam.Params().Set(
       name='o', decoupled_weight_decay=0.1,
-      cautious_weight_decay=True).Instantiate().UseStateSharding(object())
+      cautious_weight_decay=True).Instantiate()
+  opt.UseStateSharding(sharded_state.ShardedState(opt, None))

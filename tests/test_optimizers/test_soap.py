@@ -186,12 +186,12 @@ def test_mirrored_replicas_apply_as_a_single_device_run():
   assert np.abs(w_ref.numpy() - init).max() > 0.1
 
 
-def test_zero1_state_sharding_is_refused_in_one_line():
+def test_zero1_gives_each_variable_a_home_replica():
+  # Per-variable eigenbases: not flat slices, but WHOLE_TENSOR homes
+  # (home_sharding.py; the 2-replica run: test_home_sharding.py, 'soap').
   opt = SOAP.Params().Set(name='opt').Instantiate()
-  with pytest.raises(ValueError) as e:
-    sharded_state.RuleToShard('learner', opt)
-  msg = str(e.value)
-  assert 'SOAP' in msg and 'eigenbases' in msg and '\n' not in msg
+  assert SOAP.WHOLE_TENSOR and not SOAP.ELEMENTWISE
+  assert sharded_state.RuleToShard('learner', opt) is opt
 
 
 def test_factory_name_and_keyword_aliases():

@@ -53,6 +53,10 @@ class Adafactor(BaseOptimizer):
       refused too (the message names the param).
   """
 
+  # Factored statistics and the update's RMS read the whole variable: ZeRO-1
+  # homes each on one replica, balanced by its slots' bytes.
+  WHOLE_TENSOR = True
+
   @classmethod
   def Params(cls):
     p = super().Params()

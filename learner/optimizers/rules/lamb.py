@@ -50,6 +50,9 @@ class LAMB(BaseOptimizer):
       does not compile; the message names the param.
   """
 
+  # The trust ratio reads ||w|| and ||r|| of the whole variable: ZeRO-1
+  # homes each on one replica (home_sharding.py; exact, no partial norms).
+  WHOLE_TENSOR = True
   SCHEDULABLE_PARAMS = BaseOptimizer.SCHEDULABLE_PARAMS + (
       'beta1', 'beta2', 'weight_decay')
 

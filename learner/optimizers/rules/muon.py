@@ -27,6 +27,7 @@ import math
 import tensorflow as tf
 
 from learner.optimizers import cautious as cautious_lib
+from learner.optimizers import home_sharding
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.base import BaseOptimizer
 from learner.optimizers.kernels import accelerators
@@ -209,6 +210,16 @@ class Muon(BaseOptimizer):
       the key, the value and the fix); at `Bind`, a variable of rank < 2
       (one line naming the variable and the fix).
   """
+
+  # ZeRO-1 homes each matrix on one replica (home_sharding.py), balanced by
+  # its Newton-Schulz FLOPs (`ShardCost`).
+  WHOLE_TENSOR = True
+
+  def ShardCost(self, var):
+    """The FLOPs of `var`'s Newton-Schulz iterations (home_sharding.py)."""
+    fan_in, fan_out = MatrixShape(var.shape.as_list())
+    return home_sharding.NewtonSchulzFlops(fan_in, fan_out,
+                                           self.params.ns_steps)
 
   @classmethod
   def Params(cls):

@@ -136,6 +136,9 @@ class SOAP(BaseOptimizer):
   """
 
   DECAY_IN_STEP = True  # After the step: w <- (w - step) (1 - lr wd).
+  # Per-dimension eigenbases of one variable: ZeRO-1 homes each variable on
+  # one replica (home_sharding.py), balanced by its slots' bytes.
+  WHOLE_TENSOR = True
 
   @classmethod
   def Params(cls):

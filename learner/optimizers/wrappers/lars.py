@@ -35,6 +35,9 @@ class Lars(wrapper.BaseWrapper):
 
   INNER_OPTIMIZER_DOC = (
       'Params of the inner optimizer that applies the scaled gradient.')
+  # The trust ratio reads ||w|| and ||g|| of the full tensors each replica
+  # holds: ZeRO-1 shards the inner rule (its flat slices or homes).
+  SHARDS_INNER = True
 
   @classmethod
   def Params(cls):

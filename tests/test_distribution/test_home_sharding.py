@@ -1,0 +1,295 @@
+"""ZeRO-1 by home replica (issue 38, item 1): whole-tensor rules, same numbers.
+
+MirroredStrategy on the 2 logical CPUs of tests/conftest.py; the model and
+data are sharded_cases.py's. Muon, Adafactor (factored and not), LAMB,
+SOAP: each variable's slots live on its home replica only
+(learner/optimizers/home_sharding.py); LARS: its trust ratio reads the
+full tensors every replica holds, its inner Momentum is sharded by flat
+slices. Each case runs with `shard_optimizer_state` False and True under
+the same strategy and compares the weights (within 1e-6 relative, the
+acceptance bound; measured: equal bit for bit).
+"""
+
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from learner.learner import Learner
+from learner.optimizers import home_sharding
+from learner.optimizers import sharded_state
+from learner.optimizers.rules.adafactor import Adafactor
+from learner.optimizers.rules.muon import Muon
+from learner.optimizers.var_grad import VarGrad
+from learner.training.cluster import distribution
+from learner.training.cluster import launcher
+from params import NestedMap
+from schedules import ConstantOne
+
+import sharded_cases as cases  # pylint: disable=g-bad-import-order
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_CLIP = dict(clip_gradient_norm_to_value=0.5, l2_regularizer_weight=1e-3)
+
+
+@pytest.fixture(scope='module')
+def strategy():
+  s = distribution.CreateStrategy('mirrored')
+  assert s.num_replicas_in_sync == 2
+  return s
+
+
+def _Run(strategy, name, shard, num_batches=None, **kw):
+  opt, lkw = cases.HomeRule(name, num_batches)
+  return cases.Run(strategy, opt, shard, **dict(kw, **lkw))
+
+
+def _AssertSame(strategy, a, b):
+  wa, wb = cases.Weights(strategy, a), cases.Weights(strategy, b)
+  for k in wa:
+    np.testing.assert_array_equal(wb[k][0], wb[k][1], err_msg=k)
+    np.testing.assert_allclose(wb[k][0], wa[k][0], rtol=1e-6, atol=1e-7,
+                               err_msg=k)
+
+
+def _AssertMoved(strategy, task, names):
+  w0 = cases.Mlp.Params().Instantiate().vars
+  w = cases.Weights(strategy, task)
+  for k in names:
+    assert np.abs(w[k][0] - w0[k].numpy()).max() > 1e-4, k
+
+
+def _StateOf(lrn):
+  return sharded_state.StateOf(lrn.optimizer)
+
+
+@pytest.mark.parametrize('name', sorted(cases.HOME_RULES))
+def test_whole_tensor_rules_match_unsharded_with_clip(strategy, name):
+  ref, _ = _Run(strategy, name, False, **_CLIP)
+  got, lrn = _Run(strategy, name, True, **_CLIP)
+  _AssertSame(strategy, ref, got)
+  _AssertMoved(strategy, got, ['w1', 'w2'])
+  zero = _StateOf(lrn)
+  assert zero.sharded
+  if name == 'lars':  # Momentum inside: flat slices, 17 of 33 (+1 pad).
+    assert isinstance(zero, sharded_state.ShardedState)
+    assert zero.SlotBytesPerReplica() == 17 * 4
+    return
+  assert isinstance(zero, home_sharding.HomeState)
+  # ZeRO-1's memory bound for homes: a replica holds at most 1/N of the
+  # unsharded state plus the largest one variable's.
+  assert zero.SlotBytesPerReplica() <= (zero.UnshardedSlotBytes() / 2 +
+                                        zero.LargestVariableSlotBytes())
+  assert zero.SlotBytesPerReplica() < zero.UnshardedSlotBytes()
+  for buf in zero.buffers:
+    assert buf.synchronization == tf.VariableSynchronization.ON_READ
+
+
+@pytest.mark.parametrize('name', ['muon', 'adafactor_factored', 'lamb',
+                                  'lars'])
+def test_whole_tensor_rules_with_accumulation(strategy, name):
+  # GradientAccumulation(4) outermost, clip; micro-step 5 (window 2) holds
+  # a NaN on replica 1: dropped on its replica, in both runs.
+  kw = dict(clip_gradient_norm_to_value=0.5, nan_at=(5, 1))
+  ref, ref_l = _Run(strategy, name, False, num_batches=4, **kw)
+  got, got_l = _Run(strategy, name, True, num_batches=4, **kw)
+  assert _StateOf(got_l).sharded
+  _AssertSame(strategy, ref, got)
+  res = strategy.experimental_local_results
+  for lrn in (ref_l, got_l):
+    assert [int(x) for x in res(lrn.optimizer.num_dropped_microbatches)] == [
+        1, 1]
+    assert [int(x) for x in res(lrn.num_updates)] == [5, 5]
+
+
+def _TwoLearnersRun(strategy, shard, steps=20):
+  """Muon.TwoLearners: Muon on w1, w2 and AdamW on b1, b2, each learner
+  sharded (Muon by homes, AdamW by flat slices), clip."""
+  base = Learner.Params().Set(
+      name='x', loss_name='loss', learning_rate=0.05,
+      lr_schedule=ConstantOne.Params(), clip_gradient_norm_to_value=0.5,
+      shard_optimizer_state=shard)
+  params = Muon.TwoLearners(base, r'/w\d$')
+  with strategy.scope():
+    task = cases.Mlp.Params().Instantiate()
+    learners = [p.Instantiate() for p in params]
+    for lrn in learners:
+      lrn.Bind(task.vars)
+
+  def _Replica(x, y):
+    vs = task.vars
+    with tf.GradientTape() as tape:
+      loss = task.Loss(x, y)
+    grads = dict(zip(vs.keys(), tape.gradient(loss, list(vs.values()))))
+    for lrn, keys in zip(learners, (('w1', 'w2'), ('b1', 'b2'))):
+      lrn.ApplyGradients(NestedMap({k: VarGrad(vs[k], grads[k])
+                                    for k in keys}), 4.0)
+
+  step = tf.function(lambda x, y: strategy.run(_Replica, args=(x, y)))
+  dist = strategy.experimental_distribute_values_from_function
+  for i in range(steps):
+    step(dist(lambda ctx, i=i: tf.constant(
+        cases.Data(i, ctx.replica_id_in_sync_group)[0])),
+         dist(lambda ctx, i=i: tf.constant(
+             cases.Data(i, ctx.replica_id_in_sync_group)[1])))
+  return task, learners
+
+
+def test_muon_two_learners_each_sharded_match_unsharded(strategy):
+  ref, _ = _TwoLearnersRun(strategy, False)
+  got, (muon, adamw) = _TwoLearnersRun(strategy, True)
+  assert isinstance(_StateOf(muon), home_sharding.HomeState)
+  assert isinstance(_StateOf(adamw), sharded_state.ShardedState)
+  _AssertSame(strategy, ref, got)
+  _AssertMoved(strategy, got, ['w1', 'b1', 'w2', 'b2'])
+  # w1 [3, 5] and w2 [5, 2] on different homes: 15 and 10 momentum
+  # elements; each replica's buffer holds 15 (w2's replica pads 5).
+  assert _StateOf(muon).homes == [0, 1]
+  assert _StateOf(muon).SlotBytesPerReplica() == 15 * 4
+  assert sharded_state.ShardedBytesLine([muon.optimizer, adamw.optimizer]) == (
+      'Optimizer state sharded over 2 replicas: 92 B per replica '
+      '(unsharded 164 B).')  # Muon 60 + AdamW 2 x 4 x 4; 100 + 2 x 8 x 4.
+
+
+# ---- checkpoints: the unsharded format, 2 -> 1 and 1 -> 2 --------------------
+
+
+def _Save(strategy, name, shard, path, steps=5):
+  opt, kw = cases.HomeRule(name)
+  task, lrn, train = cases.Build(strategy, opt, shard, **kw)
+  for step in range(steps):
+    train(step)
+  return tf.train.Checkpoint(task=task, learner=lrn).write(path)
+
+
+def _Continue(strategy, name, shard, path, steps=(5, 6, 7)):
+  opt, kw = cases.HomeRule(name)
+  task, lrn, train = cases.Build(strategy, opt, shard, **kw)
+  tf.train.Checkpoint(task=task, learner=lrn).read(path).assert_consumed()
+  for step in steps:
+    train(step)
+  return cases.Weights(strategy, task)
+
+
+def _Tensors(path):
+  reader = tf.train.load_checkpoint(path)
+  return {k: reader.get_tensor(k) for k, _ in tf.train.list_variables(path)
+          if '_CHECKPOINTABLE_OBJECT_GRAPH' not in k}
+
+
+def _AssertBitEqual(a, b):
+  for k in a:
+    for x, y in zip(a[k], b[k]):
+      np.testing.assert_array_equal(x, y, err_msg=k)
+
+
+@pytest.mark.slow  # ~20 s on a loaded 2-core machine.
+@pytest.mark.parametrize('name', ['muon', 'adafactor_factored'])
+def test_checkpoint_is_the_unsharded_one_and_restores_across_counts(
+    strategy, name, tmp_path):
+  one = tf.distribute.get_strategy()  # The default: one device.
+  sharded2 = _Save(strategy, name, True, str(tmp_path / 's2'))
+  plain2 = _Save(strategy, name, False, str(tmp_path / 'p2'))
+  ta, tb = _Tensors(plain2), _Tensors(sharded2)
+  assert sorted(ta) == sorted(tb)
+  slots = [k for k in ta if '/_slots/' in k]
+  assert slots and all(np.abs(ta[k]).max() > 0 for k in slots)
+  if name == 'adafactor_factored':  # vr [3] and vc [5] of w1 [3, 5].
+    assert {ta[k].shape for k in slots if '_w1/v' in k} == {(3,), (5,)}
+  for k in ta:
+    np.testing.assert_array_equal(ta[k], tb[k], err_msg=k)
+  # 2 -> 1: continues on one device as the unsharded run's checkpoint.
+  _AssertBitEqual(_Continue(one, name, False, sharded2),
+                  _Continue(one, name, False, plain2))
+  # 1 -> 2: a one-device checkpoint continues sharded as unsharded.
+  plain1 = _Save(one, name, False, str(tmp_path / 'p1'))
+  _AssertBitEqual(_Continue(strategy, name, True, plain1),
+                  _Continue(strategy, name, False, plain1))
+
+
+# ---- the partition, the costs, the refusals ----------------------------------
+
+
+def test_homes_are_greedy_by_cost_by_hand():
+  # Largest first to the least-loaded replica (ties: lower index, lower
+  # replica): 5 -> r0 (5), 3 -> r1 (3), 3 -> r1 (6), 2 -> r0 (7), 1 -> r1.
+  assert home_sharding.Homes([3, 5, 1, 3, 2], 2) == [1, 0, 1, 1, 0]
+  assert home_sharding.Homes([4, 4, 4], 3) == [0, 1, 2]
+  assert home_sharding.Homes([1, 1], 4) == [0, 1]
+  # Muon's cost: 5 iterations on [3, 5] (r = 3, c = 5): per iteration
+  # 4 r^2 c + 2 r^3 = 180 + 54; [5, 2] is seen on its wide side [2, 5].
+  muon = Muon.Params().Set(name='m').Instantiate()
+  assert muon.ShardCost(tf.zeros([3, 5])) == 5 * 234
+  assert muon.ShardCost(tf.zeros([5, 2])) == 5 * (4 * 4 * 5 + 2 * 8)
+  # Adafactor's: its slots' bytes, vr [3] + vc [5] factored, v [3, 5] not.
+  ada = Adafactor.Params().Set(name='a', min_dim_size_to_factor=2)
+  assert ada.Instantiate().ShardCost(tf.zeros([3, 5])) == 8 * 4
+  assert ada.Set(factored=False).Instantiate().ShardCost(
+      tf.zeros([3, 5])) == 15 * 4
+
+
+def test_adafactor_buffers_and_bytes_line_by_hand(strategy):
+  # Slot bytes, beta1 = 0.9 (m) and factored: w1 (15 + 3 + 5) x 4 = 92,
+  # w2 (10 + 5 + 2) x 4 = 68, b1 (5 + 5) x 4 = 40, b2 (3 + 3) x 4 = 24.
+  # Homes: w1 -> r0, w2 -> r1, b1 -> r1 (68 < 92), b2 -> r0 (92 < 108):
+  # replica 0 holds 29 elements, replica 1 27 (2 padding): 116 B each.
+  _, lrn = _Run(strategy, 'adafactor_factored', True, steps=1)
+  zero = _StateOf(lrn)
+  order = [k for k, _ in sorted(cases.SHAPES)]  # Bind order: b1 b2 w1 w2.
+  assert dict(zip(order, zero.homes)) == dict(w1=0, w2=1, b1=1, b2=0)
+  (buf,) = zero.buffers
+  assert [c.shape for c in buf.values] == [[29], [29]]
+  assert sharded_state.ShardedBytesLine([lrn.optimizer]) == (
+      'Optimizer state sharded over 2 replicas: 116 B per replica '
+      '(unsharded 224 B).')
+  assert zero.LargestVariableSlotBytes() == 92
+
+
+def test_master_weights_are_refused_for_homes_in_one_line():
+  p = Learner.Params().Set(
+      name='loss', learning_rate=0.1, shard_optimizer_state=True,
+      optimizer=Muon.Params().Set(master_weights=True))
+  with pytest.raises(ValueError) as e:
+    p.Instantiate()
+  assert str(e.value) == (
+      'loss/optimizer: shard_optimizer_state=True with Muon: '
+      'master_weights=True (masters are not homed). Set '
+      'shard_optimizer_state=False.')
+
+
+# ---- 2-worker MultiWorkerMirroredStrategy on localhost ------------------------
+
+
+@pytest.mark.slow
+def test_two_workers_homes_equal_unsharded(tmp_path):
+  """Muon and factored Adafactor, accumulation of 4, clip, a NaN
+  micro-batch, across 2 processes (zero_worker.py home)."""
+  out_dir = str(tmp_path)
+  logs = [os.path.join(out_dir, 'w%d.log' % i) for i in range(2)]
+  root = os.path.dirname(os.path.dirname(_HERE))  # The repository.
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=root)
+  procs = launcher.StartWorkers(
+      [sys.executable, os.path.join(_HERE, 'zero_worker.py'), out_dir,
+       'home'], 2, env=env, log_paths=logs)
+  try:
+    code, failed = launcher.WaitForWorkers(procs, 300)
+  finally:
+    launcher.StopProcesses(procs)
+  if code != 0:
+    with open(logs[failed or 0]) as f:
+      pytest.fail('worker %s exit %d:\n%s' % (failed, code, f.read()[-3000:]))
+  results = []
+  for i in range(2):
+    with open(os.path.join(out_dir, 'result_%d.json' % i)) as f:
+      results.append(json.load(f))
+  assert [r['num_replicas'] for r in results] == [2, 2]
+  for name in cases.HOME_WORKER_CASES:
+    for r in results:
+      assert r[name]['plain_dropped'] == r[name]['sharded_dropped'] == 1
+      for k, want in r[name]['plain'].items():
+        np.testing.assert_allclose(r[name]['sharded'][k], want, rtol=1e-6,
+                                   atol=1e-7, err_msg=(name, k))
+    assert results[0][name]['sharded'] == results[1][name]['sharded']
