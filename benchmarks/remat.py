@@ -44,7 +44,7 @@ loaded 2-core machine), before and after this module's fixes:
                        after  1.355 / 1.266 (24 pairs: median 1.27,
                               range 0.80..1.91 at load ~17): met
 Before, each learner's gradient call recomputed every block again (two
-learners: two recomputations, 1 + 2/3 forward passes more) and two
+learners: two more forward passes of the blocks, not one) and two
 recomputed blocks were live at once; the recomputation also drew every
 dropout mask again, 45 % of a block's forward pass. Now the learners share
 one backward pass (learner/gradient_tape.py, SharedGradients) and the
