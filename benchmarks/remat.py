@@ -40,11 +40,13 @@ Targets (issue 38, `python -m benchmarks.remat`, window 512, batch 8, a
 loaded 2-core machine), before and after this module's fixes:
   peak ratio <= 0.65   before 0.639 / 0.773 (two runs; 0.649 by this
                               method, 2 rounds): MISSED
-                       after  0.482 / 0.482 (two runs of 3 rounds): met
+                       after  0.482 / 0.482 / 0.481 (three runs of 3
+                              rounds): met
   step ratio <= 1.4    before 1.47 / 1.65 (1.627 by this method, pairs
                               1.20..2.18): MISSED
-                       after  1.355 / 1.266 (24 pairs: median 1.27,
-                              range 0.80..1.91 at load ~17): met
+                       after  1.355 / 1.266 / 1.245 (36 pairs: median
+                              1.27, range 0.76..1.91 at load ~17; CPU
+                              time 1.258 in the third run): met
 Before, each learner's gradient call recomputed every block again (two
 learners: two more forward passes of the blocks, not one) and two
 recomputed blocks were live at once; the recomputation also drew every
