@@ -58,8 +58,8 @@ class CharTransformerTask(task_lib.BaseTask):
 
   `remat_blocks` (default False) recomputes each block's activations in the
   backward pass instead of keeping them (`BaseLayer`'s `remat`): the same
-  gradients, less peak memory, one more forward pass of the blocks
-  (benchmarks/remat.py).
+  gradients, less peak memory, one more forward pass of the blocks without
+  drawing their dropout masks again (benchmarks/remat.py).
 
   Metrics (weight = target characters in the batch): 'loss', the mean
   cross-entropy in nats; 'bits_per_char' = loss / ln 2; 'accuracy', the

@@ -22,6 +22,7 @@ import tensorflow as tf
 
 from params import BaseLayer
 from params import checks
+from params import remat
 from params import step_seeds
 
 
@@ -70,8 +71,7 @@ class DropoutLayer(BaseLayer):
       noise_shape = tf.stack(shape)
     seed = step_seeds.NextSeed(self._LayerSeed())
     if seed is not None:
-      return tf.nn.experimental.stateless_dropout(
-          x, rate=1.0 - p.keep_prob, seed=seed, noise_shape=noise_shape)
+      return _StatelessDropout(x, 1.0 - p.keep_prob, seed, noise_shape)
     return tf.nn.dropout(x, rate=1.0 - p.keep_prob, noise_shape=noise_shape,
                          seed=p.random_seed)
 
@@ -80,3 +80,32 @@ class DropoutLayer(BaseLayer):
     if self.params.random_seed is not None:
       return int(self.params.random_seed)
     return zlib.crc32(self.path.encode('utf-8'))
+
+
+def _StatelessDropout(x, rate, seed, noise_shape):
+  """tf.nn.experimental.stateless_dropout's ops, its mask `remat.Kept`.
+
+  The same numbers as `tf.nn.experimental.stateless_dropout(x, rate, seed,
+  noise_shape=noise_shape)` (TF 2.21: x * (1 / (1 - rate)) where
+  stateless_uniform(noise_shape, seed) >= rate, else 0), with the bool
+  keep mask computed through `remat.Kept`: in a rematerialized layer the
+  recomputation reuses the first run's mask instead of drawing it again
+  (params/remat.py).
+
+  Args:
+    x: float tensor, any shape.
+    rate: Python float in (0, 1), the drop probability.
+    seed: [2] int64 tensor (`step_seeds.NextSeed`).
+    noise_shape: None (x's shape) or a 1-D int tensor broadcastable to it.
+
+  Returns:
+    A tensor like x.
+  """
+  shape = tf.shape(x) if noise_shape is None else noise_shape
+  keep = remat.Kept(lambda: tf.random.stateless_uniform(
+      shape, seed=seed, dtype=x.dtype) >= rate)
+  scaled = x * tf.constant(1 / (1 - rate), dtype=x.dtype)
+  out = tf.where(keep, scaled, tf.constant(0, dtype=x.dtype))
+  if not tf.executing_eagerly():
+    out.set_shape(x.shape)
+  return out

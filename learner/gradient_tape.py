@@ -107,6 +107,51 @@ def ClearTape():
   _STATE.tape = None
 
 
+@contextlib.contextmanager
+def SharedGradients(xs):
+  """Within: learners' gradients of one loss come from one backward pass.
+
+  Each learner asks `Gradients(loss, its variables)`; in a graph every
+  call builds its own backward pass (tf.gradients), and eagerly every call
+  walks the tape again. Grappler merges identical backward passes in a
+  graph, but not a rematerialized layer's recomputation (params/remat.py:
+  each backward pass would recompute every block again, and two blocks'
+  activations would be live at once). Within this scope the first
+  `Gradients(ys, ...)` without `output_gradients` computes the gradients
+  of `ys` with respect to all of `xs` at once; later calls for the same
+  `ys` take theirs from it (the same tensors: one backward pass per loss).
+
+  Args:
+    xs: every variable a learner of the step may ask about (the union of
+      the learners' trainable variables). A call asking about a variable
+      not in `xs`, or with `output_gradients`, computes its own gradients.
+  """
+  previous = getattr(_STATE, 'shared', None)
+  _STATE.shared = (list(xs), {})
+  try:
+    yield
+  finally:
+    _STATE.shared = previous
+
+
+def _SharedGradients(ys, xs, owner):
+  """Gradients of `ys` w.r.t. `xs` from the open SharedGradients scope.
+
+  Returns None when no scope is open or `xs` is not within its variables.
+  """
+  shared = getattr(_STATE, 'shared', None)
+  if shared is None:
+    return None
+  all_xs, cache = shared
+  index = {id(x): i for i, x in enumerate(all_xs)}
+  if not all(id(x) in index for x in xs):
+    return None
+  if id(ys) not in cache:  # ys is kept in the entry, so its id stays unique.
+    cache[id(ys)] = (ys, _Gradients(ys, all_xs, None, owner))
+  grads = cache[id(ys)][1]
+  return [grads[index[id(x)]] for x in xs]
+
+
 def Gradients(ys, xs, output_gradients=None, owner='Learner'):
   """Gradients of `ys` with respect to `xs`, from the right source.
 
@@ -127,6 +172,15 @@ def Gradients(ys, xs, output_gradients=None, owner='Learner'):
       recorded the forward pass in this thread.
   """
   xs = list(xs)
+  if output_gradients is None:
+    grads = _SharedGradients(ys, xs, owner)
+    if grads is not None:
+      return grads
+  return _Gradients(ys, xs, output_gradients, owner)
+
+
+def _Gradients(ys, xs, output_gradients, owner):
+  """`Gradients` without the shared scope."""
   if not tf.executing_eagerly():
     grad_ys = None if output_gradients is None else [output_gradients]
     return tf.gradients(
@@ -234,7 +288,8 @@ def SecondPassGradients(learner, perturber, var_grads, weight, fprop_fn, vmap):
   saved = [tf.identity(var.read_value()) for var, _ in pairs]
   with tf.control_dependencies(saved):
     moved = _Flat([var.assign_add(e, read_value=False) for var, e in pairs])
-  with KeepCurrentTape():
+  # The second pass's gradients are this learner's alone: no shared scope.
+  with KeepCurrentTape(), SharedGradients([]):
     with tf.control_dependencies(moved), GradientTape():
       metrics = fprop_fn()
     _, second = learner.ComputeGradients(metrics, vmap)

@@ -27,6 +27,14 @@ How it is wired (the one place: `BaseLayer.__init_subclass__` wraps every
     `StepSeeds` scope (a layer called on its own, not in a task's train
     step) a rematerialized layer opens one keyed by a random int64 drawn
     once per call, so its dropout is stateless and repeatable too.
+  * Random masks are kept, not drawn again: a layer inside computes its
+    mask through `Kept(compute)` (layers/dropout.py does), which the first
+    run keeps (a bool mask costs 1 byte an element, a quarter of the
+    float32 tensor it masks) and the recomputation reuses. Drawing is the
+    costliest part of the forward pass on CPU (Philox for every element of
+    the [batch, heads, time, time] attention probabilities: about 45 % of
+    a CharTransformerLarge block's forward pass at window 512), so the
+    recomputation without it costs about half a forward pass, not one.
   * Inside a rematerialized FProp (its first run or its recomputation),
     nested layers with `remat` and `super().FProp` calls run plainly: the
     outer recomputation already covers them.
@@ -77,6 +85,44 @@ def _Within():
     yield
   finally:
     _STATE.depth -= 1
+
+
+def Kept(compute):
+  """compute() in a rematerialized FProp's first run; reused when recomputed.
+
+  For a non-differentiable tensor that is dearer to compute than to keep
+  (a dropout's keep mask, bool): the first run of the rematerialized
+  FProp keeps what `compute()` returns, and its recomputation in the
+  backward pass gets that same tensor back, in call order, instead of
+  calling `compute` again. Outside a rematerialized FProp it is
+  `compute()`.
+
+  Args:
+    compute: a zero-argument callable returning a tensor (or nest).
+
+  Returns:
+    What `compute()` returned (in the recomputation: in the first run).
+  """
+  kept = getattr(_STATE, 'kept', None)
+  if kept is None:
+    return compute()
+  values, replay = kept
+  if replay is None:
+    values.append(compute())
+    return values[-1]
+  value = values[replay[0]]
+  replay[0] += 1
+  return value
+
+
+@contextlib.contextmanager
+def _Keeping(values, replay):
+  previous = getattr(_STATE, 'kept', None)
+  _STATE.kept = (values, replay)
+  try:
+    yield
+  finally:
+    _STATE.kept = previous
 
 
 def WrapFProp(fprop):
@@ -136,6 +182,7 @@ def Rematerialize(fn, args, kwargs):
     snapshot = step_seeds.Snapshot()
     calls = []
     structure = []
+    kept = []  # `Kept` tensors of the first run, reused in recomputations.
 
     def _Run(*tensors):
       values = list(flat)
@@ -146,8 +193,9 @@ def Rematerialize(fn, args, kwargs):
       # The first run draws as the layer would without remat; every
       # recomputation replays the seeds of that run.
       seeds = step_seeds.Replay(snapshot) if calls else contextlib.nullcontext()
+      keeping = _Keeping(kept, [0] if calls else None)
       calls.append(1)
-      with seeds, _Within():
+      with seeds, keeping, _Within():
         out = fn(*call_args, **call_kwargs)
       if not structure:
         structure.append(out)

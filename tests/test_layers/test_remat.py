@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 from layers import transformer
+from params import remat
 from params import step_seeds
 
 
@@ -77,14 +78,41 @@ def test_remat_recomputes_each_block_in_the_backward_pass():
   assert len(runs) == 2  # The forward pass, then its recomputation.
 
 
-def test_remat_without_replay_would_differ(monkeypatch):
-  # The check above can fail: with the seeds not replayed, the
-  # recomputation draws other masks and the gradients move.
+def _NotKept(monkeypatch):
+  """The recomputation draws its masks again (no `remat.Kept`)."""
+  monkeypatch.setattr(remat, 'Kept', lambda compute: compute())
+
+
+def test_remat_without_kept_masks_or_replay_would_differ(monkeypatch):
+  # The check above can fail: with the masks neither kept nor their seeds
+  # replayed, the recomputation draws other masks and the gradients move.
+  _NotKept(monkeypatch)
   monkeypatch.setattr(step_seeds, 'Replay',
                       lambda snapshot: contextlib.nullcontext())
   want = _Grads(_Stack(False))
   got = _Grads(_Stack(True))
   assert _MaxDiff(want, got) > 1e-2
+
+
+def test_remat_without_kept_masks_replays_the_seeds(monkeypatch):
+  # A random layer that does not keep its mask draws it again from the
+  # replayed seeds: the same gradients.
+  _NotKept(monkeypatch)
+  assert _MaxDiff(_Grads(_Stack(False)), _Grads(_Stack(True))) <= 1e-6
+
+
+def _RandomOps(layer):
+  graph = tf.function(lambda: _Grads(layer)).get_concrete_function().graph
+  return sum(op.type == 'StatelessRandomUniformV2'
+             for op in graph.get_operations())
+
+
+def test_remat_recomputation_draws_no_mask_again(monkeypatch):
+  # 2 blocks x 4 dropouts (attention, FFN hidden, residual twice).
+  assert _RandomOps(_Stack(False)) == 2 * 4
+  assert _RandomOps(_Stack(True)) == 2 * 4  # Kept: drawn once.
+  _NotKept(monkeypatch)
+  assert _RandomOps(_Stack(True)) == 2 * 4 * 2  # Drawn again.
 
 
 def test_remat_gradients_equal_plain_under_mirrored_strategy():

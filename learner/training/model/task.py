@@ -341,14 +341,26 @@ class BaseTask(BaseLayer):
     ops = []
     # Called only by a learner whose optimizer needs a second pass (Sam).
     fprop_fn = lambda: self.FProp(self.theta, batch)[0]
-    for learner in self.learners:
-      _, update_op, eval_metrics = learner.Apply(metrics, model_vars,
-                                                 fprop_fn=fprop_fn)
-      if update_op is not None:
-        ops.append(update_op)
-      out['learners'][learner.params.name] = dict(eval_metrics)
+    # One backward pass per loss for all learners (gradient_tape.py).
+    with gradient_tape.SharedGradients(self._LearnerVariables(model_vars)):
+      for learner in self.learners:
+        _, update_op, eval_metrics = learner.Apply(metrics, model_vars,
+                                                   fprop_fn=fprop_fn)
+        if update_op is not None:
+          ops.append(update_op)
+        out['learners'][learner.params.name] = dict(eval_metrics)
     with tf.control_dependencies(ops):
       return tf.nest.map_structure(tf.identity, out)
+
+  def _LearnerVariables(self, model_vars):
+    """Every variable some learner trains (each once, in learner order)."""
+    seen, out = set(), []
+    for learner in self.learners:
+      for var in learner.GetTrainableVariables(model_vars).Flatten():
+        if id(var) not in seen:
+          seen.add(id(var))
+          out.append(var)
+    return out
 
   def _CompiledReplicaStep(self, *batch):
     """`_ReplicaStep` under XLA when p.train.jit_compile, for strategy.run.
