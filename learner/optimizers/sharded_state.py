@@ -45,12 +45,15 @@ count requantizes the dequantized values in the new blocks (one rounding).
 Such a checkpoint restores under ZeRO-1 only (the unsharded int8 slot
 saves its blocks' codes and scales under keys of its own).
 
-Only rules that declare `ELEMENTWISE = True` can be sliced this way (and
-keep no weights to evaluate, `EVAL_WEIGHTS_LABEL`); others are refused
-with the reason, as are wrappers other than an outermost
-GradientAccumulation (whose accumulators stay full-size per replica).
+Only rules that declare `ELEMENTWISE = True` can be sliced this way
+(schedule-free's eval weights x are a slot: sharded, read gathered); the
+wrappers between an optional outermost GradientAccumulation (whose
+accumulators stay full-size per replica) and the rule must declare
+`SHARDS_WITH_RULE` (Ema, Lookahead, SWA: their copies are sharded in the
+same layout, sharded_averages.py); others are refused in one line.
 """
 
+import contextlib
 import math
 import re
 import weakref
@@ -67,7 +70,11 @@ SHARDED_REASON = 'sharded optimizer state (ZeRO-1)'
 
 
 def RuleToShard(path, optimizer):
-  """The update rule a learner shards: `optimizer` or its accumulation's.
+  """The update rule a learner shards, below its shardable wrappers.
+
+  The chain: an optional outermost GradientAccumulation, then wrappers that
+  declare `SHARDS_WITH_RULE` (Ema, Lookahead, SWA: their copies move
+  elementwise, sharded_averages.py), then an ELEMENTWISE rule.
 
   Args:
     path: the learner's path, for the message.
@@ -77,38 +84,42 @@ def RuleToShard(path, optimizer):
     The BaseOptimizer (an elementwise rule) whose slots get sharded.
 
   Raises:
-    ValueError: the optimizer is a wrapper other than an outermost
-      GradientAccumulation, or its rule is not elementwise (Muon: whole
-      matrices; SOAP: per-dimension eigenbases; Adafactor, LAMB, LARS:
-      per-tensor statistics; DoG, DoWG, Prodigy, DAdaptAdamW: sums over
-      all variables).
+    ValueError: one line naming the first optimizer of the chain that
+      cannot be sharded and why (a wrapper that does not declare
+      SHARDS_WITH_RULE; a rule that is not ELEMENTWISE).
   """
-  rule = optimizer
-  if type(optimizer).IS_ACCUMULATION:
-    rule = optimizer.optimizer
-  if not _Shardable(type(rule)) or rule.inner_optimizers:
-    raise ValueError(
-        '%s: shard_optimizer_state=True with optimizer %s: only the '
-        'elementwise rules %s and their subclasses (AdamW is an Adam) '
-        '(optionally inside GradientAccumulation) are '
-        'sharded by flat slices; a rule or wrapper that needs whole tensors '
-        '(Muon orthogonalizes matrices; SOAP rotates by per-dimension '
-        'eigenbases; Adafactor, LAMB, LARS use per-tensor '
-        'statistics; DoG, DoWG read global norms over all variables; '
-        'Prodigy, DAdaptAdamW sum over all variables; Ema, Lookahead, SWA '
-        'keep full-size averages; schedule-'
-        'free keeps its eval weights x as a slot that eval and export swap '
-        'into the model whole) is not. '
-        'Set shard_optimizer_state=False or use one of those rules (a '
-        'rule of your own: declare ELEMENTWISE = True on its class when one '
-        'element\'s step reads only that element).' %
-        (path, type(rule).__name__, ', '.join(ShardableRuleNames())))
-  return rule
+  rule = Chain(optimizer)[1]
+  if rule.inner_optimizers:
+    why = 'a wrapper whose own state is not sharded'
+  elif not _Shardable(type(rule)):
+    why = 'not elementwise (its step reads whole tensors or all variables)'
+  else:
+    return rule
+  raise ValueError(
+      '%s: shard_optimizer_state=True with %s: %s. Set '
+      'shard_optimizer_state=False, or use an elementwise rule (%s).' %
+      (path, type(rule).__name__, why,
+       'docs/distributed.md, "Sharded optimizer state (ZeRO-1)"'))
+
+
+def Chain(optimizer):
+  """([the wrappers that declare SHARDS_WITH_RULE, outermost first], the
+  first other optimizer) below an optional outermost GradientAccumulation.
+  """
+  node = optimizer
+  if type(node).IS_ACCUMULATION:
+    node = node.optimizer
+  wrappers = []
+  while type(node).SHARDS_WITH_RULE and node.inner_optimizers:
+    wrappers.append(node)
+    node = node.optimizer
+  return wrappers, node
 
 
 def _Shardable(cls):
-  """True for a rule class whose state may be sharded by flat slices."""
-  return cls.ELEMENTWISE and cls.EVAL_WEIGHTS_LABEL is None
+  """True for a rule class whose state may be sharded by flat slices (its
+  eval weights, if any, are slots: schedule-free's x, read gathered)."""
+  return cls.ELEMENTWISE
 
 
 def ShardableRuleNames():
@@ -264,6 +275,8 @@ class ShardedState(tf.Module):
     self._layouts = {}  # dtype name -> _Layout.
     self._shards = {}  # dtype name -> ON_READ variable [shard].
     self._views = {}  # variable name -> {slot name: _SlotView}.
+    self._after_step = []  # AfterStep's moves, outermost first.
+    self.copies = {}  # dtype name -> [a wrapper's ON_READ copy shards].
     self.num_replicas = 1
 
   @property
@@ -321,9 +334,10 @@ class ShardedState(tf.Module):
       self._proxies[dtype] = _ShardVar(var)
       self.shard_slots[dtype] = rule.CreateSlotVariables(
           self._proxies[dtype], creator=_PerReplica)
-      master = self.shard_slots[dtype].get(low_precision.MASTER_SLOT)
-      if master is not None:
-        _FillFromWeights(master, self._layouts[dtype])
+      for name in (low_precision.MASTER_SLOT,) + type(rule).WEIGHT_SLOTS:
+        if name in self.shard_slots[dtype]:
+          _FillFromWeights(self.shard_slots[dtype][name],
+                           self._layouts[dtype])
     self._views = {}
     for dtype, layout in self._layouts.items():
       for i, v in enumerate(layout.variables):
@@ -368,6 +382,9 @@ class ShardedState(tf.Module):
       items.append((self._proxies[dtype], g, self.shard_slots[dtype]))
     with tf.control_dependencies([o for o in ops if o is not None]):
       done = [o for o in step_fn(items) if o is not None]
+    for move in reversed(self._after_step):  # Innermost wrapper first.
+      with tf.control_dependencies(done):
+        done = done + [o for o in move(replica) if o is not None]
     writes = []
     with tf.control_dependencies(done):
       for dtype, layout in sorted(self._layouts.items()):
@@ -385,6 +402,26 @@ class ShardedState(tf.Module):
       return None
     return tf.group(done + writes)
 
+  @contextlib.contextmanager
+  def AfterStep(self, move):
+    """Inside: `move(replica)` (-> ops) runs in the next `Apply` after
+    the rule's step on the shards and before the weights' all-gather (a
+    wrapper's elementwise move of its copies, sharded_averages.py)."""
+    self._after_step.append(move)
+    try:
+      yield
+    finally:
+      self._after_step.remove(move)
+
+  def ShardProxy(self, dtype):
+    """The rule's view (`_ShardVar`) of the weights' shard of `dtype`."""
+    return self._proxies[dtype]
+
+  @property
+  def layouts(self):
+    """{dtype name: _Layout} of the bound variables."""
+    return dict(self._layouts)
+
   @property
   def shard_variables(self):
     """The ON_READ [shard] copies of the weights the rule updates."""
@@ -394,7 +431,9 @@ class ShardedState(tf.Module):
     """Bytes of the shard slots one replica holds (shape [shard] each)."""
     return sum(quantized_state.SlotBytes(s)
                for slots in self.shard_slots.values()
-               for s in slots.values())
+               for s in slots.values()) + sum(
+                   c.shape.num_elements() * c.dtype.size
+                   for cs in self.copies.values() for c in cs)
 
   def UnshardedSlotBytes(self):
     """Bytes the same slots take unsharded, on each replica: for every
@@ -409,6 +448,8 @@ class ShardedState(tf.Module):
                        for n in self._layouts[dtype].sizes)
         else:
           total += self._layouts[dtype].total * s.dtype.size
+    for dtype, copies in self.copies.items():
+      total += len(copies) * self._layouts[dtype].total * copies[0].dtype.size
     return total
 
 
@@ -480,6 +521,10 @@ class _ShardVar:
     return self._var.handle
 
   def read_value(self):
+    """This replica's shard; zeros outside a replica context (a slot's
+    initial value at Bind: WEIGHT_SLOTS are filled from the weights)."""
+    if tf.distribute.in_cross_replica_context():
+      return tf.zeros(self.shape, self.dtype)
     return tf.raw_ops.ReadVariableOp(resource=self.handle, dtype=self.dtype)
 
   def assign_sub(self, delta, read_value=False):
@@ -551,6 +596,15 @@ class _SlotView(tf.__internal__.tracking.Trackable):
     flat = self._layout.Gathered(self._Copies())
     return {'VARIABLE_VALUE': tf.identity(self._layout.Split(flat)[
         self._index])}
+
+  def read_value(self):
+    """The variable's full value, gathered from every replica's shard
+    (eval swaps; a collective: every worker calls it in the same order)."""
+    return self._serialize_to_tensors()['VARIABLE_VALUE']
+
+  def assign(self, value):
+    """Writes each local replica's part of the full `value` (eager)."""
+    return self._restore_from_tensors({'VARIABLE_VALUE': value})
 
   def _restore_from_tensors(self, restored_tensors):
     value = tf.reshape(restored_tensors['VARIABLE_VALUE'], [-1])
@@ -661,10 +715,7 @@ def StateOf(optimizer):
   None when the learner does not set shard_optimizer_state; a state whose
   `sharded` is False when it was bound with one replica.
   """
-  rule = optimizer
-  if type(optimizer).IS_ACCUMULATION:
-    rule = optimizer.optimizer
-  return rule.state_sharding
+  return Chain(optimizer)[1].state_sharding
 
 
 def _FormatBytes(num_bytes):
