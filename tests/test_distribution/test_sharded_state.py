@@ -304,7 +304,8 @@ def test_restore_2_to_1_and_1_to_2_continue_bit_identically(strategy, name,
 _KEY = 'regression.LinearRegression'
 
 
-def _TrainRun(logdir, shard, mode='train', ema=False):
+def _Params(shard, ema=False):
+  """The regression experiment's params; `ema`: Ema(Momentum, 0.8)."""
   p = registry.GetParams(_KEY)
   p.task.train.Set(max_steps=30, save_interval_steps=10)
   p.task.train.learner.shard_optimizer_state = shard
@@ -313,8 +314,13 @@ def _TrainRun(logdir, shard, mode='train', ema=False):
         'ema', get_optimizer_fn('momentum', learning_rate=0.05,
                                 momentum=0.9), decay=0.8)
     p.task.eval.interval_steps = 15
+  return p
+
+
+def _TrainRun(logdir, shard, mode='train', ema=False, stream=None):
+  p = _Params(shard, ema)
   t = trainer_lib.Trainer(p, str(logdir), strategy='mirrored', mode=mode,
-                          stream=io.StringIO(), tty=False)
+                          stream=stream or io.StringIO(), tty=False)
   t.Run()
   return t
 
@@ -350,39 +356,40 @@ def test_trainer_sharded_run_then_evaler_and_export_on_one_device(
 
 
 def test_trainer_sharded_ema_then_evaler_reads_the_averages(tmp_path):
-  """train_and_eval on 2 replicas with Ema(Momentum) sharded: its evals
-  (the swap of the gathered averages) and checkpoint are the unsharded
-  run's; the evaler on one device reads the averages from it."""
+  """train_and_eval on 2 replicas with Ema(Momentum) sharded: its final
+  evaluation (the swap of the gathered averages) and its checkpoint are the
+  unsharded run's; the evaler on one device reads the averages from it."""
   runs = {}
   for shard in (False, True):
     logdir = tmp_path / ('sharded' if shard else 'plain')
-    t = _TrainRun(logdir, shard, mode='train_and_eval', ema=True)
-    with open(logdir / 'metrics.json') as f:
-      evals = json.load(f)
-    last = evaler_lib.Evaler(registry.GetParams(_KEY), str(logdir),
-                             timeout_secs=0.5, poll_secs=0,
-                             stream=io.StringIO()).Run()['evaluations'][-1]
-    runs[shard] = (t, evals, _Tensors(str(logdir / 'ckpt' / 'ckpt-30')),
-                   last)
+    stream = io.StringIO()
+    t = _TrainRun(logdir, shard, mode='train_and_eval', ema=True,
+                  stream=stream)
+    (final,) = [l for l in stream.getvalue().splitlines()
+                if l.startswith('Eval at global step 30 (final)')]
+    metrics = evaler_lib.Evaler(
+        _Params(False, ema=True), str(logdir), timeout_secs=0.5,
+        poll_secs=0, stream=io.StringIO()).Run()['evaluations'][-1]['metrics']
+    runs[shard] = (t, final, _Tensors(str(logdir / 'ckpt' / 'ckpt-30')),
+                   metrics)
   assert sharded_state.StateOf(runs[True][0].task.learners[0].optimizer).copies
   want, got = runs[False][2], runs[True][2]
   assert sorted(want) == sorted(got)
-  assert sum('/_averages/' in k for k in got) == 2
+  averages = {k.split('/_averages/')[1].split('/')[0]: v
+              for k, v in got.items() if '/_averages/' in k}
+  assert sorted(averages) == ['regression_b', 'regression_w']
   for k in want:
     np.testing.assert_allclose(got[k], want[k], rtol=1e-6, err_msg=k)
-  # The final evaluation (train_and_eval's swap) and the evaler's (the
-  # averages read from ckpt-30 on one device): the same numbers everywhere.
-  plain_evals, sharded_evals = runs[False][1], runs[True][1]
-  assert plain_evals['global_step'] == sharded_evals['global_step'] == 30
-  for name, value in plain_evals.items():
-    np.testing.assert_allclose(sharded_evals[name], value, rtol=1e-5,
-                               err_msg=name)
+  assert runs[True][1] == runs[False][1]  # 'Eval at ... (final): b .., w ..'
+  for name in ('b', 'w'):
+    # The evaler's w and b are the averages (not the trained weights).
+    avg = np.ravel(averages['regression_' + name])[0]
+    raw = np.ravel(got['task/_private_vars/%s/.ATTRIBUTES/VARIABLE_VALUE'
+                       % name])[0]
+    assert abs(avg - raw) > 1e-3
     for shard in (False, True):
-      if name in runs[shard][3]:
-        np.testing.assert_allclose(runs[shard][3][name], value, rtol=1e-5,
-                                   err_msg=(shard, name))
-  assert any(name in runs[True][3] for name in plain_evals
-             if name != 'global_step')
+      np.testing.assert_allclose(runs[shard][3][name], avg, rtol=1e-5)
+    assert '%s %.5g' % (name, runs[True][3][name]) in runs[True][1]
 
 
 # ---- 2-worker MultiWorkerMirroredStrategy on localhost ------------------------
