@@ -50,7 +50,7 @@ Only rules that declare `ELEMENTWISE = True` can be sliced this way
 wrappers between an optional outermost GradientAccumulation (whose
 accumulators stay full-size per replica) and the rule must declare
 `SHARDS_WITH_RULE` (Ema, Lookahead, SWA: their copies are sharded in the
-same layout, sharded_averages.py); others are refused in one line.
+same layout, sharded_wrappers.py); others are refused in one line.
 """
 
 import contextlib
@@ -74,7 +74,7 @@ def RuleToShard(path, optimizer):
 
   The chain: an optional outermost GradientAccumulation, then wrappers that
   declare `SHARDS_WITH_RULE` (Ema, Lookahead, SWA: their copies move
-  elementwise, sharded_averages.py), then an ELEMENTWISE rule.
+  elementwise, sharded_wrappers.py), then an ELEMENTWISE rule.
 
   Args:
     path: the learner's path, for the message.
@@ -406,7 +406,7 @@ class ShardedState(tf.Module):
   def AfterStep(self, move):
     """Inside: `move(replica)` (-> ops) runs in the next `Apply` after
     the rule's step on the shards and before the weights' all-gather (a
-    wrapper's elementwise move of its copies, sharded_averages.py)."""
+    wrapper's elementwise move of its copies, sharded_wrappers.py)."""
     self._after_step.append(move)
     try:
       yield

@@ -47,7 +47,7 @@ What they share lives here, so the jobs find and use all three the same way:
   * `GetAverage(var)` returns the copy of a bound variable;
   * `SwapAverages()` puts the copies into the variables for evaluation and
     the trained values back on exit (train_and_eval's evaluations);
-  * under ZeRO-1 (`SHARDS_WITH_RULE`, `ShardCopiesWith`; sharded_averages.py)
+  * under ZeRO-1 (`SHARDS_WITH_RULE`, `ShardCopiesWith`; sharded_wrappers.py)
     the copies are views of per-replica flat shards, saved under the same
     keys, read gathered by `GetAverage(var).read_value()` and the swap.
 
@@ -89,7 +89,7 @@ class BaseWrapper(base_optimizer.BaseOptimizer):
   # wrapper: the wrapper changes nothing before the rule's step, and its own
   # state (if any) moves elementwise after it and lives in the rule's flat
   # shards through `ShardCopiesWith(shards)` (BaseAveraging's copies, moved by
-  # `_ApplyAndMove`: Ema, Lookahead, SWA; sharded_averages.py).
+  # `_ApplyAndMove`: Ema, Lookahead, SWA; sharded_wrappers.py).
   SHARDS_WITH_RULE = False
 
   @classmethod
@@ -186,7 +186,7 @@ class BaseAveraging(BaseWrapper):
 
   def ShardCopiesWith(self, shards):
     """Keeps the copies as flat shards (ZeRO-1; not tracked) once `shards`
-    (sharded_averages.WrapperShards of the rule below) shards: from `Bind`
+    (sharded_wrappers.WrapperShards of the rule below) shards: from `Bind`
     on, its `CreateCopies` makes them and its `AfterStep` moves them."""
     self.__dict__['_copy_sharding'] = shards
 
@@ -251,7 +251,7 @@ class BaseAveraging(BaseWrapper):
     `move(w, copy)` -> (new copy, new weights or None), elementwise, on
     the variables' values after the inner update (or, under ZeRO-1, on this
     replica's flat shards of both, before the weights' all-gather:
-    sharded_averages.py); only when `pred` (bool scalar) is true, if given.
+    sharded_wrappers.py); only when `pred` (bool scalar) is true, if given.
     """
     sharding = self._CopyShards()
     if sharding is not None:
@@ -262,14 +262,16 @@ class BaseAveraging(BaseWrapper):
     def _Move():
       ops = []
       for var, avg in self._VarsAndAverages():
-        new_avg, new_w = move(var.read_value(), avg.read_value())
+        new_avg, new_w = move(var.read_value(), tf.convert_to_tensor(avg))
         ops.append(avg.assign(new_avg))
         if new_w is not None:
           ops.append(var.assign(new_w))
-      return tf.group(ops)
+      return ops
 
     with tf.control_dependencies([op] if op is not None else []):
-      return [op, _Move() if pred is None else tf.cond(pred, _Move, tf.no_op)]
+      if pred is None:
+        return [op] + _Move()
+      return [op, tf.cond(pred, lambda: tf.group(_Move()), tf.no_op)]
 
   def _VarsAndAverages(self):
     """[(bound variable, its copy)], in the order of `bound_variables`."""

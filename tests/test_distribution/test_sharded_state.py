@@ -561,13 +561,54 @@ def test_decay_exclusion_matching_no_model_variable_keeps_decay(strategy):
   _AssertSame(strategy, ref, got)
 
 
-def test_accumulation_without_sync_on_apply(strategy):
-  """Mirrored accumulators (all-reduce every micro-batch): the same."""
-  def _Acc():
-    return cases.Accumulated('adam').Set(sync_on_apply=False)
-  ref, _ = cases.Run(strategy, _Acc(), False, steps=8, nan_at=(5, 1))
-  got, _ = cases.Run(strategy, _Acc(), True, steps=8, nan_at=(5, 1))
+def _NoSync():
+  return cases.Accumulated('adam').Set(sync_on_apply=False)
+
+
+def test_accumulation_without_sync_on_apply_keeps_the_replicas_slice(
+    strategy):
+  """All-reduce every micro-batch: each replica adds only its [17] slice
+  of the sums (17 x 4 B <= 33 x 4 / 2 B + 1 padding element, against
+  33 x 4 B mirrored), gathered once per update. 10 micro-steps (a window
+  of 2 pending), clip, a NaN shard: weights and pending sums the same."""
+  kw = dict(steps=10, nan_at=(5, 1), clip_gradient_norm_to_value=0.5)
+  ref, ref_l = cases.Run(strategy, _NoSync(), False, **kw)
+  got, lrn = cases.Run(strategy, _NoSync(), True, **kw)
   _AssertSame(strategy, ref, got)
+  (acc,) = lrn.optimizer.Accumulators()
+  assert acc.synchronization == tf.VariableSynchronization.ON_READ
+  assert [c.shape for c in acc.values] == [[17], [17]]
+  assert 17 * 4 <= 33 * 4 / 2 + 4
+  assert sum(a.shape.num_elements() for a in ref_l.optimizer.Accumulators()
+             ) == 33
+  for name in ('w1', 'b2'):
+    want = ref_l.optimizer.GetAccumulator(ref.vars[name]).read_value()
+    have = lrn.optimizer.GetAccumulator(got.vars[name]).read_value()
+    assert np.abs(want.numpy()).max() > 0
+    np.testing.assert_array_equal(have.numpy(), want.numpy(), err_msg=name)
+  res = strategy.experimental_local_results
+  assert [int(x) for x in res(lrn.optimizer.num_dropped_microbatches)] == [
+      1, 1]
+
+
+def test_sliced_accumulators_checkpoint_mid_window_restores_2_1_2(
+    strategy, tmp_path):
+  """Saved after 6 micro-steps (2 of a window of 4 pending): the unsharded
+  keys and values; 2 -> 1 and 1 -> 2 continue bit-identically."""
+  one = tf.distribute.get_strategy()
+  sharded2 = _Save(strategy, _NoSync(), True, str(tmp_path / 's2'), steps=6)
+  plain2 = _Save(strategy, _NoSync(), False, str(tmp_path / 'p2'), steps=6)
+  ta, tb = _Tensors(plain2), _Tensors(sharded2)
+  assert sorted(ta) == sorted(tb)
+  accums = [k for k in ta if '/accum_mlp_' in k]
+  assert len(accums) == 4 and all(np.abs(ta[k]).max() > 0 for k in accums)
+  for k in ta:
+    np.testing.assert_array_equal(tb[k], ta[k], err_msg=k)
+  _AssertBitEqual(_Continue(one, _NoSync(), False, sharded2, steps=(6, 7)),
+                  _Continue(one, _NoSync(), False, plain2, steps=(6, 7)))
+  plain1 = _Save(one, _NoSync(), False, str(tmp_path / 'p1'), steps=6)
+  _AssertBitEqual(_Continue(strategy, _NoSync(), True, plain1, steps=(6, 7)),
+                  _Continue(strategy, _NoSync(), False, plain1, steps=(6, 7)))
 
 
 def test_variables_outside_the_first_bind_are_refused(strategy):
@@ -800,7 +841,7 @@ def test_eval_swap_reads_the_gathered_copies(strategy, name):
 
 
 @pytest.mark.parametrize('name', sorted(cases.AVERAGING))
-def test_sharded_averages_checkpoint_is_the_unsharded_one(strategy, name,
+def test_sharded_wrappers_checkpoint_is_the_unsharded_one(strategy, name,
                                                           tmp_path):
   """The copies and x, z saved under the unsharded keys and shapes."""
   a = _Save(strategy, cases.AVERAGING[name](), False, str(tmp_path / 'a'))

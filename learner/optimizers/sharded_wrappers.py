@@ -1,4 +1,4 @@
-"""ZeRO-1 for the averaging wrappers: Ema's, Lookahead's, SWA's copies sharded.
+"""ZeRO-1 for the wrappers' state: averaging copies and accumulators sharded.
 
 A wrapper that declares `SHARDS_WITH_RULE = True` (wrapper.BaseWrapper;
 Ema, Lookahead and SWA, through wrapper.BaseAveraging) above a sharded
@@ -22,6 +22,10 @@ the read-only jobs (eval, evaler, export) read it as any other. `GetAverage`
 returns that view: its `read_value()` gathers the full copy and its
 `assign()` writes each replica's part, so `SwapAverages()` (the trainer's
 evaluations) swaps the gathered copies in and back.
+GradientAccumulation with sync_on_apply=False (every micro-batch already
+all-reduced) keeps only the replica's slice of its sums in the same layout
+(`WrapperShards.AddSlices`), all-gathered once per window (`Gathered`) for
+the learner's pipeline; saved under the unsharded keys by the same views.
 Source: Rajbhandari et al., "ZeRO", SC 2020 (stage 1), applied to the
 wrappers' state.
 """
@@ -39,7 +43,9 @@ def Install(path, optimizer, p, all_gather):
 
   Every wrapper between an optional outermost GradientAccumulation and the
   rule that declares `SHARDS_WITH_RULE` gets a `WrapperShards` of the
-  rule's ShardedState (`ShardCopiesWith`, its contract), before `Bind`.
+  rule's ShardedState (`ShardCopiesWith`, its contract), before `Bind`; so
+  does that accumulation with sync_on_apply=False
+  (`ShardAccumulatorsWith`: each replica keeps its slice of the sums).
 
   Args and Returns: as `sharded_state.Install` (the ShardedState or None).
 
@@ -50,6 +56,9 @@ def Install(path, optimizer, p, all_gather):
   if state is not None:
     for wrapper in sharded_state.Chain(optimizer)[0]:
       wrapper.ShardCopiesWith(WrapperShards(state))
+    if (type(optimizer).IS_ACCUMULATION and
+        not optimizer.params.sync_on_apply):
+      optimizer.ShardAccumulatorsWith(WrapperShards(state))
   return state
 
 
@@ -69,9 +78,44 @@ class WrapperShards:
     """True once the rule was bound under several replicas."""
     return self._state.sharded
 
-  def CreateCopies(self, owner_path, name):
+  def CreateCopies(self, owner_path, name, from_weights=True):
     """As `CreateCopies` on the rule's state."""
-    return CreateCopies(self._state, owner_path, name)
+    return CreateCopies(self._state, owner_path, name, from_weights)
+
+  def AddSlices(self, shards, values):
+    """Adds this replica's slice of `values` to `shards` (replica context).
+
+    Args:
+      shards: {dtype name: ON_READ variable [shard]} (`CreateCopies`).
+      values: {variable name: tensor of the variable's shape} for every
+        bound variable (an accumulator's micro-batch: all-reduced, so the
+        same on every replica).
+
+    Returns:
+      list of ops.
+    """
+    replica = sharded_state._ReplicaId()
+    ops = []
+    for dtype, var in sorted(shards.items()):
+      layout = self._state.layouts[dtype]
+      piece = layout.Slice([tf.cast(values[var_grad_lib.VarName(v)], v.dtype)
+                            for v in layout.variables], replica)
+      ops.append(tf.raw_ops.AssignAddVariableOp(resource=var.handle,
+                                                value=piece))
+    return ops
+
+  def Gathered(self, shards):
+    """{variable name: full tensor} of `shards`, all-gathered (replica
+    context: one all-gather per dtype, on every replica)."""
+    out = {}
+    for dtype, var in sorted(shards.items()):
+      layout = self._state.layouts[dtype]
+      mine = tf.ensure_shape(sharded_state._ShardVar(var).read_value(),
+                             [layout.shard])
+      flat = self._state._all_gather(mine)
+      for v, value in zip(layout.variables, layout.Split(flat)):
+        out[var_grad_lib.VarName(v)] = value
+    return out
 
   def AfterStep(self, shards, move, pred=None):
     """Context manager: the next Apply moves `shards` by `move` (on this
@@ -79,18 +123,20 @@ class WrapperShards:
     return self._state.AfterStep(ShardedMove(self._state, shards, move, pred))
 
 
-def CreateCopies(state, owner_path, name):
+def CreateCopies(state, owner_path, name, from_weights=True):
   """The sharded copies of a wrapper, starting at the weights (at Bind).
 
   Args:
     state: the rule's ShardedState, sharded (its layouts made at Bind).
     owner_path: the wrapper's path (variable names).
     name: the copies' name (`AVERAGE_NAME`).
+    from_weights: True: copies of the weights (an average, counted in
+      `state.copies`, the start-up line's bytes); False: zeros, not counted
+      (an accumulation's sums).
 
   Returns:
     ({dtype name: ON_READ variable [shard]}, {sanitized variable name:
-    checkpointed view of that variable's part}). The variables are counted
-    in `state.copies` (the start-up line's bytes).
+    checkpointed view of that variable's part}).
   """
   shards, views = {}, {}
   for dtype, layout in sorted(state.layouts.items()):
@@ -100,9 +146,10 @@ def CreateCopies(state, owner_path, name):
           trainable=False, name='%s/zero_%s_%s' % (owner_path, name, dtype),
           synchronization=tf.VariableSynchronization.ON_READ,
           aggregation=tf.VariableAggregation.NONE)
-      sharded_state._FillFromWeights(var, layout)
+      if from_weights:
+        sharded_state._FillFromWeights(var, layout)
+        state.copies.setdefault(dtype, []).append(var)
     shards[dtype] = var
-    state.copies.setdefault(dtype, []).append(var)
     for i, v in enumerate(layout.variables):
       key = var_grad_lib.SanitizedName(var_grad_lib.VarName(v))
       views[key] = sharded_state._SlotView(var, layout, i)
