@@ -428,7 +428,8 @@ class ShardedState(tf.Module):
     return [self._shards[d] for d in sorted(self._shards)]
 
   def SlotBytesPerReplica(self):
-    """Bytes of the shard slots one replica holds (shape [shard] each)."""
+    """Bytes of the shard slots one replica holds (shape [shard] each),
+    with the shards of the wrappers' copies (Ema, Lookahead, SWA)."""
     return sum(quantized_state.SlotBytes(s)
                for slots in self.shard_slots.values()
                for s in slots.values()) + sum(
@@ -731,10 +732,10 @@ def _FormatBytes(num_bytes):
 def ShardedBytesLine(optimizers):
   """The start-up line on the sharded optimizer state, or None.
 
-  Counts the slots actually created: per replica, each slot's [shard]
-  (padding included); unsharded, each slot at the full size of its
-  variables. Summed over the learners that shard; not counted (the same
-  sharded or not): the w_r shard copy of the weights, a
+  Counts the slots actually created (and the averaging wrappers' copies):
+  per replica, each slot's [shard] (padding included); unsharded, each
+  slot at the full size of its variables. Summed over the learners that
+  shard; not counted: the w_r shard copy of the weights, a
   GradientAccumulation's accumulators, the learners that do not shard.
 
   Args:
