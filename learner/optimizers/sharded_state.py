@@ -92,7 +92,9 @@ def RuleToShard(path, optimizer):
   if rule.inner_optimizers:
     why = 'a wrapper whose own state is not sharded'
   elif not _Shardable(type(rule)):
-    why = 'not elementwise (its step reads whole tensors or all variables)'
+    why = 'not elementwise (%s)' % next(
+        (_WHY_NOT[c.__name__] for c in type(rule).__mro__
+         if c.__name__ in _WHY_NOT), 'its step reads whole tensors')
   else:
     return rule
   raise ValueError(
@@ -100,6 +102,20 @@ def RuleToShard(path, optimizer):
       'shard_optimizer_state=False, or use an elementwise rule (%s).' %
       (path, type(rule).__name__, why,
        'docs/distributed.md, "Sharded optimizer state (ZeRO-1)"'))
+
+
+# Why a rule that is not elementwise is (for the refusal's one line).
+_WHY_NOT = {
+    'Muon': 'Muon orthogonalizes whole matrices',
+    'SOAP': 'SOAP rotates by per-dimension eigenbases',
+    'DistributedShampoo': 'Shampoo multiplies by per-dimension inverse roots',
+    'Adafactor': 'Adafactor uses per-tensor statistics',
+    'LAMB': 'LAMB uses per-tensor statistics',
+    'DoG': 'DoG, DoWG read global norms over all variables',
+    'DoWG': 'DoG, DoWG read global norms over all variables',
+    'Prodigy': 'Prodigy, DAdaptAdamW sum over all variables',
+    'DAdaptAdamW': 'Prodigy, DAdaptAdamW sum over all variables',
+}
 
 
 def Chain(optimizer):

@@ -148,7 +148,8 @@ def test_non_elementwise_rule_is_refused():
   with pytest.raises(ValueError) as e:
     p.Instantiate()
   msg = str(e.value)
-  assert 'shard_optimizer_state=True with Muon: not elementwise' in msg
+  assert ('shard_optimizer_state=True with Muon: not elementwise (Muon '
+          'orthogonalizes whole matrices).') in msg
   assert '\n' not in msg and len(msg) < 300, msg
 
 
