@@ -123,6 +123,7 @@ LEVERS = {
     'bf16_state': [_SetBf16State],
     'accum4': [_SetAccum(True)],
     'accum4_nosync': [_SetAccum(False)],
+    'zero1+accum4_nosync': [_SetShard, _SetAccum(False)],
     'int8_state': [_SetInt8State],
     'bf16_master': [_SetMaster],
     'zero1+bf16_state': [_SetShard, _SetBf16State],

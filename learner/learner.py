@@ -44,6 +44,7 @@ from learner.update_step import SKIP_REASONS  # pylint: disable=unused-import
 from learner.optimizers import kernels
 from learner.optimizers.base import BaseOptimizer
 from learner.optimizers import resolve
+from learner.optimizers import sharded_wrappers
 from learner.optimizers import sharded_state
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.var_grad import VarGrad
@@ -199,7 +200,8 @@ class Learner(BaseLayer):
     optimizer_params, base_lr = resolve.ResolveOptimizer(self, p)
     self._base_lr = base_lr
     self.CreateChild('optimizer', optimizer_params)
-    sharded_state.Install(self.path, self.optimizer, p, cross_replica.AllGather)
+    sharded_wrappers.Install(self.path, self.optimizer, p,
+                             cross_replica.AllGather)
     self.CreateChild('lr_schedule', schedule_params)
     if p.grad_norm_tracker is not None:
       self.CreateChild('grad_norm_tracker', p.grad_norm_tracker)

@@ -15,9 +15,10 @@
                      that keep weights to evaluate (Ema, Lookahead, SWA)
   keras_optimizer.py any tf.keras optimizer as a BaseOptimizer
   factory.py         get_optimizer_fn, get_optimizer_wrapper_fn
-  hyper.py, resolve.py, sharded_state.py
+  hyper.py, resolve.py, sharded_state.py, sharded_wrappers.py
                      scheduled hyperparameters; a learner's optimizer and
-                     schedule resolved; ZeRO-1 sharded state
+                     schedule resolved; ZeRO-1 sharded state (the rule's;
+                     the wrappers' averages and accumulators)
   var_grad.py        VarGrad, the (variable, gradient) pair they consume
   kernels/           the accelerators (raw TF and fused C++ ops per rule),
                      slot storage and the graph helpers all share

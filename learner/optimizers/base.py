@@ -181,9 +181,9 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
   # True for a wrapper whose replicas train their own copies
   # (wrappers/replica_local.py: Easgd, LocalSgd).
   REPLICA_LOCAL = False
-  # How the jobs name the weights evaluated instead of the trained ones
-  # (e.g. 'EMA averages'); None: the trained weights are evaluated.
-  EVAL_WEIGHTS_LABEL = None
+  EVAL_WEIGHTS_LABEL = None  # The jobs' name of evaluated copies (None).
+  WEIGHT_SLOTS = ()  # Slots that start at the weights (ZeRO-1 fills them).
+  SHARDS_WITH_RULE = False  # A wrapper ZeRO-1 shards with (wrapper.py).
   # True when the rule's `_Step` on one element reads only that element's
   # weight, gradient and slots (and the update's scalars): the base may
   # then run it on the rows of a lazy sparse gradient and on a flat shard

@@ -45,15 +45,14 @@ count requantizes the dequantized values in the new blocks (one rounding).
 Such a checkpoint restores under ZeRO-1 only (the unsharded int8 slot
 saves its blocks' codes and scales under keys of its own).
 
-Only rules that declare `ELEMENTWISE = True` can be sliced this way (and
-keep no weights to evaluate, `EVAL_WEIGHTS_LABEL`); a rule that declares
-`WHOLE_TENSOR = True` (Muon, Adafactor, LAMB, SOAP) gets a home replica per
-variable instead (home_sharding.py, the same contract); others are refused
-with the reason, as are wrappers other than an outermost
-GradientAccumulation (whose accumulators stay full-size per replica) and
-Lars (`SHARDS_INNER`: its inner rule is sharded).
+Rules that declare `ELEMENTWISE` are sliced this way (schedule-free's x, z
+too); `WHOLE_TENSOR` rules get a home replica per variable (home_sharding.py).
+Wrappers between an optional outermost GradientAccumulation and the rule:
+`SHARDS_WITH_RULE` (Ema, Lookahead, SWA: copies in the flat layout,
+sharded_wrappers.py) or `SHARDS_INNER` (Lars). Others: refused in one line.
 """
 
+import contextlib
 import math
 import re
 import weakref
@@ -62,7 +61,6 @@ import tensorflow as tf
 
 from learner.optimizers import cautious as cautious_lib
 from learner.optimizers import home_sharding
-from learner.optimizers import rules as rules_lib
 from learner.optimizers.kernels import low_precision
 from learner.optimizers.kernels import quantized_state
 from learner.optimizers import var_grad as var_grad_lib
@@ -73,8 +71,11 @@ SHARDED_REASON = 'sharded optimizer state (ZeRO-1)'
 
 
 def RuleToShard(path, optimizer):
-  """The update rule a learner shards: `optimizer` or the rule inside its
-  GradientAccumulation (outermost) and stateless gradient wrappers (Lars).
+  """The update rule a learner shards, below its shardable wrappers.
+
+  The chain: an optional outermost GradientAccumulation, then wrappers that
+  declare `SHARDS_WITH_RULE` (Ema, Lookahead, SWA: their copies move
+  elementwise, sharded_wrappers.py) or `SHARDS_INNER` (Lars), then the rule.
 
   Args:
     path: the learner's path, for the message.
@@ -85,21 +86,23 @@ def RuleToShard(path, optimizer):
     slices) or a WHOLE_TENSOR rule (home replicas, home_sharding.py).
 
   Raises:
-    ValueError: one line naming the rule and why it is not sharded.
+    ValueError: one line naming the optimizer that cannot be sharded and
+      why (a wrapper that declares neither flag; a rule that is neither
+      ELEMENTWISE nor WHOLE_TENSOR; averaging copies above a WHOLE_TENSOR
+      rule, which the flat layout they share cannot hold).
   """
-  rule = _Unwrapped(optimizer)
+  wrappers, rule = Chain(optimizer)
   cls = type(rule)
   why = None
-  if rule.inner_optimizers and rule.EvalAverages():
-    why = 'it keeps full-size averages of the weights to evaluate'
-  elif rule.inner_optimizers:
-    why = 'a wrapper other than GradientAccumulation (outermost) and Lars'
-  elif cls.EVAL_WEIGHTS_LABEL is not None:
-    why = ('it keeps its eval weights as a slot that eval and export swap '
-           'into the model whole')
+  if rule.inner_optimizers:
+    why = 'a wrapper whose own state is not sharded'
   elif not (cls.ELEMENTWISE or cls.WHOLE_TENSOR):
     why = ('it declares neither ELEMENTWISE nor WHOLE_TENSOR (its step reads '
            'more than one variable, or its state changes outside the step)')
+  elif wrappers and not cls.ELEMENTWISE:
+    why = ('%s keeps its copies in the flat slices of an elementwise rule, '
+           'and this rule is homed whole (WHOLE_TENSOR)' %
+           type(wrappers[0]).__name__)
   if why:
     raise ValueError('%s: shard_optimizer_state=True with %s: %s. Set '
                      'shard_optimizer_state=False.' % (path, cls.__name__,
@@ -107,25 +110,29 @@ def RuleToShard(path, optimizer):
   return rule
 
 
-def _Unwrapped(optimizer):
-  """The rule inside an outermost GradientAccumulation and SHARDS_INNER
-  wrappers (Lars), or `optimizer` itself."""
-  rule = optimizer
-  if type(rule).IS_ACCUMULATION:
-    rule = rule.optimizer
-  while isinstance(rule, wrapper_lib.BaseWrapper) and type(rule).SHARDS_INNER:
-    rule = rule.optimizer
-  return rule
+def Chain(optimizer):
+  """([the wrappers that declare SHARDS_WITH_RULE, outermost first], the
+  first other optimizer that is not a SHARDS_INNER wrapper) below an
+  optional outermost GradientAccumulation.
+  """
+  node = optimizer
+  if type(node).IS_ACCUMULATION:
+    node = node.optimizer
+  wrappers = []
+  while node.inner_optimizers:
+    if type(node).SHARDS_WITH_RULE:
+      wrappers.append(node)
+    elif not (isinstance(node, wrapper_lib.BaseWrapper) and
+              type(node).SHARDS_INNER):
+      break
+    node = node.optimizer
+  return wrappers, node
 
 
 def _Shardable(cls):
-  """True for a rule class whose state may be sharded by flat slices."""
-  return cls.ELEMENTWISE and cls.EVAL_WEIGHTS_LABEL is None
-
-
-def ShardableRuleNames():
-  """The registered rules (rules.RULES) that may be sharded, by name."""
-  return [r.cls.__name__ for r in rules_lib.RULES if _Shardable(r.cls)]
+  """True for a rule class whose state may be sharded by flat slices (its
+  eval weights, if any, are slots: schedule-free's x, read gathered)."""
+  return cls.ELEMENTWISE
 
 
 def DefineParams(p):
@@ -279,6 +286,8 @@ class ShardedState(tf.Module):
     self._layouts = {}  # dtype name -> _Layout.
     self._shards = {}  # dtype name -> ON_READ variable [shard].
     self._views = {}  # variable name -> {slot name: _SlotView}.
+    self._after_step = []  # AfterStep's moves, outermost first.
+    self.copies = {}  # dtype name -> [a wrapper's ON_READ copy shards].
     self.num_replicas = 1
 
   @property
@@ -344,9 +353,10 @@ class ShardedState(tf.Module):
       self._proxies[dtype] = _ShardVar(var)
       self.shard_slots[dtype] = rule.CreateSlotVariables(
           self._proxies[dtype], creator=_PerReplica)
-      master = self.shard_slots[dtype].get(low_precision.MASTER_SLOT)
-      if master is not None:
-        _FillFromWeights(master, self._layouts[dtype])
+      for name in (low_precision.MASTER_SLOT,) + type(rule).WEIGHT_SLOTS:
+        if name in self.shard_slots[dtype]:
+          _FillFromWeights(self.shard_slots[dtype][name],
+                           self._layouts[dtype])
     self._views = {}
     for dtype, layout in self._layouts.items():
       for i, v in enumerate(layout.variables):
@@ -391,6 +401,9 @@ class ShardedState(tf.Module):
       items.append((self._proxies[dtype], g, self.shard_slots[dtype]))
     with tf.control_dependencies([o for o in ops if o is not None]):
       done = [o for o in step_fn(items) if o is not None]
+    for move in reversed(self._after_step):  # Innermost wrapper first.
+      with tf.control_dependencies(done):
+        done = done + [o for o in move(replica) if o is not None]
     writes = []
     with tf.control_dependencies(done):
       for dtype, layout in sorted(self._layouts.items()):
@@ -408,16 +421,39 @@ class ShardedState(tf.Module):
       return None
     return tf.group(done + writes)
 
+  @contextlib.contextmanager
+  def AfterStep(self, move):
+    """Inside: `move(replica)` (-> ops) runs in the next `Apply` after
+    the rule's step on the shards and before the weights' all-gather (a
+    wrapper's elementwise move of its copies, sharded_wrappers.py)."""
+    self._after_step.append(move)
+    try:
+      yield
+    finally:
+      self._after_step.remove(move)
+
+  def ShardProxy(self, dtype):
+    """The rule's view (`_ShardVar`) of the weights' shard of `dtype`."""
+    return self._proxies[dtype]
+
+  @property
+  def layouts(self):
+    """{dtype name: _Layout} of the bound variables."""
+    return dict(self._layouts)
+
   @property
   def shard_variables(self):
     """The ON_READ [shard] copies of the weights the rule updates."""
     return [self._shards[d] for d in sorted(self._shards)]
 
   def SlotBytesPerReplica(self):
-    """Bytes of the shard slots one replica holds (shape [shard] each)."""
+    """Bytes of the shard slots one replica holds (shape [shard] each),
+    with the shards of the wrappers' copies (Ema, Lookahead, SWA)."""
     return sum(quantized_state.SlotBytes(s)
                for slots in self.shard_slots.values()
-               for s in slots.values())
+               for s in slots.values()) + sum(
+                   c.shape.num_elements() * c.dtype.size
+                   for cs in self.copies.values() for c in cs)
 
   def UnshardedSlotBytes(self):
     """Bytes the same slots take unsharded, on each replica: for every
@@ -432,6 +468,8 @@ class ShardedState(tf.Module):
                        for n in self._layouts[dtype].sizes)
         else:
           total += self._layouts[dtype].total * s.dtype.size
+    for dtype, copies in self.copies.items():
+      total += len(copies) * self._layouts[dtype].total * copies[0].dtype.size
     return total
 
 
@@ -503,6 +541,10 @@ class _ShardVar:
     return self._var.handle
 
   def read_value(self):
+    """This replica's shard; zeros outside a replica context (a slot's
+    initial value at Bind: WEIGHT_SLOTS are filled from the weights)."""
+    if tf.distribute.in_cross_replica_context():
+      return tf.zeros(self.shape, self.dtype)
     return tf.raw_ops.ReadVariableOp(resource=self.handle, dtype=self.dtype)
 
   def assign_sub(self, delta, read_value=False):
@@ -574,6 +616,15 @@ class _SlotView(tf.__internal__.tracking.Trackable):
     flat = self._layout.Gathered(self._Copies())
     return {'VARIABLE_VALUE': tf.identity(self._layout.Split(flat)[
         self._index])}
+
+  def read_value(self):
+    """The variable's full value, gathered from every replica's shard
+    (eval swaps; a collective: every worker calls it in the same order)."""
+    return self._serialize_to_tensors()['VARIABLE_VALUE']
+
+  def assign(self, value):
+    """Writes each local replica's part of the full `value` (eager)."""
+    return self._restore_from_tensors({'VARIABLE_VALUE': value})
 
   def _restore_from_tensors(self, restored_tensors):
     value = tf.reshape(restored_tensors['VARIABLE_VALUE'], [-1])
@@ -684,7 +735,7 @@ def StateOf(optimizer):
   None when the learner does not set shard_optimizer_state; a state whose
   `sharded` is False when it was bound with one replica.
   """
-  return _Unwrapped(optimizer).state_sharding
+  return Chain(optimizer)[1].state_sharding
 
 
 def _FormatBytes(num_bytes):
@@ -700,10 +751,10 @@ def _FormatBytes(num_bytes):
 def ShardedBytesLine(optimizers):
   """The start-up line on the sharded optimizer state, or None.
 
-  Counts the slots actually created: per replica, each slot's [shard]
-  (padding included); unsharded, each slot at the full size of its
-  variables. Summed over the learners that shard; not counted (the same
-  sharded or not): the w_r shard copy of the weights, a
+  Counts the slots actually created (and the averaging wrappers' copies):
+  per replica, each slot's [shard] (padding included); unsharded, each
+  slot at the full size of its variables. Summed over the learners that
+  shard; not counted: the w_r shard copy of the weights, a
   GradientAccumulation's accumulators, the learners that do not shard.
 
   Args:

@@ -46,10 +46,14 @@ What they share lives here, so the jobs find and use all three the same way:
     find it through the optimizer tree, whatever its class is named;
   * `GetAverage(var)` returns the copy of a bound variable;
   * `SwapAverages()` puts the copies into the variables for evaluation and
-    the trained values back on exit (train_and_eval's evaluations).
+    the trained values back on exit (train_and_eval's evaluations);
+  * under ZeRO-1 (`SHARDS_WITH_RULE`, `ShardCopiesWith`; sharded_wrappers.py)
+    the copies are views of per-replica flat shards, saved under the same
+    keys, read gathered by `GetAverage(var).read_value()` and the swap.
 
 A subclass of BaseAveraging implements `_ApplyWrapped(lr, var_grads)`: the
-inner update, then how its copies (and, for Lookahead, the variables) move.
+inner update, then how its copies (and, for Lookahead, the variables) move,
+given elementwise to `_ApplyAndMove` (whole copies, or ZeRO-1 shards).
 
 Composite (several groups, each bound to a subset of the variables, params
 in `optimizer_map`) and KerasOptimizer (a Keras optimizer, no inner
@@ -85,6 +89,12 @@ class BaseWrapper(base_optimizer.BaseOptimizer):
   # the full weights and gradients every replica holds after the all-reduce
   # (Lars): ZeRO-1 shards its inner rule (sharded_state.RuleToShard).
   SHARDS_INNER = False
+  # True when ZeRO-1 (sharded_state.py) may shard the rule below this
+  # wrapper: the wrapper changes nothing before the rule's step, and its own
+  # state (if any) moves elementwise after it and lives in the rule's flat
+  # shards through `ShardCopiesWith(shards)` (BaseAveraging's copies, moved by
+  # `_ApplyAndMove`: Ema, Lookahead, SWA; sharded_wrappers.py).
+  SHARDS_WITH_RULE = False
 
   @classmethod
   def Params(cls):
@@ -178,9 +188,26 @@ class BaseAveraging(BaseWrapper):
     super().__init__(params)
     self._averages = {}  # Named by _AVERAGES_ATTR in checkpoints.
 
+  def ShardCopiesWith(self, shards):
+    """Keeps the copies as flat shards (ZeRO-1; not tracked) once `shards`
+    (sharded_wrappers.WrapperShards of the rule below) shards: from `Bind`
+    on, its `CreateCopies` makes them and its `AfterStep` moves them."""
+    self.__dict__['_copy_sharding'] = shards
+
+  def _CopyShards(self):
+    """The WrapperShards that hold the copies, or None (whole copies)."""
+    shards = self.__dict__.get('_copy_sharding')
+    return shards if shards is not None and shards.sharded else None
+
   def Bind(self, vmap):
-    """Binds the inner optimizer and creates a copy per new variable."""
+    """Binds the inner optimizer and creates a copy per new variable
+    (under ZeRO-1, views of the replicas' flat shards of the copies)."""
     super().Bind(vmap)
+    sharding = self._CopyShards()
+    if sharding is not None and not self._averages:
+      self.__dict__['_shards'], views = sharding.CreateCopies(
+          self.path, self.AVERAGE_NAME)
+      self._averages.update(views)
     for name, var in self.bound_variables.items():
       key = var_grad_lib.SanitizedName(name)
       if key in self._averages:
@@ -221,6 +248,34 @@ class BaseAveraging(BaseWrapper):
     """Returns the copy (a tf.Variable) of the bound variable `var`."""
     return self._averages[var_grad_lib.SanitizedName(
         var_grad_lib.VarName(var))]
+
+  def _ApplyAndMove(self, lr, var_grads, move, pred=None):
+    """The inner update, then every copy moves: ops (a list).
+
+    `move(w, copy)` -> (new copy, new weights or None), elementwise, on
+    the variables' values after the inner update (or, under ZeRO-1, on this
+    replica's flat shards of both, before the weights' all-gather:
+    sharded_wrappers.py); only when `pred` (bool scalar) is true, if given.
+    """
+    sharding = self._CopyShards()
+    if sharding is not None:
+      with sharding.AfterStep(self.__dict__['_shards'], move, pred):
+        return [self.optimizer.Apply(lr, var_grads)]
+    op = self.optimizer.Apply(lr, var_grads)
+
+    def _Move():
+      ops = []
+      for var, avg in self._VarsAndAverages():
+        new_avg, new_w = move(var.read_value(), tf.convert_to_tensor(avg))
+        ops.append(avg.assign(new_avg))
+        if new_w is not None:
+          ops.append(var.assign(new_w))
+      return ops
+
+    with tf.control_dependencies([op] if op is not None else []):
+      if pred is None:
+        return [op] + _Move()
+      return [op, tf.cond(pred, lambda: tf.group(_Move()), tf.no_op)]
 
   def _VarsAndAverages(self):
     """[(bound variable, its copy)], in the order of `bound_variables`."""

@@ -29,7 +29,7 @@ def test_memory_table_refuses_a_directory_as_output_before_measuring(
 @pytest.mark.slow
 def test_memory_table_small_set_bytes_per_replica(tmp_path):
   payload = memory.main(['--table', '--sets=small', '--replicas=1,2',
-                         '--levers=fp32,zero1',
+                         '--levers=fp32,zero1,zero1+accum4_nosync',
                          '--output=%s' % (tmp_path / 't.json')])
   assert payload['errors'] == []
   cells = {(r['lever'], r['replicas']): r for r in payload['results']}
@@ -41,6 +41,10 @@ def test_memory_table_small_set_bytes_per_replica(tmp_path):
   assert cells[('zero1', 2)]['opt_state'] == 8 * (P // 2) + 8
   assert cells[('zero1', 2)]['weight_shard'] == 4 * (P // 2)
   assert cells[('zero1', 1)]['opt_state'] == 8 * P + 8
+  # ZeRO-1 with accumulation all-reduced every micro-step: each replica
+  # keeps its half of the accumulators (the whole on one replica).
+  assert cells[('zero1+accum4_nosync', 2)]['accum'] == 4 * (P // 2)
+  assert cells[('zero1+accum4_nosync', 1)]['accum'] == 4 * P
   # Bytes sent: none on one replica; on two, a ring all-reduce of the
   # gradients (2 (N-1)/N x 4P = 4P) plus five float32 scalars of the step
   # (two packed with the gradients, three in one more all-reduce: 20 B),

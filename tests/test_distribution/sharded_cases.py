@@ -26,7 +26,12 @@ from learner.optimizers.rules.muon import Muon
 from learner.optimizers.rules.soap import SOAP
 from learner.optimizers.wrappers.lars import Lars
 from learner.optimizers.rules.momentum import Momentum
+from learner.optimizers.rules.schedule_free import ScheduleFreeAdamW
+from learner.optimizers.rules.schedule_free import ScheduleFreeSGD
 from learner.optimizers.wrappers.accumulation import GradientAccumulation
+from learner.optimizers.wrappers.ema import Ema
+from learner.optimizers.wrappers.lookahead import Lookahead
+from learner.optimizers.wrappers.swa import SWA
 from params import BaseLayer
 from schedules import ConstantOne
 
@@ -174,3 +179,32 @@ def HomeRule(name, num_batches=None):
     opt = GradientAccumulation.Params().Set(optimizer=opt,
                                             num_batches=num_batches)
   return opt, kw
+
+
+# The optimizers with weights to evaluate (issue 38 item 1, part B): their
+# averages sharded with the rule's slots; settings that move every copy
+# within 20 steps (Lookahead synchronizes at 3, 6, ...; SWA samples from 4).
+AVERAGING = {
+    'sf_sgd': lambda: ScheduleFreeSGD.Params().Set(momentum=0.9,
+                                                   warmup_steps=3),
+    'sf_adamw': lambda: ScheduleFreeAdamW.Params().Set(
+        warmup_steps=3, decoupled_weight_decay=0.1),
+    'ema_adam': lambda: Ema.Params().Set(optimizer=Adam.Params(), decay=0.8),
+    'lookahead_adam': lambda: Lookahead.Params().Set(
+        optimizer=Adam.Params(), k=3, alpha=0.5),
+    'swa_adam': lambda: SWA.Params().Set(optimizer=Adam.Params(),
+                                         swa_start=4, swa_freq=2),
+}
+
+
+def EvalWeights(strategy, task, lrn):
+  """{variable key: the eval weights (gathered under ZeRO-1), numpy}: the
+  copies of the learner's averaging optimizers, outermost first."""
+  del strategy
+  out = {}
+  for k, v in task.vars.items():
+    value = v
+    for avg in lrn.optimizer.EvalAverages():
+      value = avg.GetAverage(v)
+    out[k] = value.read_value().numpy()
+  return out

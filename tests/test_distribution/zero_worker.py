@@ -6,8 +6,9 @@ rules of test_home_sharding.py)
 
 Under MultiWorkerMirroredStrategy (one CPU per worker, 2 replicas) runs
 sharded_cases.py's 20 steps with Momentum, Adam and AdamW, clipping and
-accumulation of 4 micro-batches, micro-step 5 NaN on replica 1, with
-shard_optimizer_state False and True, and writes
+accumulation of 4 micro-batches, micro-step 5 NaN on replica 1, then
+schedule-free AdamW and Lookahead(Adam) (accumulation of 2, clipping; their
+eval weights too), with shard_optimizer_state False and True, and writes
 <out_dir>/result_<task index>.json: {case: {'plain'|'sharded':
 {variable: values}}, plus each run's num_dropped_microbatches}.
 """
@@ -40,6 +41,19 @@ def main(argv):
       result[name][label] = {k: v[0].tolist() for k, v in weights.items()}
       result[name][label + '_dropped'] = int(
           lrn.optimizer.num_dropped_microbatches.numpy())
+  # Averages sharded (issue 38 item 1B): weights and gathered eval weights.
+  for name in ('sf_adamw', 'lookahead_adam'):
+    result[name] = {}
+    for label, shard in (('plain', False), ('sharded', True)):
+      opt = cases.GradientAccumulation.Params().Set(
+          optimizer=cases.AVERAGING[name](), num_batches=2)
+      task, lrn = cases.Run(strategy, opt, shard,
+                            clip_gradient_norm_to_value=0.5)
+      weights = cases.Weights(strategy, task)
+      result[name][label] = {k: v[0].tolist() for k, v in weights.items()}
+      result[name][label + '_eval'] = {
+          k: v.tolist()
+          for k, v in cases.EvalWeights(strategy, task, lrn).items()}
   path = os.path.join(out_dir, 'result_%d.json' % index)
   with open(path + '.tmp', 'w') as f:
     json.dump(result, f)

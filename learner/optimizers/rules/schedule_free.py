@@ -117,6 +117,7 @@ class _ScheduleFree(BaseOptimizer):
   STEP_GIVES_WEIGHTS = True
   DECAY_IN_STEP = True  # wd * y is added to the direction u (`_Average`).
   EVAL_WEIGHTS_LABEL = 'schedule-free average x'
+  WEIGHT_SLOTS = ('z', EVAL_SLOT)  # ZeRO-1 fills each shard's at Bind.
 
   @classmethod
   def Params(cls):

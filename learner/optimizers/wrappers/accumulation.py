@@ -45,6 +45,11 @@ only decides when it runs.
 
 The accumulators, the accumulated weight and the micro-step counter are
 variables of this layer, so `tf.train.Checkpoint` saves a partial window.
+Under ZeRO-1 with sync_on_apply=False (`ShardAccumulatorsWith`,
+learner/optimizers/sharded_wrappers.py) each replica adds only its flat
+slice of the all-reduced sums (1/N of the accumulators, plus < N padding
+elements) and the window's sums are all-gathered once, on the applying
+micro-step; they are saved under the same keys and shapes.
 """
 
 from absl import logging
@@ -197,14 +202,49 @@ class GradientAccumulation(wrapper.BaseWrapper):
     return self._accums[var_grad_lib.VarName(var)]
 
   def Accumulators(self):
-    """Every accumulator variable, in bind order (full size per replica)."""
+    """Every accumulator variable, in bind order (full size per replica);
+    sliced under ZeRO-1 (`ShardAccumulatorsWith`): the ON_READ [shard]
+    variable of each dtype."""
+    if self._AccumShards() is not None:
+      return [v for _, v in sorted(self.__dict__['_accum_shards'].items())]
     return list(self._accums.values())
+
+  @property
+  def vars(self):
+    """As BaseLayer's, without the checkpointed views of sliced
+    accumulators (ZeRO-1; not variables)."""
+    out = super().vars
+    for key, value in self._private_vars.items():
+      if not isinstance(value, tf.Variable):
+        del out[key]
+    return out
 
   # ---- binding -----------------------------------------------------------
 
+  def ShardAccumulatorsWith(self, shards):
+    """sync_on_apply=False under ZeRO-1: from `Bind` on, each replica keeps
+    only its flat slice of the (all-reduced) sums, in the rule's layout
+    (sharded_wrappers.WrapperShards; not tracked); the window's sums are
+    all-gathered once, on the applying micro-step."""
+    self.__dict__['_accum_sharding'] = shards
+
+  def _AccumShards(self):
+    """The WrapperShards holding the sliced sums, or None (whole sums)."""
+    shards = self.__dict__.get('_accum_sharding')
+    return shards if shards is not None and shards.sharded else None
+
   def Bind(self, vmap):
-    """Binds the inner optimizer and creates one accumulator per variable."""
+    """Binds the inner optimizer and creates one accumulator per variable
+    (under ZeRO-1 with sync_on_apply=False: checkpointed views of the
+    replicas' slices, under the same keys)."""
     super().Bind(vmap)
+    sharding = self._AccumShards()
+    if sharding is not None and not self._accums:
+      self.__dict__['_accum_shards'], views = sharding.CreateCopies(
+          self.path, 'accum', from_weights=False)
+      for name in self.bound_variables:
+        key = var_grad_lib.SanitizedName(name)
+        self._private_vars['accum_' + key] = self._accums[name] = views[key]
     for name, var in self.bound_variables.items():
       if name in self._accums:
         continue
@@ -252,9 +292,15 @@ class GradientAccumulation(wrapper.BaseWrapper):
       self._window_dropped.assign_add(tf.cast(num_dropped, tf.float32))
 
     def _Add():
-      for var, wg in weighted_grads:
-        acc = self._accums[var_grad_lib.VarName(var)]
-        acc.assign_add(tf.cast(tf.convert_to_tensor(wg), acc.dtype))
+      sharding = self._AccumShards()
+      if sharding is not None:  # This replica's slice only.
+        sharding.AddSlices(self.__dict__['_accum_shards'], {
+            var_grad_lib.VarName(v): tf.convert_to_tensor(wg)
+            for v, wg in weighted_grads})
+      else:
+        for var, wg in weighted_grads:
+          acc = self._accums[var_grad_lib.VarName(var)]
+          acc.assign_add(tf.cast(tf.convert_to_tensor(wg), acc.dtype))
       self._weight_sum.assign_add(weight)
       return tf.constant(True)
 
@@ -386,8 +432,13 @@ class GradientAccumulation(wrapper.BaseWrapper):
         replica under sync_on_apply); weight_sum and num_dropped_in_window:
         float32 scalars.
     """
-    sums = [self._accums[var_grad_lib.VarName(v)].read_value()
-            for v in variables]
+    sharding = self._AccumShards()
+    if sharding is not None:
+      full = sharding.Gathered(self.__dict__['_accum_shards'])
+      sums = [full[var_grad_lib.VarName(v)] for v in variables]
+    else:
+      sums = [self._accums[var_grad_lib.VarName(v)].read_value()
+              for v in variables]
     return (sums, self._weight_sum.read_value(),
             self._window_dropped.read_value())
 
@@ -405,7 +456,7 @@ class GradientAccumulation(wrapper.BaseWrapper):
     """Empties the window: accumulators, weight, counter back to zero
     (`accumulators=False`: the scalars only; the caller zeroes them)."""
     zero = self._RuntimeZero()
-    accs = list(self._accums.values()) if accumulators else []
+    accs = self.Accumulators() if accumulators else []
     # In place when the fused op can run (no fresh buffer per accumulator).
     fused = kernels.Zero(accs) if accs else None
     ops = ([fused] if fused is not None else

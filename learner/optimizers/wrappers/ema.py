@@ -45,6 +45,7 @@ class Ema(wrapper.BaseAveraging):
   """
 
   SCHEDULABLE_PARAMS = ('decay',)
+  SHARDS_WITH_RULE = True  # ZeRO-1 shards the averages (elementwise move).
 
   @classmethod
   def Params(cls):
@@ -100,12 +101,12 @@ class Ema(wrapper.BaseAveraging):
     return tf.convert_to_tensor(self.Hyper('decay'), tf.float32)
 
   def _ApplyWrapped(self, lr, var_grads):
-    """Applies the inner update, then moves every bound variable's average."""
+    """Applies the inner update, then moves every bound variable's average
+    (`_ApplyAndMove`: whole, or on this replica's shards under ZeRO-1)."""
     decay = self.Decay()
-    op = self.optimizer.Apply(lr, var_grads)
-    ops = []
-    with tf.control_dependencies([op] if op is not None else []):
-      for var, avg in self._VarsAndAverages():
-        d = tf.cast(decay, avg.dtype)
-        ops.append(avg.assign(d * avg + (1. - d) * var.read_value()))
-    return [op] + ops
+
+    def _Move(w, avg):
+      d = tf.cast(decay, avg.dtype)
+      return d * avg + (1. - d) * w, None
+
+    return self._ApplyAndMove(lr, var_grads, _Move)

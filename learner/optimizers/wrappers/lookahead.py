@@ -47,6 +47,7 @@ class Lookahead(wrapper.BaseAveraging):
   AVERAGE_NAME = 'slow'
   EVAL_WEIGHTS_LABEL = 'Lookahead slow copies'
   SCHEDULABLE_PARAMS = ('alpha',)  # hyper_schedules={'alpha': ...}
+  SHARDS_WITH_RULE = True  # ZeRO-1 shards the slow weights (elementwise).
   INNER_OPTIMIZER_DOC = ('Params of the inner (fast) optimizer: it updates '
                          'the variables at every update.')
 
@@ -76,21 +77,15 @@ class Lookahead(wrapper.BaseAveraging):
     k = tf.constant(self.params.k, tf.int64)
     return tf.equal(tf.math.floormod(self.num_updates + 1, k), 0)
 
-  def _Synchronize(self, alpha):
-    """slow <- slow + alpha * (fast - slow); fast <- slow, for every var."""
-    ops = []
-    for var, slow in self._VarsAndAverages():
-      alpha = tf.cast(alpha, slow.dtype)
-      s = slow.read_value()
-      new_slow = s + alpha * (var.read_value() - s)
-      ops.append(slow.assign(new_slow))
-      ops.append(var.assign(new_slow))
-    return tf.group(ops)
-
   def _ApplyWrapped(self, lr, var_grads):
-    """The inner update, then the synchronization after every k-th."""
+    """The inner update, then after every k-th the synchronization
+    slow <- slow + alpha * (fast - slow); fast <- slow (`_ApplyAndMove`:
+    whole, or on this replica's shards under ZeRO-1)."""
     sync = self.SyncNext()
     alpha = self.Hyper('alpha')  # At the learner's step before the update.
-    op = self.optimizer.Apply(lr, var_grads)
-    with tf.control_dependencies([op] if op is not None else []):
-      return [op, tf.cond(sync, lambda: self._Synchronize(alpha), tf.no_op)]
+
+    def _Synchronize(fast, slow):
+      new_slow = slow + tf.cast(alpha, slow.dtype) * (fast - slow)
+      return new_slow, new_slow
+
+    return self._ApplyAndMove(lr, var_grads, _Synchronize, pred=sync)

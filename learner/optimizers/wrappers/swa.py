@@ -55,6 +55,7 @@ class SWA(wrapper.BaseAveraging):
 
   AVERAGE_NAME = 'swa_average'
   EVAL_WEIGHTS_LABEL = 'SWA averages'
+  SHARDS_WITH_RULE = True  # ZeRO-1 shards the average (elementwise move).
 
   @classmethod
   def Params(cls):
@@ -97,24 +98,20 @@ class SWA(wrapper.BaseAveraging):
         tf.equal(tf.math.floormod(i - start, tf.constant(p.swa_freq,
                                                          tf.int64)), 0))
 
-  def _Average(self, sample):
-    """Moves every average; `sample` (bool scalar) says whether to sample."""
+  def _ApplyWrapped(self, lr, var_grads):
+    """The inner update, then the average's sample (or follow) step
+    (`_ApplyAndMove`: whole, or on this replica's shards under ZeRO-1);
+    the average moves when sampling or while no sample was taken."""
+    sample = self.SampleNext()
     n_old = self._num_averaged.read_value()
     n = n_old + tf.cast(sample, tf.int64)
-    ops = [self._num_averaged.assign(n)]
-    for var, avg in self._VarsAndAverages():
-      w = var.read_value()
-      a = avg.read_value()
+    moves = tf.logical_or(sample, tf.equal(n_old, 0))
+
+    def _Average(w, a):
       mean = a + (w - a) / tf.cast(tf.maximum(n, 1), a.dtype)
       # No sample yet, or the first now: the average is the weights.
-      ops.append(avg.assign(tf.where(n <= 1, w, mean)))
-    return tf.group(ops)
+      return tf.where(n <= 1, w, mean), None
 
-  def _ApplyWrapped(self, lr, var_grads):
-    """The inner update, then the average's sample (or follow) step."""
-    sample = self.SampleNext()
-    op = self.optimizer.Apply(lr, var_grads)
-    with tf.control_dependencies([op] if op is not None else []):
-      moves = tf.logical_or(sample,
-                            tf.equal(self._num_averaged.read_value(), 0))
-      return [op, tf.cond(moves, lambda: self._Average(sample), tf.no_op)]
+    ops = self._ApplyAndMove(lr, var_grads, _Average, pred=moves)
+    with tf.control_dependencies([o for o in ops if o is not None]):
+      return ops + [self._num_averaged.assign(n)]
