@@ -308,7 +308,10 @@ def RunOne(set_name, opt_name, args, gbps, notes):
     per_call = getattr(row, 'steps_per_call', 1)
     rcfg = getattr(row, 'reference_cfg', cfg)
     form = row.reference_form
-    if rcfg.optimizer in peer_rows.OTHER_OPTIMIZERS and rcfg.optimizer != 'muon':
+    if rcfg.optimizer == 'muon':
+      # Our rows run the 'optax' variant (learner_row.MuonLearners).
+      form = form if form in learner_row.MUON_VARIANTS else 'optax'
+    elif rcfg.optimizer in peer_rows.OTHER_OPTIMIZERS:
       form = 'learner'  # One reference (a fresh pure-TF learner) for all.
     key = (rcfg.optimizer, form, CHECK_STEPS * per_call)
     if key not in refs:

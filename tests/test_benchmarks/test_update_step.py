@@ -240,6 +240,7 @@ def test_optimizer_groups_expand_and_muon_clip_never_fires():
   assert peer_rows.UpdateConfig('dog').lr == 1.0
 
 
+@pytest.mark.slow
 def test_muon_peers_match_our_two_learners_in_their_variant():
   # Each peer against our Muon + AdamW learners with its numbers (err
   # small), and against another variant's (err large: the check can fail).
@@ -271,18 +272,18 @@ def test_muon_peers_match_our_two_learners_in_their_variant():
     assert numpy_reference.MaxRelativeError(w, got, refs[other]) > 0.1
 
 
+@pytest.mark.slow
 def test_rule_rows_run_with_adams_rows_and_their_peers(tmp_path):
-  pytest.importorskip('optax')
+  # Issue 39's rules get Adam's row, the peered rules their peers too (the
+  # Muon peers: the test above; rows limited to keep this lean).
   payload = update_step.main([
-      '--sets=small', '--optimizers=muon,cocob,nadam', '--steps=1',
-      '--warmup=0', '--rows=learner,adam_learner,optax_jit_loop,keras',
+      '--sets=small', '--optimizers=cocob,nadam', '--steps=1',
+      '--warmup=0', '--rows=learner,adam_learner,keras',
       '--output=%s' % (tmp_path / 'u.json')])
   assert not [n for n in payload['notes'] if 'failed' in n], payload['notes']
   rows = {r['optimizer']: r['rows'] for r in payload['results']}
-  assert sorted(rows['muon']) == ['keras', 'learner', 'optax_jit_loop']
   assert sorted(rows['cocob']) == ['adam_learner', 'learner']
-  assert sorted(rows['nadam']) == ['adam_learner', 'keras', 'learner',
-                                   'optax_jit_loop']
+  assert sorted(rows['nadam']) == ['adam_learner', 'keras', 'learner']
   for opt, rs in rows.items():
     for name, r in rs.items():
       if opt == 'nadam' and name == 'keras':
