@@ -338,7 +338,9 @@ def RunOne(set_name, opt_name, args, gbps, notes):
   bytes_per_param = bandwidth.BYTES_PER_PARAM.get(opt_name)
   limit_s = (bandwidth.LimitSeconds(n, bytes_per_param, run_gbps)
              if bytes_per_param else None)
-  peer_medians = [stats[p].median for p in PEERS if p in stats]
+  # Per step: a looping row's call ran steps_per_call steps.
+  peer_medians = [stats[p].median / checked[p]['steps_per_call']
+                  for p in PEERS if p in stats]
   best_peer = min(peer_medians) if peer_medians else None
   result = dict(set=set_name, optimizer=opt_name, num_params=n,
                 num_variables=len(specs), bytes_per_param=bytes_per_param,
