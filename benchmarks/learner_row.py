@@ -67,28 +67,90 @@ def CosineScheduleParams(total_steps, alpha):
   raise ImportError('schedules has neither CosineDecay nor CosineSchedule.')
 
 
+# Muon's two learners (Muon.TwoLearners): Muon on the variables of rank >=
+# 2 (every name ending in /w in both sets), AdamW on the rest.
+MUON_MATRICES = r'/w$'
+# The variants of our Muon learners each peer is checked against
+# (benchmarks/rule_peers.py): (Muon params, AdamW params) overrides.
+MUON_VARIANTS = {
+    'optax': (dict(), None),  # optax's AdamW part is Nesterov: Nadam.
+    'keras': (dict(momentum_form='reference', rate_scaling='moonlight',
+                   rms_rate=0.2, epsilon=1e-7),
+              dict(epsilon=1e-7, epsilon_form='tf')),
+    'torch': (dict(momentum_form='reference', epsilon=1e-7),
+              dict(epsilon=1e-8, epsilon_form='optax')),
+}
+
+
+def MuonLearners(learner_params, cfg, variant=None):
+  """[Muon learner params, AdamW learner params] of Muon.TwoLearners.
+
+  Muon with 5 Newton-Schulz steps and coefficients (3.4445, -4.7750,
+  2.0315) set explicitly (rule_peers.NS_STEPS / NS_COEFFS, the peers'),
+  beta 0.95, rate cfg.lr; AdamW (no weight decay) at cfg.adamw_lr, which
+  in the 'optax' variant is Nadam (optax's form, eps 1e-8): the AdamW of
+  optax.contrib.muon is `adamw(nesterov=nesterov)`, Nesterov by default.
+
+  Args:
+    learner_params: Learner params to copy (clip, schedule, ...).
+    cfg: peer_rows.UpdateConfig('muon').
+    variant: a key of MUON_VARIANTS (None: 'optax', the timed default).
+  """
+  from benchmarks import rule_peers  # pylint: disable=g-import-not-at-top
+  from learner import optimizers  # pylint: disable=g-import-not-at-top
+  muon_kw, adamw_kw = MUON_VARIANTS[variant or 'optax']
+  muon = optimizers.Muon.Params().Set(
+      beta=0.95, ns_steps=rule_peers.NS_STEPS,
+      ns_coeffs=list(rule_peers.NS_COEFFS), **muon_kw)
+  if adamw_kw is None:
+    adamw = optimizers.Nadam.Params().Set(epsilon=1e-8)
+  else:
+    adamw = optimizers.AdamW.Params().Set(decoupled_weight_decay=0.0,
+                                          **adamw_kw)
+  return optimizers.Muon.TwoLearners(
+      learner_params, MUON_MATRICES, muon=muon, adamw=adamw,
+      muon_learning_rate=cfg.lr, adamw_learning_rate=cfg.adamw_lr)
+
+
+def _RuleParams(name):
+  """Params of a rule other than Momentum/Adam/Muon, or None."""
+  from learner import optimizers as o  # pylint: disable=g-import-not-at-top
+  rules = {
+      'lion': o.Lion.Params, 'nadam': o.Nadam.Params,
+      'amsgrad': o.AMSGrad.Params, 'sf_sgd': o.ScheduleFreeSGD.Params,
+      'sf_adamw': o.ScheduleFreeAdamW.Params,
+      'soap': lambda: o.SOAP.Params().Set(precondition_frequency=10),
+      'dog': o.DoG.Params, 'dowg': o.DoWG.Params, 'cocob': o.COCOB.Params,
+      'madgrad': o.MADGRAD.Params, 'prodigy': o.Prodigy.Params,
+      'dadapt_adamw': o.DAdaptAdamW.Params,
+      'mechanic_adam': lambda: o.Mechanic.Params().Set(
+          optimizer=o.Adam.Params()),
+      'ademamix': o.AdEMAMix.Params,
+      'simplified_ademamix': o.SimplifiedAdEMAMix.Params,
+      'cautious_adamw': lambda: o.AdamW.Params().Set(cautious=True),
+  }
+  return rules[name]() if name in rules else None
+
+
 def OptimizerParams(cfg, accumulate_batches=0):
   """Our optimizer params for a peer_rows.UpdateConfig.
 
   Args:
     cfg: UpdateConfig ('momentum' -> Momentum(alpha), 'adam' -> Adam; the
       RULE_OPTIMIZERS -> Lion, Nadam, AMSGrad, ScheduleFreeSGD / AdamW with
-      their defaults).
+      their defaults; the NEW_RULES -> SOAP (preconditioner refreshed every
+      10 updates), DoG, DoWG, COCOB, MADGRAD, Prodigy, DAdaptAdamW,
+      Mechanic around Adam, AdEMAMix, SimplifiedAdEMAMix, AdamW with
+      cautious=True, with their defaults; Muon: see MuonLearners).
     accumulate_batches: if > 0, wraps it in GradientAccumulation with this
       num_batches.
   """
   from learner import optimizers  # pylint: disable=g-import-not-at-top
-  rules = {
-      'lion': lambda: optimizers.Lion.Params(),
-      'nadam': lambda: optimizers.Nadam.Params(),
-      'amsgrad': lambda: optimizers.AMSGrad.Params(),
-      'sf_sgd': lambda: optimizers.ScheduleFreeSGD.Params(),
-      'sf_adamw': lambda: optimizers.ScheduleFreeAdamW.Params(),
-  }
+  rule = _RuleParams(cfg.optimizer)
   if cfg.optimizer == 'momentum':
     p = optimizers.Momentum.Params().Set(alpha=cfg.momentum)
-  elif cfg.optimizer in rules:
-    p = rules[cfg.optimizer]()
+  elif rule is not None:
+    p = rule
   else:
     p = optimizers.Adam.Params().Set(beta1=cfg.beta1, beta2=cfg.beta2,
                                      epsilon=cfg.epsilon)
@@ -115,7 +177,7 @@ class LearnerRow(object):
   def __init__(self, cfg, specs, weights, grads, jit_compile=False,
                accumulate_batches=0, name=None, clip=True,
                check_finite_weights=False, fused=True, fetch_metrics=False,
-               steps_per_call=1):
+               steps_per_call=1, variant=None):
     """`fused=False` traces the step with the multi-tensor kernels off
     (learner/optimizers/kernels: the pure-TF path, row `learner_fallback`).
     `fetch_metrics=True` makes the step return the eval metrics' values, as
@@ -126,7 +188,9 @@ class LearnerRow(object):
     (row `learner_loop`): the traced step is called once, then in a
     tf.while_loop (parallel_iterations 1), with its metrics fetched; the
     per-call cost of a tf.function (binding, its captured variables'
-    inputs, the executor's start) is paid once per call."""
+    inputs, the executor's start) is paid once per call. For cfg 'muon'
+    the step runs Muon.TwoLearners' two learners (MuonLearners; `variant`
+    picks the numbers a peer is checked against)."""
     if steps_per_call < 1:
       raise ValueError('LearnerRow: steps_per_call=%r; expected an int >= 1.'
                        % (steps_per_call,))
@@ -143,12 +207,18 @@ class LearnerRow(object):
     p = learner_lib.Learner.Params().Set(
         name='bench', loss_name='loss', learning_rate=cfg.lr,
         clip_gradient_norm_to_value=cfg.clip if clip else 0.0,
-        optimizer=OptimizerParams(cfg, accumulate_batches),
         lr_schedule=CosineScheduleParams(cfg.total_steps, cfg.alpha))
+    if cfg.optimizer == 'muon':
+      lps = MuonLearners(p, cfg, variant)
+    else:
+      lps = [p.Set(optimizer=OptimizerParams(cfg, accumulate_batches))]
     if check_finite_weights:
-      p.check_finite_weights = True
-    self.learner = p.Instantiate()
-    self.learner.Bind(self.vmap)
+      for lp in lps:
+        lp.check_finite_weights = True
+    self.learners = [lp.Instantiate() for lp in lps]
+    for learner in self.learners:
+      learner.Bind(self.vmap)
+    self.learner = self.learners[0]
     self._fetch_metrics = fetch_metrics or steps_per_call > 1
     self.steps_per_call = steps_per_call
     one_step = tf.function(self._Step, jit_compile=jit_compile)
@@ -168,11 +238,13 @@ class LearnerRow(object):
     loss = tf.add_n([FixedGradientTerm(v, g)
                      for v, g in zip(self.vars, self.grads)])
     metrics = {'loss': (loss, tf.constant(1.0))}
-    _, update_op, eval_metrics = self.learner.Apply(metrics, self.vmap)
-    del update_op  # tf.function runs every stateful op it traced.
-    if self._fetch_metrics:
-      return {k: v for k, (v, _) in eval_metrics.items()}
-    return None
+    fetched = {}
+    for i, learner in enumerate(self.learners):
+      _, update_op, eval_metrics = learner.Apply(metrics, self.vmap)
+      del update_op  # tf.function runs every stateful op it traced.
+      prefix = '' if i == 0 else learner.params.name + '/'
+      fetched.update({prefix + k: v for k, (v, _) in eval_metrics.items()})
+    return fetched if self._fetch_metrics else None
 
   def Weights(self):
     return [np.array(v.numpy()) for v in self.vars]

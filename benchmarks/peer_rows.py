@@ -30,36 +30,58 @@ import tensorflow as tf
 # The rules with fused kernels in learner/optimizers/kernels/
 # multi_tensor_rules.cc: only the learner rows run them (no peer rows).
 RULE_OPTIMIZERS = ('lion', 'nadam', 'amsgrad', 'sf_sgd', 'sf_adamw')
+# Issue 39's rules, no fused kernel (their `learner` row is the pure-TF
+# path): learner rows only, timed with Adam's learner rows (issue 40's
+# targets compare them). mechanic_adam is Mechanic around Adam.
+NEW_RULES = ('soap', 'dog', 'dowg', 'cocob', 'madgrad', 'prodigy',
+             'dadapt_adamw', 'mechanic_adam', 'ademamix',
+             'simplified_ademamix', 'cautious_adamw')
+# Learning-rate free: the rate is a multiplier, 1.
+RATE_FREE = ('dog', 'dowg', 'cocob', 'prodigy', 'dadapt_adamw')
+# Every optimizer other than Momentum and Adam (learner rows, no numpy
+# reference: checked against a fresh pure-TF learner).
+OTHER_OPTIMIZERS = RULE_OPTIMIZERS + ('muon',) + NEW_RULES
 
 
 class UpdateConfig(object):
   """What every row of one update benchmark does.
 
   Attributes:
-    optimizer: 'momentum', 'adam' or one of RULE_OPTIMIZERS.
-    lr: base learning rate (float).
+    optimizer: 'momentum', 'adam' or one of OTHER_OPTIMIZERS.
+    lr: base learning rate (float): 0.1 for SGD-type rules, 1 for the
+      RATE_FREE rules, 0.02 for Muon, else 1e-3.
+    adamw_lr: Muon's AdamW part's base rate, 1e-3.
     total_steps: cosine schedule length in applied updates. The default 4
       makes the rate differ at each of the 3 checked steps (so the numpy check
       sees a wrong schedule or a wrong Momentum form); later steps run the
       same ops on the clamped rate.
     alpha: cosine floor, a fraction of lr.
-    clip: global-norm clip value (> 0).
+    clip: global-norm clip value (> 0); for Muon 1e6 (never fires) unless
+      given otherwise.
     momentum: Momentum's velocity decay.
     beta1, beta2, epsilon: Adam's knobs (epsilon in TF's form).
   """
 
   def __init__(self, optimizer, lr=None, total_steps=4, alpha=0.1,
                clip=1.0):
-    if optimizer not in ('momentum', 'adam') + RULE_OPTIMIZERS:
+    if optimizer not in ('momentum', 'adam') + OTHER_OPTIMIZERS:
       raise ValueError("UpdateConfig: optimizer=%r; expected one of %s "
                        "(e.g. --optimizers=momentum,adam)." %
                        (optimizer, ['momentum', 'adam'] +
-                        list(RULE_OPTIMIZERS)))
+                        list(OTHER_OPTIMIZERS)))
     self.optimizer = optimizer
     # SGD-type rules take SGD's rate (schedule-free SGD at 1e-3 moves the
     # weights by less than XLA's float32 reassociation changes them).
-    self.lr = lr if lr is not None else (
-        0.1 if optimizer in ('momentum', 'sf_sgd') else 1e-3)
+    default = (0.1 if optimizer in ('momentum', 'sf_sgd') else
+               1.0 if optimizer in RATE_FREE else
+               0.02 if optimizer == 'muon' else 1e-3)
+    self.lr = lr if lr is not None else default
+    self.adamw_lr = 1e-3
+    # Muon: our two learners clip each over its own variables, the peers
+    # over all; a clip that never fires (the resnet50 set's norm is ~5e3)
+    # keeps the norm's work and makes both give the same numbers.
+    if optimizer == 'muon' and clip == 1.0:
+      clip = 1e6
     self.total_steps = total_steps
     self.alpha = alpha
     self.clip = clip
@@ -201,14 +223,18 @@ def OptaxAvailable():
 class OptaxRow(object):
   """(d) optax chain(clip_by_global_norm, sgd(momentum) | adam) under jax.jit."""
 
-  def __init__(self, cfg, weights, grads, accumulate_steps=0):
+  def __init__(self, cfg, weights, grads, accumulate_steps=0,
+               steps_per_call=1):
     """Args: cfg, weights, grads as the other rows; accumulate_steps > 0
     wraps the chain in optax.MultiSteps(every_k_schedule=accumulate_steps)
-    (mean of the micro-batch gradients, then the chain)."""
+    (mean of the micro-batch gradients, then the chain); steps_per_call > 1
+    runs that many updates per jitted call in a jax.lax.fori_loop (row
+    `optax_jit_loop`, the trainer's form)."""
     import jax  # pylint: disable=g-import-not-at-top
     import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
     import optax  # pylint: disable=g-import-not-at-top
-    self.name = 'optax_jit'
+    self.name = 'optax_jit' + ('_loop' if steps_per_call > 1 else '')
+    self.steps_per_call = steps_per_call
     self.reference_form = 'tf' if cfg.optimizer == 'momentum' else 'optax'
     self._jax = jax
     schedule = optax.cosine_decay_schedule(cfg.lr, cfg.total_steps,
@@ -226,8 +252,13 @@ class OptaxRow(object):
     self._state = opt.init(self._params)
 
     def Update(params, state, grads):
-      updates, state = opt.update(grads, state, params)
-      return optax.apply_updates(params, updates), state
+      def Body(_, carry):
+        p, s = carry
+        updates, s = opt.update(grads, s, p)
+        return optax.apply_updates(p, updates), s
+      if steps_per_call == 1:
+        return Body(0, (params, state))
+      return jax.lax.fori_loop(0, steps_per_call, Body, (params, state))
 
     self._update = jax.jit(Update, donate_argnums=(0, 1))
 

@@ -1,7 +1,8 @@
 """Benchmark: one optimizer update step, ours against the best peers.
 
     python -m benchmarks.update_step [--quick] [--sets=small,resnet50]
-        [--optimizers=momentum,adam,lion,nadam,amsgrad,sf_sgd,sf_adamw]
+        [--optimizers=momentum,adam,lion,nadam,amsgrad,sf_sgd,sf_adamw,
+                      muon,issue39,issue40,...] [--rows=...]
         [--steps=N] [--warmup=N] [--output=PATH]
 
 For each variable set (`small`: 20 variables, 1.0 M parameters; `resnet50`:
@@ -31,13 +32,32 @@ the same run:
       (peer_rows.TfFusedRow), so no scaled gradient is materialised;
   (c) `keras`: Keras 3 SGD(momentum)/Adam apply_gradients, global_clipnorm;
   (d) `optax_jit`: optax under jax.jit (skipped with a note without the
-      optional `bench` extra);
+      optional `bench` extra); `optax_jit_loop`: LOOP_STEPS updates per
+      jitted call in a jax.lax.fori_loop, the peer of `learner_loop`;
   (d') `torch`: PyTorch's clip_grad_norm_ + SGD(momentum, foreach) or
       Adam(fused) (benchmarks/torch_rows.py; skipped with a note without
       torch, which is not a dependency);
   (e) `limit`: bytes moved per step (benchmarks.bandwidth.BYTES_PER_PARAM)
       divided by the bandwidth numpy reaches on two threads, measured by a
       probe timed in the same rounds as the rows (so under the same load).
+
+The other rules (peer_rows.OTHER_OPTIMIZERS) run learner rows and, timed
+in the same rounds, Adam's (`adam_learner`, `adam_learner_jit`, for issue
+40's targets; not for Muon): the fused-kernel rules (lion, nadam, amsgrad,
+sf_sgd, sf_adamw) RULE_ROWS; issue 39's rules (soap: preconditioner
+refreshed every 10 updates, dog, dowg, cocob, madgrad, prodigy,
+dadapt_adamw, mechanic_adam: Mechanic around Adam, ademamix,
+simplified_ademamix, cautious_adamw: AdamW with cautious=True), which have
+no kernel (`learner` is the pure-TF path), NEW_RULE_ROWS (and SOAP's
+`learner_loop`, whose 10 steps per call hold one refresh: its per-step
+cost; the per-call median misses the refresh); Muon (learner_row.
+MuonLearners: Muon.TwoLearners, Muon on the variables of rank >= 2, AdamW
+on the rest) MUON_ROWS. Lion, Nadam, AMSGrad, schedule-free AdamW and Muon
+also get optax, Keras and torch peers (benchmarks/rule_peers.py: which
+library has which, how the Muon peers run the same Newton-Schulz
+iteration). These rows are checked against a fresh pure-TF learner
+(for Muon's peers, in the variant with the peer's numbers); a peer whose
+formula differs is timed and shown as `form` with the reason.
 
 Each row first runs 3 steps from the initial values and checks its weights
 against a numpy reference (benchmarks.numpy_reference; column `err`, the max
@@ -60,6 +80,7 @@ from benchmarks import bandwidth
 from benchmarks import learner_row
 from benchmarks import numpy_reference
 from benchmarks import peer_rows
+from benchmarks import rule_peers
 from benchmarks import timing
 from benchmarks import torch_rows
 from benchmarks import variable_sets
@@ -69,11 +90,23 @@ CHECK_STEPS = 3
 # to p.train.steps_per_loop steps per call, ending at each log interval).
 LOOP_STEPS = 10
 CHECK_TOLERANCE = 2e-3
-PEERS = ('tf_fused', 'tf_fused_jit', 'keras', 'optax_jit', 'torch')
+PEERS = ('tf_fused', 'tf_fused_jit', 'keras', 'optax_jit', 'optax_jit_loop',
+         'torch')
 PROBE = '_bandwidth_probe'
-# The rows run for the peer_rows.RULE_OPTIMIZERS (the peers are Momentum and
-# Adam only).
-RULE_ROWS = ('learner', 'learner_fallback', 'learner_jit')
+# The rows run for the peer_rows.RULE_OPTIMIZERS, plus the trainer's form
+# and, for those in rule_peers.PEERED_RULES, the peers there.
+RULE_ROWS = ('learner', 'learner_fallback', 'learner_jit', 'learner_loop')
+# The rows of peer_rows.NEW_RULES (no kernel: `learner` is the pure-TF
+# path; SOAP also in the trainer's form, whose 10 steps per call hold one
+# preconditioner refresh) and of Muon (two learners; peers in rule_peers).
+NEW_RULE_ROWS = ('learner', 'learner_jit')
+MUON_ROWS = ('learner', 'learner_jit', 'learner_loop')
+# Adam's learner rows, timed in the same rounds as a rule's (issue 40's
+# targets compare the newer rules with Adam's step).
+ADAM_ROWS = ('adam_learner', 'adam_learner_jit')
+# --optimizers shorthands.
+GROUPS = {'issue39': peer_rows.NEW_RULES,
+          'issue40': ('lion', 'nadam', 'amsgrad', 'sf_adamw', 'muon')}
 
 
 def ParseArgs(argv):
@@ -88,10 +121,14 @@ def ParseArgs(argv):
                       help='Comma-separated variable sets: small, resnet50.')
   parser.add_argument('--optimizers', default=None,
                       help='Comma-separated: momentum, adam (default both; '
-                      'with --quick, Adam runs on the small set only), or '
+                      'with --quick, Adam runs on the small set only), '
                       'the rules with fused kernels: lion, nadam, amsgrad, '
-                      'sf_sgd, sf_adamw (rows learner, learner_fallback, '
-                      'learner_jit only).')
+                      'sf_sgd, sf_adamw, issue 39\'s rules: %s, or muon '
+                      '(learner rows, Adam\'s learner rows and, for lion, '
+                      'nadam, amsgrad, sf_adamw and muon, optax/Keras/torch '
+                      'peers); shorthands: issue39 (its rules), issue40 '
+                      '(lion,nadam,amsgrad,sf_adamw,muon).' %
+                      ', '.join(peer_rows.NEW_RULES))
   parser.add_argument('--rows', default='',
                       help='Comma-separated row names to run (default all).')
   parser.add_argument('--steps', type=int, default=None,
@@ -106,6 +143,8 @@ def ParseArgs(argv):
     args.adam_sets = 'small' if args.quick else None
   else:
     args.adam_sets = None
+  args.optimizers = ','.join(
+      ','.join(GROUPS.get(o, (o,))) for o in args.optimizers.split(',') if o)
   if args.steps is None:
     args.steps = 20 if args.quick else 100
   if args.warmup is None:
@@ -140,8 +179,12 @@ def BuildRows(cfg, specs, weights, grads, wanted, notes):
           cfg, weights, grads, fold_clip=True)),
       ('keras', lambda: peer_rows.KerasRow(cfg, weights, grads)),
       ('optax_jit', lambda: peer_rows.OptaxRow(cfg, weights, grads)),
+      ('optax_jit_loop', lambda: peer_rows.OptaxRow(
+          cfg, weights, grads, steps_per_call=LOOP_STEPS)),
       ('torch', lambda: torch_rows.TorchRow(cfg, weights, grads)),
   ]
+  if cfg.optimizer in peer_rows.OTHER_OPTIMIZERS:
+    builders = _OtherBuilders(cfg, specs, weights, grads, builders)
   have_learner, note = learner_row.LearnerAvailable()
   if not have_learner and note not in notes:
     notes.append(note)
@@ -155,15 +198,13 @@ def BuildRows(cfg, specs, weights, grads, wanted, notes):
   for name, build in builders:
     if wanted and name not in wanted:
       continue
-    if name.startswith('learner') and not have_learner:
+    if name.startswith(('learner', 'adam_learner')) and not have_learner:
       continue
     if name.startswith('optax') and not have_optax:
       continue
     if name == 'torch' and not have_torch:
       continue
     if name == 'tf_fused_folded' and cfg.optimizer != 'momentum':
-      continue
-    if cfg.optimizer in peer_rows.RULE_OPTIMIZERS and name not in RULE_ROWS:
       continue
     try:
       rows.append(build())
@@ -172,12 +213,64 @@ def BuildRows(cfg, specs, weights, grads, wanted, notes):
   return rows
 
 
+def _OtherBuilders(cfg, specs, weights, grads, builders):
+  """The builders of a rule other than Momentum/Adam: its learner rows
+  (RULE_ROWS, NEW_RULE_ROWS or MUON_ROWS), Adam's learner rows (ADAM_ROWS)
+  and the peers of rule_peers; `builders` gives the learner rows'."""
+  name = cfg.optimizer
+  if name == 'muon':
+    keep = MUON_ROWS
+  elif name in peer_rows.RULE_OPTIMIZERS:
+    keep = RULE_ROWS
+  else:
+    keep = NEW_RULE_ROWS + (('learner_loop',) if name == 'soap' else ())
+  out = [(n, b) for n, b in builders if n in keep]
+  if name == 'mechanic_adam':
+    out = [(n, _Unjudged(b, _MECHANIC_NOTE) if n == 'learner_jit' else b)
+           for n, b in out]
+  if name != 'muon':
+    adam = peer_rows.UpdateConfig('adam')
+    out += [('adam_learner', lambda: _Baseline(learner_row.LearnerRow(
+        adam, specs, weights, grads, name='adam_learner'), adam)),
+            ('adam_learner_jit', lambda: _Baseline(learner_row.LearnerRow(
+                adam, specs, weights, grads, jit_compile=True,
+                name='adam_learner_jit'), adam))]
+  if name in rule_peers.PEERED_RULES:
+    out += rule_peers.Builders(cfg, weights, grads)
+  return out
+
+
+_MECHANIC_NOTE = (
+    'Mechanic\'s scale starts at s_init 1e-6: the checked steps move the '
+    'weights by ~1e-9, below float32\'s resolution of them (~4e-9 at '
+    '0.05); tests/test_optimizers/test_mechanic.py checks XLA')
+
+
+def _Unjudged(build, note):
+  """`build` whose row is timed, not checked, for the reason `note`."""
+  def Build():
+    row = build()
+    row.form_note = note
+    return row
+  return Build
+
+
+def _Baseline(row, cfg):
+  """Marks `row` as checked against `cfg`'s reference (not the run's)."""
+  row.reference_cfg = cfg
+  return row
+
+
 def Reference(cfg, specs, weights, grads, form, steps=CHECK_STEPS):
   """The reference weights after `steps` steps in `form`: numpy's for
-  Momentum and Adam; for the RULE_OPTIMIZERS a fresh `learner_fallback`
-  (the pure-TF path, which the fused kernels equal bit for bit)."""
-  if cfg.optimizer in peer_rows.RULE_OPTIMIZERS:
-    row = learner_row.LearnerRow(cfg, specs, weights, grads, fused=False)
+  Momentum and Adam; for the other rules (peer_rows.OTHER_OPTIMIZERS) a
+  fresh `learner_fallback` (the pure-TF path, which the fused kernels equal
+  bit for bit; for Muon in the variant `form` names,
+  learner_row.MUON_VARIANTS)."""
+  if cfg.optimizer in peer_rows.OTHER_OPTIMIZERS:
+    variant = form if form in learner_row.MUON_VARIANTS else None
+    row = learner_row.LearnerRow(cfg, specs, weights, grads, fused=False,
+                                 variant=variant)
     for _ in range(steps):
       row.step()
     return [w.astype('float64') for w in row.Weights()]
@@ -213,13 +306,25 @@ def RunOne(set_name, opt_name, args, gbps, notes):
       continue
     # A row running several steps per call ran CHECK_STEPS calls.
     per_call = getattr(row, 'steps_per_call', 1)
-    key = (row.reference_form, CHECK_STEPS * per_call)
+    rcfg = getattr(row, 'reference_cfg', cfg)
+    form = row.reference_form
+    if rcfg.optimizer == 'muon':
+      # Our rows run the 'optax' variant (learner_row.MuonLearners).
+      form = form if form in learner_row.MUON_VARIANTS else 'optax'
+    elif rcfg.optimizer in peer_rows.OTHER_OPTIMIZERS:
+      form = 'learner'  # One reference (a fresh pure-TF learner) for all.
+    key = (rcfg.optimizer, form, CHECK_STEPS * per_call)
     if key not in refs:
-      refs[key] = Reference(cfg, specs, weights, grads, *key)
+      refs[key] = Reference(rcfg, specs, weights, grads, *key[1:])
     err = numpy_reference.MaxRelativeError(weights, row.Weights(), refs[key])
+    # A peer whose formula differs from ours is timed, not checked.
+    note = getattr(row, 'form_note', None)
+    tol = getattr(row, 'check_tolerance', None) or CHECK_TOLERANCE
     checked[row.name] = dict(first_call_s=first_s, max_rel_err=err,
-                             check_ok=bool(err <= CHECK_TOLERANCE),
-                             steps_per_call=per_call)
+                             check_ok=(bool(err <= tol)
+                                       if note is None else None),
+                             check_tolerance=tol,
+                             form_note=note, steps_per_call=per_call)
     active[row.name] = row.step
   probe = bandwidth.BandwidthProbe(threads=2)
   active[PROBE] = probe
@@ -229,9 +334,13 @@ def RunOne(set_name, opt_name, args, gbps, notes):
   # The limit uses the bandwidth measured interleaved with the rows, under
   # the load they saw; `gbps` (measured before the run) is kept for reference.
   run_gbps = probe.Gbps(probe_stats.median)
-  bytes_per_param = bandwidth.BYTES_PER_PARAM[opt_name]
-  limit_s = bandwidth.LimitSeconds(n, bytes_per_param, run_gbps)
-  peer_medians = [stats[p].median for p in PEERS if p in stats]
+  # No traffic model (Muon, issue 39's rules): no limit.
+  bytes_per_param = bandwidth.BYTES_PER_PARAM.get(opt_name)
+  limit_s = (bandwidth.LimitSeconds(n, bytes_per_param, run_gbps)
+             if bytes_per_param else None)
+  # Per step: a looping row's call ran steps_per_call steps.
+  peer_medians = [stats[p].median / checked[p]['steps_per_call']
+                  for p in PEERS if p in stats]
   best_peer = min(peer_medians) if peer_medians else None
   result = dict(set=set_name, optimizer=opt_name, num_params=n,
                 num_variables=len(specs), bytes_per_param=bytes_per_param,
@@ -245,7 +354,7 @@ def RunOne(set_name, opt_name, args, gbps, notes):
     # Times per step: a call of a looping row ran steps_per_call steps.
     for k in ('median_s', 'p10_s', 'p90_s'):
       r[k] /= r['steps_per_call']
-    r['ratio_to_limit'] = r['median_s'] / limit_s
+    r['ratio_to_limit'] = r['median_s'] / limit_s if limit_s else None
     r['ratio_to_best_peer'] = (r['median_s'] / best_peer
                                if best_peer else None)
     result['rows'][name] = r
@@ -263,21 +372,34 @@ def FormatResult(result):
     lines.append([name, timing.Ms(r['median_s']), timing.Ms(r['p10_s']),
                   timing.Ms(r['p90_s']), r['ratio_to_limit'],
                   r['ratio_to_best_peer'], timing.Ms(r['first_call_s']),
-                  '%.1e' % r['max_rel_err'], 'ok' if r['check_ok'] else
-                  'FAIL'])
-  lines.append(['limit', timing.Ms(result['limit_s']), None, None, 1.0,
-                None, None, None, None])
+                  '%.1e' % r['max_rel_err'], _Check(r)])
+  if result['limit_s']:
+    lines.append(['limit', timing.Ms(result['limit_s']), None, None, 1.0,
+                  None, None, None, None])
   title = ('%s (%d vars, %.2f M params), %s + clip %.1f + cosine; limit = '
-           '%d B/param at %.1f GB/s (numpy probe timed with the rows)' %
+           '%s B/param at %.1f GB/s (numpy probe timed with the rows)' %
            (result['set'], result['num_variables'], result['num_params'] / 1e6,
-            result['optimizer'], 1.0, result['bytes_per_param'],
+            result['optimizer'], 1.0, result['bytes_per_param'] or '(no model)',
             result['bandwidth_gbps']))
-  return title + '\n' + timing.FormatTable(header, lines)
+  notes = ['%s: %s (timed, not checked)' % (name, r['form_note'])
+           for name, r in result['rows'].items() if r.get('form_note')]
+  return '\n'.join([title, timing.FormatTable(header, lines)] + notes)
+
+
+def _Check(r):
+  """The check column: ok, FAIL, or 'form' (a different formula)."""
+  if r['check_ok'] is None:
+    return 'form'
+  return 'ok' if r['check_ok'] else 'FAIL'
 
 
 def Targets(results):
-  """Issues 8 and 16's targets: list of (target, value, met)."""
-  out = []
+  """Issue 40's targets, then issues 8 and 16's on resnet50: list of
+  (target, value, met). The small-set per-call targets of issues 8 and 16
+  (learner / tf_fused <= 1.0 Momentum, <= 1.1 Adam; learner / optax_jit <=
+  1.0 Momentum; learner / limit <= 1.2 Adam) are retired: the trainer's form
+  (`learner_loop`, issue 40) superseded them; their rows stay."""
+  out = Issue40Targets(results)
   for res in results:
     out.extend(FusedTargets(res))
     rows = res['rows']
@@ -293,12 +415,8 @@ def Targets(results):
         ratio = m / res['limit_s']
         out.append(('resnet50 momentum %s / limit <= 1.7' % ours, ratio,
                     ratio <= 1.7))
-      if res['optimizer'] == 'momentum' and res['set'] == 'small':
-        if 'tf_fused' in rows:
-          ratio = m / rows['tf_fused']['median_s']
-          out.append(('small momentum %s / tf_fused <= 1.0' % ours, ratio,
-                      ratio <= 1.0))
-      if res['optimizer'] == 'adam' and 'tf_fused' in rows:
+      if (res['optimizer'] == 'adam' and res['set'] == 'resnet50' and
+          'tf_fused' in rows):
         ratio = m / rows['tf_fused']['median_s']
         out.append(('%s adam %s / tf_fused <= 1.1' % (res['set'], ours),
                     ratio, ratio <= 1.1))
@@ -309,10 +427,44 @@ def Targets(results):
 # [(denominator row or 'limit', bound)].
 FUSED_TARGETS = {
     ('resnet50', 'momentum'): [('limit', 1.3), ('optax_jit', 0.85)],
-    ('small', 'momentum'): [('optax_jit', 1.0)],
     ('resnet50', 'adam'): [('limit', 1.6)],
-    ('small', 'adam'): [('limit', 1.2)],
 }
+
+# Issue 40's "newer elementwise rules" (ELEMENTWISE = True, newer than
+# Momentum and Adam).
+NEWER_ELEMENTWISE = ('lion', 'nadam', 'amsgrad', 'sf_sgd', 'sf_adamw',
+                     'ademamix', 'simplified_ademamix', 'cocob', 'madgrad')
+# Issue 40's targets: (set, optimizer or NEWER_ELEMENTWISE, numerator row,
+# denominator row, bound, label).
+ISSUE40_TARGETS = (
+    ('resnet50', ('muon',), 'learner_loop', 'optax_jit_loop', 1.0,
+     'muon two-learner step, trainer\'s form / optax muon+adamw (jit, loop)'),
+    ('resnet50', NEWER_ELEMENTWISE, 'learner', 'adam_learner', 1.3,
+     '%s step / Adam\'s (fused path)'),
+    ('resnet50', NEWER_ELEMENTWISE, 'learner_jit', 'adam_learner_jit', 1.2,
+     '%s step / Adam\'s, both under XLA'),
+    ('small', ('momentum',), 'learner_loop', 'optax_jit_loop', 1.0,
+     'momentum, trainer\'s form / optax (jit, loop)'),
+)
+
+
+def Issue40Targets(results):
+  """Issue 40's targets found in `results`: [(target, value, met)].
+
+  A target is judged only when both its rows ran (in the same rounds).
+  """
+  out = []
+  for set_name, opts, num, den, bound, label in ISSUE40_TARGETS:
+    for res in results:
+      rows = res['rows']
+      if (res['set'] != set_name or res['optimizer'] not in opts or
+          num not in rows or den not in rows):
+        continue
+      value = rows[num]['median_s'] / rows[den]['median_s']
+      text = label % res['optimizer'] if '%s' in label else label
+      out.append(('%s %s <= %.1f (issue 40)' % (set_name, text, bound), value,
+                  value <= bound))
+  return out
 
 
 def FusedTargets(res):
@@ -366,7 +518,7 @@ def main(argv=None):
   if targets:
     print('\ntargets:')
     for t, v, ok in targets:
-      print('  %-55s %6.2f  %s' % (t, v, 'met' if ok else 'MISSED'))
+      print('  %-78s %6.2f  %s' % (t, v, 'met' if ok else 'MISSED'))
   for note in notes:
     print('note: ' + note)
   payload = dict(benchmark='update_step', bandwidth_gbps=gbps,
