@@ -34,16 +34,13 @@ the full shape the unsharded slot has (`_SlotView` gathers the replicas'
 shards at save and slices them at restore), so a checkpoint restores on
 any replica count and the evaler and export read it as any other.
 
-8-bit blockwise state (`slot_dtype=tf.int8`, kernels/quantized_state.py):
-a replica quantizes its own [s] shard slot, in blocks of slot_block_size
-inside the shard (so the blocks differ from the unsharded run's, which
-start at each variable). Its checkpoint holds, per variable, each
-element's code and its block's absmax (`_QuantizedSlotView`: keys
-`<slot>/.ATTRIBUTES/codes` and `.../absmax`, the variable's shape), so a
-restore on the same replica count is bit-identical and one on another
-count requantizes the dequantized values in the new blocks (one rounding).
-Such a checkpoint restores under ZeRO-1 only (the unsharded int8 slot
-saves its blocks' codes and scales under keys of its own).
+8-bit state (`slot_dtype=tf.int8`, kernels/quantized_state.py): a replica
+quantizes its [s] shard in blocks of slot_block_size inside the shard. The
+checkpoint holds per variable each element's code and its block's absmax
+(`_QuantizedSlotView`: keys `<slot>/.ATTRIBUTES/codes`, `.../absmax`), so a
+restore on the same replica count is bit-identical, one on another count
+requantizes once, and it restores under ZeRO-1 only (the unsharded int8
+slot keys its blocks its own way).
 
 Rules that declare `ELEMENTWISE` are sliced this way (schedule-free's x, z
 too); `WHOLE_TENSOR` rules get a home replica per variable (home_sharding.py).
@@ -61,6 +58,7 @@ import tensorflow as tf
 
 from learner.optimizers import cautious as cautious_lib
 from learner.optimizers import home_sharding
+from learner.optimizers import rules as rules_lib
 from learner.optimizers.kernels import low_precision
 from learner.optimizers.kernels import quantized_state
 from learner.optimizers import var_grad as var_grad_lib
@@ -133,6 +131,11 @@ def _Shardable(cls):
   """True for a rule class whose state may be sharded by flat slices (its
   eval weights, if any, are slots: schedule-free's x, read gathered)."""
   return cls.ELEMENTWISE
+
+
+def ShardableRuleNames():
+  """The registered rules (rules.RULES) sliced by flat slices, by name."""
+  return [r.cls.__name__ for r in rules_lib.RULES if _Shardable(r.cls)]
 
 
 def DefineParams(p):
