@@ -167,7 +167,8 @@ def get_optimizer_fn(name, **kwargs):  # pylint: disable=invalid-name
       adadelta, adafactor, lamb, lion, nadam, radam, adamax, amsgrad, adopt,
       schedule_free_sgd, schedule_free_adamw, muon, normuon, ademamix,
       simplified_ademamix, soap, dog, dowg, cocob, madgrad, prodigy,
-      dadapt_adamw (the factory names of `rules.RULES`).
+      dadapt_adamw, distributed_shampoo (alias shampoo) (the factory names
+      of `rules.RULES`).
     **kwargs: `learning_rate` (the base rate, float; the learner uses it when
       its own learning_rate is unset), the optimizer's param names, and the
       MoXing/TF1/Keras names: `momentum` for Momentum's alpha, `beta_1` /

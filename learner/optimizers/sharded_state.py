@@ -39,8 +39,7 @@ quantizes its [s] shard in blocks of slot_block_size inside the shard. The
 checkpoint holds per variable each element's code and its block's absmax
 (`_QuantizedSlotView`: keys `<slot>/.ATTRIBUTES/codes`, `.../absmax`), so a
 restore on the same replica count is bit-identical, one on another count
-requantizes once, and it restores under ZeRO-1 only (the unsharded int8
-slot keys its blocks its own way).
+requantizes once; it restores under ZeRO-1 only (unsharded keys differ).
 
 Rules that declare `ELEMENTWISE` are sliced this way (schedule-free's x, z
 too); `WHOLE_TENSOR` rules get a home replica per variable (home_sharding.py).
@@ -142,11 +141,12 @@ def DefineParams(p):
   """Defines the Learner param `shard_optimizer_state` on `p` (in place)."""
   p.Define(
       'shard_optimizer_state', False,
-      'ZeRO-1: under a strategy with N > 1 replicas each replica keeps and '
-      'updates 1/N of the optimizer slots (flat slices), and the updated '
-      'weights are all-gathered; the same numbers as False. Elementwise '
-      'rules only (learner/optimizers/sharded_state.py; docs/distributed.md '
-      '"Sharded optimizer state (ZeRO-1)"). No-op with one replica.')
+      'ZeRO-1: with N > 1 replicas each keeps and updates 1/N of the '
+      'optimizer slots (flat slices of ELEMENTWISE rules; a home replica '
+      'per variable for WHOLE_TENSOR ones: Muon, Adafactor, LAMB, SOAP) and '
+      'the updated weights are all-gathered; the same numbers as False. '
+      'Others are refused in one line (docs/distributed.md, "Sharded '
+      'optimizer state (ZeRO-1)"). No-op with one replica.')
   return p
 
 

@@ -43,8 +43,8 @@ class NorMuon(muon.Muon):
   each element by its own RMS).
 
   Defaults are pytorch-optimizer's: momentum_form 'reference' (K. Jordan's
-  m.lerp_(g, 1 - beta), no bias correction), beta 0.95, beta2 0.95, eps
-  1e-10, 'preserve_norm', rate_scaling 'width' (its use_adjusted_lr=False).
+  m.lerp_(g, 1 - beta), no bias correction), beta 0.95, beta2 0.95,
+  row_epsilon 1e-10, 'preserve_norm', rate_scaling 'width' (its use_adjusted_lr=False).
   The reference runs Newton-Schulz in bfloat16 (and clamps the norm at
   1e-7 where we add epsilon 1e-8); it is recorded with the iteration in the
   variable's dtype. Slots: 'm' (the variable's shape), 'v' ([fan_out]),
