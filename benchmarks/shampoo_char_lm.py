@@ -16,10 +16,8 @@ ratio of one run.
 """
 
 import argparse
-import statistics
-import sys
 
-from benchmarks import trainer as trainer_bench
+from benchmarks import soap_char_lm
 
 
 def _UseShampoo(params, compute_steps):
@@ -31,24 +29,6 @@ def _UseShampoo(params, compute_steps):
         preconditioning_compute_steps=compute_steps)
 
 
-def RunOne(shampoo, steps, warmup, compute_steps):
-  """Steady steps/s and final loss of one run (Adam, or Shampoo)."""
-  original = trainer_bench._ExperimentParams  # pylint: disable=protected-access
-
-  def Params(model, n):
-    p = original(model, n)
-    if shampoo:
-      _UseShampoo(p, compute_steps)
-    return p
-
-  trainer_bench._ExperimentParams = Params  # pylint: disable=protected-access
-  try:
-    result = trainer_bench.RunOurs('lm.CharTransformer', steps, warmup)
-  finally:
-    trainer_bench._ExperimentParams = original  # pylint: disable=protected-access
-  return result['steady_steps_per_s'], result['final_loss']
-
-
 def main(argv=None):
   """Runs Adam and Shampoo alternately; prints their steps/s and ratio."""
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -57,17 +37,8 @@ def main(argv=None):
   parser.add_argument('--compute_steps', type=int, default=10)
   parser.add_argument('--repeats', type=int, default=2)
   args = parser.parse_args(argv)
-  rates = {'adam': [], 'shampoo': []}
-  for _ in range(args.repeats):
-    for name in ('adam', 'shampoo'):
-      rate, loss = RunOne(name == 'shampoo', args.steps, args.warmup,
-                          args.compute_steps)
-      rates[name].append(rate)
-      print('%s: %.2f steady steps/s, final loss %s' % (name, rate, loss))
-      sys.stdout.flush()
-  adam, shampoo = (statistics.median(rates[k]) for k in ('adam', 'shampoo'))
-  print('median steady steps/s: adam %.2f, shampoo %.2f; Shampoo step time '
-        '/ Adam = %.2f (target <= 1.5)' % (adam, shampoo, adam / shampoo))
+  soap_char_lm.CompareWithAdam(
+      'shampoo', lambda p: _UseShampoo(p, args.compute_steps), args)
 
 
 if __name__ == '__main__':

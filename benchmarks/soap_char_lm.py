@@ -31,14 +31,15 @@ def _UseSoap(params, frequency):
         decoupled_weight_decay=0.0, precondition_frequency=frequency)
 
 
-def RunOne(soap, steps, warmup, frequency):
-  """Steady steps/s of one run (Adam, or SOAP when `soap`)."""
+def RunOne(use_rule, steps, warmup):
+  """Steady steps/s and final loss of one run: Adam, or with `use_rule`
+  (callable(experiment params), in place) applied to the experiment."""
   original = trainer_bench._ExperimentParams  # pylint: disable=protected-access
 
   def Params(model, n):
     p = original(model, n)
-    if soap:
-      _UseSoap(p, frequency)
+    if use_rule:
+      use_rule(p)
     return p
 
   trainer_bench._ExperimentParams = Params  # pylint: disable=protected-access
@@ -49,6 +50,23 @@ def RunOne(soap, steps, warmup, frequency):
   return result['steady_steps_per_s'], result['final_loss']
 
 
+def CompareWithAdam(name, use_rule, args):
+  """Runs Adam and `name` (Adam's learners changed by `use_rule`)
+  alternately `args.repeats` times; prints each run's steps/s and the
+  medians' step-time ratio against issue 39's target (<= 1.5)."""
+  rates = {'adam': [], name: []}
+  for _ in range(args.repeats):
+    for key, hook in (('adam', None), (name, use_rule)):
+      rate, loss = RunOne(hook, args.steps, args.warmup)
+      rates[key].append(rate)
+      print('%s: %.2f steady steps/s, final loss %s' % (key, rate, loss))
+      sys.stdout.flush()
+  adam, other = (statistics.median(rates[k]) for k in ('adam', name))
+  print('median steady steps/s: adam %.2f, %s %.2f; %s step time / '
+        'Adam = %.2f (target <= 1.5)' % (adam, name, other, name,
+                                         adam / other))
+
+
 def main(argv=None):
   """Runs Adam and SOAP alternately; prints their steps/s and the ratio."""
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -57,17 +75,7 @@ def main(argv=None):
   parser.add_argument('--frequency', type=int, default=10)
   parser.add_argument('--repeats', type=int, default=2)
   args = parser.parse_args(argv)
-  rates = {'adam': [], 'soap': []}
-  for _ in range(args.repeats):
-    for name in ('adam', 'soap'):
-      rate, loss = RunOne(name == 'soap', args.steps, args.warmup,
-                          args.frequency)
-      rates[name].append(rate)
-      print('%s: %.2f steady steps/s, final loss %s' % (name, rate, loss))
-      sys.stdout.flush()
-  adam, soap = (statistics.median(rates[k]) for k in ('adam', 'soap'))
-  print('median steady steps/s: adam %.2f, soap %.2f; SOAP step time / '
-        'Adam = %.2f (target <= 1.5)' % (adam, soap, adam / soap))
+  CompareWithAdam('soap', lambda p: _UseSoap(p, args.frequency), args)
 
 
 if __name__ == '__main__':
