@@ -220,33 +220,19 @@ def OptaxAvailable():
   return True, ''
 
 
-class OptaxRow(object):
-  """(d) optax chain(clip_by_global_norm, sgd(momentum) | adam) under jax.jit."""
+class OptaxJitRow(object):
+  """An optax transformation under jax.jit with donated buffers: the shared
+  part of the optax rows (`OptaxRow`, rule_peers.OptaxRuleRow).
+  `steps_per_call` > 1 runs that many updates per jitted call in a
+  jax.lax.fori_loop (the trainer's form)."""
 
-  def __init__(self, cfg, weights, grads, accumulate_steps=0,
-               steps_per_call=1):
-    """Args: cfg, weights, grads as the other rows; accumulate_steps > 0
-    wraps the chain in optax.MultiSteps(every_k_schedule=accumulate_steps)
-    (mean of the micro-batch gradients, then the chain); steps_per_call > 1
-    runs that many updates per jitted call in a jax.lax.fori_loop (row
-    `optax_jit_loop`, the trainer's form)."""
+  def _Jit(self, opt, weights, grads, steps_per_call):
+    """Builds the jitted update of `opt` on float32 `weights` and fixed
+    `grads` (lists of arrays of the same shapes)."""
     import jax  # pylint: disable=g-import-not-at-top
     import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
     import optax  # pylint: disable=g-import-not-at-top
-    self.name = 'optax_jit' + ('_loop' if steps_per_call > 1 else '')
-    self.steps_per_call = steps_per_call
-    self.reference_form = 'tf' if cfg.optimizer == 'momentum' else 'optax'
     self._jax = jax
-    schedule = optax.cosine_decay_schedule(cfg.lr, cfg.total_steps,
-                                           alpha=cfg.alpha)
-    if cfg.optimizer == 'momentum':
-      inner = optax.sgd(schedule, momentum=cfg.momentum)
-    else:
-      inner = optax.adam(schedule, b1=cfg.beta1, b2=cfg.beta2,
-                         eps=cfg.epsilon)
-    opt = optax.chain(optax.clip_by_global_norm(cfg.clip), inner)
-    if accumulate_steps:
-      opt = optax.MultiSteps(opt, every_k_schedule=accumulate_steps)
     self._params = [jnp.asarray(w) for w in weights]
     self._grads = [jnp.asarray(g) for g in grads]
     self._state = opt.init(self._params)
@@ -269,3 +255,30 @@ class OptaxRow(object):
 
   def Weights(self):
     return [np.asarray(p) for p in self._params]
+
+
+class OptaxRow(OptaxJitRow):
+  """(d) optax chain(clip_by_global_norm, sgd(momentum) | adam) under jax.jit."""
+
+  def __init__(self, cfg, weights, grads, accumulate_steps=0,
+               steps_per_call=1):
+    """Args: cfg, weights, grads as the other rows; accumulate_steps > 0
+    wraps the chain in optax.MultiSteps(every_k_schedule=accumulate_steps)
+    (mean of the micro-batch gradients, then the chain); steps_per_call > 1
+    runs that many updates per jitted call in a jax.lax.fori_loop (row
+    `optax_jit_loop`, the trainer's form)."""
+    import optax  # pylint: disable=g-import-not-at-top
+    self.name = 'optax_jit' + ('_loop' if steps_per_call > 1 else '')
+    self.steps_per_call = steps_per_call
+    self.reference_form = 'tf' if cfg.optimizer == 'momentum' else 'optax'
+    schedule = optax.cosine_decay_schedule(cfg.lr, cfg.total_steps,
+                                           alpha=cfg.alpha)
+    if cfg.optimizer == 'momentum':
+      inner = optax.sgd(schedule, momentum=cfg.momentum)
+    else:
+      inner = optax.adam(schedule, b1=cfg.beta1, b2=cfg.beta2,
+                         eps=cfg.epsilon)
+    opt = optax.chain(optax.clip_by_global_norm(cfg.clip), inner)
+    if accumulate_steps:
+      opt = optax.MultiSteps(opt, every_k_schedule=accumulate_steps)
+    self._Jit(opt, weights, grads, steps_per_call)

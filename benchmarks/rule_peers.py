@@ -48,6 +48,8 @@ import math
 import numpy as np
 import tensorflow as tf
 
+from benchmarks import peer_rows
+
 
 # The rules with peer rows here.
 PEERED_RULES = ('lion', 'nadam', 'amsgrad', 'sf_adamw', 'muon')
@@ -100,42 +102,16 @@ def OptaxTransform(cfg):
   return optax.chain(optax.clip_by_global_norm(cfg.clip), rule)
 
 
-class OptaxRuleRow(object):
+class OptaxRuleRow(peer_rows.OptaxJitRow):
   """optax's rule under jax.jit with donated buffers; `steps_per_call` > 1
   runs that many updates per jitted call (jax.lax.fori_loop)."""
 
   def __init__(self, cfg, weights, grads, steps_per_call=1):
-    import jax  # pylint: disable=g-import-not-at-top
-    import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-    import optax  # pylint: disable=g-import-not-at-top
     self.name = 'optax_jit' + ('_loop' if steps_per_call > 1 else '')
     self.reference_form = 'optax'
     self.form_note = None
     self.steps_per_call = steps_per_call
-    self._jax = jax
-    opt = OptaxTransform(cfg)
-    self._params = [jnp.asarray(w) for w in weights]
-    self._grads = [jnp.asarray(g) for g in grads]
-    self._state = opt.init(self._params)
-
-    def Update(params, state, grads):
-      def Body(_, carry):
-        p, s = carry
-        updates, s = opt.update(grads, s, p)
-        return optax.apply_updates(p, updates), s
-      if steps_per_call == 1:
-        return Body(0, (params, state))
-      return jax.lax.fori_loop(0, steps_per_call, Body, (params, state))
-
-    self._update = jax.jit(Update, donate_argnums=(0, 1))
-
-  def step(self):
-    self._params, self._state = self._update(self._params, self._state,
-                                             self._grads)
-    self._jax.block_until_ready(self._params)
-
-  def Weights(self):
-    return [np.asarray(p) for p in self._params]
+    self._Jit(OptaxTransform(cfg), weights, grads, steps_per_call)
 
 
 def KerasOptimizer(cfg, variables):
