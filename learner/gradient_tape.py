@@ -127,7 +127,8 @@ def SharedGradients(xs):
       not in `xs`, or with `output_gradients`, computes its own gradients.
   """
   previous = getattr(_STATE, 'shared', None)
-  _STATE.shared = (list(xs), {})
+  xs = list(xs)
+  _STATE.shared = (xs, {id(x): i for i, x in enumerate(xs)}, {})
   try:
     yield
   finally:
@@ -142,8 +143,7 @@ def _SharedGradients(ys, xs, owner):
   shared = getattr(_STATE, 'shared', None)
   if shared is None:
     return None
-  all_xs, cache = shared
-  index = {id(x): i for i, x in enumerate(all_xs)}
+  all_xs, index, cache = shared
   if not all(id(x) in index for x in xs):
     return None
   if id(ys) not in cache:  # ys is kept in the entry, so its id stays unique.
