@@ -167,8 +167,10 @@ HOME_RULES = {
 }
 
 
-# The home cases zero_worker.py runs across 2 processes.
-HOME_WORKER_CASES = ('muon', 'adafactor_factored')
+# The home cases zero_worker.py runs across 2 processes (issue 38's list:
+# Muon, Adafactor factored and not, LAMB, LARS).
+HOME_WORKER_CASES = ('muon', 'adafactor_factored', 'adafactor', 'lamb',
+                     'lars')
 
 
 def HomeRule(name, num_batches=None):

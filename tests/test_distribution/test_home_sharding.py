@@ -265,8 +265,8 @@ def test_master_weights_are_refused_for_homes_in_one_line():
 
 @pytest.mark.slow
 def test_two_workers_homes_equal_unsharded(tmp_path):
-  """Muon and factored Adafactor, accumulation of 4, clip, a NaN
-  micro-batch, across 2 processes (zero_worker.py home)."""
+  """Muon, Adafactor (factored and not), LAMB and LARS, accumulation of 4,
+  clip, a NaN micro-batch, across 2 processes (zero_worker.py home)."""
   out_dir = str(tmp_path)
   logs = [os.path.join(out_dir, 'w%d.log' % i) for i in range(2)]
   root = os.path.dirname(os.path.dirname(_HERE))  # The repository.

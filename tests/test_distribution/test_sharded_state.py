@@ -419,7 +419,8 @@ def test_trainer_sharded_ema_then_evaler_reads_the_averages(tmp_path):
 @pytest.mark.slow
 def test_two_workers_sharded_equals_unsharded(tmp_path):
   """Momentum, Adam, AdamW; clip; accumulation of 4; a NaN micro-batch.
-  Schedule-free AdamW and Lookahead(Adam), their eval weights gathered."""
+  schedule-free SGD and AdamW, Ema, Lookahead and SWA around Adam, their
+  eval weights gathered."""
   out_dir = str(tmp_path)
   logs = [os.path.join(out_dir, 'w%d.log' % i) for i in range(2)]
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
@@ -446,7 +447,7 @@ def test_two_workers_sharded_equals_unsharded(tmp_path):
                                    atol=1e-7, err_msg=(name, k))
     # Both workers end with the same weights, bit for bit.
     assert results[0][name]['sharded'] == results[1][name]['sharded']
-  for name in ('sf_adamw', 'lookahead_adam'):  # Eval weights gathered.
+  for name in sorted(cases.AVERAGING):  # Eval weights gathered.
     for r in results:
       for part in ('', '_eval'):
         for k, want in r[name]['plain' + part].items():

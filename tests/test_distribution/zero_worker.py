@@ -2,13 +2,14 @@
 
 Usage: python zero_worker.py <out_dir> [home]   (TF_CONFIG set by the
 launcher; `home`: sharded_cases.HOME_WORKER_CASES instead, the whole-tensor
-rules of test_home_sharding.py)
+rules of test_home_sharding.py: Muon, Adafactor, LAMB, LARS)
 
 Under MultiWorkerMirroredStrategy (one CPU per worker, 2 replicas) runs
 sharded_cases.py's 20 steps with Momentum, Adam and AdamW, clipping and
 accumulation of 4 micro-batches, micro-step 5 NaN on replica 1, then
-schedule-free AdamW and Lookahead(Adam) (accumulation of 2, clipping; their
-eval weights too), with shard_optimizer_state False and True, and writes
+schedule-free SGD and AdamW, Ema, Lookahead and SWA around Adam
+(sharded_cases.AVERAGING; accumulation of 2, clipping; their eval weights
+too), with shard_optimizer_state False and True, and writes
 <out_dir>/result_<task index>.json: {case: {'plain'|'sharded':
 {variable: values}}, plus each run's num_dropped_microbatches}.
 """
@@ -42,7 +43,7 @@ def main(argv):
       result[name][label + '_dropped'] = int(
           lrn.optimizer.num_dropped_microbatches.numpy())
   # Averages sharded (issue 38 item 1B): weights and gathered eval weights.
-  for name in ('sf_adamw', 'lookahead_adam'):
+  for name in () if home else sorted(cases.AVERAGING):
     result[name] = {}
     for label, shard in (('plain', False), ('sharded', True)):
       opt = cases.GradientAccumulation.Params().Set(
