@@ -45,6 +45,26 @@ def test_typo_in_override_fails_before_anything_starts(tmp_path, capsys):
   assert not logdir.exists()
 
 
+def test_readme_swaps_the_rule_with_one_cls_override(tmp_path, capsys):
+  # README, "The trainer": a `cls` line turns digits.MlpMomentum's Momentum
+  # into Adam, keeping the learning rate set beside it.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  code, _, err = trainer_helpers.RunMain(
+      ['--model=digits.MlpMomentum', '--logdir=%s' % tmp_path,
+       '--max_steps=3', "--params_override=task.train.learner.optimizer.cls"
+       " : Class('learner.optimizers.rules.adam.Adam'); "
+       'task.train.learner.learning_rate : 0.003'], capsys)
+  assert code == 0, err
+  text = (tmp_path / 'params.txt').read_text()
+  assert ("task.train.learner.optimizer.cls : "
+          "Class('learner.optimizers.rules.adam.Adam')") in text
+  assert 'task.train.learner.optimizer.beta2 : 0.999' in text
+  assert 'task.train.learner.learning_rate : 0.003' in text
+  slots = sorted({n.split('/')[-3] for n, _ in tf.train.list_variables(
+      str(tmp_path / 'ckpt')) if '/_slots/' in n})
+  assert slots == ['m', 'v']  # Adam's moments; Momentum's would be one.
+
+
 def test_unknown_model_fails_with_close_keys(tmp_path, capsys):
   code, _, err = trainer_helpers.RunMain(['--model=digits.MlpMomentun',
                         '--logdir=%s' % tmp_path], capsys)
