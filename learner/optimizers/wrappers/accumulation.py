@@ -79,6 +79,11 @@ class GradientAccumulation(wrapper.BaseWrapper):
   """
 
   IS_ACCUMULATION = True
+  # True for a window that ends on weight, not on a count (DynamicAccumulator):
+  # its steps per update are not known ahead, so the trainer cannot turn a
+  # schedule length in examples into updates (task_params.ResolveDurations).
+  # Declared here, not on BaseOptimizer: only accumulations are asked.
+  WINDOW_ENDS_ON_WEIGHT = False
   INNER_OPTIMIZER_DOC = (
       'Params of the inner optimizer that applies the averaged gradient once '
       'per window (e.g. Momentum, or Lars around it).')

@@ -54,10 +54,9 @@ class DynamicAccumulator(accumulation.GradientAccumulation):
   clips each step's gradient before it is weighted and added).
   A micro-batch with a non-finite gradient is dropped from A and W as in
   GradientAccumulation (Lingvo adds it), but its step weight still counts
-  in V (its examples were seen). `MicroBatchesPerUpdate()` is 1: the
-  window's length is not known ahead, so schedule lengths given in examples
-  or epochs are converted as if every train step applied; give them in
-  updates.
+  in V (its examples were seen). `MicroBatchesPerUpdate()` is 1 (the
+  window's length is not known ahead); a schedule length in examples or
+  epochs counted in updates is refused by the trainer (give it in updates).
 
   Raises:
     ValueError: at construction, if min_accum_weight is None, not a finite
@@ -67,6 +66,7 @@ class DynamicAccumulator(accumulation.GradientAccumulation):
       without metrics (standalone `Apply` or Learner.ApplyGradients).
   """
 
+  WINDOW_ENDS_ON_WEIGHT = True
   INNER_OPTIMIZER_DOC = (
       'Params of the inner optimizer that applies the weighted mean of the '
       'window once its weight reaches min_accum_weight (Lingvo\'s '
