@@ -79,6 +79,12 @@ def test_window_counts_the_global_batch_weight(mirrored, sync_on_apply):
   assert seen == [([7.0, 7.0], [0.0, 0.0]), ([0.0, 0.0], [1.0, 1.0])]
   distribution.AssertReplicasIdentical([w] + lrn.vars.Flatten())
   np.testing.assert_allclose(_Locals(mirrored, w), [-2.1, -2.1], rtol=1e-6)
+  # A partial window, then Reset in the cross-replica context: emptied.
+  _Step(_Dist([1.0, 1.0]), _Dist([3.0, 4.0]))
+  assert _Locals(mirrored, lrn.optimizer.window_weight) == [7.0, 7.0]
+  lrn.optimizer.Reset()
+  assert _Locals(mirrored, lrn.optimizer.window_weight) == [0.0, 0.0]
+  assert _Locals(mirrored, lrn.optimizer.GetAccumulator(w)) == [0.0, 0.0]
 
 
 def test_one_process_over_the_union_gives_the_same_numbers():
