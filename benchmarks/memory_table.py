@@ -71,9 +71,16 @@ def _SetBf16State(lp, model_p):
 
 
 def _SetInt8State(lp, model_p):
-  """8-bit blockwise state (kernels/quantized_state.py) on the rule."""
+  """8-bit blockwise state (kernels/quantized_state.py) on an ELEMENTWISE
+  rule; a note naming any other (its slot_dtype=int8 is refused: the
+  blockwise codes need an elementwise step), whose state stays float32."""
   del model_p
+  rule = _Rule(lp).cls
+  if not rule.ELEMENTWISE:
+    return '%s float32 state (%s: int8 needs an elementwise rule)' % (
+        lp.name, rule.__name__)
   _Rule(lp).slot_dtype = 'int8'
+  return None
 
 
 def _SetMaster(lp, model_p):
