@@ -14,13 +14,15 @@ reports, for the device of replica 0:
   * `weight_shard`: ZeRO-1's copy of the replica's slice of the weights
     (the variable its rule updates; not optimizer state unsharded);
   * `accum`: GradientAccumulation's accumulators;
-  * `step_peak`: the peak resident memory of steady train steps above the
-    resident memory before them (activations, gradients and temporaries):
-    the peak (VmHWM) is reset after the first, tracing step by writing 5 to
-    /proc/self/clear_refs, so tracing does not count (the children run
-    with TF_ENABLE_ONEDNN_OPTS=0: oneDNN's cache would keep buffers). Only for `char_large`
-    (a real model); the `resnet50` set has fixed gradients and no forward
-    pass;
+  * `step_peak`: the median over the steady train steps (after the first,
+    tracing one) of each step's peak resident memory above the resident
+    memory before it (activations, gradients and temporaries; the whole
+    process, so every replica of the cell), measured as benchmarks/remat.py
+    does (benchmarks/rss.py: freed heap handed back and VmHWM reset before
+    each step; children run with TF_ENABLE_ONEDNN_OPTS=0 and
+    MALLOC_MMAP_THRESHOLD_=1 MiB, without which the cells differed by 2x
+    with the same tensors). Only for `char_large` (a real model); the
+    `resnet50` set has fixed gradients and no forward pass;
   * `sent`: the bytes a replica sends per applied update in the step's
     collectives, counted from the traced graph: for each CollectiveReduceV2
     of P bytes a ring all-reduce sends 2 (N - 1) / N P, for each
@@ -37,10 +39,12 @@ Muon on the block matrices and Adam on the rest, its own batch and window).
 
 import json
 import os
+import statistics
 import sys
 import tempfile
 
 from benchmarks import child_process
+from benchmarks import rss
 from benchmarks import timing
 
 RESULT_PREFIX = 'MEMORY_TABLE_RESULT '
@@ -67,9 +71,16 @@ def _SetBf16State(lp, model_p):
 
 
 def _SetInt8State(lp, model_p):
-  """8-bit blockwise state (kernels/quantized_state.py) on the rule."""
+  """8-bit blockwise state (kernels/quantized_state.py) on an ELEMENTWISE
+  rule; a note naming any other (its slot_dtype=int8 is refused: the
+  blockwise codes need an elementwise step), whose state stays float32."""
   del model_p
+  rule = _Rule(lp).cls
+  if not rule.ELEMENTWISE:
+    return '%s float32 state (%s: int8 needs an elementwise rule)' % (
+        lp.name, rule.__name__)
   _Rule(lp).slot_dtype = 'int8'
+  return None
 
 
 def _SetMaster(lp, model_p):
@@ -220,19 +231,6 @@ def SentBytes(concrete_fn, num_replicas):
   return int(total)
 
 
-def _ResidentBytes(key='VmRSS'):
-  with open('/proc/self/status') as f:
-    for line in f:
-      if line.startswith(key + ':'):
-        return int(line.split()[1]) * 1024
-  return 0
-
-
-def _ResetPeak():
-  with open('/proc/self/clear_refs', 'w') as f:
-    f.write('5')
-
-
 def _FixedGradientCell(set_name, n, lever, steps):
   """One cell on a set of benchmarks/variable_sets.py (fixed gradients, no
   forward pass)."""
@@ -298,16 +296,16 @@ def _CharCell(n, lever, steps):
       strategy, lambda ctx: input_gen.GetDataset(0, ctx),
       input_gen.params.batch_size))
   task.TrainStep(next(it))  # Builds slots and traces.
-  rss = _ResidentBytes()
-  _ResetPeak()
+  peaks = []
   for _ in range(steps):
+    before = rss.ResetPeak()
     task.TrainStep(next(it))
-  peak = _ResidentBytes('VmHWM')
+    peaks.append(rss.Status('VmHWM') - before)
   fn = tf.function(task.TrainStep)
   concrete = fn.get_concrete_function(next(it))
   out = _Categories(task.vars.Flatten(),
                     [lrn.optimizer for lrn in task.learners])
-  out.update(sent=SentBytes(concrete, n), step_peak=max(0, peak - rss),
+  out.update(sent=SentBytes(concrete, n), step_peak=max(0, int(statistics.median(peaks))),
              note='; '.join(x for x in notes if x))
   return out
 
@@ -387,9 +385,8 @@ def main(argv):
     raise ValueError('--output=%s is a directory; give a file path (the '
                      'table\'s JSON), e.g. %s/memory_table.json.' % (path, path))
   steps = 2 if quick else 3
-  # oneDNN's primitive cache keeps a step's buffers resident (benchmarks/
-  # remat.py): without it each step's peak is its own.
-  os.environ['TF_ENABLE_ONEDNN_OPTS'] = '0'
+  # The children's environment for step peaks (benchmarks/rss.py).
+  os.environ.update(rss.PEAK_ENV)
   results, errors = [], []
   for s, lever, n in Cells(sets, levers, replicas):
     res, err = child_process.SpawnChild(

@@ -56,7 +56,6 @@ masks are kept (params/remat.py, Kept).
 """
 
 import argparse
-import ctypes
 import json
 import os
 import statistics
@@ -64,37 +63,13 @@ import sys
 import time
 
 from benchmarks import child_process
+from benchmarks import rss
 
 MODES = ('baseline', 'remat')
 EXPERIMENT = 'lm.CharTransformerLarge'
 MAX_PEAK_RATIO = 0.65  # Issue 38: peak memory >= 35 % lower.
 MAX_TIME_RATIO = 1.4  # Issue 38: step time <= 1.4x.
-MMAP_THRESHOLD = 2**20  # Bytes; the children's MALLOC_MMAP_THRESHOLD_.
 _RESULT_PREFIX = 'REMAT_RESULT '
-
-
-def _Status(key):
-  """The value of `key` (e.g. 'VmHWM') in /proc/self/status, in bytes."""
-  with open('/proc/self/status') as f:
-    for line in f:
-      if line.startswith(key + ':'):
-        return int(line.split()[1]) * 1024
-  raise KeyError('%s is not in /proc/self/status.' % key)
-
-
-def _ResetPeak():
-  """Returns the RSS, after handing freed heap back and resetting VmHWM.
-
-  The first step's buffers are freed but stay resident in malloc's heap
-  (glibc raises its mmap threshold after large frees); `malloc_trim(0)`
-  returns them to the system, so the peak that follows counts the step's
-  own allocations rather than re-used heap. Then VmHWM is set to the
-  current RSS (Linux: `5` into /proc/self/clear_refs).
-  """
-  ctypes.CDLL('libc.so.6').malloc_trim(0)
-  with open('/proc/self/clear_refs', 'w') as f:
-    f.write('5')
-  return _Status('VmRSS')
 
 
 def _BuildTask(mode, window, batch, jit_compile):
@@ -137,12 +112,12 @@ def RunChild(window, batch, steps, jit_compile):
   for i in range(steps):
     for m in (MODES if i % 2 == 0 else MODES[::-1]):
       task, data = tasks[m]
-      rss_before = _ResetPeak()
+      rss_before = rss.ResetPeak()
       start, cpu_start = time.perf_counter(), time.process_time()
       loss = float(task.TrainStep(data)['metrics']['loss'][0])
       out[m]['step_ms'].append(1000 * (time.perf_counter() - start))
       out[m]['cpu_ms'].append(1000 * (time.process_time() - cpu_start))
-      out[m]['peak_bytes'].append(_Status('VmHWM') - rss_before)
+      out[m]['peak_bytes'].append(rss.Status('VmHWM') - rss_before)
       out[m]['loss'] = loss
   return out
 
@@ -157,8 +132,7 @@ def Measure(window, batch, steps, rounds, jit_compile):
     (every pair's), 'cpu_ratio' (median of the pairs' CPU-time ratios),
     'ok'}; or raises RuntimeError with the child's error.
   """
-  env = {'TF_ENABLE_ONEDNN_OPTS': '0',
-         'MALLOC_MMAP_THRESHOLD_': str(MMAP_THRESHOLD)}
+  env = dict(rss.PEAK_ENV)
   saved = {k: os.environ.get(k) for k in env}
   os.environ.update(env)
   flags = ['--window=%d' % window, '--batch=%d' % batch,

@@ -578,12 +578,14 @@ class Learner(BaseLayer):
         self, self._perturber, var_grads, weight, fprop_fn, vmap)
     update_op, eval_metrics = self.ApplyGradients(
         var_grads, weight, gradient_mask=gradient_mask,
-        gradient_adjuster=gradient_adjuster, losses=losses)
+        gradient_adjuster=gradient_adjuster, losses=losses,
+        step_weight=(self.optimizer.StepWeight(metrics, weight)
+                     if self._is_accum else None))
     return losses, update_op, eval_metrics
 
   @tf.autograph.experimental.do_not_convert
   def ApplyGradients(self, var_grads, weight=1.0, gradient_mask=None,
-                     gradient_adjuster=None, losses=None):
+                     gradient_adjuster=None, losses=None, step_weight=None):
     """Applies given gradients: accumulation, all-reduce, checks, update.
 
     Args:
@@ -595,6 +597,9 @@ class Learner(BaseLayer):
       losses: optional list of the loss tensors; a non-finite one skips the
         update (reason 'non-finite loss'). Not used under accumulation,
         whose micro-batches are dropped on their gradients.
+      step_weight: under accumulation, what the step counts toward a window
+        that ends on weight (the optimizer's `StepWeight(metrics, weight)`;
+        DynamicAccumulator); None counts `weight`.
 
     Returns:
       (update_op, eval_metrics) as in Apply.
@@ -620,7 +625,7 @@ class Learner(BaseLayer):
 
     if self._is_accum:
       stats, window_weight = self._update_step.AccumulateOrUpdate(
-          p, var_grads, weight, _Update)
+          p, var_grads, weight, _Update, step_weight)
     else:
       losses_finite, empty = kernels.AllFinite(losses), None
       if cross_replica.NumReplicas() > 1 and not self._replica_local:

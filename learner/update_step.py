@@ -87,14 +87,16 @@ class UpdateStep:
     return (int(self._stats.consecutive.numpy()),
             dict(zip(SKIP_REASONS, counts)))
 
-  def AccumulateOrUpdate(self, p, var_grads, weight, update):
+  def AccumulateOrUpdate(self, p, var_grads, weight, update,
+                         step_weight=None):
     """One micro-step of the accumulation; returns (stats, window weight).
 
     The accumulation's one entry point adds the micro-batch and, on the
     micro-step that completes the window, hands back the window: `update`
     then runs the pipeline on its sums with 1 / sum(weight) folded into the
     norms and the clip scale (no averaged copy), and applies through the
-    window. Other micro-steps report zeros with weight 0.
+    window. Other micro-steps report zeros with weight 0. `step_weight` goes
+    to the accumulation (a window that ends on weight counts it).
     """
     names = pipeline.MetricNames(p,
                                  [vg.var for vg in var_grads.Flatten()])
@@ -110,7 +112,8 @@ class UpdateStep:
                   if cross_replica.NumReplicas() > 1 else None)
     values, is_apply = self._optimizer.AccumulateOrApply(
         var_grads, weight, _ApplyWindow,
-        lambda: [tf.constant(0.0) for _ in names], all_reduce=all_reduce)
+        lambda: [tf.constant(0.0) for _ in names], all_reduce=all_reduce,
+        step_weight=step_weight)
     if not isinstance(values, (list, tuple)):
       values = [values]
     return dict(zip(names, values)), tf.cast(is_apply, tf.float32)

@@ -40,6 +40,7 @@ from learner.optimizers.wrappers.local_sgd import LocalSgd
 from learner.optimizers.wrappers.mechanic import Mechanic
 from learner.optimizers.keras_optimizer import KerasOptimizer
 from learner.optimizers.wrappers.accumulation import GradientAccumulation
+from learner.optimizers.wrappers.dynamic_accumulator import DynamicAccumulator
 from learner.optimizers.factory import get_optimizer_fn
 from learner.optimizers.factory import get_optimizer_wrapper_fn
 from learner.optimizers.factory import OptimizerParamsFromFn

@@ -20,6 +20,7 @@ import difflib
 import tensorflow as tf
 
 from learner.optimizers.wrappers import accumulation as gradient_accumulation
+from learner.optimizers.wrappers import dynamic_accumulator as dynamic_lib
 from learner.optimizers import base as base_optimizer
 from learner.optimizers import wrapper
 from learner.optimizers.wrappers import easgd as easgd_lib
@@ -46,6 +47,7 @@ _OPTIMIZERS = rules.FactoryTable()  # one registration point: rules.RULES
 # accepted too.
 _WRAPPERS = {
     'batch_gradients': (gradient_accumulation.GradientAccumulation, {}),
+    'dynamic_accumulator': (dynamic_lib.DynamicAccumulator, {}),
     'lars': (lars_lib.Lars, {'ratio': 'eta'}),
     'ema': (ema_lib.Ema, {'ema_decay': 'decay'}),
     'lookahead': (lookahead_lib.Lookahead,
@@ -256,7 +258,8 @@ def get_optimizer_wrapper_fn(name, inner, **kwargs):  # pylint: disable=invalid-
 
   Args:
     name: 'batch_gradients' (GradientAccumulation: num_batches,
-      sync_on_apply), 'lars' (Lars: `ratio` for eta, weight_decay, epsilon,
+      sync_on_apply), 'dynamic_accumulator' (DynamicAccumulator:
+      min_accum_weight, weight_key, sync_on_apply), 'lars' (Lars: `ratio` for eta, weight_decay, epsilon,
       exclude, exclude_1d), 'ema' (Ema: decay / `ema_decay`,
       decay_schedule), 'lookahead' (Lookahead: k / optax's `sync_period`,
       alpha / `slow_step_size`), 'swa' (SWA: swa_start / TF Addons'

@@ -26,6 +26,18 @@ def test_memory_table_refuses_a_directory_as_output_before_measuring(
     memory_table.main(['--sets=small', '--output=%s' % tmp_path])
 
 
+def test_int8_lever_notes_a_rule_that_is_not_elementwise():
+  # lm.CharTransformerLarge: Muon keeps float32 state (its slot_dtype=int8
+  # would be refused: the cell would fail), AdamW takes int8.
+  from learner.training.jobs import cli  # pylint: disable=g-import-not-at-top
+  params = cli.LoadExperimentParams('lm.CharTransformerLarge', max_steps=2)
+  lps = params.task.train.learner
+  notes = [memory_table._SetInt8State(lp, params.task) for lp in lps]
+  assert notes == ['muon float32 state (Muon: int8 needs an elementwise '
+                   'rule)', None]
+  assert [memory_table._Rule(lp).slot_dtype for lp in lps] == [None, 'int8']
+
+
 @pytest.mark.slow
 def test_memory_table_small_set_bytes_per_replica(tmp_path):
   payload = memory.main(['--table', '--sets=small', '--replicas=1,2',

@@ -38,7 +38,7 @@ SCHEDULES = [
     'PiecewiseSchedule', 'SqrtDecay', 'SqrtDecayToZero', 'CycleSchedule',
     'InverseSigmoid']
 OPTIMIZERS = ['SGD', 'Momentum', 'RMSProp', 'Adagrad', 'AdaDelta', 'Adam',
-              'DistributedShampoo', 'AdaGraft']
+              'DistributedShampoo', 'AdaGraft', 'DynamicAccumulator']
 # Issue 13 part B: lingvo/core/learner.py Learner, lingvo/core/layers.py
 # GradNormTracker.
 LAYERS = {'Learner': 'lingvo.core.learner.Learner',

@@ -265,8 +265,8 @@ def test_c_not_callable_our_instance_message_suggests_params_or_a_factory_not_a_
 def test_wrapper_names_and_the_classes_they_build():
   sgd = get_optimizer_fn('sgd')
   assert set(factory._WRAPPER_NAMES) == {  # pylint: disable=protected-access
-      'batch_gradients', 'lars', 'ema', 'lookahead', 'swa', 'sam', 'easgd',
-      'local_sgd', 'mechanic'}
+      'batch_gradients', 'dynamic_accumulator', 'lars', 'ema', 'lookahead',
+      'swa', 'sam', 'easgd', 'local_sgd', 'mechanic'}
   built = {name: get_optimizer_wrapper_fn(name, sgd)().__class__.__name__
            for name in ('lars', 'ema', 'lookahead', 'swa', 'sam', 'easgd',
                         'local_sgd', 'mechanic')}

@@ -71,6 +71,28 @@ def test_accumulation_counts_examples_per_applied_update():
   assert len(lines) == 2 and 'at 128 per update' in lines[0]
 
 
+def test_dynamic_accumulator_refuses_durations_in_updates_in_one_line():
+  # Its updates come when the weight reaches min_accum_weight: the examples
+  # per update are not known. Counted in train steps (global_step), 32
+  # examples each: 256 / 32 = 8 and 6400 / 32 = 200.
+  p = registry.GetParams(_KEY)
+  lp = p.task.train.learner
+  lp.optimizer = optimizers.DynamicAccumulator.Params().Set(
+      min_accum_weight=64, optimizer=optimizers.Momentum.Params())
+  lp.optimizer_fn = None
+  lp.lr_schedule = _Wsd(warmup_steps='256 examples', total_steps='8 epochs')
+  with pytest.raises(ValueError) as e:
+    task_params.ResolveDurations(p.Copy())
+  assert str(e.value).startswith(
+      'task.train.learner: a schedule length in examples or epochs cannot '
+      'be converted to updates under DynamicAccumulator')
+  assert '\n' not in str(e.value)
+  lp.lr_schedule_step = 'global_step'
+  task_params.ResolveDurations(p)
+  assert (lp.lr_schedule.warmup_steps, lp.lr_schedule.total_steps) == (
+      8, 200)
+
+
 def test_epochs_without_a_known_epoch_size_are_refused_in_one_line():
   lp = learner_lib.Learner.Params().Set(
       lr_schedule=_Wsd(total_steps='1 epochs'))

@@ -1,6 +1,8 @@
 """The optimizer wrappers, one per module: an optimizer around an optimizer.
 
   accumulation.py  GradientAccumulation ('batch_gradients'; outermost only)
+  dynamic_accumulator.py  DynamicAccumulator ('dynamic_accumulator': Lingvo's;
+                   a window that ends on its weight; outermost only)
   lars.py          Lars (layer-wise rate scaling of the gradients)
   ema.py           Ema (exponential moving average; eval weights)
   lookahead.py     Lookahead (slow weights every k updates; eval weights)

@@ -79,6 +79,11 @@ class GradientAccumulation(wrapper.BaseWrapper):
   """
 
   IS_ACCUMULATION = True
+  # True for a window that ends on weight, not on a count (DynamicAccumulator):
+  # its steps per update are not known ahead, so the trainer cannot turn a
+  # schedule length in examples into updates (task_params.ResolveDurations).
+  # Declared here, not on BaseOptimizer: only accumulations are asked.
+  WINDOW_ENDS_ON_WEIGHT = False
   INNER_OPTIMIZER_DOC = (
       'Params of the inner optimizer that applies the averaged gradient once '
       'per window (e.g. Momentum, or Lars around it).')
@@ -133,16 +138,19 @@ class GradientAccumulation(wrapper.BaseWrapper):
         **per_replica)
     self._accums = {}
     self._warned_sync = False
-    if p.num_batches_schedule is not None:
-      cls = getattr(p.num_batches_schedule, 'cls', None)
+    # A subclass that closes windows on weight has no num_batches_schedule.
+    schedule = (p.Get('num_batches_schedule')
+                if 'num_batches_schedule' in p else None)
+    if schedule is not None:
+      cls = getattr(schedule, 'cls', None)
       if not (isinstance(cls, type) and
               issubclass(cls, base_schedule.BaseSchedule)):
         raise ValueError(
             '%s: num_batches_schedule=%r is not a schedule\'s params. Give '
             'e.g. schedules.PiecewiseConstantSchedule.Params().Set('
             'boundaries=[100], values=[2, 8]), or None for a fixed '
-            'num_batches.' % (self.path, cls or p.num_batches_schedule))
-      self.CreateChild('num_batches_schedule', p.num_batches_schedule)
+            'num_batches.' % (self.path, cls or schedule))
+      self.CreateChild('num_batches_schedule', schedule)
 
   # ---- properties --------------------------------------------------------
 
@@ -262,13 +270,22 @@ class GradientAccumulation(wrapper.BaseWrapper):
       return
     self._warned_sync = True
     logging.warning(
-        '%s: GradientAccumulation(sync_on_apply=False) under a distribution '
-        'strategy all-reduces the gradient of every micro-batch (%d times '
-        'the traffic of one all-reduce per update). Set sync_on_apply=True '
-        'to communicate only on the micro-step that applies.', self.path,
-        self.params.num_batches)
+        '%s: %s(sync_on_apply=False) under a distribution strategy '
+        'all-reduces the gradient of every micro-batch (one all-reduce per '
+        'micro-batch instead of one per update). Set sync_on_apply=True to '
+        'communicate only on the micro-step that applies.', self.path,
+        type(self).__name__)
 
   # ---- the protocol the learner drives -------------------------------------
+
+  def StepWeight(self, metrics, loss_weight):
+    """None: a window of fixed length counts micro-steps, not weight.
+
+    The Learner passes what this returns to `AccumulateOrApply` as
+    `step_weight` (DynamicAccumulator reads its weight from `metrics`).
+    """
+    del metrics, loss_weight
+    return None
 
   def Accumulate(self, weighted_grads, weight, is_finite, num_dropped=None):
     """Adds one micro-batch, or drops it if it is not finite.
@@ -479,7 +496,7 @@ class GradientAccumulation(wrapper.BaseWrapper):
 
   @tf.autograph.experimental.do_not_convert
   def AccumulateOrApply(self, var_grads, weight, apply_window,
-                        when_accumulating, all_reduce=None):
+                        when_accumulating, all_reduce=None, step_weight=None):
     """One micro-step: adds this micro-batch; on the window's last, applies.
 
     Args:
@@ -498,6 +515,9 @@ class GradientAccumulation(wrapper.BaseWrapper):
         sync_on_apply=True calls it once, on the window's sums, inside the
         applying branch; False calls it on every micro-batch's weight*grad
         (and warns once).
+      step_weight: what this micro-step counts toward the end of a window
+        that closes on weight (DynamicAccumulator; `StepWeight`); a window
+        of fixed length ignores it.
 
     Returns:
       (outputs, is_apply): the outputs of the branch taken (a list, or the
@@ -507,6 +527,7 @@ class GradientAccumulation(wrapper.BaseWrapper):
     (`CondAsCall`): a micro-step that only accumulates runs no op of the
     applying branch, and with sync_on_apply contains no collective.
     """
+    del step_weight  # The window has a fixed length here.
     weight = tf.cast(weight, tf.float32)
     vgs = var_grads.Flatten()
     variables = [vg.var for vg in vgs]

@@ -542,8 +542,8 @@ def WithEma(tp, lp):
       optimizer=lp.optimizer, decay_schedule=schedule))
 
 
-def _MicroBatchesPerUpdate(lp):
-  """num_batches of the GradientAccumulation in a learner's params, else 1."""
+def _Accumulation(lp):
+  """(class, params) of the accumulation in a learner's params, or None."""
   opt = lp.Get('optimizer') if 'optimizer' in lp else None
   fn = lp.Get('optimizer_fn') if 'optimizer_fn' in lp else None
   if opt is None and fn is not None:
@@ -552,9 +552,30 @@ def _MicroBatchesPerUpdate(lp):
     cls = opt.cls if 'cls' in opt else None
     if (isinstance(cls, type) and issubclass(cls, base_optimizer.BaseOptimizer)
         and cls.IS_ACCUMULATION):
-      return cls.MicroBatchesPerUpdateOf(opt)
+      return cls, opt
     opt = opt.Get('optimizer') if 'optimizer' in opt else None
-  return 1
+  return None
+
+
+def _MicroBatchesPerUpdate(lp, key):
+  """num_batches of the GradientAccumulation in a learner's params, else 1.
+
+  Raises:
+    ValueError: the accumulation's window ends on weight (DynamicAccumulator):
+      its examples per update are not known.
+  """
+  found = _Accumulation(lp)
+  if found is None:
+    return 1
+  cls, opt = found
+  if cls.WINDOW_ENDS_ON_WEIGHT:
+    raise ValueError(
+        '%s: a schedule length in examples or epochs cannot be converted to '
+        'updates under %s, whose updates come when the accumulated weight '
+        'reaches min_accum_weight; give the length in updates, or set '
+        "lr_schedule_step='global_step' to count train steps." %
+        (key, cls.__name__))
+  return cls.MicroBatchesPerUpdateOf(opt)
 
 
 def _EpochSizeFix(input_params):
@@ -585,7 +606,8 @@ def ResolveDurations(params):
 
   Raises:
     ValueError: a duration in epochs when the train input does not know its
-      size, or a train input without batch_size (one line naming the key).
+      size, a train input without batch_size, or a duration counted in
+      updates under a DynamicAccumulator (one line naming the key).
   """
   tp = params.task.train
   if tp.learner is None:
@@ -609,7 +631,7 @@ def ResolveDurations(params):
           '%s: a schedule length in examples or epochs needs '
           'train_input.batch_size to convert it; give it in updates.' % key)
     k = 1 if lp.lr_schedule_step == 'global_step' else (
-        _MicroBatchesPerUpdate(lp))
+        _MicroBatchesPerUpdate(lp, key))
     lines += durations.ResolveDurations(holder, key, ip.batch_size * k,
                                         epoch_size, _EpochSizeFix(ip))
   return lines
