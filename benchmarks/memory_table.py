@@ -89,13 +89,7 @@ def _SetMaster(lp, model_p):
   if model_p is not None:
     model_p.dtype = tf.bfloat16
     model_p.fprop_dtype = tf.float32
-  _Rule(lp).master_weights = True
-  rule = _Rule(lp).cls
-  if lp.shard_optimizer_state and not rule.ELEMENTWISE:
-    # Homes (home_sharding.py) keep no master: that learner stays unsharded.
-    lp.shard_optimizer_state = False
-    return '%s unsharded (%s: master_weights is not homed)' % (
-        lp.name, rule.__name__)
+  _Rule(lp).master_weights = True  # Sharded too: flat slices or homes.
   return None
 
 

@@ -42,9 +42,19 @@ and shape (`_HomeSlotView`: the buffers all-gathered at save, the home's
 segment sliced; at restore each home writes its segment), so checkpoints
 restore across replica counts (2 -> 1, 1 -> 2) and on one device.
 
-Not homed (refused when the learner is built, one line): master_weights
-(a float32 master per variable). slot_dtype=bfloat16 slots are homed in a
-bfloat16 buffer; int8 needs an elementwise rule anyway.
+bfloat16 weights with a float32 master (`master_weights`, issue 38.3):
+the master is one more slot of its variable, homed with the others in the
+float32 buffer (made from the weights at Bind, as unsharded; the rule's
+other slots follow it into float32 unless slot_dtype). The home runs
+`_ApplyOne` on the weight's stand-in, which takes the unsharded master path
+(low_precision.ApplyToMaster: the rule on the master, then the master
+rounded to the weight's dtype, to nearest or stochastically with the seed
+of num_updates and the variable's name, both the unsharded ones), so the
+gathered weights are the rounded ones. The all-gather packs per gather
+dtype: bfloat16 weights travel in the float32 vector beside float32 ones
+(exactly: float32 holds every bfloat16), one collective for both.
+slot_dtype=bfloat16 slots are homed in a bfloat16 buffer; int8 needs an
+elementwise rule anyway.
 """
 
 import math
@@ -53,16 +63,35 @@ import weakref
 import tensorflow as tf
 
 from learner.optimizers import var_grad as var_grad_lib
+from learner.optimizers.kernels import low_precision
 
 HOME_REASON = 'sharded optimizer state (ZeRO-1, home replicas)'
 
 
 def SlotBytes(rule, var):
-  """Bytes of the slots `rule` creates for `var` (its `_CreateSlots`: the
-  shapes of the initial values, in `slot_dtype` or var's dtype)."""
-  dtype = tf.as_dtype(rule.params.slot_dtype or var.dtype)
+  """Bytes of the slots `rule` keeps for `var`: its `_CreateSlots` (the
+  shapes of the initial values, in `slot_dtype`, float32 beside a master,
+  or var's dtype) and, with master_weights on a 16-bit var, the float32
+  master."""
   return sum(_NumElements(var, init) * dtype.size
-             for init in rule._CreateSlots(var).values())  # pylint: disable=protected-access
+             for _, dtype, init in SlotEntries(rule, var))
+
+
+def SlotEntries(rule, var):
+  """[(slot name, storage dtype, initial value)] of `var` as the unsharded
+  BaseOptimizer.CreateSlotVariables makes them: first the float32 master
+  (initial value: `var` itself, upcast when made) when
+  low_precision.HasMaster, then `_CreateSlots` in slot_dtype, else float32
+  beside a master, else var's dtype."""
+  entries = []
+  follow = var.dtype
+  if low_precision.HasMaster(rule, var):
+    follow = low_precision.MASTER_DTYPE
+    entries.append((low_precision.MASTER_SLOT, follow, var))
+  dtype = tf.as_dtype(rule.params.slot_dtype or follow)
+  for name, init in rule._CreateSlots(var).items():  # pylint: disable=protected-access
+    entries.append((name, dtype, init))
+  return entries
 
 
 def _NumElements(var, init):
@@ -171,8 +200,11 @@ class _Buffer:
 
   def Gathered(self):
     """[N * size]: every replica's buffer, in replica order (a collective
-    on every worker under MultiWorkerMirroredStrategy)."""
-    return self._gather(tf.stack([c.read_value() for c in self.Copies()]))
+    on every worker under MultiWorkerMirroredStrategy; a bfloat16 buffer
+    travels as float32, `_GatherDtype`)."""
+    wire = _GatherDtype(self.dtype)
+    return tf.cast(self._gather(tf.stack(
+        [tf.cast(c.read_value(), wire) for c in self.Copies()])), self.dtype)
 
   def _GatherRows(self, rows):
     """[local replicas, size] -> [N * size]; traced once."""
@@ -279,17 +311,12 @@ class HomeState(tf.Module):
 
   def CheckRule(self, rule):
     """Raises ValueError (one line) for a rule whose state is not homed:
-    not WHOLE_TENSOR, or master_weights (slot_dtype=int8 needs an
-    elementwise rule: refused at construction)."""
-    why = None
+    not WHOLE_TENSOR (slot_dtype=int8 needs an elementwise rule: refused
+    at construction). master_weights is homed (module doc)."""
     if not type(rule).WHOLE_TENSOR:
-      why = 'it is not a WHOLE_TENSOR rule'
-    elif rule.params.master_weights:
-      why = 'master_weights=True (masters are not homed)'
-    if why:
-      raise ValueError('%s: shard_optimizer_state=True with %s: %s. Set '
-                       'shard_optimizer_state=False.' %
-                       (rule.path, type(rule).__name__, why))
+      raise ValueError('%s: shard_optimizer_state=True with %s: it is not a '
+                       'WHOLE_TENSOR rule. Set shard_optimizer_state=False.' %
+                       (rule.path, type(rule).__name__))
 
   def Bind(self, rule, variables):
     """Homes the rule's slots over the replicas, when N > 1.
@@ -331,12 +358,13 @@ class HomeState(tf.Module):
     return self._views
 
   def _MakeBuffers(self, rule, variables, n):
-    """Creates one _Buffer per slot dtype, each replica's home slots in it."""
+    """Creates one _Buffer per slot dtype, each replica's home slots in it
+    (a master in the float32 one)."""
     entries = {}  # dtype name -> per replica [(i, name, shape, init)].
     for i, (v, home) in enumerate(zip(variables, self._plan.homes)):
-      dtype = tf.as_dtype(rule.params.slot_dtype or v.dtype)
-      rows = entries.setdefault(dtype.name, [[] for _ in range(n)])
-      for name, init in sorted(rule._CreateSlots(v).items()):  # pylint: disable=protected-access
+      for name, dtype, init in sorted(SlotEntries(rule, v),
+                                      key=lambda e: e[0]):
+        rows = entries.setdefault(dtype.name, [[] for _ in range(n)])
         init = _Initial(v, init, dtype)
         rows[home].append((i, name, init.shape.as_list(), init))
     for dtype, rows in sorted(entries.items()):
@@ -393,19 +421,21 @@ class HomeState(tf.Module):
 
   def _GatherWeights(self, r, weights):
     """Packs replica r's updated home `weights` ({index: _Value}), gathers
-    every replica's, writes each variable from its home's segment."""
+    every replica's, writes each variable from its home's segment: one
+    pack and all-gather per gather dtype (`_GatherDtype`)."""
     variables, homes = self._plan.variables, self._plan.homes
     writes, by_dtype = [], {}
     for i, v in enumerate(variables):
-      by_dtype.setdefault(v.dtype.name, []).append(i)
-    for _, indices in sorted(by_dtype.items()):
+      by_dtype.setdefault(_GatherDtype(v.dtype).name, []).append(i)
+    for dtype, indices in sorted(by_dtype.items()):
       per = [[(i, int(variables[i].shape.num_elements())) for i in indices
               if homes[i] == h] for h in range(self.num_replicas)]
       width = max(1, max(sum(n for _, n in p) for p in per))
-      parts = [tf.reshape(weights[i].value, [-1]) for i, _ in per[r]]
+      parts = [tf.cast(tf.reshape(weights[i].value, [-1]), dtype)
+               for i, _ in per[r]]
       pad = width - sum(n for _, n in per[r])
       if pad or not parts:
-        parts.append(tf.zeros([pad], variables[indices[0]].dtype))
+        parts.append(tf.zeros([pad], dtype))
       mine = tf.ensure_shape(tf.concat(parts, axis=0), [width])
       flat = self._all_gather(mine)
       for h, p in enumerate(per):
@@ -413,7 +443,8 @@ class HomeState(tf.Module):
         for i, n in p:
           v = variables[i]
           writes.append(tf.raw_ops.AssignVariableOp(
-              resource=v.handle, value=tf.reshape(flat[off:off + n], v.shape)))
+              resource=v.handle, value=tf.cast(
+                  tf.reshape(flat[off:off + n], v.shape), v.dtype)))
           off += n
     return writes
 
@@ -441,9 +472,17 @@ class HomeState(tf.Module):
     return max(per.values(), default=0)
 
 
+def _GatherDtype(dtype):
+  """The dtype a weight of `dtype` travels in through the all-gather:
+  float32 for bfloat16 (it holds every bfloat16 exactly, and the
+  collective takes no bfloat16: cross_replica.AllGather), else itself."""
+  dtype = tf.as_dtype(dtype)
+  return tf.float32 if dtype == tf.bfloat16 else dtype
+
+
 def _Initial(var, init, dtype):
   """A slot's initial value (None: zeros of var's shape; a number: filled;
-  a tensor: itself), in `dtype`."""
+  a tensor or the variable itself, a master's: its value), in `dtype`."""
   if init is None:
     return tf.zeros(var.shape, dtype)
   if isinstance(init, (int, float)):

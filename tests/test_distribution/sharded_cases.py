@@ -45,6 +45,7 @@ class Mlp(BaseLayer):
   def Params(cls):
     p = super().Params()
     p.name = 'mlp'
+    p.Define('var_dtypes', None, '{variable: dtype} for those not in dtype.')
     return p
 
   def __init__(self, params):
@@ -52,10 +53,11 @@ class Mlp(BaseLayer):
     rng = np.random.RandomState(0)
     for name, shape in SHAPES:
       self.CreateVariable(name, shape, init=rng.normal(
-          size=shape).astype(np.float32) * 0.5)
+          size=shape).astype(np.float32) * 0.5,
+                          dtype=(self.params.var_dtypes or {}).get(name))
 
   def Loss(self, x, y):
-    v = self.vars
+    v = self.theta  # The variables' values, cast to fprop_dtype.
     h = tf.tanh(tf.matmul(x, v.w1) + v.b1)
     out = tf.matmul(h, v.w2) + v.b2[:2] + 0.01 * v.b2[2]
     return tf.reduce_mean(tf.square(out - y))
@@ -71,10 +73,14 @@ def Data(step, replica, nan=False):
   return x, y
 
 
-def Build(strategy, opt, shard, **kw):
-  """(task, learner, step(i, nan_at=None)) built under `strategy`."""
+def Build(strategy, opt, shard, dtype=None, var_dtypes=None, **kw):
+  """(task, learner, step(i, nan_at=None)) built under `strategy`; `dtype`
+  (e.g. tf.bfloat16): the Mlp's weights in it (`var_dtypes`: {variable:
+  dtype} for the exceptions), its math in float32."""
   with strategy.scope():
-    task = Mlp.Params().Instantiate()
+    task = Mlp.Params().Set(var_dtypes=var_dtypes, **(
+        dict(dtype=dtype, fprop_dtype=tf.float32) if dtype else {}
+    )).Instantiate()
     lrn = Learner.Params().Set(
         name='loss', learning_rate=0.05, lr_schedule=ConstantOne.Params(),
         optimizer=opt, shard_optimizer_state=shard, **kw).Instantiate()

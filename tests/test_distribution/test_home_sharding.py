@@ -7,7 +7,10 @@ SOAP: each variable's slots live on its home replica only
 full tensors every replica holds, its inner Momentum is sharded by flat
 slices. Each case runs with `shard_optimizer_state` False and True under
 the same strategy and compares the weights (within 1e-6 relative, the
-acceptance bound; measured: equal bit for bit).
+acceptance bound; measured: equal bit for bit). bfloat16 weights with
+float32 masters (issue 38 item 3; Muon, Adafactor, nearest and stochastic
+rounding, and weights of both dtypes in one learner) are compared bit for
+bit: every tensor of the two runs' checkpoints.
 """
 
 import json
@@ -18,10 +21,12 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from learner import cross_replica
 from learner.learner import Learner
 from learner.optimizers import home_sharding
 from learner.optimizers import sharded_state
 from learner.optimizers.rules.adafactor import Adafactor
+from learner.optimizers.rules.adam import Adam
 from learner.optimizers.rules.muon import Muon
 from learner.optimizers.var_grad import VarGrad
 from learner.training.cluster import distribution
@@ -157,16 +162,16 @@ def test_muon_two_learners_each_sharded_match_unsharded(strategy):
 # ---- checkpoints: the unsharded format, 2 -> 1 and 1 -> 2 --------------------
 
 
-def _Save(strategy, name, shard, path, steps=5):
-  opt, kw = cases.HomeRule(name)
+def _Save(strategy, name, shard, path, steps=5, rule=None):
+  opt, kw = (rule or (lambda: cases.HomeRule(name)))()
   task, lrn, train = cases.Build(strategy, opt, shard, **kw)
   for step in range(steps):
     train(step)
   return tf.train.Checkpoint(task=task, learner=lrn).write(path)
 
 
-def _Continue(strategy, name, shard, path, steps=(5, 6, 7)):
-  opt, kw = cases.HomeRule(name)
+def _Continue(strategy, name, shard, path, steps=(5, 6, 7), rule=None):
+  opt, kw = (rule or (lambda: cases.HomeRule(name)))()
   task, lrn, train = cases.Build(strategy, opt, shard, **kw)
   tf.train.Checkpoint(task=task, learner=lrn).read(path).assert_consumed()
   for step in steps:
@@ -248,16 +253,142 @@ def test_adafactor_buffers_and_bytes_line_by_hand(strategy):
   assert zero.LargestVariableSlotBytes() == 92
 
 
-def test_master_weights_are_refused_for_homes_in_one_line():
-  p = Learner.Params().Set(
-      name='loss', learning_rate=0.1, shard_optimizer_state=True,
-      optimizer=Muon.Params().Set(master_weights=True))
+def test_a_rule_that_is_not_whole_tensor_is_refused_by_homes_in_one_line():
+  # Install gives such a rule flat slices; HomeState itself refuses it.
+  adam = Adam.Params().Set(name='opt').Instantiate()
   with pytest.raises(ValueError) as e:
-    p.Instantiate()
+    home_sharding.HomeState(adam, None).CheckRule(adam)
   assert str(e.value) == (
-      'loss/optimizer: shard_optimizer_state=True with Muon: '
-      'master_weights=True (masters are not homed). Set '
-      'shard_optimizer_state=False.')
+      'opt: shard_optimizer_state=True with Adam: it is not a WHOLE_TENSOR '
+      'rule. Set shard_optimizer_state=False.')
+
+
+# ---- bfloat16 weights with a float32 master (issue 38 item 3) ----------------
+
+
+def _MasterRule(name, stochastic, num_batches=None):
+  """HomeRule(name, num_batches) with master_weights on the rule."""
+  opt, kw = cases.HomeRule(name, num_batches)
+  rule = opt.optimizer if num_batches else opt
+  rule.Set(master_weights=True, master_stochastic_rounding=stochastic)
+  return opt, dict(kw, dtype=tf.bfloat16)
+
+
+@pytest.mark.parametrize('stochastic', [False, True])
+@pytest.mark.parametrize('name', ['muon', 'adafactor_factored'])
+def test_bf16_master_weights_match_unsharded(strategy, name, stochastic,
+                                             tmp_path):
+  # bfloat16 weights, float32 masters homed; clip, GradientAccumulation(4),
+  # 20 micro-steps (5 updates): every checkpointed tensor (weights, masters,
+  # slots, counters) bit for bit the unsharded run's.
+  runs = []
+  for shard in (False, True):
+    opt, kw = _MasterRule(name, stochastic, num_batches=4)
+    task, lrn = cases.Run(strategy, opt, shard,
+                          clip_gradient_norm_to_value=0.5, **kw)
+    path = tf.train.Checkpoint(task=task, learner=lrn).write(
+        str(tmp_path / str(shard)))
+    runs.append((task, lrn, _Tensors(path)))
+  (_, _, ta), (task, lrn, tb) = runs
+  assert sorted(ta) == sorted(tb)
+  for k in ta:
+    np.testing.assert_array_equal(ta[k], tb[k], err_msg=k)
+  w = cases.Weights(strategy, task)
+  for k in w:
+    assert w[k][0].dtype == tf.bfloat16.as_numpy_dtype
+    np.testing.assert_array_equal(w[k][0], w[k][1], err_msg=k)
+  _AssertMoved(strategy, task, ['w1', 'w2'])
+  masters = {k.split('/')[-4]: tb[k] for k in tb if k.endswith(
+      '/master/.ATTRIBUTES/VARIABLE_VALUE')}
+  bound = ['mlp_w1', 'mlp_w2'] + ([] if name == 'muon' else
+                                  ['mlp_b1', 'mlp_b2'])
+  assert sorted(masters) == sorted(bound)
+  off = 0  # Elements whose weight is not the master rounded to nearest.
+  for key, master in masters.items():
+    assert master.dtype == np.float32
+    nearest = master.astype(tf.bfloat16.as_numpy_dtype)
+    off += int(np.sum(w[key.split('_')[1]][0] != nearest))
+  # Nearest: none; stochastic: some round the other way (with the unsharded
+  # seeds: the weights are equal above).
+  assert (off > 0) == stochastic, off
+  zero = _StateOf(lrn)
+  assert zero.sharded and isinstance(zero, home_sharding.HomeState)
+  assert [b.dtype for b in zero.buffers] == [tf.float32]
+  assert zero.SlotBytesPerReplica() <= (zero.UnshardedSlotBytes() / 2 +
+                                        zero.LargestVariableSlotBytes())
+  if name == 'muon':  # w1 [3, 5] on r0, w2 [5, 2] on r1: master + momentum
+    # of w1, 30 float32 per replica (w2's 20 padded); unsharded 50.
+    assert zero.homes == [0, 1]
+    assert zero.SlotBytesPerReplica() == 30 * 4
+    assert zero.UnshardedSlotBytes() == 50 * 4
+
+
+def test_bf16_and_float32_weights_mixed_in_homes_match_unsharded(
+    strategy, tmp_path, monkeypatch):
+  # w1, b2 bfloat16 (float32 masters), w2, b1 float32 (their own masters);
+  # slots in bfloat16. Costs (SlotBytes), m + vr + vc or m + v at 2 B:
+  # w1 15 x 4 master + 23 x 2 = 106, w2 17 x 2 = 34, b1 10 x 2 = 20,
+  # b2 3 x 4 + 6 x 2 = 24. Homes: w1 -> r0, w2, b2, b1 -> r1 (34, 58,
+  # 78 < 106): r1 gathers bfloat16 b2 and float32 w2, b1 in one vector.
+  # Buffers: float32 masters 15 (r0) and 3 (r1); bfloat16 slots 23 (r0)
+  # and 33 (r1): 15 x 4 + 33 x 2 = 126 B per replica (unsharded 18 x 4 +
+  # 56 x 2 = 184 B).
+  gathers = []  # (dtype, size) of each traced weights' all-gather.
+  monkeypatch.setattr(cross_replica, 'AllGather', lambda t, f=(
+      cross_replica.AllGather): gathers.append((t.dtype, t.shape)) or f(t))
+  tensors = []
+  for shard in (False, True):
+    opt, kw = _MasterRule('adafactor_factored', False)
+    opt.slot_dtype = tf.bfloat16
+    task, lrn = cases.Run(strategy, opt, shard, var_dtypes=dict(
+        w2=tf.float32, b1=tf.float32), clip_gradient_norm_to_value=0.5, **kw)
+    tensors.append(_Tensors(tf.train.Checkpoint(task=task, learner=lrn).write(
+        str(tmp_path / str(shard)))))
+  ta, tb = tensors
+  assert sorted(ta) == sorted(tb)
+  for k in ta:
+    np.testing.assert_array_equal(ta[k], tb[k], err_msg=k)
+  w = cases.Weights(strategy, task)
+  assert {k: w[k][0].dtype.name for k in w} == dict(
+      w1='bfloat16', b2='bfloat16', w2='float32', b1='float32')
+  _AssertMoved(strategy, task, ['w1', 'w2', 'b1', 'b2'])
+  assert sorted(k.split('/')[-4] for k in tb if '/master/' in k) == [
+      'mlp_b2', 'mlp_w1']
+  zero = _StateOf(lrn)
+  assert zero.homes == [1, 1, 0, 1]  # Bind order b1 b2 w1 w2.
+  assert lrn.optimizer.ShardCost(task.vars.w1) == 106
+  assert [b.dtype for b in zero.buffers] == [tf.bfloat16, tf.float32]
+  assert zero.SlotBytesPerReplica() == 126
+  assert zero.UnshardedSlotBytes() == 184
+  # One float32 gather per replica's trace: r1's 10 + 5 + 3, r0's 15 + 3.
+  assert gathers == [(tf.float32, [18])] * 2
+
+
+def test_homed_masters_are_refused_without_bf16_weights_as_unsharded(
+    strategy):
+  # The unsharded Bind's refusal (low_precision.CheckMastersBound) holds.
+  opt, kw = _MasterRule('muon', False)
+  with pytest.raises(ValueError, match=r'master_weights=True but no bound '
+                     r'variable is bfloat16 or float16'):
+    cases.Build(strategy, opt, True, **dict(kw, dtype=None))
+
+
+@pytest.mark.slow  # ~15 s on a loaded 2-core machine.
+def test_bf16_master_checkpoint_restores_across_counts(strategy, tmp_path):
+  # Muon, stochastic rounding (its seed is num_updates, restored too).
+  one = tf.distribute.get_strategy()
+  rule = lambda: _MasterRule('muon', True)
+  sharded2 = _Save(strategy, 'muon', True, str(tmp_path / 's2'), rule=rule)
+  plain2 = _Save(strategy, 'muon', False, str(tmp_path / 'p2'), rule=rule)
+  ta, tb = _Tensors(plain2), _Tensors(sharded2)
+  assert sorted(ta) == sorted(tb) and any('/master/' in k for k in ta)
+  for k in ta:
+    np.testing.assert_array_equal(ta[k], tb[k], err_msg=k)
+  _AssertBitEqual(_Continue(one, 'muon', False, sharded2, rule=rule),
+                  _Continue(one, 'muon', False, plain2, rule=rule))
+  plain1 = _Save(one, 'muon', False, str(tmp_path / 'p1'), rule=rule)
+  _AssertBitEqual(_Continue(strategy, 'muon', True, plain1, rule=rule),
+                  _Continue(strategy, 'muon', False, plain1, rule=rule))
 
 
 # ---- 2-worker MultiWorkerMirroredStrategy on localhost ------------------------
