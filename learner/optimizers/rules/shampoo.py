@@ -501,15 +501,16 @@ class DistributedShampoo(BaseOptimizer):
       computed = InversePthRoots([stat.read_value() for stat, _, _ in pairs],
                                  [rank for _, _, rank in pairs],
                                  p.matrix_epsilon)
-      return [tf.where(error < ROOT_ERROR_LIMIT, tf.cast(value, root.dtype),
-                       root.read_value())
-              for (_, root, _), (value, error) in zip(pairs, computed)]
+      for (_, root, _), (value, error) in zip(pairs, computed):
+        root.assign(tf.where(error < ROOT_ERROR_LIMIT,
+                             tf.cast(value, root.dtype), root.read_value()),
+                    read_value=False)
+      return tf.constant(True)
 
+    # The assignments are in the branch that computes the roots: the other
+    # updates neither read nor write the roots here.
     with tf.control_dependencies([o for o in ops if o is not None]):
-      values = tf.cond(due, Roots,
-                       lambda: [root.read_value() for _, root, _ in pairs])
-      return [root.assign(v, read_value=False)
-              for (_, root, _), v in zip(pairs, values)]
+      return [tf.cond(due, Roots, lambda: tf.constant(False))]
 
 
 def _PartitionOrder(sizes):
