@@ -9,10 +9,11 @@ Adam and once with DistributedShampoo in both learners (Lingvo's defaults
 but start_preconditioning_steps 5, so the timed steps are fully
 preconditioned, and the roots every `--compute_steps` updates, default
 10), alternating `--repeats` times in this process. Prints the steady
-steps/s of each (steps after the first W: tracing, compiling) and
-Shampoo's step time as a ratio to Adam's (issue 39's target: <= 1.5 with
-roots every 10 steps). Timings on a shared machine are noisy; compare the
-ratio of one run.
+steps/s and CPU ms per step of each (steps after the first W: tracing,
+compiling) and Shampoo's step time and CPU time as ratios to Adam's
+(issue 39's target: <= 1.5 with roots every 10 steps). Timings on a
+shared machine are noisy; compare the ratios of one run (the CPU time's
+moves less with the load).
 """
 
 import argparse

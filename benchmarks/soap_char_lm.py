@@ -8,10 +8,11 @@ through our Trainer, as benchmarks/trainer.py's side `ours`, once with its
 Adam (beta1 0.9, beta2 0.98, epsilon 1e-9) and once with SOAP in both
 learners (the same betas and epsilon, no weight decay, eigenbases refreshed
 every `--frequency` updates, default 10), alternating `--repeats` times in
-this process. Prints the steady steps/s of each (steps after the first W:
-tracing, compiling) and SOAP's step time as a ratio to Adam's (issue 39's
-target: <= 1.5). Timings on a shared machine are noisy; compare the ratio
-of one run.
+this process. Prints the steady steps/s and CPU ms per step of each
+(steps after the first W: tracing, compiling) and SOAP's step time and
+CPU time as ratios to Adam's (issue 39's target: <= 1.5). Timings on a
+shared machine are noisy; compare the ratios of one run (the CPU time's
+moves less with the load).
 """
 
 import argparse
@@ -32,8 +33,9 @@ def _UseSoap(params, frequency):
 
 
 def RunOne(use_rule, steps, warmup):
-  """Steady steps/s and final loss of one run: Adam, or with `use_rule`
-  (callable(experiment params), in place) applied to the experiment."""
+  """Steady steps/s, steady CPU seconds per step (all threads) and final
+  loss of one run: Adam, or with `use_rule` (callable(experiment params),
+  in place) applied to the experiment."""
   original = trainer_bench._ExperimentParams  # pylint: disable=protected-access
 
   def Params(model, n):
@@ -47,24 +49,30 @@ def RunOne(use_rule, steps, warmup):
     result = trainer_bench.RunOurs('lm.CharTransformer', steps, warmup)
   finally:
     trainer_bench._ExperimentParams = original  # pylint: disable=protected-access
-  return result['steady_steps_per_s'], result['final_loss']
+  return (result['steady_steps_per_s'], result['steady_cpu_s_per_step'],
+          result['final_loss'])
 
 
 def CompareWithAdam(name, use_rule, args):
   """Runs Adam and `name` (Adam's learners changed by `use_rule`)
-  alternately `args.repeats` times; prints each run's steps/s and the
-  medians' step-time ratio against issue 39's target (<= 1.5)."""
+  alternately `args.repeats` times; prints each run's steps/s and CPU ms
+  per step, the medians' step-time ratio against issue 39's target (<=
+  1.5) and the medians' CPU-time ratio (steadier on a shared machine)."""
   rates = {'adam': [], name: []}
+  cpus = {'adam': [], name: []}
   for _ in range(args.repeats):
     for key, hook in (('adam', None), (name, use_rule)):
-      rate, loss = RunOne(hook, args.steps, args.warmup)
+      rate, cpu, loss = RunOne(hook, args.steps, args.warmup)
       rates[key].append(rate)
-      print('%s: %.2f steady steps/s, final loss %s' % (key, rate, loss))
+      cpus[key].append(cpu)
+      print('%s: %.2f steady steps/s, %.0f CPU ms per step, final loss %s'
+            % (key, rate, 1e3 * cpu, loss))
       sys.stdout.flush()
   adam, other = (statistics.median(rates[k]) for k in ('adam', name))
+  adam_cpu, other_cpu = (statistics.median(cpus[k]) for k in ('adam', name))
   print('median steady steps/s: adam %.2f, %s %.2f; %s step time / '
-        'Adam = %.2f (target <= 1.5)' % (adam, name, other, name,
-                                         adam / other))
+        'Adam = %.2f (target <= 1.5); CPU time per step / Adam\'s = %.2f'
+        % (adam, name, other, name, adam / other, other_cpu / adam_cpu))
 
 
 def main(argv=None):

@@ -102,17 +102,22 @@ class _StepClock:
   """A text stream for the Trainer that notes when each log line arrives.
 
   `times` maps the step of each 'step N/M ...' progress line to
-  time.perf_counter() at its writing (after that step's summaries).
+  time.perf_counter() at its writing (after that step's summaries);
+  `cpu_times` to time.process_time() then (the CPU seconds of all the
+  process's threads: on a shared machine, less moved by the other
+  processes than the wall time).
   """
 
   def __init__(self):
     self.times = {}
+    self.cpu_times = {}
 
   def write(self, text):
     for line in text.splitlines():
       m = _LOG_LINE.match(line)
       if m:
         self.times[int(m.group(1))] = time.perf_counter()
+        self.cpu_times[int(m.group(1))] = time.process_time()
 
   def flush(self):
     pass
@@ -123,6 +128,13 @@ def _Steady(times, steps, warmup):
   if warmup >= steps or warmup not in times or steps not in times:
     return None
   return (steps - warmup) / (times[steps] - times[warmup])
+
+
+def _SteadyCpu(cpu_times, steps, warmup):
+  """CPU seconds per step after the first `warmup`: (cpu_times[steps] -
+  cpu_times[warmup]) / (steps - warmup), or None."""
+  rate = _Steady(cpu_times, steps, warmup)
+  return None if rate is None else 1.0 / rate
 
 
 def _KernelsActive():
@@ -151,6 +163,8 @@ def RunOurs(model, steps, warmup, jit_compile=False):
   return dict(side='ours_jit' if jit_compile else 'ours', steps=steps,
               wall_s=wall, steps_per_s=steps / wall,
               steady_steps_per_s=_Steady(clock.times, steps, warmup),
+              steady_cpu_s_per_step=_SteadyCpu(clock.cpu_times, steps,
+                                               warmup),
               warmup_steps=warmup, final_loss=loss,
               fused_kernels=_KernelsActive(), peak_rss=_PeakRss())
 

@@ -121,3 +121,14 @@ def test_targets_are_judged_from_min_judged_steps_on():
   short = trainer._Targets(trainer.CHAR_LM, results,
                            trainer.MIN_JUDGED_STEPS - 1)
   assert [r['met'] for r in short] == [None, None]
+
+
+def test_steady_rates_leave_out_the_first_w_steps():
+  # Log lines at steps 20 and 60: 40 steps in 8 s wall (5 steps/s) and in
+  # 10 CPU seconds (0.25 s per step); without a line at W there is none.
+  clock = trainer._StepClock()  # pylint: disable=protected-access
+  assert trainer._Steady({20: 2.0, 60: 10.0}, 60, 20) == 5.0  # pylint: disable=protected-access
+  assert trainer._SteadyCpu({20: 1.0, 60: 11.0}, 60, 20) == 0.25  # pylint: disable=protected-access
+  assert trainer._SteadyCpu({60: 11.0}, 60, 20) is None  # pylint: disable=protected-access
+  clock.write('step 20/60 loss 1.0\n')
+  assert set(clock.times) == set(clock.cpu_times) == {20}

@@ -25,7 +25,9 @@
   preconditioned dims, in float64,
     U S V^T = svd(H_i + eps I);  R_i = U max(S, eps)^(-1/(2r)) V^T
     stored (as float32) only when max|U - V| < 5e-2 (else R_i is kept);
-    eps = matrix_epsilon (computed from eigh, the same: `InversePthRoot`). A dim > 4096 with 2r in {2, 4, 8} takes the
+    eps = matrix_epsilon (computed from eigh, the same: `InversePthRoots`,
+    all the statistics of one optimizer in one LAPACK call). A dim > 4096
+    with 2r in {2, 4, 8} takes the
     coupled Newton iteration instead (`NewtonInversePthRoot`).
 
 Source: Anil, Gupta, Koren, Regan & Singer, "Scalable Second Order
@@ -45,6 +47,7 @@ import tensorflow as tf
 
 from learner.optimizers.base import BaseOptimizer
 from learner.optimizers.base import DefineLingvoBaseParams
+from learner.optimizers.kernels import host_eigh
 from params import NestedMap
 from params import checks
 
@@ -158,13 +161,21 @@ def _Power(m, p):
 
 
 def InversePthRoot(stat, rank, epsilon):
-  """(root, error): Lingvo's `_inverse_pth_root_graph` on one statistic.
+  """(root, error): Lingvo's `_inverse_pth_root_graph` on one statistic
+  (`InversePthRoots` of a list of one)."""
+  return InversePthRoots([stat], [rank], epsilon)[0]
+
+
+def InversePthRoots(stats, ranks, epsilon):
+  """[(root, error)]: Lingvo's `_inverse_pth_root_graph` on each statistic.
 
   Lingvo (dims <= 4096, or 2 rank not in {2, 4, 8}): U S V^T = svd(H +
   eps I) in float64, root = U max(S, eps)^e V^T with e = -1/(2 rank)
   rounded to float32 (the graph's placeholder), error = max|U - V|.
   Computed here from the eigendecomposition H + eps I = Q diag(l) Q^T
-  (tf.linalg.eigh, half the time of tf.linalg.svd at 512 x 512): the SVD
+  (LAPACK's dsyevd on the host, all of them in one call, or tf.linalg.eigh
+  under XLA: kernels/host_eigh.py; tf.linalg.svd takes twice eigh's
+  time at 512 x 512, dsyevd a third to a half of it): the SVD
   of a symmetric matrix has S = |l| and, per eigenvector q_i, u_i = v_i =
   q_i when l_i >= 0 and u_i = -v_i when l_i < 0. So root = Q diag(sign(l)
   max(|l|, eps)^e) Q^T and error = max over l_i < 0 of 2 max|q_i| (0 when
@@ -174,28 +185,37 @@ def InversePthRoot(stat, rank, epsilon):
   Newton iteration (`NewtonInversePthRoot`) and its error.
 
   Args:
-    stat: [d, d] float tensor (H_i); rank: Python int r >= 1; epsilon:
-      Python float (matrix_epsilon).
+    stats: list of [d, d] float tensors (the H_i); ranks: list of Python
+      ints r >= 1, one per statistic; epsilon: Python float
+      (matrix_epsilon).
 
   Returns:
-    (root [d, d] float32, error: float32 scalar).
+    A list of (root [d, d] float32, error: float32 scalar), one per
+    statistic.
   """
-  d = stat.shape[0]
-  exponent = tf.cast(tf.constant(-1.0 / (2.0 * rank), tf.float32),
-                     tf.float64)
-  x = tf.cast(stat, tf.float64)
-  if d > SVD_MAX_DIM and 2 * rank in (2, 4, 8):
-    root, error = NewtonInversePthRoot(x, 2 * rank, ridge_epsilon=epsilon)
-    return tf.cast(root, tf.float32), tf.cast(error, tf.float32)
-  lam, q = tf.linalg.eigh(x + tf.eye(d, dtype=tf.float64) * epsilon)
-  negative = lam < 0
-  power = tf.pow(tf.maximum(tf.abs(lam), epsilon), exponent)
-  power = tf.where(negative, -power, power)
-  root = tf.matmul(q * tf.reshape(power, [1, -1]), q, adjoint_b=True)
-  error = tf.reduce_max(tf.where(
-      negative, 2. * tf.reduce_max(tf.abs(q), axis=0),
-      tf.zeros_like(lam)))
-  return tf.cast(root, tf.float32), tf.cast(error, tf.float32)
+  out = [None] * len(stats)
+  eigen = []  # (index, H + eps I in float64, exponent)
+  for k, (stat, rank) in enumerate(zip(stats, ranks)):
+    d = stat.shape[0]
+    exponent = tf.cast(tf.constant(-1.0 / (2.0 * rank), tf.float32),
+                       tf.float64)
+    x = tf.cast(stat, tf.float64)
+    if d > SVD_MAX_DIM and 2 * rank in (2, 4, 8):
+      root, error = NewtonInversePthRoot(x, 2 * rank, ridge_epsilon=epsilon)
+      out[k] = tf.cast(root, tf.float32), tf.cast(error, tf.float32)
+    else:
+      eigen.append((k, x + tf.eye(d, dtype=tf.float64) * epsilon, exponent))
+  decomposed = host_eigh.SymmetricEigen([x for _, x, _ in eigen])
+  for (k, _, exponent), (lam, q) in zip(eigen, decomposed):
+    negative = lam < 0
+    power = tf.pow(tf.maximum(tf.abs(lam), epsilon), exponent)
+    power = tf.where(negative, -power, power)
+    root = tf.matmul(q * tf.reshape(power, [1, -1]), q, adjoint_b=True)
+    error = tf.reduce_max(tf.where(
+        negative, 2. * tf.reduce_max(tf.abs(q), axis=0),
+        tf.zeros_like(lam)))
+    out[k] = tf.cast(root, tf.float32), tf.cast(error, tf.float32)
+  return out
 
 
 class DistributedShampoo(BaseOptimizer):
@@ -207,10 +227,14 @@ class DistributedShampoo(BaseOptimizer):
   loop, p.train.tpu_steps_per_loop, default 1000). The roots are computed
   in `_EndUpdate`, after the weights are assigned (the weights' update does
   not wait for them, but the step that computes them ends after them), in
-  a tf.cond on the update count, so the steps between pay nothing for
-  them. Cost (benchmarks/shampoo_char_lm.py, lm.CharTransformer on 2 CPU
-  cores): 39 ms per update for the optimizer alone (Adam's fused kernel:
-  4 ms) and 0.7-1.3 s per refresh of its 18 float64 roots.
+  a tf.cond on the update count whose branch also writes them, so the
+  steps between pay nothing for them. Cost (lm.CharTransformer on 2 shared
+  CPU cores, CPU time of all threads, 2026-12-07; benchmarks/README.md,
+  "Shampoo's step"): about 12.5 ms per update for the optimizer alone
+  (Adam's fused kernel: about 1 ms), and about 230 ms per refresh of its
+  18 float64 roots (LAPACK's eigendecompositions 173 ms, the products
+  Q diag Q^T 56 ms; with tf.linalg.eigh 400 ms); in the train step,
+  roots every 10 updates, 1.18-1.26x Adam's CPU time per step.
 
   Slots (Lingvo's names): 'accumulator' (initial_accumulator_value) and
   'momentum' (momentum > 0) of the variable's shape; for a preconditioned
@@ -478,20 +502,19 @@ class DistributedShampoo(BaseOptimizer):
                                     p.preconditioning_compute_steps), 0)
 
     def Roots():
-      outs = []
-      for stat, root, rank in pairs:
-        value, error = InversePthRoot(stat.read_value(), rank,
-                                      p.matrix_epsilon)
-        keep = error < ROOT_ERROR_LIMIT
-        outs.append(tf.where(keep, tf.cast(value, root.dtype),
-                             root.read_value()))
-      return outs
+      computed = InversePthRoots([stat.read_value() for stat, _, _ in pairs],
+                                 [rank for _, _, rank in pairs],
+                                 p.matrix_epsilon)
+      for (_, root, _), (value, error) in zip(pairs, computed):
+        root.assign(tf.where(error < ROOT_ERROR_LIMIT,
+                             tf.cast(value, root.dtype), root.read_value()),
+                    read_value=False)
+      return tf.constant(True)
 
+    # The assignments are in the branch that computes the roots: the other
+    # updates neither read nor write the roots here.
     with tf.control_dependencies([o for o in ops if o is not None]):
-      values = tf.cond(due, Roots,
-                       lambda: [root.read_value() for _, root, _ in pairs])
-      return [root.assign(v, read_value=False)
-              for (_, root, _), v in zip(pairs, values)]
+      return [tf.cond(due, Roots, lambda: tf.constant(False))]
 
 
 def _PartitionOrder(sizes):
