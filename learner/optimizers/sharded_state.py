@@ -3,17 +3,15 @@
 `Learner.shard_optimizer_state=True` (docs/distributed.md, "Sharded
 optimizer state (ZeRO-1)"): under a tf.distribute strategy with N > 1
 replicas in sync, each replica keeps and updates 1/N of its learner's
-optimizer slots; the updated weights are gathered back to every replica,
-so every replica ends the step with the same full weights as the unsharded
-run. Source: Rajbhandari et al., "ZeRO: Memory Optimizations Toward
-Training Trillion Parameter Models", SC 2020 (stage 1: optimizer state
-partitioning).
+optimizer slots and the updated weights are gathered back, so every
+replica ends the step with the unsharded run's full weights. Source:
+Rajbhandari et al., "ZeRO: Memory Optimizations Toward Training Trillion
+Parameter Models", SC 2020 (stage 1: optimizer state partitioning).
 
 Partition (flat slices): the learner's variables of one dtype, in bind
-order, are seen as one flat vector of n elements, padded with zeros to
-N * s (s = ceil(n / N)); replica r owns elements [r s, (r + 1) s). Balance
-is perfect (the padding, < N elements, is the only imbalance), and the
-slices of replica r are static (its id is known at trace time).
+order, are one flat vector of n elements, zero padded to N * s (s =
+ceil(n / N)); replica r owns elements [r s, (r + 1) s): static slices, and
+the padding (< N elements) is the only imbalance.
 
 One update, on replica r (inside `strategy.run`, no merge_call):
   1. The learner's pipeline runs as unsharded on the all-reduced full
@@ -208,10 +206,9 @@ class _Layout:
     self.shard = max(1, math.ceil(self.total / num_replicas))
     self.strategy = tf.distribute.get_strategy()
     # One tf.function per layout, traced once (its input is always
-    # [local replicas, shard] of this dtype). strategy.gather called eagerly
-    # would define and trace a new tf.function inside TF's collective
-    # all-gather at every call: a retracing warning and about a second per
-    # save for a small model.
+    # [local replicas, shard] of this dtype): strategy.gather called eagerly
+    # traces a new tf.function inside TF's all-gather at every call (a
+    # retracing warning, about a second per save for a small model).
     self._gather = tf.function(self._GatherRows)
 
   def LocalReplicaIds(self):
@@ -260,13 +257,16 @@ class _Layout:
     return self._gather(tf.stack(values))
 
   def _GatherRows(self, rows):
-    """[local replicas, shard] -> [N * shard]; traced once (`Gathered`)."""
-    strategy = self.strategy
-    local = iter(tf.unstack(rows, num=rows.shape[0]))
+    """[local replicas, shard] -> [N * shard], traced once (`Gathered`);
+    bfloat16/int8 rows travel as float32/int32 (exact; no such gather)."""
+    strategy, dtype = self.strategy, rows.dtype
+    wire = {tf.bfloat16: tf.float32, tf.int8: tf.int32, tf.uint8: tf.int32}
+    local = iter(tf.unstack(tf.cast(rows, wire.get(dtype, dtype)),
+                            num=rows.shape[0]))
     per_replica = strategy.experimental_distribute_values_from_function(
         lambda ctx: next(local))
     with strategy.scope():
-      return strategy.gather(per_replica, axis=0)
+      return tf.cast(strategy.gather(per_replica, axis=0), dtype)
 
   def Split(self, flat):
     """The full tensors of every variable from the [N * shard] vector."""

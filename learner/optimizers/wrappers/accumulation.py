@@ -252,6 +252,8 @@ class GradientAccumulation(wrapper.BaseWrapper):
           self.path, 'accum', from_weights=False)
       for name in self.bound_variables:
         key = var_grad_lib.SanitizedName(name)
+        # The unsharded accumulator's name (checkpointer's variable_names).
+        views[key].name = '%s/accum_%s' % (self.path, key)
         self._private_vars['accum_' + key] = self._accums[name] = views[key]
     for name, var in self.bound_variables.items():
       if name in self._accums:
