@@ -41,6 +41,7 @@ from schedules import CosineDecay
 from schedules import LinearSchedule
 
 import sharded_cases as cases  # pylint: disable=g-bad-import-order
+import trainer_helpers  # pylint: disable=g-bad-import-order
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -61,11 +62,14 @@ def _AssertSame(strategy, a, b):
 
 
 @pytest.mark.parametrize('name', sorted(cases.OPTS))
-def test_sharded_matches_unsharded_with_clip(strategy, name):
+def test_sharded_matches_unsharded_with_clip(strategy, name, tmp_path):
+  """20 steps with clip: the unsharded weights, and the unsharded run's
+  checkpoint (_AssertCheckpointIsTheUnsharded)."""
   kw = dict(clip_gradient_norm_to_value=0.5, l2_regularizer_weight=1e-3)
-  ref, _ = cases.Run(strategy, cases.OPTS[name](), False, **kw)
+  ref, ref_l = cases.Run(strategy, cases.OPTS[name](), False, **kw)
   got, lrn = cases.Run(strategy, cases.OPTS[name](), True, **kw)
   _AssertSame(strategy, ref, got)
+  _AssertCheckpointIsTheUnsharded(name, (ref, ref_l), (got, lrn), tmp_path)
   # Each replica holds half of the 33 (padded to 34) elements per slot.
   zero = lrn.optimizer.state_sharding
   per_slot = 17 * 4
@@ -80,14 +84,19 @@ def test_sharded_matches_unsharded_with_clip(strategy, name):
 
 
 @pytest.mark.parametrize('name', sorted(cases.MORE_RULES))
-def test_more_elementwise_rules_match_unsharded_with_clip(strategy, name):
+def test_more_elementwise_rules_match_unsharded_with_clip(strategy, name,
+                                                          tmp_path):
   """Lion, Nadam, RAdam, Adamax, AMSGrad, ADOPT, AdaDelta, AdEMAMix,
   SimplifiedAdEMAMix, COCOB, MADGRAD: each rule's own Apply on the [17]
-  shard gives the unsharded weights (20 steps, clip)."""
+  shard gives the unsharded weights (20 steps, clip), and the sharded
+  run's checkpoint is the unsharded run's (_AssertCheckpointIsTheUnsharded;
+  MADGRAD's after a run without clip, test_madgrad_sharded_checkpoint_...)."""
   kw = dict(clip_gradient_norm_to_value=0.5, l2_regularizer_weight=1e-3)
   ref, ref_l = cases.Run(strategy, cases.MORE_RULES[name](), False, **kw)
   got, lrn = cases.Run(strategy, cases.MORE_RULES[name](), True, **kw)
   _AssertSame(strategy, ref, got)
+  if name not in _CHECKPOINT_WITHOUT_CLIP:
+    _AssertCheckpointIsTheUnsharded(name, (ref, ref_l), (got, lrn), tmp_path)
   zero = lrn.optimizer.state_sharding
   assert zero.sharded
   num_slots = len(ref_l.optimizer.GetSlots(ref.vars.w1))
@@ -274,16 +283,21 @@ def _AssertBitEqual(a, b):
       np.testing.assert_array_equal(x, y, err_msg=k)
 
 
-_ALL_RULES = dict(cases.OPTS, **cases.MORE_RULES)
+# Rules whose checkpoint is compared after a run of their own without clip:
+# with clip, MADGRAD's sharded run is equal to the unsharded one within
+# 1e-6 (the weights' check above) but not bit for bit, and the checkpoint
+# is compared bit for bit.
+_CHECKPOINT_WITHOUT_CLIP = ('madgrad',)
 
 
-@pytest.mark.parametrize('name',
-                         ['adam', 'momentum'] + sorted(cases.MORE_RULES))
-def test_sharded_checkpoint_is_the_unsharded_one(strategy, name, tmp_path):
-  """Same keys, shapes and values as the unsharded run's checkpoint."""
-  a = _Save(strategy, _ALL_RULES[name](), False, str(tmp_path / 'a'))
-  b = _Save(strategy, _ALL_RULES[name](), True, str(tmp_path / 'b'))
-  ta, tb = _Tensors(a), _Tensors(b)
+def _AssertCheckpointIsTheUnsharded(name, plain, sharded, tmp_path):
+  """The sharded run's checkpoint has the unsharded run's keys, shapes and
+  values (bit for bit; AdaDelta within 1e-6). plain, sharded: (task,
+  learner) after the same steps, unsharded and sharded. Returns the
+  unsharded checkpoint's {key: value}."""
+  ta, tb = [_Tensors(tf.train.Checkpoint(task=task, learner=lrn).write(
+      str(tmp_path / where))) for (task, lrn), where in ((plain, 'a'),
+                                                         (sharded, 'b'))]
   assert sorted(ta) == sorted(tb)
   assert any('/_slots/' in k for k in ta)
   for k in ta:
@@ -295,6 +309,20 @@ def test_sharded_checkpoint_is_the_unsharded_one(strategy, name, tmp_path):
                                  err_msg=k)
     else:
       np.testing.assert_array_equal(ta[k], tb[k], err_msg=k)
+  return ta
+
+
+@pytest.mark.parametrize('name', _CHECKPOINT_WITHOUT_CLIP)
+def test_madgrad_sharded_checkpoint_is_the_unsharded_one(strategy, name,
+                                                         tmp_path):
+  """Same keys, shapes and values as the unsharded run's checkpoint, after
+  5 steps without clip. Every other elementwise rule's checkpoint is
+  compared in its clip test above (test_sharded_matches_unsharded_with_clip,
+  test_more_elementwise_rules_match_unsharded_with_clip): one pair of runs
+  checks both."""
+  runs = [cases.Run(strategy, cases.MORE_RULES[name](), shard, steps=5)
+          for shard in (False, True)]
+  _AssertCheckpointIsTheUnsharded(name, runs[0], runs[1], tmp_path)
 
 
 @pytest.mark.slow
@@ -720,15 +748,29 @@ def test_cli_saves_of_sharded_slots_trace_no_new_function(tmp_path):
   assert all(np.abs(reader.get_tensor(k)).max() > 0 for k in slots)
 
 
-@pytest.mark.parametrize('flags, needle', [
+_CPU_DEVICES_REFUSED = (
     (['--cpu_devices=0', '--strategy=mirrored'], '--cpu_devices=0 must be'),
     (['--cpu_devices=2'], 'only applies with --strategy=mirrored'),
-])
-def test_cli_cpu_devices_is_checked_before_any_file(tmp_path, flags, needle):
-  out = _Cli(tmp_path, *flags)
-  assert out.returncode == 2 and needle in out.stderr, out.stderr
-  assert len(out.stderr.strip().splitlines()) == 1
-  assert not (tmp_path / 'run').exists()
+)
+
+
+def test_cli_cpu_devices_is_checked_before_any_file(tmp_path):
+  # Both cases through `python -m learner.trainer` in one new interpreter
+  # (trainer_helpers.RunModuleBatch: TensorFlow loads once, not per case;
+  # each case has its own exit status and stderr).
+  env = dict(os.environ, PYTHONPATH=os.getcwd())
+  argvs = [['--model=regression.DistributedLinearRegression',
+            '--logdir=%s' % (tmp_path / str(i) / 'run'), '--max_steps=20',
+            '--params_override=task.train.learner.shard_optimizer_state : '
+            'True'] + flags
+           for i, (flags, _) in enumerate(_CPU_DEVICES_REFUSED)]
+  runs = trainer_helpers.RunModuleBatch('learner.trainer', argvs, env,
+                                        timeout=300)
+  assert len(runs) == len(_CPU_DEVICES_REFUSED)
+  for i, ((_, needle), run) in enumerate(zip(_CPU_DEVICES_REFUSED, runs)):
+    assert run['code'] == 2 and needle in run['stderr'], run['stderr']
+    assert len(run['stderr'].strip().splitlines()) == 1, run['stderr']
+    assert not (tmp_path / str(i) / 'run').exists()
 
 
 def test_distributed_md_lists_exactly_the_shardable_rules():
@@ -804,14 +846,20 @@ def _AccumulatedAveraging(name):
 
 @pytest.mark.parametrize('name', sorted(cases.AVERAGING))
 def test_averages_sharded_match_unsharded_with_clip_and_accumulation(
-    strategy, name):
+    strategy, name, tmp_path):
   """20 micro-steps, 10 updates: weights and the gathered eval weights are
-  the unsharded ones (bit for bit in practice; 1e-6 is the bound), and a
-  replica holds 17 of the 33 (+1 padding) elements of every slot and copy."""
+  the unsharded ones (bit for bit in practice; 1e-6 is the bound), a
+  replica holds 17 of the 33 (+1 padding) elements of every slot and copy,
+  and the checkpoint is the unsharded run's: the copies (or schedule-free's
+  x and z) saved under the unsharded keys and shapes, bit for bit."""
   kw = dict(clip_gradient_norm_to_value=0.5, l2_regularizer_weight=1e-3)
   ref, ref_l = cases.Run(strategy, _AccumulatedAveraging(name), False, **kw)
   got, lrn = cases.Run(strategy, _AccumulatedAveraging(name), True, **kw)
   _AssertSame(strategy, ref, got)
+  saved = _AssertCheckpointIsTheUnsharded(name, (ref, ref_l), (got, lrn),
+                                          tmp_path)
+  needle = '/x/' if name.startswith('sf_') else '/_averages/'
+  assert sum(needle in k for k in saved) == 4
   want = cases.EvalWeights(strategy, ref, ref_l)
   have = cases.EvalWeights(strategy, got, lrn)
   for k in want:
@@ -860,20 +908,6 @@ def test_eval_swap_reads_the_gathered_copies(strategy, name):
     np.testing.assert_allclose(runs[1][0][k][0], runs[0][0][k][0],
                                rtol=1e-6, atol=1e-7, err_msg=k)
   _AssertSame(strategy, runs[0][1], runs[1][1])
-
-
-@pytest.mark.parametrize('name', sorted(cases.AVERAGING))
-def test_sharded_wrappers_checkpoint_is_the_unsharded_one(strategy, name,
-                                                          tmp_path):
-  """The copies and x, z saved under the unsharded keys and shapes."""
-  a = _Save(strategy, cases.AVERAGING[name](), False, str(tmp_path / 'a'))
-  b = _Save(strategy, cases.AVERAGING[name](), True, str(tmp_path / 'b'))
-  ta, tb = _Tensors(a), _Tensors(b)
-  assert sorted(ta) == sorted(tb)
-  needle = '/x/' if name.startswith('sf_') else '/_averages/'
-  assert sum(needle in k for k in ta) == 4
-  for k in ta:
-    np.testing.assert_array_equal(ta[k], tb[k], err_msg=k)
 
 
 @pytest.mark.slow
