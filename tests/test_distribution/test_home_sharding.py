@@ -7,12 +7,10 @@ SOAP: each variable's slots live on its home replica only
 full tensors every replica holds, its inner Momentum is sharded by flat
 slices. Each case runs with `shard_optimizer_state` False and True under
 the same strategy and compares the weights (within 1e-6 relative, the
-acceptance bound; measured: equal bit for bit).
+acceptance bound; measured: equal bit for bit). The same rules across 2
+worker processes: test_two_workers_homes_equal_unsharded, in
+test_sharded_state.py (one launch of zero_worker.py for every ZeRO-1 case).
 """
-
-import json
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -25,13 +23,11 @@ from learner.optimizers.rules.adafactor import Adafactor
 from learner.optimizers.rules.muon import Muon
 from learner.optimizers.var_grad import VarGrad
 from learner.training.cluster import distribution
-from learner.training.cluster import launcher
 from params import NestedMap
 from schedules import ConstantOne
 
 import sharded_cases as cases  # pylint: disable=g-bad-import-order
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
 _CLIP = dict(clip_gradient_norm_to_value=0.5, l2_regularizer_weight=1e-3)
 
 
@@ -258,38 +254,3 @@ def test_master_weights_are_refused_for_homes_in_one_line():
       'loss/optimizer: shard_optimizer_state=True with Muon: '
       'master_weights=True (masters are not homed). Set '
       'shard_optimizer_state=False.')
-
-
-# ---- 2-worker MultiWorkerMirroredStrategy on localhost ------------------------
-
-
-@pytest.mark.slow
-def test_two_workers_homes_equal_unsharded(tmp_path):
-  """Muon, Adafactor (factored and not), LAMB and LARS, accumulation of 4,
-  clip, a NaN micro-batch, across 2 processes (zero_worker.py home)."""
-  out_dir = str(tmp_path)
-  logs = [os.path.join(out_dir, 'w%d.log' % i) for i in range(2)]
-  root = os.path.dirname(os.path.dirname(_HERE))  # The repository.
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=root)
-  procs = launcher.StartWorkers(
-      [sys.executable, os.path.join(_HERE, 'zero_worker.py'), out_dir,
-       'home'], 2, env=env, log_paths=logs)
-  try:
-    code, failed = launcher.WaitForWorkers(procs, 300)
-  finally:
-    launcher.StopProcesses(procs)
-  if code != 0:
-    with open(logs[failed or 0]) as f:
-      pytest.fail('worker %s exit %d:\n%s' % (failed, code, f.read()[-3000:]))
-  results = []
-  for i in range(2):
-    with open(os.path.join(out_dir, 'result_%d.json' % i)) as f:
-      results.append(json.load(f))
-  assert [r['num_replicas'] for r in results] == [2, 2]
-  for name in cases.HOME_WORKER_CASES:
-    for r in results:
-      assert r[name]['plain_dropped'] == r[name]['sharded_dropped'] == 1
-      for k, want in r[name]['plain'].items():
-        np.testing.assert_allclose(r[name]['sharded'][k], want, rtol=1e-6,
-                                   atol=1e-7, err_msg=(name, k))
-    assert results[0][name]['sharded'] == results[1][name]['sharded']

@@ -442,19 +442,20 @@ def test_trainer_sharded_ema_then_evaler_reads_the_averages(tmp_path):
 # ---- 2-worker MultiWorkerMirroredStrategy on localhost ------------------------
 
 
-@pytest.mark.slow
-def test_two_workers_sharded_equals_unsharded(tmp_path):
-  """Momentum, Adam, AdamW; clip; accumulation of 4; a NaN micro-batch.
-  schedule-free SGD and AdamW, Ema, Lookahead and SWA around Adam, their
-  eval weights gathered."""
-  out_dir = str(tmp_path)
+@pytest.fixture(scope='module')
+def two_workers(tmp_path_factory):
+  """The result dicts of one 2-worker launch of zero_worker.py, which runs
+  the flat, homed and averaging cases (one launch: two TensorFlow start-ups
+  and one cluster for all of them)."""
+  out_dir = str(tmp_path_factory.mktemp('zero_workers'))
   logs = [os.path.join(out_dir, 'w%d.log' % i) for i in range(2)]
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
+  root = os.path.dirname(os.path.dirname(_HERE))  # The repository.
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=root)
   procs = launcher.StartWorkers(
       [sys.executable, os.path.join(_HERE, 'zero_worker.py'), out_dir], 2,
       env=env, log_paths=logs)
   try:
-    code, failed = launcher.WaitForWorkers(procs, 300)
+    code, failed = launcher.WaitForWorkers(procs, 400)
   finally:
     launcher.StopProcesses(procs)
   if code != 0:
@@ -465,6 +466,15 @@ def test_two_workers_sharded_equals_unsharded(tmp_path):
     with open(os.path.join(out_dir, 'result_%d.json' % i)) as f:
       results.append(json.load(f))
   assert [r['num_replicas'] for r in results] == [2, 2]
+  return results
+
+
+@pytest.mark.slow
+def test_two_workers_sharded_equals_unsharded(two_workers):
+  """Momentum, Adam, AdamW; clip; accumulation of 4; a NaN micro-batch.
+  schedule-free SGD and AdamW, Ema, Lookahead and SWA around Adam, their
+  eval weights gathered."""
+  results = two_workers
   for name in sorted(cases.OPTS):
     for r in results:
       assert r[name]['plain_dropped'] == r[name]['sharded_dropped'] == 1
@@ -482,6 +492,21 @@ def test_two_workers_sharded_equals_unsharded(tmp_path):
                                      err_msg=(name, part, k))
     assert results[0][name]['sharded_eval'] == results[1][name][
         'sharded_eval']
+
+
+@pytest.mark.slow
+def test_two_workers_homes_equal_unsharded(two_workers):
+  """Muon, Adafactor (factored and not), LAMB and LARS homed
+  (test_home_sharding.py), accumulation of 4, clip, a NaN micro-batch,
+  across 2 processes."""
+  results = two_workers
+  for name in cases.HOME_WORKER_CASES:
+    for r in results:
+      assert r[name]['plain_dropped'] == r[name]['sharded_dropped'] == 1
+      for k, want in r[name]['plain'].items():
+        np.testing.assert_allclose(r[name]['sharded'][k], want, rtol=1e-6,
+                                   atol=1e-7, err_msg=(name, k))
+    assert results[0][name]['sharded'] == results[1][name]['sharded']
 
 
 @pytest.mark.slow
