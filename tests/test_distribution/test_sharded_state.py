@@ -469,20 +469,26 @@ def two_workers(tmp_path_factory):
   return results
 
 
+def _AssertWorkersMatchUnsharded(results, names):
+  """Each case of `names` on each worker: one NaN micro-batch dropped in
+  both runs, the sharded weights within 1e-6 of the unsharded; both
+  workers end with the same sharded weights, bit for bit."""
+  for name in names:
+    for r in results:
+      assert r[name]['plain_dropped'] == r[name]['sharded_dropped'] == 1
+      for k, want in r[name]['plain'].items():
+        np.testing.assert_allclose(r[name]['sharded'][k], want, rtol=1e-6,
+                                   atol=1e-7, err_msg=(name, k))
+    assert results[0][name]['sharded'] == results[1][name]['sharded']
+
+
 @pytest.mark.slow
 def test_two_workers_sharded_equals_unsharded(two_workers):
   """Momentum, Adam, AdamW; clip; accumulation of 4; a NaN micro-batch.
   schedule-free SGD and AdamW, Ema, Lookahead and SWA around Adam, their
   eval weights gathered."""
   results = two_workers
-  for name in sorted(cases.OPTS):
-    for r in results:
-      assert r[name]['plain_dropped'] == r[name]['sharded_dropped'] == 1
-      for k, want in r[name]['plain'].items():
-        np.testing.assert_allclose(r[name]['sharded'][k], want, rtol=1e-6,
-                                   atol=1e-7, err_msg=(name, k))
-    # Both workers end with the same weights, bit for bit.
-    assert results[0][name]['sharded'] == results[1][name]['sharded']
+  _AssertWorkersMatchUnsharded(results, sorted(cases.OPTS))
   for name in sorted(cases.AVERAGING):  # Eval weights gathered.
     for r in results:
       for part in ('', '_eval'):
@@ -499,14 +505,7 @@ def test_two_workers_homes_equal_unsharded(two_workers):
   """Muon, Adafactor (factored and not), LAMB and LARS homed
   (test_home_sharding.py), accumulation of 4, clip, a NaN micro-batch,
   across 2 processes."""
-  results = two_workers
-  for name in cases.HOME_WORKER_CASES:
-    for r in results:
-      assert r[name]['plain_dropped'] == r[name]['sharded_dropped'] == 1
-      for k, want in r[name]['plain'].items():
-        np.testing.assert_allclose(r[name]['sharded'][k], want, rtol=1e-6,
-                                   atol=1e-7, err_msg=(name, k))
-    assert results[0][name]['sharded'] == results[1][name]['sharded']
+  _AssertWorkersMatchUnsharded(two_workers, cases.HOME_WORKER_CASES)
 
 
 @pytest.mark.slow
