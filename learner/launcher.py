@@ -2,9 +2,10 @@
 
 The launcher itself is `learner/training/cluster/launcher.py`; this module only keeps
 the documented command working, is the `tf-learner-launch` console script
-and quiets TensorFlow's C++ start-up lines (in the launcher and, through
-the environment, in its workers) before TensorFlow loads
-(`--tf_log_level=0` shows them; see learner/tf_log.py).
+and quiets TensorFlow's C++ start-up lines in its workers, through the
+environment, before TensorFlow loads (`--tf_log_level=0` shows them; see
+learner/tf_log.py). The launcher itself does not import TensorFlow
+(learner/training/__init__.py loads its names lazily).
 """
 
 import sys

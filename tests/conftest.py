@@ -56,3 +56,18 @@ def onednn_module(request):
 from learner.optimizers.kernels import loader as _kernel_loader  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _kernel_loader.Library()
+
+
+def pytest_collection_modifyitems(items):
+  """Modules that hold a test marked `slow` go out first, in their order.
+
+  Under `--dist loadscope --no-loadscope-reorder` (setup.cfg) the workers
+  take whole modules in collection order, so a module of multi-process,
+  many-second tests collected last (tests/test_training's stop, refusal and
+  Lingvo-params modules) ran at the end on one worker while the other had
+  nothing left. A stable sort: each module's tests stay together and in
+  their order, and the fast in-process modules end the run on both workers.
+  """
+  slow = {item.nodeid.split('::')[0] for item in items
+          if item.get_closest_marker('slow') is not None}
+  items.sort(key=lambda item: item.nodeid.split('::')[0] not in slow)

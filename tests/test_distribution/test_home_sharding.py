@@ -10,12 +10,10 @@ the same strategy and compares the weights (within 1e-6 relative, the
 acceptance bound; measured: equal bit for bit). bfloat16 weights with
 float32 masters (issue 38 item 3; Muon, Adafactor, nearest and stochastic
 rounding, and weights of both dtypes in one learner) are compared bit for
-bit: every tensor of the two runs' checkpoints.
+bit: every tensor of the two runs' checkpoints. The same rules across 2
+worker processes: test_two_workers_homes_equal_unsharded, in
+test_sharded_state.py (one launch of zero_worker.py for every ZeRO-1 case).
 """
-
-import json
-import os
-import sys
 
 import numpy as np
 import pytest
@@ -30,13 +28,11 @@ from learner.optimizers.rules.adam import Adam
 from learner.optimizers.rules.muon import Muon
 from learner.optimizers.var_grad import VarGrad
 from learner.training.cluster import distribution
-from learner.training.cluster import launcher
 from params import NestedMap
 from schedules import ConstantOne
 
 import sharded_cases as cases  # pylint: disable=g-bad-import-order
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
 _CLIP = dict(clip_gradient_norm_to_value=0.5, l2_regularizer_weight=1e-3)
 
 
@@ -389,38 +385,3 @@ def test_bf16_master_checkpoint_restores_across_counts(strategy, tmp_path):
   plain1 = _Save(one, 'muon', False, str(tmp_path / 'p1'), rule=rule)
   _AssertBitEqual(_Continue(strategy, 'muon', True, plain1, rule=rule),
                   _Continue(strategy, 'muon', False, plain1, rule=rule))
-
-
-# ---- 2-worker MultiWorkerMirroredStrategy on localhost ------------------------
-
-
-@pytest.mark.slow
-def test_two_workers_homes_equal_unsharded(tmp_path):
-  """Muon, Adafactor (factored and not), LAMB and LARS, accumulation of 4,
-  clip, a NaN micro-batch, across 2 processes (zero_worker.py home)."""
-  out_dir = str(tmp_path)
-  logs = [os.path.join(out_dir, 'w%d.log' % i) for i in range(2)]
-  root = os.path.dirname(os.path.dirname(_HERE))  # The repository.
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=root)
-  procs = launcher.StartWorkers(
-      [sys.executable, os.path.join(_HERE, 'zero_worker.py'), out_dir,
-       'home'], 2, env=env, log_paths=logs)
-  try:
-    code, failed = launcher.WaitForWorkers(procs, 300)
-  finally:
-    launcher.StopProcesses(procs)
-  if code != 0:
-    with open(logs[failed or 0]) as f:
-      pytest.fail('worker %s exit %d:\n%s' % (failed, code, f.read()[-3000:]))
-  results = []
-  for i in range(2):
-    with open(os.path.join(out_dir, 'result_%d.json' % i)) as f:
-      results.append(json.load(f))
-  assert [r['num_replicas'] for r in results] == [2, 2]
-  for name in cases.HOME_WORKER_CASES:
-    for r in results:
-      assert r[name]['plain_dropped'] == r[name]['sharded_dropped'] == 1
-      for k, want in r[name]['plain'].items():
-        np.testing.assert_allclose(r[name]['sharded'][k], want, rtol=1e-6,
-                                   atol=1e-7, err_msg=(name, k))
-    assert results[0][name]['sharded'] == results[1][name]['sharded']

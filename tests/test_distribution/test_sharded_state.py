@@ -41,6 +41,7 @@ from schedules import CosineDecay
 from schedules import LinearSchedule
 
 import sharded_cases as cases  # pylint: disable=g-bad-import-order
+import trainer_helpers  # pylint: disable=g-bad-import-order
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -61,11 +62,14 @@ def _AssertSame(strategy, a, b):
 
 
 @pytest.mark.parametrize('name', sorted(cases.OPTS))
-def test_sharded_matches_unsharded_with_clip(strategy, name):
+def test_sharded_matches_unsharded_with_clip(strategy, name, tmp_path):
+  """20 steps with clip: the unsharded weights, and the unsharded run's
+  checkpoint (_AssertCheckpointIsTheUnsharded)."""
   kw = dict(clip_gradient_norm_to_value=0.5, l2_regularizer_weight=1e-3)
-  ref, _ = cases.Run(strategy, cases.OPTS[name](), False, **kw)
+  ref, ref_l = cases.Run(strategy, cases.OPTS[name](), False, **kw)
   got, lrn = cases.Run(strategy, cases.OPTS[name](), True, **kw)
   _AssertSame(strategy, ref, got)
+  _AssertCheckpointIsTheUnsharded(name, (ref, ref_l), (got, lrn), tmp_path)
   # Each replica holds half of the 33 (padded to 34) elements per slot.
   zero = lrn.optimizer.state_sharding
   per_slot = 17 * 4
@@ -80,14 +84,19 @@ def test_sharded_matches_unsharded_with_clip(strategy, name):
 
 
 @pytest.mark.parametrize('name', sorted(cases.MORE_RULES))
-def test_more_elementwise_rules_match_unsharded_with_clip(strategy, name):
+def test_more_elementwise_rules_match_unsharded_with_clip(strategy, name,
+                                                          tmp_path):
   """Lion, Nadam, RAdam, Adamax, AMSGrad, ADOPT, AdaDelta, AdEMAMix,
   SimplifiedAdEMAMix, COCOB, MADGRAD: each rule's own Apply on the [17]
-  shard gives the unsharded weights (20 steps, clip)."""
+  shard gives the unsharded weights (20 steps, clip), and the sharded
+  run's checkpoint is the unsharded run's (_AssertCheckpointIsTheUnsharded;
+  MADGRAD's after a run without clip, test_madgrad_sharded_checkpoint_...)."""
   kw = dict(clip_gradient_norm_to_value=0.5, l2_regularizer_weight=1e-3)
   ref, ref_l = cases.Run(strategy, cases.MORE_RULES[name](), False, **kw)
   got, lrn = cases.Run(strategy, cases.MORE_RULES[name](), True, **kw)
   _AssertSame(strategy, ref, got)
+  if name not in _CHECKPOINT_WITHOUT_CLIP:
+    _AssertCheckpointIsTheUnsharded(name, (ref, ref_l), (got, lrn), tmp_path)
   zero = lrn.optimizer.state_sharding
   assert zero.sharded
   num_slots = len(ref_l.optimizer.GetSlots(ref.vars.w1))
@@ -274,16 +283,20 @@ def _AssertBitEqual(a, b):
       np.testing.assert_array_equal(x, y, err_msg=k)
 
 
-_ALL_RULES = dict(cases.OPTS, **cases.MORE_RULES)
+# Rules whose checkpoint is compared after a run of their own without clip:
+# with clip, MADGRAD's sharded run is equal to the unsharded one within
+# 1e-6 (the weights' check above) but not bit for bit, and the checkpoint
+# is compared bit for bit.
+_CHECKPOINT_WITHOUT_CLIP = ('madgrad',)
 
 
-@pytest.mark.parametrize('name',
-                         ['adam', 'momentum'] + sorted(cases.MORE_RULES))
-def test_sharded_checkpoint_is_the_unsharded_one(strategy, name, tmp_path):
-  """Same keys, shapes and values as the unsharded run's checkpoint."""
-  a = _Save(strategy, _ALL_RULES[name](), False, str(tmp_path / 'a'))
-  b = _Save(strategy, _ALL_RULES[name](), True, str(tmp_path / 'b'))
-  ta, tb = _Tensors(a), _Tensors(b)
+def _AssertCheckpointIsTheUnsharded(name, plain, sharded, tmp_path):
+  """The sharded run's checkpoint has the unsharded run's keys, shapes and
+  values (bit for bit; AdaDelta within 1e-6). plain, sharded: (task,
+  learner) after the same steps, unsharded and sharded."""
+  ta, tb = [_Tensors(tf.train.Checkpoint(task=task, learner=lrn).write(
+      str(tmp_path / where))) for (task, lrn), where in ((plain, 'a'),
+                                                         (sharded, 'b'))]
   assert sorted(ta) == sorted(tb)
   assert any('/_slots/' in k for k in ta)
   for k in ta:
@@ -295,6 +308,19 @@ def test_sharded_checkpoint_is_the_unsharded_one(strategy, name, tmp_path):
                                  err_msg=k)
     else:
       np.testing.assert_array_equal(ta[k], tb[k], err_msg=k)
+
+
+@pytest.mark.parametrize('name', _CHECKPOINT_WITHOUT_CLIP)
+def test_madgrad_sharded_checkpoint_is_the_unsharded_one(strategy, name,
+                                                         tmp_path):
+  """Same keys, shapes and values as the unsharded run's checkpoint, after
+  5 steps without clip. Every other elementwise rule's checkpoint is
+  compared in its clip test above (test_sharded_matches_unsharded_with_clip,
+  test_more_elementwise_rules_match_unsharded_with_clip): one pair of runs
+  checks both."""
+  runs = [cases.Run(strategy, cases.MORE_RULES[name](), shard, steps=5)
+          for shard in (False, True)]
+  _AssertCheckpointIsTheUnsharded(name, runs[0], runs[1], tmp_path)
 
 
 @pytest.mark.slow
@@ -416,19 +442,20 @@ def test_trainer_sharded_ema_then_evaler_reads_the_averages(tmp_path):
 # ---- 2-worker MultiWorkerMirroredStrategy on localhost ------------------------
 
 
-@pytest.mark.slow
-def test_two_workers_sharded_equals_unsharded(tmp_path):
-  """Momentum, Adam, AdamW; clip; accumulation of 4; a NaN micro-batch.
-  schedule-free SGD and AdamW, Ema, Lookahead and SWA around Adam, their
-  eval weights gathered."""
-  out_dir = str(tmp_path)
+@pytest.fixture(scope='module')
+def two_workers(tmp_path_factory):
+  """The result dicts of one 2-worker launch of zero_worker.py, which runs
+  the flat, homed and averaging cases (one launch: two TensorFlow start-ups
+  and one cluster for all of them)."""
+  out_dir = str(tmp_path_factory.mktemp('zero_workers'))
   logs = [os.path.join(out_dir, 'w%d.log' % i) for i in range(2)]
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
+  root = os.path.dirname(os.path.dirname(_HERE))  # The repository.
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2', PYTHONPATH=root)
   procs = launcher.StartWorkers(
       [sys.executable, os.path.join(_HERE, 'zero_worker.py'), out_dir], 2,
       env=env, log_paths=logs)
   try:
-    code, failed = launcher.WaitForWorkers(procs, 300)
+    code, failed = launcher.WaitForWorkers(procs, 400)
   finally:
     launcher.StopProcesses(procs)
   if code != 0:
@@ -439,14 +466,29 @@ def test_two_workers_sharded_equals_unsharded(tmp_path):
     with open(os.path.join(out_dir, 'result_%d.json' % i)) as f:
       results.append(json.load(f))
   assert [r['num_replicas'] for r in results] == [2, 2]
-  for name in sorted(cases.OPTS):
+  return results
+
+
+def _AssertWorkersMatchUnsharded(results, names):
+  """Each case of `names` on each worker: one NaN micro-batch dropped in
+  both runs, the sharded weights within 1e-6 of the unsharded; both
+  workers end with the same sharded weights, bit for bit."""
+  for name in names:
     for r in results:
       assert r[name]['plain_dropped'] == r[name]['sharded_dropped'] == 1
       for k, want in r[name]['plain'].items():
         np.testing.assert_allclose(r[name]['sharded'][k], want, rtol=1e-6,
                                    atol=1e-7, err_msg=(name, k))
-    # Both workers end with the same weights, bit for bit.
     assert results[0][name]['sharded'] == results[1][name]['sharded']
+
+
+@pytest.mark.slow
+def test_two_workers_sharded_equals_unsharded(two_workers):
+  """Momentum, Adam, AdamW; clip; accumulation of 4; a NaN micro-batch.
+  schedule-free SGD and AdamW, Ema, Lookahead and SWA around Adam, their
+  eval weights gathered."""
+  results = two_workers
+  _AssertWorkersMatchUnsharded(results, sorted(cases.OPTS))
   for name in sorted(cases.AVERAGING):  # Eval weights gathered.
     for r in results:
       for part in ('', '_eval'):
@@ -456,6 +498,14 @@ def test_two_workers_sharded_equals_unsharded(tmp_path):
                                      err_msg=(name, part, k))
     assert results[0][name]['sharded_eval'] == results[1][name][
         'sharded_eval']
+
+
+@pytest.mark.slow
+def test_two_workers_homes_equal_unsharded(two_workers):
+  """Muon, Adafactor (factored and not), LAMB and LARS homed
+  (test_home_sharding.py), accumulation of 4, clip, a NaN micro-batch,
+  across 2 processes."""
+  _AssertWorkersMatchUnsharded(two_workers, cases.HOME_WORKER_CASES)
 
 
 @pytest.mark.slow
@@ -765,15 +815,29 @@ def test_cli_sharded_bf16_slots_and_sliced_accumulators_save(tmp_path):
   assert reader.get_variable_to_shape_map()[names[name]] == [64, 128]
 
 
-@pytest.mark.parametrize('flags, needle', [
+_CPU_DEVICES_REFUSED = (
     (['--cpu_devices=0', '--strategy=mirrored'], '--cpu_devices=0 must be'),
     (['--cpu_devices=2'], 'only applies with --strategy=mirrored'),
-])
-def test_cli_cpu_devices_is_checked_before_any_file(tmp_path, flags, needle):
-  out = _Cli(tmp_path, *flags)
-  assert out.returncode == 2 and needle in out.stderr, out.stderr
-  assert len(out.stderr.strip().splitlines()) == 1
-  assert not (tmp_path / 'run').exists()
+)
+
+
+def test_cli_cpu_devices_is_checked_before_any_file(tmp_path):
+  # Both cases through `python -m learner.trainer` in one new interpreter
+  # (trainer_helpers.RunModuleBatch: TensorFlow loads once, not per case;
+  # each case has its own exit status and stderr).
+  env = dict(os.environ, PYTHONPATH=os.getcwd())
+  argvs = [['--model=regression.DistributedLinearRegression',
+            '--logdir=%s' % (tmp_path / str(i) / 'run'), '--max_steps=20',
+            '--params_override=task.train.learner.shard_optimizer_state : '
+            'True'] + flags
+           for i, (flags, _) in enumerate(_CPU_DEVICES_REFUSED)]
+  runs = trainer_helpers.RunModuleBatch('learner.trainer', argvs, env,
+                                        timeout=300)
+  assert len(runs) == len(_CPU_DEVICES_REFUSED)
+  for i, ((_, needle), run) in enumerate(zip(_CPU_DEVICES_REFUSED, runs)):
+    assert run['code'] == 2 and needle in run['stderr'], run['stderr']
+    assert len(run['stderr'].strip().splitlines()) == 1, run['stderr']
+    assert not (tmp_path / str(i) / 'run').exists()
 
 
 def test_distributed_md_lists_exactly_the_shardable_rules():

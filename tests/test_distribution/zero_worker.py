@@ -1,17 +1,18 @@
-"""A worker process of the 2-worker ZeRO-1 test (test_sharded_state.py).
+"""A worker process of the 2-worker ZeRO-1 tests (test_sharded_state.py).
 
-Usage: python zero_worker.py <out_dir> [home]   (TF_CONFIG set by the
-launcher; `home`: sharded_cases.HOME_WORKER_CASES instead, the whole-tensor
-rules of test_home_sharding.py: Muon, Adafactor, LAMB, LARS)
+Usage: python zero_worker.py <out_dir>   (TF_CONFIG set by the launcher)
 
 Under MultiWorkerMirroredStrategy (one CPU per worker, 2 replicas) runs
 sharded_cases.py's 20 steps with Momentum, Adam and AdamW, clipping and
-accumulation of 4 micro-batches, micro-step 5 NaN on replica 1, then
-schedule-free SGD and AdamW, Ema, Lookahead and SWA around Adam
-(sharded_cases.AVERAGING; accumulation of 2, clipping; their eval weights
-too), with shard_optimizer_state False and True, and writes
-<out_dir>/result_<task index>.json: {case: {'plain'|'sharded':
-{variable: values}}, plus each run's num_dropped_microbatches}.
+accumulation of 4 micro-batches, micro-step 5 NaN on replica 1; the same
+with the whole-tensor rules homed (sharded_cases.HOME_WORKER_CASES: Muon,
+Adafactor factored and not, LAMB, LARS); then schedule-free SGD and AdamW,
+Ema, Lookahead and SWA around Adam (sharded_cases.AVERAGING; accumulation
+of 2, clipping; their eval weights too), with shard_optimizer_state False
+and True, and writes <out_dir>/result_<task index>.json: {case:
+{'plain'|'sharded': {variable: values}}, plus each run's
+num_dropped_microbatches}. One launch serves every case: each launch is two
+TensorFlow start-ups and a cluster's.
 """
 
 import json
@@ -30,8 +31,9 @@ def main(argv):
   index = json.loads(os.environ['TF_CONFIG'])['task']['index']
   import sharded_cases as cases  # pylint: disable=g-import-not-at-top
   result = {'num_replicas': strategy.num_replicas_in_sync}
-  home = argv[2:] == ['home']
-  for name in cases.HOME_WORKER_CASES if home else sorted(cases.OPTS):
+  flat = [(name, False) for name in sorted(cases.OPTS)]
+  homed = [(name, True) for name in cases.HOME_WORKER_CASES]
+  for name, home in flat + homed:
     result[name] = {}
     for label, shard in (('plain', False), ('sharded', True)):
       opt, kw = (cases.HomeRule(name, 4) if home else
@@ -43,7 +45,7 @@ def main(argv):
       result[name][label + '_dropped'] = int(
           lrn.optimizer.num_dropped_microbatches.numpy())
   # Averages sharded (issue 38 item 1B): weights and gathered eval weights.
-  for name in () if home else sorted(cases.AVERAGING):
+  for name in sorted(cases.AVERAGING):
     result[name] = {}
     for label, shard in (('plain', False), ('sharded', True)):
       opt = cases.GradientAccumulation.Params().Set(
