@@ -128,6 +128,8 @@ def _RuleParams(name):
       'ademamix': o.AdEMAMix.Params,
       'simplified_ademamix': o.SimplifiedAdEMAMix.Params,
       'cautious_adamw': lambda: o.AdamW.Params().Set(cautious=True),
+      'shampoo': lambda: o.DistributedShampoo.Params().Set(
+          preconditioning_compute_steps=10),
   }
   return rules[name]() if name in rules else None
 
@@ -141,7 +143,8 @@ def OptimizerParams(cfg, accumulate_batches=0):
       their defaults; the NEW_RULES -> SOAP (preconditioner refreshed every
       10 updates), DoG, DoWG, COCOB, MADGRAD, Prodigy, DAdaptAdamW,
       Mechanic around Adam, AdEMAMix, SimplifiedAdEMAMix, AdamW with
-      cautious=True, with their defaults; Muon: see MuonLearners).
+      cautious=True, DistributedShampoo (roots every 10 updates), with
+      their defaults; Muon: see MuonLearners).
     accumulate_batches: if > 0, wraps it in GradientAccumulation with this
       num_batches.
   """

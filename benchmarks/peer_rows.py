@@ -35,7 +35,7 @@ RULE_OPTIMIZERS = ('lion', 'nadam', 'amsgrad', 'sf_sgd', 'sf_adamw')
 # targets compare them). mechanic_adam is Mechanic around Adam.
 NEW_RULES = ('soap', 'dog', 'dowg', 'cocob', 'madgrad', 'prodigy',
              'dadapt_adamw', 'mechanic_adam', 'ademamix',
-             'simplified_ademamix', 'cautious_adamw')
+             'simplified_ademamix', 'cautious_adamw', 'shampoo')
 # Learning-rate free: the rate is a multiplier, 1.
 RATE_FREE = ('dog', 'dowg', 'cocob', 'prodigy', 'dadapt_adamw')
 # Every optimizer other than Momentum and Adam (learner rows, no numpy
