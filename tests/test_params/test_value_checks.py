@@ -116,6 +116,8 @@ _REQUIRED = {
     'LayerNorm': dict(input_dim=4),
     'FeedForwardLayer': dict(input_dim=4, hidden_dim=8),
     'TransformerBlock': dict(model_dim=8, num_heads=2),
+    # Lingvo's default None: the threshold must be set (refused unset).
+    'DynamicAccumulator': dict(min_accum_weight=256.0),
 }
 
 
@@ -171,10 +173,10 @@ def test_every_default_passes_its_value_checks(name):
   cls = _WITH_CHECKS[name]
   p = cls.Params()
   required = _REQUIRED.get(cls.__name__, {})
-  for key in required:  # The "must be set" sizes are refused as they are.
-    if p.Get(key) != 0:
+  for key in required:  # The "must be set" values are refused as they are.
+    if p.Get(key) not in (0, None):
       continue
-    with pytest.raises(ValueError, match='%s=0 is not >= ' % key):
+    with pytest.raises(ValueError, match='%s=%r is not ' % (key, p.Get(key))):
       checks.CheckValue(name, key, p.Get(key), cls.ValueChecks()[key])
   checks.CheckValues(name, _ValidParams(cls), cls.ValueChecks())
 
