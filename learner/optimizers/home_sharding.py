@@ -167,7 +167,8 @@ class _Buffer:
           synchronization=tf.VariableSynchronization.ON_READ,
           aggregation=tf.VariableAggregation.NONE)
     self.strategy = tf.distribute.get_strategy()
-    self._gather = tf.function(self._GatherRows)
+    self._gather = tf.function(
+        lambda rows: GatherLocalRows(self.strategy, rows))  # Traced once.
     with tf.init_scope():
       for r, copy in zip(self.LocalReplicaIds(), self.Copies()):
         with tf.device(copy.device):
@@ -200,20 +201,8 @@ class _Buffer:
 
   def Gathered(self):
     """[N * size]: every replica's buffer, in replica order (a collective
-    on every worker under MultiWorkerMirroredStrategy; a bfloat16 buffer
-    travels as float32, `_GatherDtype`)."""
-    wire = _GatherDtype(self.dtype)
-    return tf.cast(self._gather(tf.stack(
-        [tf.cast(c.read_value(), wire) for c in self.Copies()])), self.dtype)
-
-  def _GatherRows(self, rows):
-    """[local replicas, size] -> [N * size]; traced once."""
-    strategy = self.strategy
-    local = iter(tf.unstack(rows, num=rows.shape[0]))
-    per_replica = strategy.experimental_distribute_values_from_function(
-        lambda ctx: next(local))
-    with strategy.scope():
-      return strategy.gather(per_replica, axis=0)
+    on every worker under MultiWorkerMirroredStrategy; `GatherLocalRows`)."""
+    return self._gather(tf.stack([c.read_value() for c in self.Copies()]))
 
 
 class _Value:
@@ -422,11 +411,11 @@ class HomeState(tf.Module):
   def _GatherWeights(self, r, weights):
     """Packs replica r's updated home `weights` ({index: _Value}), gathers
     every replica's, writes each variable from its home's segment: one
-    pack and all-gather per gather dtype (`_GatherDtype`)."""
+    pack and all-gather per gather dtype (`GatherDtype`)."""
     variables, homes = self._plan.variables, self._plan.homes
     writes, by_dtype = [], {}
     for i, v in enumerate(variables):
-      by_dtype.setdefault(_GatherDtype(v.dtype).name, []).append(i)
+      by_dtype.setdefault(GatherDtype(v.dtype).name, []).append(i)
     for dtype, indices in sorted(by_dtype.items()):
       per = [[(i, int(variables[i].shape.num_elements())) for i in indices
               if homes[i] == h] for h in range(self.num_replicas)]
@@ -472,12 +461,38 @@ class HomeState(tf.Module):
     return max(per.values(), default=0)
 
 
-def _GatherDtype(dtype):
-  """The dtype a weight of `dtype` travels in through the all-gather:
-  float32 for bfloat16 (it holds every bfloat16 exactly, and the
-  collective takes no bfloat16: cross_replica.AllGather), else itself."""
+def GatherDtype(dtype):
+  """The dtype a tensor of `dtype` travels in through an all-gather:
+  float32 for bfloat16 and int32 for int8/uint8 (exact: they hold every
+  such value, and the collective kernel takes neither), else itself."""
   dtype = tf.as_dtype(dtype)
-  return tf.float32 if dtype == tf.bfloat16 else dtype
+  return {tf.bfloat16: tf.float32, tf.int8: tf.int32,
+          tf.uint8: tf.int32}.get(dtype, dtype)
+
+
+def GatherLocalRows(strategy, rows):
+  """Every replica's row, from a cross-replica context (checkpoint saves,
+  eval swaps): the ZeRO-1 buffers' one gather, flat slices and homes.
+
+  Args:
+    strategy: the tf.distribute strategy of the rows.
+    rows: [local replicas, size] tensor: this process's replicas' rows in
+      local replica order.
+
+  Returns:
+    [N * size] tensor of rows.dtype, the replicas' rows in replica order
+    (across workers too: one collective that every worker must call in the
+    same order); the rows travel in `GatherDtype`. Wrap it in one
+    tf.function per buffer: called eagerly, strategy.gather traces a new
+    function at every call (a retracing warning, ~1 s per save).
+  """
+  dtype = rows.dtype
+  local = iter(tf.unstack(tf.cast(rows, GatherDtype(dtype)),
+                          num=rows.shape[0]))
+  per_replica = strategy.experimental_distribute_values_from_function(
+      lambda ctx: next(local))
+  with strategy.scope():
+    return tf.cast(strategy.gather(per_replica, axis=0), dtype)
 
 
 def _Initial(var, init, dtype):

@@ -205,11 +205,9 @@ class _Layout:
     self.num_replicas = num_replicas
     self.shard = max(1, math.ceil(self.total / num_replicas))
     self.strategy = tf.distribute.get_strategy()
-    # One tf.function per layout, traced once (its input is always
-    # [local replicas, shard] of this dtype): strategy.gather called eagerly
-    # traces a new tf.function inside TF's all-gather at every call (a
-    # retracing warning, about a second per save for a small model).
-    self._gather = tf.function(self._GatherRows)
+    # One tf.function per layout, traced once ([local replicas, shard]).
+    self._gather = tf.function(
+        lambda rows: home_sharding.GatherLocalRows(self.strategy, rows))
 
   def LocalReplicaIds(self):
     """The global replica ids of this process's replicas, in local order."""
@@ -255,18 +253,6 @@ class _Layout:
   def GatheredValues(self, values):
     """As `Gathered`, from this process's [shard] tensors (local order)."""
     return self._gather(tf.stack(values))
-
-  def _GatherRows(self, rows):
-    """[local replicas, shard] -> [N * shard], traced once (`Gathered`);
-    bfloat16/int8 rows travel as float32/int32 (exact; no such gather)."""
-    strategy, dtype = self.strategy, rows.dtype
-    wire = {tf.bfloat16: tf.float32, tf.int8: tf.int32, tf.uint8: tf.int32}
-    local = iter(tf.unstack(tf.cast(rows, wire.get(dtype, dtype)),
-                            num=rows.shape[0]))
-    per_replica = strategy.experimental_distribute_values_from_function(
-        lambda ctx: next(local))
-    with strategy.scope():
-      return tf.cast(strategy.gather(per_replica, axis=0), dtype)
 
   def Split(self, flat):
     """The full tensors of every variable from the [N * shard] vector."""
