@@ -216,3 +216,40 @@ def EvalWeights(strategy, task, lrn):
       value = avg.GetAverage(v)
     out[k] = value.read_value().numpy()
   return out
+
+
+# ---- checkpoints: save, continue, compare (test_sharded_state.py,
+# test_home_sharding.py) ------------------------------------------------------
+
+
+def Save(strategy, opt, shard, path, steps=5, **kw):
+  """Builds (Build's kwargs), trains `steps` micro-steps and writes a
+  checkpoint of task and learner to `path`; returns its path."""
+  task, lrn, train = Build(strategy, opt, shard, **kw)
+  for step in range(steps):
+    train(step)
+  return tf.train.Checkpoint(task=task, learner=lrn).write(path)
+
+
+def Continue(strategy, opt, shard, path, steps=(5, 6, 7), **kw):
+  """Builds, restores `path` (every value consumed), trains `steps`;
+  returns Weights."""
+  task, lrn, train = Build(strategy, opt, shard, **kw)
+  tf.train.Checkpoint(task=task, learner=lrn).read(path).assert_consumed()
+  for step in steps:
+    train(step)
+  return Weights(strategy, task)
+
+
+def Tensors(path):
+  """{checkpoint key: value} of every saved tensor but the object graph."""
+  reader = tf.train.load_checkpoint(path)
+  return {k: reader.get_tensor(k) for k, _ in tf.train.list_variables(path)
+          if '_CHECKPOINTABLE_OBJECT_GRAPH' not in k}
+
+
+def AssertBitEqual(a, b):
+  """Weights `a` and `b` ({key: [copies]}) equal bit for bit."""
+  for k in a:
+    for x, y in zip(a[k], b[k]):
+      np.testing.assert_array_equal(x, y, err_msg=k)

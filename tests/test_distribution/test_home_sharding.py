@@ -160,31 +160,14 @@ def test_muon_two_learners_each_sharded_match_unsharded(strategy):
 
 def _Save(strategy, name, shard, path, steps=5, rule=None):
   opt, kw = (rule or (lambda: cases.HomeRule(name)))()
-  task, lrn, train = cases.Build(strategy, opt, shard, **kw)
-  for step in range(steps):
-    train(step)
-  return tf.train.Checkpoint(task=task, learner=lrn).write(path)
+  return cases.Save(strategy, opt, shard, path, steps, **kw)
 
 
 def _Continue(strategy, name, shard, path, steps=(5, 6, 7), rule=None):
   opt, kw = (rule or (lambda: cases.HomeRule(name)))()
-  task, lrn, train = cases.Build(strategy, opt, shard, **kw)
-  tf.train.Checkpoint(task=task, learner=lrn).read(path).assert_consumed()
-  for step in steps:
-    train(step)
-  return cases.Weights(strategy, task)
+  return cases.Continue(strategy, opt, shard, path, steps, **kw)
 
 
-def _Tensors(path):
-  reader = tf.train.load_checkpoint(path)
-  return {k: reader.get_tensor(k) for k, _ in tf.train.list_variables(path)
-          if '_CHECKPOINTABLE_OBJECT_GRAPH' not in k}
-
-
-def _AssertBitEqual(a, b):
-  for k in a:
-    for x, y in zip(a[k], b[k]):
-      np.testing.assert_array_equal(x, y, err_msg=k)
 
 
 @pytest.mark.slow  # ~20 s on a loaded 2-core machine.
@@ -194,7 +177,7 @@ def test_checkpoint_is_the_unsharded_one_and_restores_across_counts(
   one = tf.distribute.get_strategy()  # The default: one device.
   sharded2 = _Save(strategy, name, True, str(tmp_path / 's2'))
   plain2 = _Save(strategy, name, False, str(tmp_path / 'p2'))
-  ta, tb = _Tensors(plain2), _Tensors(sharded2)
+  ta, tb = cases.Tensors(plain2), cases.Tensors(sharded2)
   assert sorted(ta) == sorted(tb)
   slots = [k for k in ta if '/_slots/' in k]
   assert slots and all(np.abs(ta[k]).max() > 0 for k in slots)
@@ -203,11 +186,11 @@ def test_checkpoint_is_the_unsharded_one_and_restores_across_counts(
   for k in ta:
     np.testing.assert_array_equal(ta[k], tb[k], err_msg=k)
   # 2 -> 1: continues on one device as the unsharded run's checkpoint.
-  _AssertBitEqual(_Continue(one, name, False, sharded2),
+  cases.AssertBitEqual(_Continue(one, name, False, sharded2),
                   _Continue(one, name, False, plain2))
   # 1 -> 2: a one-device checkpoint continues sharded as unsharded.
   plain1 = _Save(one, name, False, str(tmp_path / 'p1'))
-  _AssertBitEqual(_Continue(strategy, name, True, plain1),
+  cases.AssertBitEqual(_Continue(strategy, name, True, plain1),
                   _Continue(strategy, name, False, plain1))
 
 
@@ -284,7 +267,7 @@ def test_bf16_master_weights_match_unsharded(strategy, name, stochastic,
                           clip_gradient_norm_to_value=0.5, **kw)
     path = tf.train.Checkpoint(task=task, learner=lrn).write(
         str(tmp_path / str(shard)))
-    runs.append((task, lrn, _Tensors(path)))
+    runs.append((task, lrn, cases.Tensors(path)))
   (_, _, ta), (task, lrn, tb) = runs
   assert sorted(ta) == sorted(tb)
   for k in ta:
@@ -338,7 +321,7 @@ def test_bf16_and_float32_weights_mixed_in_homes_match_unsharded(
     opt.slot_dtype = tf.bfloat16
     task, lrn = cases.Run(strategy, opt, shard, var_dtypes=dict(
         w2=tf.float32, b1=tf.float32), clip_gradient_norm_to_value=0.5, **kw)
-    tensors.append(_Tensors(tf.train.Checkpoint(task=task, learner=lrn).write(
+    tensors.append(cases.Tensors(tf.train.Checkpoint(task=task, learner=lrn).write(
         str(tmp_path / str(shard)))))
   ta, tb = tensors
   assert sorted(ta) == sorted(tb)
@@ -376,12 +359,12 @@ def test_bf16_master_checkpoint_restores_across_counts(strategy, tmp_path):
   rule = lambda: _MasterRule('muon', True)
   sharded2 = _Save(strategy, 'muon', True, str(tmp_path / 's2'), rule=rule)
   plain2 = _Save(strategy, 'muon', False, str(tmp_path / 'p2'), rule=rule)
-  ta, tb = _Tensors(plain2), _Tensors(sharded2)
+  ta, tb = cases.Tensors(plain2), cases.Tensors(sharded2)
   assert sorted(ta) == sorted(tb) and any('/master/' in k for k in ta)
   for k in ta:
     np.testing.assert_array_equal(ta[k], tb[k], err_msg=k)
-  _AssertBitEqual(_Continue(one, 'muon', False, sharded2, rule=rule),
+  cases.AssertBitEqual(_Continue(one, 'muon', False, sharded2, rule=rule),
                   _Continue(one, 'muon', False, plain2, rule=rule))
   plain1 = _Save(one, 'muon', False, str(tmp_path / 'p1'), rule=rule)
-  _AssertBitEqual(_Continue(strategy, 'muon', True, plain1, rule=rule),
+  cases.AssertBitEqual(_Continue(strategy, 'muon', True, plain1, rule=rule),
                   _Continue(strategy, 'muon', False, plain1, rule=rule))

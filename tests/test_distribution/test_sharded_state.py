@@ -256,31 +256,6 @@ def test_bytes_line_in_mib_with_padding(strategy):
       '(unsharded 7.63 MiB).')
 
 
-def _Save(strategy, opt, shard, path, steps=5):
-  task, lrn, train = cases.Build(strategy, opt, shard)
-  for step in range(steps):
-    train(step)
-  return tf.train.Checkpoint(task=task, learner=lrn).write(path)
-
-
-def _Continue(strategy, opt, shard, path, steps=(5, 6, 7)):
-  task, lrn, train = cases.Build(strategy, opt, shard)
-  tf.train.Checkpoint(task=task, learner=lrn).read(path).assert_consumed()
-  for step in steps:
-    train(step)
-  return cases.Weights(strategy, task)
-
-
-def _Tensors(path):
-  reader = tf.train.load_checkpoint(path)
-  return {k: reader.get_tensor(k) for k, _ in tf.train.list_variables(path)
-          if '_CHECKPOINTABLE_OBJECT_GRAPH' not in k}
-
-
-def _AssertBitEqual(a, b):
-  for k in a:
-    for x, y in zip(a[k], b[k]):
-      np.testing.assert_array_equal(x, y, err_msg=k)
 
 
 # Rules whose checkpoint is compared after a run of their own without clip:
@@ -294,7 +269,7 @@ def _AssertCheckpointIsTheUnsharded(name, plain, sharded, tmp_path):
   """The sharded run's checkpoint has the unsharded run's keys, shapes and
   values (bit for bit; AdaDelta within 1e-6). plain, sharded: (task,
   learner) after the same steps, unsharded and sharded."""
-  ta, tb = [_Tensors(tf.train.Checkpoint(task=task, learner=lrn).write(
+  ta, tb = [cases.Tensors(tf.train.Checkpoint(task=task, learner=lrn).write(
       str(tmp_path / where))) for (task, lrn), where in ((plain, 'a'),
                                                          (sharded, 'b'))]
   assert sorted(ta) == sorted(tb)
@@ -328,21 +303,21 @@ def test_madgrad_sharded_checkpoint_is_the_unsharded_one(strategy, name,
 def test_restore_2_to_1_and_1_to_2_continue_bit_identically(strategy, name,
                                                             tmp_path):
   one = tf.distribute.get_strategy()  # The default: one device.
-  sharded2 = _Save(strategy, cases.OPTS[name](), True, str(tmp_path / 's2'))
-  plain2 = _Save(strategy, cases.OPTS[name](), False, str(tmp_path / 'p2'))
+  sharded2 = cases.Save(strategy, cases.OPTS[name](), True, str(tmp_path / 's2'))
+  plain2 = cases.Save(strategy, cases.OPTS[name](), False, str(tmp_path / 'p2'))
   # 2 -> 1: the sharded run's checkpoint continues on one device exactly as
   # the unsharded run's does.
-  _AssertBitEqual(_Continue(one, cases.OPTS[name](), False, sharded2),
-                  _Continue(one, cases.OPTS[name](), False, plain2))
+  cases.AssertBitEqual(cases.Continue(one, cases.OPTS[name](), False, sharded2),
+                  cases.Continue(one, cases.OPTS[name](), False, plain2))
   # 1 -> 2: a one-device checkpoint continues sharded exactly as unsharded.
-  plain1 = _Save(one, cases.OPTS[name](), False, str(tmp_path / 'p1'))
-  _AssertBitEqual(_Continue(strategy, cases.OPTS[name](), True, plain1),
-                  _Continue(strategy, cases.OPTS[name](), False, plain1))
+  plain1 = cases.Save(one, cases.OPTS[name](), False, str(tmp_path / 'p1'))
+  cases.AssertBitEqual(cases.Continue(strategy, cases.OPTS[name](), True, plain1),
+                  cases.Continue(strategy, cases.OPTS[name](), False, plain1))
   # 2 -> 2 across a restart: as the uninterrupted sharded run.
   task, _, train = cases.Build(strategy, cases.OPTS[name](), True)
   for step in range(8):
     train(step)
-  _AssertBitEqual(_Continue(strategy, cases.OPTS[name](), True, sharded2),
+  cases.AssertBitEqual(cases.Continue(strategy, cases.OPTS[name](), True, sharded2),
                   cases.Weights(strategy, task))
 
 
@@ -378,8 +353,8 @@ def test_trainer_sharded_run_then_evaler_and_export_on_one_device(
   sharded = _TrainRun(tmp_path / 'sharded', True)
   assert sharded.task.learners[0].optimizer.state_sharding.sharded
   distribution.AssertReplicasIdentical(sharded.task.vars.Flatten())
-  want = _Tensors(str(tmp_path / 'plain' / 'ckpt' / 'ckpt-30'))
-  got = _Tensors(str(tmp_path / 'sharded' / 'ckpt' / 'ckpt-30'))
+  want = cases.Tensors(str(tmp_path / 'plain' / 'ckpt' / 'ckpt-30'))
+  got = cases.Tensors(str(tmp_path / 'sharded' / 'ckpt' / 'ckpt-30'))
   assert sorted(want) == sorted(got)
   assert any('/momentum/' in k for k in got)
   for k in want:
@@ -417,7 +392,7 @@ def test_trainer_sharded_ema_then_evaler_reads_the_averages(tmp_path):
     metrics = evaler_lib.Evaler(
         _Params(False, ema=True), str(logdir), timeout_secs=0.5,
         poll_secs=0, stream=io.StringIO()).Run()['evaluations'][-1]['metrics']
-    runs[shard] = (t, final, _Tensors(str(logdir / 'ckpt' / 'ckpt-30')),
+    runs[shard] = (t, final, cases.Tensors(str(logdir / 'ckpt' / 'ckpt-30')),
                    metrics)
   assert sharded_state.StateOf(runs[True][0].task.learners[0].optimizer).copies
   want, got = runs[False][2], runs[True][2]
@@ -521,7 +496,7 @@ def test_launcher_runs_a_sharded_experiment(tmp_path, capfd):
   err = capfd.readouterr().err
   assert code == 0, err[-3000:]
   assert 'final weights identical on every worker' in err
-  got = _Tensors(os.path.join(logdir, 'ckpt', 'ckpt-20'))
+  got = cases.Tensors(os.path.join(logdir, 'ckpt', 'ckpt-20'))
   slot = ('task/_private_children/learner/_private_children/optimizer/'
           '_slots/regression_w/momentum/.ATTRIBUTES/VARIABLE_VALUE')
   assert got[slot].shape == got[
@@ -668,19 +643,19 @@ def test_sliced_accumulators_checkpoint_mid_window_restores_2_1_2(
   """Saved after 6 micro-steps (2 of a window of 4 pending): the unsharded
   keys and values; 2 -> 1 and 1 -> 2 continue bit-identically."""
   one = tf.distribute.get_strategy()
-  sharded2 = _Save(strategy, _NoSync(), True, str(tmp_path / 's2'), steps=6)
-  plain2 = _Save(strategy, _NoSync(), False, str(tmp_path / 'p2'), steps=6)
-  ta, tb = _Tensors(plain2), _Tensors(sharded2)
+  sharded2 = cases.Save(strategy, _NoSync(), True, str(tmp_path / 's2'), steps=6)
+  plain2 = cases.Save(strategy, _NoSync(), False, str(tmp_path / 'p2'), steps=6)
+  ta, tb = cases.Tensors(plain2), cases.Tensors(sharded2)
   assert sorted(ta) == sorted(tb)
   accums = [k for k in ta if '/accum_mlp_' in k]
   assert len(accums) == 4 and all(np.abs(ta[k]).max() > 0 for k in accums)
   for k in ta:
     np.testing.assert_array_equal(tb[k], ta[k], err_msg=k)
-  _AssertBitEqual(_Continue(one, _NoSync(), False, sharded2, steps=(6, 7)),
-                  _Continue(one, _NoSync(), False, plain2, steps=(6, 7)))
-  plain1 = _Save(one, _NoSync(), False, str(tmp_path / 'p1'), steps=6)
-  _AssertBitEqual(_Continue(strategy, _NoSync(), True, plain1, steps=(6, 7)),
-                  _Continue(strategy, _NoSync(), False, plain1, steps=(6, 7)))
+  cases.AssertBitEqual(cases.Continue(one, _NoSync(), False, sharded2, steps=(6, 7)),
+                  cases.Continue(one, _NoSync(), False, plain2, steps=(6, 7)))
+  plain1 = cases.Save(one, _NoSync(), False, str(tmp_path / 'p1'), steps=6)
+  cases.AssertBitEqual(cases.Continue(strategy, _NoSync(), True, plain1, steps=(6, 7)),
+                  cases.Continue(strategy, _NoSync(), False, plain1, steps=(6, 7)))
 
 
 def test_variables_outside_the_first_bind_are_refused(strategy):
@@ -888,8 +863,8 @@ def test_int8_state_mirrored_and_sharded_train_like_float32(strategy):
 def test_int8_sharded_checkpoint_resumes_bit_identically(strategy, tmp_path):
   """Keys: each element's code and block absmax at the variable's shape;
   2 -> 2 across a restart continues as the uninterrupted run."""
-  path = _Save(strategy, _Int8Adam(), True, str(tmp_path / 's2'))
-  keys = _Tensors(path)
+  path = cases.Save(strategy, _Int8Adam(), True, str(tmp_path / 's2'))
+  keys = cases.Tensors(path)
   codes = [k for k in keys if k.endswith('/m/.ATTRIBUTES/codes')]
   assert codes and all(keys[k].dtype == np.int8 for k in codes)
   w1 = [k for k in keys if '_w1/v/.ATTRIBUTES/absmax' in k]
@@ -898,7 +873,7 @@ def test_int8_sharded_checkpoint_resumes_bit_identically(strategy, tmp_path):
   task, _, train = cases.Build(strategy, _Int8Adam(), True)
   for step in range(8):
     train(step)
-  _AssertBitEqual(_Continue(strategy, _Int8Adam(), True, path),
+  cases.AssertBitEqual(cases.Continue(strategy, _Int8Adam(), True, path),
                   cases.Weights(strategy, task))
 
 
@@ -961,7 +936,7 @@ def test_eval_swap_reads_the_gathered_copies(strategy, name):
     for k in inside:
       np.testing.assert_array_equal(inside[k][0], inside[k][1], err_msg=k)
       np.testing.assert_array_equal(inside[k][0], evals[k], err_msg=k)
-    _AssertBitEqual(cases.Weights(strategy, task), before)
+    cases.AssertBitEqual(cases.Weights(strategy, task), before)
     for step in (7, 8):
       train(step)
     runs.append((inside, task))
@@ -975,9 +950,9 @@ def test_eval_swap_reads_the_gathered_copies(strategy, name):
 def test_sharded_wrappers_checkpoint_is_the_unsharded_one(strategy, name,
                                                           tmp_path):
   """The copies and x, z saved under the unsharded keys and shapes."""
-  a = _Save(strategy, cases.AVERAGING[name](), False, str(tmp_path / 'a'))
-  b = _Save(strategy, cases.AVERAGING[name](), True, str(tmp_path / 'b'))
-  ta, tb = _Tensors(a), _Tensors(b)
+  a = cases.Save(strategy, cases.AVERAGING[name](), False, str(tmp_path / 'a'))
+  b = cases.Save(strategy, cases.AVERAGING[name](), True, str(tmp_path / 'b'))
+  ta, tb = cases.Tensors(a), cases.Tensors(b)
   assert sorted(ta) == sorted(tb)
   needle = '/x/' if name.startswith('sf_') else '/_averages/'
   assert sum(needle in k for k in ta) == 4
@@ -993,10 +968,10 @@ def test_averages_restore_2_to_1_and_1_to_2_continue_bit_identically(
   samples at 4 and 6, schedule-free's weight sum carries over."""
   one = tf.distribute.get_strategy()
   opt = cases.AVERAGING[name]
-  sharded2 = _Save(strategy, opt(), True, str(tmp_path / 's2'))
-  plain2 = _Save(strategy, opt(), False, str(tmp_path / 'p2'))
-  _AssertBitEqual(_Continue(one, opt(), False, sharded2),
-                  _Continue(one, opt(), False, plain2))
-  plain1 = _Save(one, opt(), False, str(tmp_path / 'p1'))
-  _AssertBitEqual(_Continue(strategy, opt(), True, plain1),
-                  _Continue(strategy, opt(), False, plain1))
+  sharded2 = cases.Save(strategy, opt(), True, str(tmp_path / 's2'))
+  plain2 = cases.Save(strategy, opt(), False, str(tmp_path / 'p2'))
+  cases.AssertBitEqual(cases.Continue(one, opt(), False, sharded2),
+                  cases.Continue(one, opt(), False, plain2))
+  plain1 = cases.Save(one, opt(), False, str(tmp_path / 'p1'))
+  cases.AssertBitEqual(cases.Continue(strategy, opt(), True, plain1),
+                  cases.Continue(strategy, opt(), False, plain1))
