@@ -23,6 +23,7 @@ from learner.optimizers.rules.normuon import NorMuon
 from learner.optimizers.var_grad import VarGrad
 from learner.training.cluster import distribution
 from params import NestedMap
+import mirrored_check  # pylint: disable=g-bad-import-order
 
 _DATA = refs.Load('normuon', prefix='torch')
 # pytorch-optimizer's keyword -> our params.
@@ -182,21 +183,8 @@ def test_mirrored_replicas_apply_as_a_single_device_run():
   grads = [tf.constant([[0.5, -1.0, 0.25], [1.0, 0.0, -0.5]]),
            tf.constant([[-0.5, 2.0, 0.75], [0.0, 1.0, 0.5]])]
   p = NorMuon.Params().Set(name='opt', decoupled_weight_decay=0.1)
-  with strategy.scope():
-    w = tf.Variable(init, name='w')
-    opt = p.Instantiate().Bind([w])
-  w_ref = tf.Variable(init, name='w')
-  ref = p.Instantiate().Bind([w_ref])
-
-  @tf.function
-  def Step(g):
-    strategy.run(lambda: opt.Apply(0.1, NestedMap(w=VarGrad(w, g))))
-
-  for g in grads:
-    Step(g)
-    ref.Apply(0.1, NestedMap(w=VarGrad(w_ref, g)))
-  for value in strategy.experimental_local_results(w):
-    np.testing.assert_allclose(value.numpy(), w_ref.numpy(), rtol=1e-6)
+  opt, w, ref, w_ref = mirrored_check.MirroredEqualsOneDevice(
+      strategy, p, init, grads)
   for value in strategy.experimental_local_results(opt.GetSlots(w)['v']):
     np.testing.assert_allclose(value.numpy(),
                                ref.GetSlots(w_ref)['v'].numpy(), rtol=1e-6)

@@ -26,6 +26,7 @@ from learner.optimizers.var_grad import VarGrad
 from learner.training.cluster import distribution
 from params import NestedMap
 import optax_references as refs
+import mirrored_check  # pylint: disable=g-bad-import-order
 
 _DATA = refs.Load('0_14_2_shampoo', prefix='lingvo')
 
@@ -225,21 +226,8 @@ def test_mirrored_replicas_apply_as_a_single_device_run():
   p = DistributedShampoo.Params().Set(
       name='opt', start_preconditioning_steps=1,
       preconditioning_compute_steps=2)
-  with strategy.scope():
-    w = tf.Variable(init, name='w')
-    opt = p.Instantiate().Bind([w])
-  w_ref = tf.Variable(init, name='w')
-  ref = p.Instantiate().Bind([w_ref])
-
-  @tf.function
-  def Step(g):
-    strategy.run(lambda: opt.Apply(0.1, NestedMap(w=VarGrad(w, g))))
-
-  for g in grads:
-    Step(g)
-    ref.Apply(0.1, NestedMap(w=VarGrad(w_ref, g)))
-  for value in strategy.experimental_local_results(w):
-    np.testing.assert_allclose(value.numpy(), w_ref.numpy(), rtol=1e-6)
+  opt, w, ref, w_ref = mirrored_check.MirroredEqualsOneDevice(
+      strategy, p, init, grads)
   want = ref.GetSlots(w_ref)['mat_preconditioner_0'].numpy()
   assert np.abs(want).max() > 0.1
   for r in strategy.experimental_local_results(

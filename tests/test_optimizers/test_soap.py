@@ -27,6 +27,7 @@ from learner.optimizers.var_grad import VarGrad
 from learner.training.cluster import distribution
 from params import NestedMap
 import optax_references as refs
+import mirrored_check  # pylint: disable=g-bad-import-order
 
 with open(os.path.join(refs.DATA, 'torch_soap.json')) as _f:
   _DATA = json.load(_f)
@@ -165,21 +166,8 @@ def test_mirrored_replicas_apply_as_a_single_device_run():
   init = rng.randn(3, 4).astype(np.float32)
   grads = [tf.constant(g) for g in rng.randn(4, 3, 4).astype(np.float32)]
   p = SOAP.Params().Set(name='opt', precondition_frequency=2)
-  with strategy.scope():
-    w = tf.Variable(init, name='w')
-    opt = p.Instantiate().Bind([w])
-  w_ref = tf.Variable(init, name='w')
-  ref = p.Instantiate().Bind([w_ref])
-
-  @tf.function
-  def Step(g):
-    strategy.run(lambda: opt.Apply(0.1, NestedMap(w=VarGrad(w, g))))
-
-  for g in grads:
-    Step(g)
-    ref.Apply(0.1, NestedMap(w=VarGrad(w_ref, g)))
-  for value in strategy.experimental_local_results(w):
-    np.testing.assert_allclose(value.numpy(), w_ref.numpy(), rtol=1e-6)
+  opt, w, ref, w_ref = mirrored_check.MirroredEqualsOneDevice(
+      strategy, p, init, grads)
   for q in strategy.experimental_local_results(opt.GetSlots(w)['q1']):
     np.testing.assert_allclose(q.numpy(), ref.GetSlots(w_ref)['q1'].numpy(),
                                rtol=1e-6, atol=1e-7)
