@@ -82,6 +82,8 @@ WORKLOADS = (
 # `space` ((hyperparameter, low, high), ...: log-uniform ranges, coordinate
 # i of the shared draw to the i-th; () for a rate-free rule),
 # `kwargs` (fixed factory keywords), `schedule` ('cosine' or 'constant').
+# A factory 'wrapper:inner' is get_optimizer_wrapper_fn's wrapper around
+# get_optimizer_fn's inner rule (the keywords go to the wrapper).
 # Hyperparameters: 'learning_rate', 'weight_decay' (the factory keyword),
 # and for the two-learner muon row 'muon_learning_rate' (Muon's learner;
 # 'learning_rate' is then AdamW's).
@@ -107,7 +109,9 @@ RULES = (
          'cosine'),
     # Learning-rate free: no search, the rate a multiplier of 1.
     Rule('dog', 'dog', (), {}, 'constant'),
+    Rule('dowg', 'dowg', (), {}, 'constant'),
     Rule('cocob', 'cocob', (), {}, 'constant'),
+    Rule('mechanic', 'mechanic:adam', (), {}, 'cosine'),
     Rule('prodigy', 'prodigy', (), {}, 'cosine'),
     Rule('dadapt_adamw', 'dadapt_adamw', (), {}, 'cosine'),
 )
@@ -246,10 +250,19 @@ def _Schedule(rule, budget):
 
 
 def _Optimizer(factory, kwargs, budget):
-  """Optimizer params from the factory name (schedule-free: its warmup)."""
+  """Optimizer params from the factory name (schedule-free: its warmup).
+
+  `factory` 'wrapper:inner' wraps the inner rule (its defaults) in the
+  wrapper, which takes `kwargs`.
+  """
   from learner.optimizers import factory as factory_lib  # pylint: disable=g-import-not-at-top
-  params, _ = factory_lib.OptimizerParamsFromFn(
-      factory_lib.get_optimizer_fn(factory, **kwargs))
+  if ':' in factory:
+    wrapper, inner = factory.split(':')
+    fn = factory_lib.get_optimizer_wrapper_fn(
+        wrapper, factory_lib.get_optimizer_fn(inner), **kwargs)
+  else:
+    fn = factory_lib.get_optimizer_fn(factory, **kwargs)
+  params, _ = factory_lib.OptimizerParamsFromFn(fn)
   if 'warmup_steps' in params:
     params.warmup_steps = max(1, int(WARMUP_FRACTION * budget))
   return params
@@ -486,6 +499,34 @@ def TargetLines(results):
       lines.append('  schedule-free AdamW <= cosine AdamW steps on %s: %s vs '
                    '%s: %s' % (key, _Num(sf, '%d'), _Num(aw, '%d'),
                                'met' if sf <= aw else 'MISSED'))
+  for key, (_, rows) in results.items():
+    if 'soap' in rows and math.isfinite(rows[BASELINE]['steps']):
+      ratio = rows['soap']['steps'] / rows[BASELINE]['steps']
+      lines.append('  SOAP/Adam steps to target on %s: %s (want <= 0.8): %s'
+                   % (key, _Num(ratio, '%.3f'),
+                      'met' if ratio <= 0.8 else 'MISSED'))
+  return lines + _RateFreeLines(results)
+
+
+def _RateFreeLines(results):
+  """Each rate-free rule's final metric within 5 % of tuned Adam's.
+
+  The gap is relative to Adam's metric (the baseline row's median final
+  metric), signed so that positive is worse: (adam - rule) / adam for an
+  accuracy, (rule - adam) / adam for bits/char.
+  """
+  free = [r.name for r in RULES if not r.space]
+  modes = {w.key: w.mode for w in WORKLOADS}
+  lines = []
+  for key, (_, rows) in results.items():
+    adam = rows[BASELINE]['metric']
+    for name in (n for n in free if n in rows):
+      gap = (rows[name]['metric'] - adam) / abs(adam)
+      gap = -gap if modes[key] == 'max' else gap
+      lines.append('  %s within 5 %% of tuned Adam\'s metric on %s: %.4g vs '
+                   '%.4g (%+.1f %%): %s' % (
+                       name, key, rows[name]['metric'], adam, 100 * gap,
+                       'met' if gap <= 0.05 else 'MISSED'))
   return lines
 
 

@@ -184,3 +184,40 @@ def test_tiny_run_prints_the_table_scores_targets_and_writes_json(
     assert "pip install -e '.[plot]'" in out and not os.path.exists(png)
   else:
     assert os.path.exists(png)
+
+
+def test_mechanic_row_wraps_adam_and_dowg_is_rate_free():
+  from learner import optimizers
+  from learner.optimizers.wrappers import mechanic as mechanic_lib
+  from learner.training.jobs import cli as cli_lib
+  p = cli_lib.LoadExperimentParams('digits.MlpMomentum', max_steps=10)
+  rows = {r.name: r for r in stt.RULES}
+  lps = stt.RuleLearners([p.task.train.learner], rows['mechanic'], {}, 100,
+                         '')
+  assert lps[0].optimizer.cls is mechanic_lib.Mechanic
+  assert lps[0].optimizer.optimizer.cls is optimizers.Adam
+  assert lps[0].learning_rate == 1.0
+  assert rows['dowg'].space == () and rows['mechanic'].space == ()
+
+
+def test_target_lines_for_soap_and_the_rate_free_rules():
+  def Row(steps, metric):
+    return dict(steps=steps, metric=metric)
+  results = {
+      'mnist1d.ConvNet': (0.95, {'adam': Row(300, 0.951),
+                                 'soap': Row(200, 0.952),
+                                 'dog': Row(math.inf, 0.767),
+                                 'cocob': Row(math.inf, 0.912)}),
+      'lm.CharTransformer': (3.03, {'adam': Row(160, 3.032),
+                                    'soap': Row(144, 3.02),
+                                    'prodigy': Row(math.inf, 3.373)})}
+  text = '\n'.join(stt.TargetLines(results))
+  # 200 / 300 = 0.667 and 144 / 160 = 0.9.
+  assert 'SOAP/Adam steps to target on mnist1d.ConvNet: 0.667' in text
+  assert 'on lm.CharTransformer: 0.900 (want <= 0.8): MISSED' in text
+  # (0.951 - 0.767) / 0.951 = 19.3 % worse; (0.951 - 0.912) / 0.951 = 4.1 %.
+  assert "dog within 5 % of tuned Adam's metric on mnist1d.ConvNet: " \
+      "0.767 vs 0.951 (+19.3 %): MISSED" in text
+  assert '0.912 vs 0.951 (+4.1 %): met' in text
+  # (3.373 - 3.032) / 3.032 = 11.2 % worse.
+  assert '3.373 vs 3.032 (+11.2 %): MISSED' in text
