@@ -319,6 +319,10 @@ def _TrialParams(workload, rule, hparams, seed, budget):
   return params
 
 
+# Each workload's held-out batches, read once (evaluations reuse them).
+_EVAL_BATCHES = {}
+
+
 def RunTrial(workload, rule, hparams, seed, budget, eval_every, target=None):
   """Trains one trial; returns its Curve (stops early once `target` is met).
 
@@ -326,10 +330,13 @@ def RunTrial(workload, rule, hparams, seed, budget, eval_every, target=None):
   trace) and evaluates the held-out metric after each (on the eval weights
   of an averaging rule, as the trainer does). Times count the train calls
   (with their tracing), not the evaluations. A non-finite metric ends the
-  run (the rest of the budget counts as not reached).
+  run (the rest of the budget counts as not reached). The held-out batches
+  are read once per workload and kept (`_EVAL_BATCHES`).
   """
   from learner.training.jobs import evaler as evaler_lib  # pylint: disable=g-import-not-at-top
   params = _TrialParams(workload, rule, hparams, seed, budget)
+  if workload.key not in _EVAL_BATCHES:  # The same for every trial.
+    _EVAL_BATCHES[workload.key] = evaler_lib.EvalBatches(params)
   task = params.task.Instantiate()
   task.CreateLearners()
   swaps = [a for lr in task.learners for a in lr.optimizer.EvalAverages()]
@@ -343,7 +350,9 @@ def RunTrial(workload, rule, hparams, seed, budget, eval_every, target=None):
     float(out['metrics']['loss'][0])  # Waits for the steps.
     train_s += time.perf_counter() - start
     step += n
-    value = evaler_lib.EvalMetrics(params, task, swaps)[workload.metric]
+    value = evaler_lib.EvalMetrics(params, task, swaps,
+                                   _EVAL_BATCHES[workload.key])[
+                                       workload.metric]
     steps.append(step)
     times.append(train_s)
     values.append(value)
