@@ -102,7 +102,19 @@ RULES = (
     Rule('lion', 'lion', (('learning_rate', 3e-4, 1e-2),
                           ('weight_decay', 1e-2, 1.0)), {}, 'cosine'),
     Rule('ademamix', 'ademamix', (_LR,), {}, 'cosine'),
+    # m is an undamped sum (about 1 / (1 - beta1) = 100 gradients): Adam's
+    # range divided by 30 (its early steps, before m fills, are short).
+    Rule('simplified_ademamix', 'simplified_ademamix',
+         (('learning_rate', 3e-5, 1e-3),), {}, 'cosine'),
+    Rule('normuon', 'normuon', (('muon_learning_rate', 5e-3, 8e-2), _LR), {},
+         'cosine'),
     Rule('soap', 'soap', (_LR,), {}, 'cosine'),
+    # Lingvo's DistributedShampoo grafted on AdaGrad (AdaGrad's rates),
+    # preconditioning from step 10 with roots every 10 updates (Lingvo's
+    # defaults, 1000 and 1000, are past these budgets).
+    Rule('shampoo', 'distributed_shampoo', (('learning_rate', 1e-2, 1.0),),
+         {'start_preconditioning_steps': 10,
+          'preconditioning_compute_steps': 10}, 'cosine'),
     Rule('cautious_adamw', 'adamw', (_LR, ('weight_decay', 1e-4, 1e-1)),
          {'cautious': True}, 'cosine'),
     Rule('madgrad', 'madgrad', (('learning_rate', 1e-3, 1e-1),), {},
@@ -469,7 +481,7 @@ def Table(results):
   """
   keys = list(results)
   rules = list(next(iter(results.values()))[1]) if results else []
-  lines = ['rule       | ' + ' | '.join(
+  lines = ['rule                | ' + ' | '.join(
       '%s: steps, s, metric, trials' % k for k in keys)]
   for rule in rules:
     cells = []
@@ -478,7 +490,7 @@ def Table(results):
       cells.append('%s, %s, %.4g, %s' % (
           _Num(s['steps'], '%d'), _Num(s['seconds'], '%.1f'), s['metric'],
           s['trials_reaching']))
-    lines.append('%-10s | %s' % (rule, ' | '.join(cells)))
+    lines.append('%-19s | %s' % (rule, ' | '.join(cells)))
   return lines
 
 
@@ -509,11 +521,13 @@ def TargetLines(results):
                    '%s: %s' % (key, _Num(sf, '%d'), _Num(aw, '%d'),
                                'met' if sf <= aw else 'MISSED'))
   for key, (_, rows) in results.items():
-    if 'soap' in rows and math.isfinite(rows[BASELINE]['steps']):
-      ratio = rows['soap']['steps'] / rows[BASELINE]['steps']
-      lines.append('  SOAP/Adam steps to target on %s: %s (want <= 0.8): %s'
-                   % (key, _Num(ratio, '%.3f'),
-                      'met' if ratio <= 0.8 else 'MISSED'))
+    for name, label in (('soap', 'SOAP'), ('shampoo', 'Shampoo')):
+      if name in rows and math.isfinite(rows[BASELINE]['steps']):
+        ratio = rows[name]['steps'] / rows[BASELINE]['steps']
+        lines.append('  %s/Adam steps to target on %s: %s (want <= 0.8 for '
+                     'Shampoo or SOAP): %s' % (
+                         label, key, _Num(ratio, '%.3f'),
+                         'met' if ratio <= 0.8 else 'MISSED'))
   return lines + _RateFreeLines(results)
 
 
