@@ -71,9 +71,9 @@ Workload = collections.namedtuple('Workload', [
     'matrices', 'eval_samples'])
 WORKLOADS = (
     Workload('digits.MlpMomentum', 'accuracy', 'max', (300, 150), (15, 15),
-             (5, 2), (3, 1), r'/layer_0/w$', 0),
+             (5, 1), (3, 1), r'/layer_0/w$', 0),
     Workload('mnist1d.ConvNet', 'accuracy', 'max', (400, 150), (20, 25),
-             (5, 2), (3, 1), r'/conv_\d+/kernel$', 0),
+             (5, 1), (3, 1), r'/conv_\d+/kernel$', 0),
     Workload('lm.CharTransformer', 'bits_per_char', 'min', (160, 40),
              (16, 20), (3, 1), (3, 1), r'/stack/.*/w\w*$', 256),
 )
@@ -121,7 +121,7 @@ RULES = (
          'cosine'),
     # Learning-rate free: no search, the rate a multiplier of 1.
     Rule('dog', 'dog', (), {}, 'constant'),
-    Rule('dowg', 'dowg', (), {}, 'constant'),
+    Rule('dowg', 'dowg', (), {}, 'cosine'),  # At chance with a constant rate.
     Rule('cocob', 'cocob', (), {}, 'constant'),
     Rule('mechanic', 'mechanic:adam', (), {}, 'cosine'),
     Rule('prodigy', 'prodigy', (), {}, 'cosine'),

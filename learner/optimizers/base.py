@@ -221,8 +221,8 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     if p.lazy_sparse_updates and not type(self).SUPPORTS_LAZY_SPARSE:
       logging.warning(
           '%s: lazy_sparse_updates=True, but %s does not update sparse rows '
-          'lazily (SUPPORTS_LAZY_SPARSE is False): sparse gradients are '
-          'densified and every row moves.', self.path, type(self).__name__)
+          'lazily (they are densified); set lazy_sparse_updates : False on '
+          'it to silence this.', self.path, type(self).__name__)
     self._num_updates = self.CreateVariable(
         'num_updates', [], init=0, trainable=False, dtype=tf.int64)
     self._slots = {}
