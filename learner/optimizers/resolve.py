@@ -116,8 +116,8 @@ def ResolveOptimizer(owner, p):
   if p.optimizer is not None and p.optimizer_fn is not None:
     raise ValueError(
         'Learner %r: both optimizer and optimizer_fn are set; set only one '
-        '(optimizer=<params> or optimizer_fn=<factory or callable>).' %
-        path)
+        '(optimizer=<params> or optimizer_fn=<factory or callable>; from the '
+        'command line add <learner>.optimizer : None).' % path)
   if p.optimizer is None and p.optimizer_fn is None:
     raise ValueError(
         'Learner %r: neither optimizer nor optimizer_fn is set; e.g. '

@@ -133,9 +133,14 @@ def test_c_not_callable_a_plain_value_names_optimizer_fn():
 
 
 def test_c_not_callable_both_optimizer_and_optimizer_fn_is_an_error():
-  with pytest.raises(ValueError, match='optimizer_fn'):
+  with pytest.raises(ValueError) as e:
     MakeLearner(optimizer_fn=learner_lib.get_optimizer_fn(
         'sgd', learning_rate=0.1))
+  # The fix, also in the command line's form.
+  assert 'both optimizer and optimizer_fn are set; set only one' in str(
+      e.value)
+  assert 'from the command line add <learner>.optimizer : None' in str(
+      e.value)
 
 
 def test_c_not_callable_unknown_factory_name_suggests_the_closest():
