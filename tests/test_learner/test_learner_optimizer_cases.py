@@ -214,3 +214,19 @@ def test_seed_three_level_example_factory_and_params_give_identical_updates():
   np.testing.assert_array_equal(results[0][0], results[1][0])
   np.testing.assert_array_equal(results[0][1], results[1][1])
   assert not np.allclose(results[0][0], [[3.], [4.]])
+
+
+@pytest.mark.parametrize('name', ['dog', 'dowg', 'cocob', 'prodigy',
+                                  'dadapt_adamw'])
+def test_a_rate_free_rule_without_a_rate_runs_at_rate_one(name):
+  # README: "leave the rate at 1.0"; no rate anywhere gives exactly that.
+  lrn = MakeLearner(optimizer=None, learning_rate=None,
+                    optimizer_fn=learner_lib.get_optimizer_fn(name))
+  assert lrn.base_learning_rate == 1.0
+
+
+def test_a_rule_with_a_rate_still_needs_one():
+  with pytest.raises(ValueError, match='learning_rate is None and the '
+                     'optimizer gives no rate'):
+    MakeLearner(optimizer=None, learning_rate=None,
+                optimizer_fn=learner_lib.get_optimizer_fn('adam'))
