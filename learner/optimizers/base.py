@@ -64,6 +64,7 @@ from params import BaseLayer
 from params import NestedMap
 from params import checks
 from learner.optimizers import cautious as cautious_lib
+from learner.optimizers import first_update
 from learner.optimizers import home_sharding
 from learner.optimizers import hyper as hyper_lib
 from learner.optimizers import kernels
@@ -167,41 +168,38 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
   # The params `hyper_schedules` may name: those this class reads through
   # `Hyper(name)` in its update (a subclass extends or empties the tuple).
   SCHEDULABLE_PARAMS = ('decoupled_weight_decay',)
-  # True when its own Apply takes `_grad_scale` (ApplyScaled calls it then).
+  # True when a subclass's Apply takes `_grad_scale` (ApplyScaled uses it).
   APPLY_TAKES_GRAD_SCALE = False
-  # The features the runtime asks an optimizer's class about, declared here
-  # once with their defaults (a subclass sets its own; nothing probes them
-  # with getattr). True for gradient accumulation: global steps feed one
-  # update (MicroBatchesPerUpdateOf), and it must be the outermost wrapper.
+  # The features the runtime asks a class about (nothing probes getattr).
+  # True for gradient accumulation: global steps feed one update
+  # (MicroBatchesPerUpdateOf), and it must be the outermost wrapper.
   IS_ACCUMULATION = False
   # True when the step needs a second forward/backward pass at perturbed
   # weights (Sam); the gradient tape finds it (gradient_tape.FindPerturber).
   NEEDS_SECOND_PASS = False
-  # True for a wrapper whose replicas train their own copies
-  # (wrappers/replica_local.py: Easgd, LocalSgd).
+  # True for a wrapper whose replicas train their own copies (Easgd).
   REPLICA_LOCAL = False
   EVAL_WEIGHTS_LABEL = None  # The jobs' name of evaluated copies (None).
   WEIGHT_SLOTS = ()  # Slots that start at the weights (ZeRO-1 fills them).
   DEFAULT_LEARNING_RATE = None  # 1.0 for rate-free rules (resolve.py).
   SHARDS_WITH_RULE = False  # A wrapper ZeRO-1 shards with (wrapper.py).
-  # True when the rule's `_Step` on one element reads only that element's
-  # weight, gradient and slots (and the update's scalars): the base may
-  # then run it on the rows of a lazy sparse gradient and on a flat shard
-  # of the weights (ZeRO-1, sharded_state.py).
+  # True when `_Step` on one element reads only that element's weight,
+  # gradient, slots and the scalars: the base may run it on the rows of a
+  # lazy sparse gradient and on a flat shard (ZeRO-1, sharded_state.py).
   ELEMENTWISE = False
-  # True when `_Step` on a variable reads only that variable (and the
-  # scalars): ZeRO-1 gives each a home replica (home_sharding.py).
+  # True when `_Step` on a variable reads only it (and the scalars): ZeRO-1
+  # gives each a home replica (home_sharding.py).
   WHOLE_TENSOR = False
-  # The name of the rule's entry in kernels.ACCELERATORS (raw TF ops, fused
-  # multi-tensor ops), or None: `_Step` runs as TF ops.
+  # The rule's entry in kernels.ACCELERATORS, or None (`_Step`'s TF ops).
   ACCELERATOR = None
-  # True when `_Step` returns the new weights instead of a delta (the base
-  # assigns them: schedule-free's y, where y - (y - y_new) != y_new in the
-  # last bit).
+  # True when `_Step` returns the new weights, not a delta (schedule-free's
+  # y, where y - (y - y_new) != y_new in the last bit): the base assigns.
   STEP_GIVES_WEIGHTS = False
   # True when `_Step` applies decoupled weight decay itself (schedule-free
   # decays inside its direction u); the base then adds none after it.
   DECAY_IN_STEP = False
+  # Slots `_Step` sets to w when `_Scalars`' `first` (first_update.py).
+  FIRST_UPDATE_SLOTS = ()
   # The slots that are never negative (second moments, accumulators): with
   # slot_dtype=tf.int8 they use the unsigned dynamic map (twice the codes
   # in [0, 1]); the others the signed one.
@@ -449,6 +447,7 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     if present:
       kernels.LogPath('%s update' % type(self).__name__, reason)
     if reason:
+      update.first_taken = first_update.TakeFirstSlots(self, update, present)
       return [self._ApplyOne(update, vg.var, vg.grad, self.GetSlots(vg.var))
               for vg in present]
     variables = [vg.var for vg in present]
@@ -678,6 +677,8 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
       else:
         decay = rate * tf.identity(var.read_value())
     s = self._Scalars(update, var.dtype)
+    if update.get('first_taken'):  # first_update.py: the slots hold w.
+      s.first = tf.constant(False)
     if lazy:
       grad = accelerators.Scaled(grad, grad_scale)
       if accelerator is not None and accelerator.sparse is not None:

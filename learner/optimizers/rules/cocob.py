@@ -43,6 +43,7 @@ class COCOB(BaseOptimizer):
   """
 
   ELEMENTWISE = True
+  FIRST_UPDATE_SLOTS = ('x0',)  # Under XLA: base.py, first_update.py.
   SCHEDULABLE_PARAMS = ()
   DEFAULT_LEARNING_RATE = 1.0  # Rate-free (optax's default rate).
 

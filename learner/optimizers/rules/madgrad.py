@@ -44,6 +44,7 @@ class MADGRAD(BaseOptimizer):
   """
 
   ELEMENTWISE = True
+  FIRST_UPDATE_SLOTS = ('x0',)  # Under XLA: base.py, first_update.py.
 
   @classmethod
   def Params(cls):
