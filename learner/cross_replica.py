@@ -19,6 +19,10 @@ When `strategy.run` executes eagerly (no tf.function) the strategy's own
 `ReplicaContext.all_reduce` is used: there is no graph and an eager tf.cond
 runs its branch as plain Python, so its merge_call is allowed there.
 
+`ReduceScatterSum` gives each replica only its flat slice of the packed
+sum (one all-to-all, then a local sum: TF 2.21 has no CPU reduce-scatter
+kernel), for benchmarks.collectives and a sharded update's gradients.
+
 `AnyReplica` is the other collective: the learner's skip flags, ORed over
 the replicas in one small all-reduce per applied update, so that all
 replicas skip or apply together (docs/distributed.md, "One decision for
@@ -169,6 +173,73 @@ def AllGather(tensor):
   return tf.raw_ops.CollectiveGatherV2(
       input=tensor, group_size=n, group_key=group_key,
       instance_key=instance_key, ordering_token=[token.handle])
+
+
+def ReduceScatterSum(tensors):
+  """This replica's slice of the sum over replicas of the packed `tensors`.
+
+  The tensors are flattened and concatenated in order into one vector of n
+  elements, zero padded to N * s (s = ceil(n / N): the flat layout of
+  learner/optimizers/sharded_state.py); replica r gets elements
+  [r s, (r + 1) s) of the sum over the replicas of that vector. One
+  collective for all the tensors: a `CollectiveAllToAllV2` of the [N, s]
+  chunks (replica r receives every replica's chunk r), then a local sum of
+  the N received chunks in replica order. TF 2.21 has no CPU kernel for
+  `CollectiveReduceScatterV2`; the all-to-all has one (logical CPUs under
+  MirroredStrategy and workers under MultiWorkerMirroredStrategy). Each
+  replica sends (N - 1) s elements, as a ring reduce-scatter does; with the
+  all-gather of the updated slices after it, that is a ring all-reduce's
+  traffic (Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for
+  clusters of workstations", JPDC 2009: reduce-scatter then all-gather).
+
+  Summation: the float32 sum of 2 replicas is a + b, the all-reduce's (a +
+  b == b + a exactly); with N > 2 the order is replica 0, 1, ..., N - 1,
+  which may round differently from the all-reduce's ring order.
+
+  Eagerly (strategy.run without tf.function), the strategy's all-reduce
+  of the vector, then the slice: the same numbers, the full traffic.
+
+  Args:
+    tensors: non-empty list of float Tensors (any shapes), all of one dtype;
+      summed in float32 (as `AllReduceSum`) and returned in that dtype.
+
+  Returns:
+    A [s] Tensor of the tensors' dtype: this replica's slice of the sum.
+    With one replica (or outside a replica context) the whole padded
+    vector itself ([n], s = n).
+
+  Raises:
+    ValueError: `tensors` is empty or mixes dtypes.
+  """
+  dtypes = sorted({t.dtype.name for t in tensors})
+  if len(dtypes) != 1:
+    raise ValueError('ReduceScatterSum: tensors must be non-empty and of one '
+                     'dtype; got dtypes %s. Call it once per dtype.' % dtypes)
+  dtype = tensors[0].dtype
+  flat = [tf.reshape(tf.cast(t, tf.float32), [-1]) for t in tensors]
+  packed = tf.concat(flat, axis=0) if len(flat) > 1 else flat[0]
+  n = NumReplicas()
+  if n <= 1:
+    return tf.cast(packed, dtype)
+  total = sum(int(t.shape.num_elements()) for t in flat)
+  shard = max(1, -(-total // n))
+  if shard * n > total:
+    packed = tf.concat([packed, tf.zeros([shard * n - total])], axis=0)
+  ctx = tf.distribute.get_replica_context()
+  if tf.executing_eagerly():
+    summed = ctx.all_reduce(tf.distribute.ReduceOp.SUM, packed)
+    rid = int(tf.get_static_value(ctx.replica_id_in_sync_group))
+    return tf.cast(summed[rid * shard:(rid + 1) * shard], dtype)
+  group_key, instance_key, token = _Keys()
+  chunks = tf.raw_ops.CollectiveAllToAllV2(
+      input=tf.reshape(packed, [n, shard]), group_size=n,
+      group_key=group_key, instance_key=instance_key,
+      ordering_token=[token.handle])
+  rows = tf.unstack(chunks, num=n)
+  mine = rows[0]
+  for row in rows[1:]:  # In replica order (not a tree: order documented).
+    mine = mine + row
+  return tf.cast(mine, dtype)
 
 
 def WeightedAllReduce(grads, weight, extras=()):
