@@ -175,7 +175,7 @@ def AllGather(tensor):
       instance_key=instance_key, ordering_token=[token.handle])
 
 
-def ReduceScatterSum(tensors):
+def ReduceScatterSum(tensors, extras=None):
   """This replica's slice of the sum over replicas of the packed `tensors`.
 
   The tensors are flattened and concatenated in order into one vector of n
@@ -202,11 +202,15 @@ def ReduceScatterSum(tensors):
   Args:
     tensors: non-empty list of float Tensors (any shapes), all of one dtype;
       summed in float32 (as `AllReduceSum`) and returned in that dtype.
+    extras: None, or a list of float32 scalars every replica needs summed
+      whole (a weight, a count): appended to each replica's chunk, so they
+      ride in the same collective (N x len(extras) more elements).
 
   Returns:
-    A [s] Tensor of the tensors' dtype: this replica's slice of the sum.
-    With one replica (or outside a replica context) the whole padded
-    vector itself ([n], s = n).
+    A [s] Tensor of the tensors' dtype: this replica's slice of the sum;
+    with `extras`, (that slice, [the extras summed over the replicas]).
+    With one replica (or outside a replica context) the slice is the whole
+    vector ([n], s = n) and the extras are themselves.
 
   Raises:
     ValueError: `tensors` is empty or mixes dtypes.
@@ -218,28 +222,39 @@ def ReduceScatterSum(tensors):
   dtype = tensors[0].dtype
   flat = [tf.reshape(tf.cast(t, tf.float32), [-1]) for t in tensors]
   packed = tf.concat(flat, axis=0) if len(flat) > 1 else flat[0]
+  more = [tf.cast(e, tf.float32) for e in (extras or [])]
   n = NumReplicas()
   if n <= 1:
-    return tf.cast(packed, dtype)
+    out = tf.cast(packed, dtype)
+    return out if extras is None else (out, more)
   total = sum(int(t.shape.num_elements()) for t in flat)
   shard = max(1, -(-total // n))
   if shard * n > total:
     packed = tf.concat([packed, tf.zeros([shard * n - total])], axis=0)
+  chunks = tf.reshape(packed, [n, shard])
+  if more:  # Every chunk carries the extras: each replica sums them all.
+    chunks = tf.concat([chunks, tf.tile(tf.stack(more)[None], [n, 1])], 1)
+  mine = _AllToAllSum(chunks, n)
+  out = tf.cast(mine[:shard], dtype)
+  if extras is None:
+    return out
+  return out, (tf.unstack(mine[shard:], num=len(more)) if more else [])
+
+
+def _AllToAllSum(chunks, n):
+  """Row r of the sum over replicas of `chunks` [n, k], on replica r."""
   ctx = tf.distribute.get_replica_context()
   if tf.executing_eagerly():
-    summed = ctx.all_reduce(tf.distribute.ReduceOp.SUM, packed)
-    rid = int(tf.get_static_value(ctx.replica_id_in_sync_group))
-    return tf.cast(summed[rid * shard:(rid + 1) * shard], dtype)
+    summed = ctx.all_reduce(tf.distribute.ReduceOp.SUM, chunks)
+    return summed[int(tf.get_static_value(ctx.replica_id_in_sync_group))]
   group_key, instance_key, token = _Keys()
-  chunks = tf.raw_ops.CollectiveAllToAllV2(
-      input=tf.reshape(packed, [n, shard]), group_size=n,
-      group_key=group_key, instance_key=instance_key,
-      ordering_token=[token.handle])
-  rows = tf.unstack(chunks, num=n)
+  rows = tf.unstack(tf.raw_ops.CollectiveAllToAllV2(
+      input=chunks, group_size=n, group_key=group_key,
+      instance_key=instance_key, ordering_token=[token.handle]), num=n)
   mine = rows[0]
   for row in rows[1:]:  # In replica order (not a tree: order documented).
     mine = mine + row
-  return tf.cast(mine, dtype)
+  return mine
 
 
 def WeightedAllReduce(grads, weight, extras=()):

@@ -29,6 +29,7 @@ import tensorflow as tf
 
 from learner import cross_replica
 from learner import gradient_pipeline as pipeline
+from learner import gradient_scatter
 from learner.optimizers import kernels
 from learner.optimizers.kernels import AllFinite
 from learner.optimizers.var_grad import VarGrad
@@ -120,7 +121,8 @@ class UpdateStep:
 
   def PipelineAndApply(self, p, tracker, var_grads, lr, gradient_mask,
                        gradient_adjuster, applier, extra_skip=None,
-                       grad_prescale=None, losses_finite=None):
+                       grad_prescale=None, losses_finite=None,
+                       scattered=None):
     """The whole update: the pipeline's stages, the skip decision, the update.
 
     Runs learner/gradient_pipeline.py's stages, decides the skip (alone or
@@ -141,6 +143,10 @@ class UpdateStep:
       grad_prescale: optional float32 scalar: the gradient is
         `grad_prescale * grads` (accumulation: 1 / sum(weight)).
       losses_finite: optional bool scalar, False when a loss is not finite.
+      scattered: None, or the learner's variables when `var_grads` holds
+        this replica's reduce-scattered slices of them (learner/
+        gradient_scatter.py): the global norm is then all-reduced from the
+        slices, and var_norm/all and the metric names read `scattered`.
 
     Returns:
       ({stat name: float32 scalar} in the order of `pipeline.MetricNames`,
@@ -149,6 +155,7 @@ class UpdateStep:
     """
     variables = [vg.var for vg in var_grads.Flatten()]
     grads = [vg.grad for vg in var_grads.Flatten()]
+    full = variables if scattered is None else list(scattered)
     metrics = {}
     grads, grad_prescale = pipeline.Prescale(
         grads, grad_prescale, bool(
@@ -160,9 +167,12 @@ class UpdateStep:
     metrics.update(m)
     grads = pipeline.Mask(variables, grads, gradient_mask)
     defer = DefersVarNorm(p)
-    norms, m = pipeline.Norms(variables, grads, grad_prescale,
-                              p.var_norm_metrics and not defer,
-                              p.per_variable_norm_metrics)
+    if scattered is None:
+      norms, m = pipeline.Norms(variables, grads, grad_prescale,
+                                p.var_norm_metrics and not defer,
+                                p.per_variable_norm_metrics)
+    else:
+      norms, m = gradient_scatter.ScatteredNorms(grads, grad_prescale)
     metrics.update(m)
     grads, adjusted_finite = pipeline.Adjust(var_grads, grads,
                                              gradient_adjuster)
@@ -186,7 +196,7 @@ class UpdateStep:
     # Under XLA the metrics (var_norm/*, l1/l2_loss read the weights) go
     # through the update's cond, so their reads end before it writes.
     update = (lr, var_grads, grads, scaling, applier)
-    kw = dict(measured=variables if defer else None,
+    kw = dict(measured=full if defer else None,
               held=metrics if kernels.InXla() else None)
     if replicated:
       out, has_nan_or_inf = self.AgreeAndApply(skip, norms.norm, tracker,
@@ -196,7 +206,7 @@ class UpdateStep:
           skip, lambda: SkipReason(has_nan_or_inf, losses_finite), *update,
           **kw)
     metrics.update(out)
-    return ({k: metrics[k] for k in pipeline.MetricNames(p, variables)},
+    return ({k: metrics[k] for k in pipeline.MetricNames(p, full)},
             has_nan_or_inf)
 
   def ApplyOrSkip(self, skip, reason, lr, var_grads, grads, scaling,

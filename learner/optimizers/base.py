@@ -428,11 +428,14 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     """
     lr = tf.convert_to_tensor(lr, tf.float32)
     present = [vg for vg in var_grads.Flatten() if vg.grad is not None]
-    for vg in present:
+    sharding = self.__dict__.get('_state_sharding')
+    sliced = (sharding is not None and sharding.sharded and
+              sharding.AreSlices(present))
+    for vg in ([] if sliced else present):
       self._CheckBound(vg.var)
     with self.HyperScope():
-      update = self._BeginUpdate(lr, present, _grad_scale)
-      sharding = self.__dict__.get('_state_sharding')
+      update = self._BeginUpdate(
+          lr, sharding.Unsliced(present) if sliced else present, _grad_scale)
       if sharding is not None and sharding.sharded:
         ops = [sharding.Apply(present, lambda items: [
             self._ApplyOne(update, var, grad, slots)

@@ -370,9 +370,12 @@ class ShardedState(tf.Module):
       ValueError: a bound variable has no gradient.
     """
     rule = self.rule
+    replica = _ReplicaId()
+    if self.AreSlices(var_grads):
+      return self._Finish(replica, *self._SlicedItems(var_grads, replica),
+                          step_fn)
     grads = {id(vg.var): vg.grad for vg in var_grads}
     _CheckKnown(rule, self._layouts, [vg.var for vg in var_grads], 'Apply')
-    replica = _ReplicaId()
     items, ops = [], []
     for dtype, layout in sorted(self._layouts.items()):
       missing = [var_grad_lib.VarName(v) for v in layout.variables
@@ -388,6 +391,40 @@ class ShardedState(tf.Module):
                         for v in layout.variables], replica)
       ops.append(tf.raw_ops.AssignVariableOp(resource=shard.handle, value=w))
       items.append((self._proxies[dtype], g, self.shard_slots[dtype]))
+    return self._Finish(replica, items, ops, step_fn)
+
+  def AreSlices(self, var_grads):
+    """True when `var_grads` (VarGrads) are the reduce-scattered slices
+    (learner/gradient_scatter.py): their variables are this state's shard
+    proxies, one per dtype."""
+    proxies = {id(p) for p in getattr(self, '_proxies', {}).values()}
+    return bool(var_grads) and all(id(vg.var) in proxies for vg in var_grads)
+
+  def Unsliced(self, var_grads):
+    """What a rule's `_BeginUpdate` sees of sliced gradients: a VarGrad
+    with grad None for every sharded variable (the gradients are in the
+    slices; Momentum's fold asks only which variables are updated)."""
+    del var_grads
+    return [var_grad_lib.VarGrad(v, None)
+            for _, layout in sorted(self._layouts.items())
+            for v in layout.variables]
+
+  def _SlicedItems(self, var_grads, replica):
+    """(items, ops) of `Apply` for gradient slices: each dtype's shard
+    gets its slice of the weights (as unsliced), the step the given slice."""
+    by_dtype = {vg.var.dtype.name: vg.grad for vg in var_grads}
+    items, ops = [], []
+    for dtype, layout in sorted(self._layouts.items()):
+      w = layout.Slice([v.read_value() for v in layout.variables], replica)
+      ops.append(tf.raw_ops.AssignVariableOp(resource=self._shards[dtype].handle,
+                                             value=w))
+      items.append((self._proxies[dtype], by_dtype[dtype],
+                    self.shard_slots[dtype]))
+    return items, ops
+
+  def _Finish(self, replica, items, ops, step_fn):
+    """The rule's step on `items` after `ops`, the wrappers' moves, the
+    weights' all-gather (module doc, steps 3-4); returns the op."""
     with tf.control_dependencies([o for o in ops if o is not None]):
       done = [o for o in step_fn(items) if o is not None]
     for move in reversed(self._after_step):  # Innermost wrapper first.
