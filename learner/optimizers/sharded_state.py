@@ -17,8 +17,9 @@ One update, on replica r (inside `strategy.run`, no merge_call):
   1. The learner's pipeline runs as unsharded on the all-reduced full
      gradient (one packed all-reduce, learner/cross_replica.py): norms,
      clip, the skip decision agreed over the replicas, L1/L2, all exact.
-  2. The gradient shard g_r and the weight shard w_r are sliced out of the
-     full gradients and weights (static slices).
+     Or, when it can, on g_r reduce-scattered (learner/gradient_scatter.py).
+  2. The gradient shard g_r (unless given) and the weight shard w_r are
+     sliced out of the full gradients and weights (static slices).
   3. The rule's `Apply` (BaseOptimizer: the rule's `_Step`, or its raw
      op, on one variable) updates a per-replica shard variable holding
      w_r, with slots of shape [s] (ON_READ variables: one copy per device,
@@ -359,7 +360,7 @@ class ShardedState(tf.Module):
 
     Args:
       var_grads: list of VarGrad with a gradient: every bound variable
-        (a flat shard spans variables).
+        (a flat shard spans variables), or one slice per dtype.
       step_fn: callable([(shard var, gradient shard, shard slots)]) ->
         list of ops: the rule's update of one variable, run on each shard.
 
@@ -371,60 +372,26 @@ class ShardedState(tf.Module):
     """
     rule = self.rule
     replica = _ReplicaId()
-    if self.AreSlices(var_grads):
-      return self._Finish(replica, *self._SlicedItems(var_grads, replica),
-                          step_fn)
-    grads = {id(vg.var): vg.grad for vg in var_grads}
-    _CheckKnown(rule, self._layouts, [vg.var for vg in var_grads], 'Apply')
+    sliced = self.AreSlices(var_grads)  # Keyed by dtype, else by variable.
+    grads = {vg.var.dtype.name if sliced else id(vg.var): vg.grad
+             for vg in var_grads}
+    _CheckKnown(rule, self._layouts, [] if sliced else [
+        vg.var for vg in var_grads], 'Apply')
     items, ops = [], []
     for dtype, layout in sorted(self._layouts.items()):
-      missing = [var_grad_lib.VarName(v) for v in layout.variables
-                 if id(v) not in grads]
-      if missing:
+      if missing := [var_grad_lib.VarName(v) for v in layout.variables
+                     if not sliced and id(v) not in grads]:
         raise ValueError(
             '%s: shard_optimizer_state needs a gradient for every bound '
             'variable (a flat shard spans variables); none for %s. Exclude '
             'them with bprop_variable_exclusion.' % (rule.path, missing))
       shard = self._shards[dtype]
       w = layout.Slice([v.read_value() for v in layout.variables], replica)
-      g = layout.Slice([tf.convert_to_tensor(grads[id(v)])
-                        for v in layout.variables], replica)
+      g = grads[dtype] if sliced else layout.Slice(
+          [tf.convert_to_tensor(grads[id(v)]) for v in layout.variables],
+          replica)
       ops.append(tf.raw_ops.AssignVariableOp(resource=shard.handle, value=w))
       items.append((self._proxies[dtype], g, self.shard_slots[dtype]))
-    return self._Finish(replica, items, ops, step_fn)
-
-  def AreSlices(self, var_grads):
-    """True when `var_grads` (VarGrads) are the reduce-scattered slices
-    (learner/gradient_scatter.py): their variables are this state's shard
-    proxies, one per dtype."""
-    proxies = {id(p) for p in getattr(self, '_proxies', {}).values()}
-    return bool(var_grads) and all(id(vg.var) in proxies for vg in var_grads)
-
-  def Unsliced(self, var_grads):
-    """What a rule's `_BeginUpdate` sees of sliced gradients: a VarGrad
-    with grad None for every sharded variable (the gradients are in the
-    slices; Momentum's fold asks only which variables are updated)."""
-    del var_grads
-    return [var_grad_lib.VarGrad(v, None)
-            for _, layout in sorted(self._layouts.items())
-            for v in layout.variables]
-
-  def _SlicedItems(self, var_grads, replica):
-    """(items, ops) of `Apply` for gradient slices: each dtype's shard
-    gets its slice of the weights (as unsliced), the step the given slice."""
-    by_dtype = {vg.var.dtype.name: vg.grad for vg in var_grads}
-    items, ops = [], []
-    for dtype, layout in sorted(self._layouts.items()):
-      w = layout.Slice([v.read_value() for v in layout.variables], replica)
-      ops.append(tf.raw_ops.AssignVariableOp(resource=self._shards[dtype].handle,
-                                             value=w))
-      items.append((self._proxies[dtype], by_dtype[dtype],
-                    self.shard_slots[dtype]))
-    return items, ops
-
-  def _Finish(self, replica, items, ops, step_fn):
-    """The rule's step on `items` after `ops`, the wrappers' moves, the
-    weights' all-gather (module doc, steps 3-4); returns the op."""
     with tf.control_dependencies([o for o in ops if o is not None]):
       done = [o for o in step_fn(items) if o is not None]
     for move in reversed(self._after_step):  # Innermost wrapper first.
@@ -446,6 +413,16 @@ class ShardedState(tf.Module):
     if tf.executing_eagerly():
       return None
     return tf.group(done + writes)
+
+  def AreSlices(self, var_grads):
+    """True for slices of learner/gradient_scatter.py (on our proxies)."""
+    proxies = {id(p) for p in getattr(self, '_proxies', {}).values()}
+    return bool(var_grads) and all(id(vg.var) in proxies for vg in var_grads)
+
+  def Unsliced(self, unused_slices):
+    """A rule's `_BeginUpdate` sees VarGrad(v, None) of every variable."""
+    return [var_grad_lib.VarGrad(v, None) for _, layout in
+            sorted(self._layouts.items()) for v in layout.variables]
 
   @contextlib.contextmanager
   def AfterStep(self, move):
