@@ -12,8 +12,8 @@ resnet50 set's parameter count) through
   * all_to_all: CollectiveAllToAllV2 of the vector as [N, n/N] chunks
     (replica r receives every replica's chunk r);
   * reduce_scatter_a2a: cross_replica.ReduceScatterSum, the all-to-all and
-    the local sum of the N chunks (a sharded update's gradients, learner/
-    gradient_scatter.py);
+    the local sum of the N chunks (a sharded update's gradients,
+    cross_replica.ScatteredMean);
 interleaved in one run (timing.TimeRows); then reduce_scatter, TF's own
 CollectiveReduceScatterV2, last (TF 2.21 has no CPU implementation of it:
 the row then prints the error). Prints each row's median, the bytes one

@@ -28,7 +28,7 @@ reports, for the device of replica 0:
     of P bytes a ring all-reduce sends 2 (N - 1) / N P, for each
     CollectiveGatherV2 of P bytes (the replica's part) (N - 1) P, for each
     CollectiveAllToAllV2 of P bytes (the reduce-scatter of
-    learner/gradient_scatter.py) (N - 1) / N P. Zero for N = 1. Under accumulation the applying micro-step's collectives count.
+    cross_replica.ScatteredMean) (N - 1) / N P. Zero for N = 1. Under accumulation the applying micro-step's collectives count.
 Each lever is a change of the learners' (or the model's) params
 (`LEVERS`); `ideal` beside a sharded row is the fp32 row's state / N.
 

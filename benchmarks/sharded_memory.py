@@ -12,7 +12,7 @@ per-device copies: slots, and for the sharded run the [shard] copy of the
 weights the rule updates, reported apart), not RSS: both runs live in one
 process. A third Adam row, `adam_sharded_allreduce`, is the sharded step
 as it was before the reduce-scatter (traced with
-gradient_scatter.ScatterReason saying no: all-reduce, then slice), the
+update_step.ScatterReason saying no: all-reduce, then slice), the
 same-run baseline of issue 40. With `--muon`, Muon's two learners
 (learner_row.MuonLearners: Muon homed whole on the matrices, AdamW sliced
 on the rest) unsharded and sharded too. Then every run takes `--steps`
@@ -38,7 +38,7 @@ from benchmarks import collectives
 from benchmarks import learner_row
 from benchmarks import timing
 from benchmarks import variable_sets
-from learner import gradient_scatter
+from learner import update_step
 from learner import gradient_tape
 from learner import learner as learner_lib
 from learner import optimizers
@@ -110,12 +110,12 @@ def _AllReduceStep(step):
   def _Step():
     if traced:
       return step()
-    keep = gradient_scatter.ScatterReason
-    gradient_scatter.ScatterReason = lambda *a, **k: 'baseline row'
+    keep = update_step.ScatterReason
+    update_step.ScatterReason = lambda *a, **k: 'baseline row'
     try:
       return step()
     finally:
-      gradient_scatter.ScatterReason = keep
+      update_step.ScatterReason = keep
       traced.append(True)
 
   return _Step

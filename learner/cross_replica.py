@@ -21,7 +21,9 @@ runs its branch as plain Python, so its merge_call is allowed there.
 
 `ReduceScatterSum` gives each replica only its flat slice of the packed
 sum (one all-to-all, then a local sum: TF 2.21 has no CPU reduce-scatter
-kernel), for benchmarks.collectives and a sharded update's gradients.
+kernel). `ScatteredMean` is `AllReduceMean` for ZeRO-1's flat slices (the
+learner asks `update_step.MeanOverReplicas` which one to run) and
+`ScatteredNorms` the global norm from the slices.
 
 `AnyReplica` is the other collective: the learner's skip flags, ORed over
 the replicas in one small all-reduce per applied update, so that all
@@ -37,7 +39,9 @@ import threading
 import tensorflow as tf
 from tensorflow.python.ops import resource_variable_ops  # pylint: disable=g-direct-tensorflow-import
 
+from learner import gradient_pipeline as pipeline
 from learner.optimizers.var_grad import VarGrad
+from params import NestedMap
 from schedules.base_schedule import NumReplicasInSync
 
 # Registry of collective group keys, one per set of devices (explicit,
@@ -343,3 +347,69 @@ def AllReduceMean(var_grads, weight, losses_finite=None):
   return var_grads.Pack([
       VarGrad(vg.var, tf.math.divide_no_nan(g, tf.cast(wsum, g.dtype)))
       for vg, g in zip(vgs, summed)]), losses_finite, wsum <= 0.0
+
+
+def ScatteredMean(state, var_grads, weight, losses_finite=None):
+  """This replica's slices of sum(weight * grad) / sum(weight).
+
+  As AllReduceMean (a replica with weight 0 contributes
+  zeros; the losses' verdict rides along), with one reduce-scatter per
+  dtype of the flat layout instead of the all-reduce.
+
+  Args:
+    state: the learner's ShardedState (sharded_state.py; bound under N > 1):
+      its `layouts` ({dtype name: layout with `.variables`}) and
+      `ShardProxy(dtype)` are used.
+    var_grads: NestedMap of VarGrad, this replica's unweighted gradients,
+      one for every variable of the layouts (else use the all-reduce).
+    weight: float32 scalar, this replica's loss weight.
+    losses_finite: None, or a bool scalar: this replica's losses are finite.
+
+  Returns:
+    (sliced, losses_finite, empty): `sliced` a NestedMap {dtype name:
+    VarGrad(the rule's shard proxy of that dtype, [s] mean slice)}; None
+    or the bool scalar agreed over the replicas; a bool scalar, True when
+    no replica has an example.
+  """
+  grads = {id(vg.var): vg.grad for vg in var_grads.Flatten()}
+  extras = [weight]
+  if losses_finite is not None:
+    extras.append(tf.where(tf.logical_and(weight > 0.0,
+                                          tf.logical_not(losses_finite)),
+                           1.0, 0.0))
+  slices, summed = {}, None
+  for dtype, layout in sorted(state.layouts.items()):
+    weighted = [tf.math.multiply_no_nan(
+        tf.convert_to_tensor(grads[id(v)]), tf.cast(weight, v.dtype))
+                for v in layout.variables]
+    if summed is None:
+      slices[dtype], summed = ReduceScatterSum(weighted,
+                                                             extras)
+    else:
+      slices[dtype] = ReduceScatterSum(weighted)
+  wsum = summed[0]
+  if losses_finite is not None:
+    losses_finite = tf.equal(summed[1], 0.0)
+  sliced = NestedMap({
+      dtype: VarGrad(state.ShardProxy(dtype), tf.math.divide_no_nan(
+          g, tf.cast(wsum, g.dtype))) for dtype, g in slices.items()})
+  return sliced, losses_finite, wsum <= 0.0
+
+
+def ScatteredNorms(grads, prescale):
+  """The global gradient norm from this replica's slices (one collective).
+
+  Args:
+    grads: this replica's gradient slices (list of [s] tensors).
+    prescale: None or a float32 scalar multiplying the gradient.
+
+  Returns:
+    (pipeline.GradNorms(half: the slices' own sum(g^2) / 2, norm: the
+    global L2 norm, the same on every replica), {grad_norm/all: norm}).
+  """
+  half = pipeline.HalfSquaredNorms(grads)
+  (total,) = AllReduceSum([tf.add_n(half + [tf.constant(0.)])])
+  if prescale is not None:
+    total = total * prescale * prescale
+  norm = tf.sqrt(2.0 * total)
+  return pipeline.GradNorms(half, norm), {pipeline.GRAD_NORM: norm}

@@ -37,7 +37,6 @@ import tensorflow as tf
 
 from learner import cross_replica
 from learner import gradient_pipeline as pipeline
-from learner import gradient_scatter
 from learner import gradient_tape
 from learner import update_step
 from learner import loss_scale as loss_scale_lib
@@ -628,18 +627,10 @@ class Learner(BaseLayer):
       stats, window_weight = self._update_step.AccumulateOrUpdate(
           p, var_grads, weight, _Update, step_weight)
     else:
-      losses_finite, empty = kernels.AllFinite(losses), None
-      scattered = None
-      if cross_replica.NumReplicas() > 1 and not self._replica_local:
-        state = self._ScatterState(var_grads, gradient_mask,
-                                   gradient_adjuster)
-        if state is not None:  # Each replica gets its slices only.
-          scattered = [vg.var for vg in var_grads.Flatten()]
-          var_grads, losses_finite, empty = gradient_scatter.ScatteredMean(
-              state, var_grads, weight, losses_finite)
-        else:
-          var_grads, losses_finite, empty = cross_replica.AllReduceMean(
-              var_grads, weight, losses_finite)
+      losses_finite = kernels.AllFinite(losses)
+      var_grads, losses_finite, empty, scattered = update_step.MeanOverReplicas(
+          p, self.optimizer, var_grads, weight, losses_finite, gradient_mask,
+          gradient_adjuster, self._replica_local)
       stats = _Update(var_grads, self.optimizer, extra_skip=empty,
                       losses_finite=losses_finite, scattered=scattered)
       window_weight = tf.constant(1.0)
@@ -647,15 +638,6 @@ class Learner(BaseLayer):
     if tf.executing_eagerly():
       return None, eval_metrics
     return tf.group([v for v, _ in eval_metrics.values()]), eval_metrics
-
-  def _ScatterState(self, var_grads, gradient_mask, gradient_adjuster):
-    """The sharded state when the gradients are reduce-scattered
-    (learner/gradient_scatter.py), else None (the all-reduce)."""
-    if gradient_scatter.ScatterReason(self.params, self.optimizer,
-                                      gradient_mask, gradient_adjuster):
-      return None
-    state = sharded_state.StateOf(self.optimizer)
-    return state if gradient_scatter.CoversAll(state, var_grads) else None
 
   def _PresentGradients(self, var_grads):
     """`var_grads` without its None grads; raises if empty or unbound."""

@@ -412,7 +412,7 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     multi-tensor op or a raw TF op when its accelerator runs, else `_Step`
     on the variable (its slots read and stored in `slot_dtype`), on the
     rows of a lazy sparse gradient, or on this replica's flat shard
-    (`UseStateSharding`).
+    (`UseStateSharding`; then `var_grads` may be its gradient slices).
 
     Args:
       lr: float32 scalar tensor, the scheduled learning rate.
@@ -429,14 +429,13 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     lr = tf.convert_to_tensor(lr, tf.float32)
     present = [vg for vg in var_grads.Flatten() if vg.grad is not None]
     sharding = self.__dict__.get('_state_sharding')
-    sliced = (sharding is not None and sharding.sharded and
-              sharding.AreSlices(present))
-    for vg in ([] if sliced else present):
+    on = sharding is not None and sharding.sharded
+    view = sharding.UpdateView(present) if on else present  # Slices: vars.
+    for vg in view:
       self._CheckBound(vg.var)
     with self.HyperScope():
-      update = self._BeginUpdate(
-          lr, sharding.Unsliced(present) if sliced else present, _grad_scale)
-      if sharding is not None and sharding.sharded:
+      update = self._BeginUpdate(lr, view, _grad_scale)
+      if on:
         ops = [sharding.Apply(present, lambda items: [
             self._ApplyOne(update, var, grad, slots)
             for var, grad, slots in items])]
@@ -476,9 +475,8 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     Args:
       vgs: non-empty list of VarGrad with a gradient each.
     """
-    sharding = self.__dict__.get('_state_sharding')
-    if sharding is not None and sharding.sharded:
-      return sharding.REASON
+    if getattr(self.state_sharding, 'sharded', False):
+      return self.state_sharding.REASON
     accelerator, reason = _AcceleratorOf(type(self))
     if reason is None and accelerator.multi is None:
       reason = 'no fused kernel for this rule'

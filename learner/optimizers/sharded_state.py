@@ -17,7 +17,7 @@ One update, on replica r (inside `strategy.run`, no merge_call):
   1. The learner's pipeline runs as unsharded on the all-reduced full
      gradient (one packed all-reduce, learner/cross_replica.py): norms,
      clip, the skip decision agreed over the replicas, L1/L2, all exact.
-     Or, when it can, on g_r reduce-scattered (learner/gradient_scatter.py).
+     Or, when it can, on g_r reduce-scattered (update_step.ScatterReason).
   2. The gradient shard g_r (unless given) and the weight shard w_r are
      sliced out of the full gradients and weights (static slices).
   3. The rule's `Apply` (BaseOptimizer: the rule's `_Step`, or its raw
@@ -372,7 +372,7 @@ class ShardedState(tf.Module):
     """
     rule = self.rule
     replica = _ReplicaId()
-    sliced = self.AreSlices(var_grads)  # Keyed by dtype, else by variable.
+    sliced = self.UpdateView(var_grads) is not var_grads  # Dtype keys.
     grads = {vg.var.dtype.name if sliced else id(vg.var): vg.grad
              for vg in var_grads}
     _CheckKnown(rule, self._layouts, [] if sliced else [
@@ -414,15 +414,15 @@ class ShardedState(tf.Module):
       return None
     return tf.group(done + writes)
 
-  def AreSlices(self, var_grads):
-    """True for slices of learner/gradient_scatter.py (on our proxies)."""
+  def UpdateView(self, var_grads):
+    """`var_grads`; for cross_replica.ScatteredMean's slices (on our
+    proxies) VarGrad(v, None) of every variable: what the rule checks as
+    bound and its `_BeginUpdate` sees."""
     proxies = {id(p) for p in getattr(self, '_proxies', {}).values()}
-    return bool(var_grads) and all(id(vg.var) in proxies for vg in var_grads)
-
-  def Unsliced(self, unused_slices):
-    """A rule's `_BeginUpdate` sees VarGrad(v, None) of every variable."""
-    return [var_grad_lib.VarGrad(v, None) for _, layout in
-            sorted(self._layouts.items()) for v in layout.variables]
+    if not var_grads or any(id(vg.var) not in proxies for vg in var_grads):
+      return var_grads
+    return [var_grad_lib.VarGrad(v, None) for layout in
+            self._layouts.values() for v in layout.variables]
 
   @contextlib.contextmanager
   def AfterStep(self, move):

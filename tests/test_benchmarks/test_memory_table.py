@@ -60,7 +60,7 @@ def test_memory_table_small_set_bytes_per_replica(tmp_path):
   # Bytes sent: none on one replica; on two, a ring all-reduce of the
   # gradients (2 (N-1)/N x 4P = 4P) plus five float32 scalars of the step
   # (two packed with the gradients, three in one more all-reduce: 20 B).
-  # ZeRO-1 reduce-scatters instead (learner/gradient_scatter.py): an
+  # ZeRO-1 reduce-scatters instead (cross_replica.ScatteredMean): an
   # all-to-all of [2, P/2 + 2] (each half carries the weight and the loss
   # flag) keeps its own row and sends the other, 4 (P/2 + 2) B; then the
   # norm (4 B in a ring all-reduce of [1]), the three flags (12 B) and the

@@ -1,4 +1,5 @@
-"""ZeRO-1 with reduce-scattered gradients (learner/gradient_scatter.py).
+"""ZeRO-1 with reduce-scattered gradients (update_step.MeanOverReplicas,
+cross_replica.ScatteredMean).
 
 MirroredStrategy on the 2 logical CPUs of tests/conftest.py, the model and
 data of sharded_cases.py (33 float32 elements: shards of 17 that span
@@ -11,7 +12,7 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.framework import function_def_to_graph  # pylint: disable=g-direct-tensorflow-import
 
-from learner import gradient_scatter
+from learner import update_step
 from learner import gradient_tape
 from learner.optimizers.rules.adam import Adam
 from learner.training.cluster import distribution
@@ -72,7 +73,7 @@ def test_without_clip_equals_unsharded_bit_for_bit(strategy, name):
   kw = dict(steps=8, nan_at=(3, 1))
   ref, ref_l = cases.Run(strategy, cases.OPTS[name](), False, **kw)
   got, got_l = cases.Run(strategy, cases.OPTS[name](), True, **kw)
-  assert gradient_scatter.ScatterReason(got_l.params, got_l.optimizer) is None
+  assert update_step.ScatterReason(got_l.params, got_l.optimizer) is None
   cases.AssertBitEqual(cases.Weights(strategy, ref),
                        cases.Weights(strategy, got))
   res = strategy.experimental_local_results
@@ -110,7 +111,7 @@ def test_mixed_dtypes_scatter_each_and_match_unsharded(strategy):
 def test_reasons_that_keep_the_all_reduce(strategy):
   def Reason(opt, shard=True, **kw):
     _, lrn, _ = cases.Build(strategy, opt, shard, **kw)
-    return gradient_scatter.ScatterReason(lrn.params, lrn.optimizer)
+    return update_step.ScatterReason(lrn.params, lrn.optimizer)
   assert Reason(Adam.Params()) is None
   assert Reason(Adam.Params(), l1_regularizer_weight=0.0) == (
       'an L1/L2 regularizer')

@@ -478,7 +478,7 @@ def test_two_workers_sharded_equals_unsharded(two_workers):
 @pytest.mark.slow
 def test_two_workers_reduce_scattered_equal_unsharded(two_workers):
   """Momentum, Adam, AdamW with no wrapper: the gradients reduce-scattered
-  across 2 processes (learner/gradient_scatter.py). Without clipping the
+  across 2 processes (update_step.MeanOverReplicas). Without clipping the
   unsharded weights bit for bit (a + b is the all-reduce's sum); with it
   within 1e-6 (the norm is summed slice by slice). Step 3's NaN is
   skipped on both workers, and both end with the same weights."""

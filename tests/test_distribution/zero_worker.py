@@ -46,7 +46,7 @@ def main(argv):
       result[name][label] = {k: v[0].tolist() for k, v in weights.items()}
       result[name][label + '_dropped'] = int(
           lrn.optimizer.num_dropped_microbatches.numpy())
-  # Gradients reduce-scattered (learner/gradient_scatter.py: no wrapper),
+  # Gradients reduce-scattered (update_step.MeanOverReplicas: no wrapper),
   # a NaN on replica 1 at step 3; with clip and without.
   for name in sorted(cases.OPTS):
     for clip in (0.0, 0.5):
