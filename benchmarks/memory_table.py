@@ -63,6 +63,7 @@ def _SetShard(lp, model_p):
     return '%s unsharded (%s: neither elementwise nor whole-tensor)' % (
         lp.name, rule.__name__)
   lp.shard_optimizer_state = True
+  lp.scatter_clipped_gradients = True  # Reduce-scatter under the clip too.
   return None
 
 

@@ -69,7 +69,7 @@ def _Learners(shard, muon):
   base = learner_lib.Learner.Params().Set(
       name='bench', loss_name='loss', learning_rate=1e-3,
       clip_gradient_norm_to_value=1.0, optimizer=optimizers.Adam.Params(),
-      shard_optimizer_state=shard)
+      shard_optimizer_state=shard, scatter_clipped_gradients=True)
   if not muon:
     return [base]
   cfg = NestedMap(lr=0.02, adamw_lr=1e-3)

@@ -489,7 +489,8 @@ def ScatterReason(p, optimizer, gradient_mask=None, gradient_adjuster=None):
   et al. SC 2020, section 7.2.1). With 2 replicas the slices are the
   all-reduce's bit for bit (a + b); the norm is summed in another order
   (slice by slice, then over replicas), so a clipped update may differ
-  from the unsharded one in the last bit of the clip scale.
+  from the unsharded one in the last bit of the clip scale: only with
+  `scatter_clipped_gradients` does a norm that clips or tracks allow it.
 
   Args:
     p: the Learner's params.
@@ -506,6 +507,9 @@ def ScatterReason(p, optimizer, gradient_mask=None, gradient_adjuster=None):
        'no flat-slice sharded state'),
       (sharded_state.Chain(optimizer)[1] is not optimizer,
        'a wrapper or accumulation around the rule'),
+      ((p.clip_gradient_norm_to_value or p.grad_norm_to_clip_to_zero or
+        p.grad_norm_tracker is not None) and not p.scatter_clipped_gradients,
+       'the global norm clips or tracks (scatter_clipped_gradients=False)'),
       (p.l1_regularizer_weight is not None or
        p.l2_regularizer_weight is not None, 'an L1/L2 regularizer'),
       (p.per_variable_norm_metrics, 'per_variable_norm_metrics'),

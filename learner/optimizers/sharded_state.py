@@ -40,8 +40,8 @@ checkpoint holds per variable each element's code and its block's absmax
 restore on the same replica count is bit-identical, one on another count
 requantizes once; it restores under ZeRO-1 only (unsharded keys differ).
 
-Rules that declare `ELEMENTWISE` are sliced this way (schedule-free's x, z
-too); `WHOLE_TENSOR` rules get a home replica per variable (home_sharding.py).
+`ELEMENTWISE` rules are sliced (schedule-free's x, z too), `WHOLE_TENSOR`
+ones homed per variable (home_sharding.py).
 Wrappers between an optional outermost GradientAccumulation and the rule:
 `SHARDS_WITH_RULE` (Ema, Lookahead, SWA: copies in the flat layout,
 sharded_wrappers.py) or `SHARDS_INNER` (Lars). Others: refused in one line.
@@ -125,19 +125,13 @@ def Chain(optimizer):
   return wrappers, node
 
 
-def _Shardable(cls):
-  """True for a rule class whose state may be sharded by flat slices (its
-  eval weights, if any, are slots: schedule-free's x, read gathered)."""
-  return cls.ELEMENTWISE
-
-
 def ShardableRuleNames():
   """The registered rules (rules.RULES) sliced by flat slices, by name."""
-  return [r.cls.__name__ for r in rules_lib.RULES if _Shardable(r.cls)]
+  return [r.cls.__name__ for r in rules_lib.RULES if r.cls.ELEMENTWISE]
 
 
 def DefineParams(p):
-  """Defines the Learner param `shard_optimizer_state` on `p` (in place)."""
+  """Defines the Learner's ZeRO-1 params on `p` (in place)."""
   p.Define(
       'shard_optimizer_state', False,
       'ZeRO-1: with N > 1 replicas each keeps and updates 1/N of the '
@@ -146,6 +140,12 @@ def DefineParams(p):
       'the updated weights are all-gathered; the same numbers as False. '
       'Others are refused in one line (docs/distributed.md, "Sharded '
       'optimizer state (ZeRO-1)"). No-op with one replica.')
+  p.Define(
+      'scatter_clipped_gradients', False,
+      'Flat-slice ZeRO-1: reduce-scatter the gradients also when the global '
+      'norm clips or tracks them (summed slice by slice: the update may '
+      'differ from unsharded in the last bit). False all-reduces them then '
+      '(docs/distributed.md, "Gradient communication").')
   return p
 
 
@@ -182,7 +182,7 @@ def Install(path, optimizer, p, all_gather):
         'agree to apply, and a sharded update all-gathers the weights, which '
         'needs every replica. Set one of them False.' % path)
   rule = RuleToShard(path, optimizer)
-  if _Shardable(type(rule)):
+  if type(rule).ELEMENTWISE:  # Eval weights, if any, are slots (gathered).
     state = ShardedState(rule, all_gather)
   else:
     state = home_sharding.HomeState(rule, all_gather)

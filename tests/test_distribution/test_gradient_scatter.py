@@ -54,14 +54,17 @@ def test_step_sends_one_all_to_all_and_no_gradient_all_reduce(strategy):
   # [2, 19]. All-reduces: the global norm [1] and AnyReplica's 3 flags.
   # The all-gather: the updated [17] slice.
   found = _Collectives(strategy, Adam.Params(),
-                       clip_gradient_norm_to_value=0.5)
+                       clip_gradient_norm_to_value=0.5,
+                       scatter_clipped_gradients=True)
   assert found['CollectiveAllToAllV2'] == [[2, 19]]
   assert sorted(found['CollectiveReduceV2']) == [[1], [3]]
   assert found['CollectiveGatherV2'] == [[17]]
 
 
-def test_an_l2_term_keeps_the_all_reduce_of_33_elements(strategy):
-  found = _Collectives(strategy, Adam.Params(), l2_regularizer_weight=1e-3)
+@pytest.mark.parametrize('kw', [dict(l2_regularizer_weight=1e-3),
+                                dict(clip_gradient_norm_to_value=0.5)])
+def test_l2_or_a_clip_by_default_keeps_the_all_reduce_of_33(strategy, kw):
+  found = _Collectives(strategy, Adam.Params(), **kw)
   assert 'CollectiveAllToAllV2' not in found
   assert [33 + 2] in found['CollectiveReduceV2']  # Weight and loss flag.
 
@@ -86,7 +89,8 @@ def test_without_clip_equals_unsharded_bit_for_bit(strategy, name):
 def test_with_clip_matches_unsharded_and_replicas_agree(strategy, name):
   # The norm is summed slice by slice then over replicas: within 1e-6 of
   # the unsharded (the ZeRO-1 acceptance bound); the replicas bit-equal.
-  kw = dict(steps=20, nan_at=(5, 1), clip_gradient_norm_to_value=0.5)
+  kw = dict(steps=20, nan_at=(5, 1), clip_gradient_norm_to_value=0.5,
+            scatter_clipped_gradients=True)
   ref, _ = cases.Run(strategy, cases.OPTS[name](), False, **kw)
   got, _ = cases.Run(strategy, cases.OPTS[name](), True, **kw)
   want, have = cases.Weights(strategy, ref), cases.Weights(strategy, got)
@@ -113,6 +117,10 @@ def test_reasons_that_keep_the_all_reduce(strategy):
     _, lrn, _ = cases.Build(strategy, opt, shard, **kw)
     return update_step.ScatterReason(lrn.params, lrn.optimizer)
   assert Reason(Adam.Params()) is None
+  assert Reason(Adam.Params(), clip_gradient_norm_to_value=1.0) == (
+      'the global norm clips or tracks (scatter_clipped_gradients=False)')
+  assert Reason(Adam.Params(), grad_norm_to_clip_to_zero=9.0,
+                scatter_clipped_gradients=True) is None
   assert Reason(Adam.Params(), l1_regularizer_weight=0.0) == (
       'an L1/L2 regularizer')
   assert Reason(Adam.Params(), per_variable_norm_metrics=True) == (

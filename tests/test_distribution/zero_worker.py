@@ -54,7 +54,8 @@ def main(argv):
       result[key] = {}
       for label, shard in (('plain', False), ('sharded', True)):
         task, lrn = cases.Run(strategy, cases.OPTS[name](), shard, steps=8,
-                              nan_at=(3, 1), clip_gradient_norm_to_value=clip)
+                              nan_at=(3, 1), clip_gradient_norm_to_value=clip,
+                              scatter_clipped_gradients=True)
         result[key][label] = {k: v[0].tolist() for k, v in
                               cases.Weights(strategy, task).items()}
         result[key][label + '_skipped'] = int(lrn.num_skipped_steps.numpy())
