@@ -252,12 +252,12 @@ def _AllToAllSum(chunks, n):
     summed = ctx.all_reduce(tf.distribute.ReduceOp.SUM, chunks)
     return summed[int(tf.get_static_value(ctx.replica_id_in_sync_group))]
   group_key, instance_key, token = _Keys()
-  rows = tf.unstack(tf.raw_ops.CollectiveAllToAllV2(
+  got = tf.raw_ops.CollectiveAllToAllV2(
       input=chunks, group_size=n, group_key=group_key,
-      instance_key=instance_key, ordering_token=[token.handle]), num=n)
-  mine = rows[0]
-  for row in rows[1:]:  # In replica order (not a tree: order documented).
-    mine = mine + row
+      instance_key=instance_key, ordering_token=[token.handle])
+  mine = got[0]  # Rows of dim 0: contiguous slices, not copied.
+  for r in range(1, n):  # In replica order (not a tree: order documented).
+    mine = mine + got[r]
   return mine
 
 
