@@ -263,6 +263,11 @@ def _ReadLineValue(shown, key, value_text, current, params_classes):
         value_text.strip()[:1] in ('"', "'")):
       hint += (" A schedule's length may instead be one duration, e.g. "
                "'2000 examples' or '3 epochs'.")
+    if (isinstance(current, ParamsBase) and plan[0] == 'value' and
+        isinstance(plan[1], type)):
+      hint = (' To swap the class of %r write %s.cls : %s (its other keys '
+              'stay), or give its params: %s : Params(...).' % (
+                  key, key, value_text.strip(), key))
     raise ValueError('Line %s: wrong type for %r: %s.%s' %
                      (shown, key, OneLine(err).rstrip('.'), hint))
   return value

@@ -9,6 +9,7 @@ imports), `ResolveImportPath` imports (for code only). Paths that moved are
 mapped by params/moved_paths.py first. Nothing here knows `Params`.
 """
 
+import difflib
 import importlib
 import sys
 import types
@@ -195,10 +196,12 @@ def LookupImported(path):
                          'class' % (path, attr))
       found = vars(obj).get(attr, _MISSING)
       if found is _MISSING:
+        close = difflib.get_close_matches(attr, list(vars(obj)), n=1)
         raise ValueError(
-            'cannot resolve %r: %r has no %r, or it is a module that is not '
+            'cannot resolve %r: %r has no %r%s, or it is a module that is not '
             'imported (params text never imports a module: import it in '
-            'code)' % (path, getattr(obj, '__name__', module_name), attr))
+            'code)' % (path, getattr(obj, '__name__', module_name), attr,
+                       ' (did you mean %r?)' % close[0] if close else ''))
       obj = found.__func__ if isinstance(found, staticmethod) else found
     return obj
   raise ValueError('cannot resolve %r: its module is not imported (params text '

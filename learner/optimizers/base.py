@@ -167,8 +167,7 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
   # The params `hyper_schedules` may name: those this class reads through
   # `Hyper(name)` in its update (a subclass extends or empties the tuple).
   SCHEDULABLE_PARAMS = ('decoupled_weight_decay',)
-  # True when a subclass's own Apply accepts `_grad_scale` (ApplyScaled then
-  # calls it instead of materialising the scaled gradients).
+  # True when its own Apply takes `_grad_scale` (ApplyScaled calls it then).
   APPLY_TAKES_GRAD_SCALE = False
   # The features the runtime asks an optimizer's class about, declared here
   # once with their defaults (a subclass sets its own; nothing probes them
@@ -183,6 +182,7 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
   REPLICA_LOCAL = False
   EVAL_WEIGHTS_LABEL = None  # The jobs' name of evaluated copies (None).
   WEIGHT_SLOTS = ()  # Slots that start at the weights (ZeRO-1 fills them).
+  DEFAULT_LEARNING_RATE = None  # 1.0 for rate-free rules (resolve.py).
   SHARDS_WITH_RULE = False  # A wrapper ZeRO-1 shards with (wrapper.py).
   # True when the rule's `_Step` on one element reads only that element's
   # weight, gradient and slots (and the update's scalars): the base may
@@ -221,8 +221,8 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     if p.lazy_sparse_updates and not type(self).SUPPORTS_LAZY_SPARSE:
       logging.warning(
           '%s: lazy_sparse_updates=True, but %s does not update sparse rows '
-          'lazily (SUPPORTS_LAZY_SPARSE is False): sparse gradients are '
-          'densified and every row moves.', self.path, type(self).__name__)
+          'lazily (they are densified); set lazy_sparse_updates : False on '
+          'it to silence this.', self.path, type(self).__name__)
     self._num_updates = self.CreateVariable(
         'num_updates', [], init=0, trainable=False, dtype=tf.int64)
     self._slots = {}

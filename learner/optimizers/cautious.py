@@ -86,14 +86,17 @@ def CheckParams(opt, has_step):
       continue
     if not has_step or cls.STEP_GIVES_WEIGHTS or (
         key == 'cautious_weight_decay' and cls.DECAY_IN_STEP):
-      raise ValueError(
-          '%s: %s=True is not supported by %s (%s); set it on an update rule '
-          'that returns a delta from _Step (for a wrapper: on its inner '
-          'optimizer), or set %s=False.' % (
-              where, key, cls.__name__,
-              'no _Step: a wrapper or a rule with its own update'
-              if not has_step else '_Step gives the new weights and decays '
-              'inside it', key))
+      if not has_step:
+        why, fix = ('a wrapper, or a rule with its own update: nothing to '
+                    'mask', 'for a wrapper set it on its inner optimizer')
+      elif cls.STEP_GIVES_WEIGHTS:
+        why, fix = ('its step gives the new weights, not an update to mask',
+                    'use a rule such as adamw, lion or muon')
+      else:
+        why, fix = ('it decays the weights inside its own step',
+                    'use a rule such as adamw, lion or muon')
+      raise ValueError('%s: %s=True is not supported by %s (%s); %s, or set '
+                       '%s=False.' % (where, key, cls.__name__, why, fix, key))
   if p.cautious_weight_decay and not opt.WeightDecayOn():
     raise ValueError(
         '%s: cautious_weight_decay=True with decoupled_weight_decay=0 has '

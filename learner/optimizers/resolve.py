@@ -103,7 +103,8 @@ def ResolveOptimizer(owner, p):
   Returns:
     (Params of a BaseOptimizer, Python float base learning rate): the rate
     is `learning_rate`, else optimizer_fn's, else 1.0 for a Keras schedule
-    (which holds the rate itself).
+    (which holds the rate itself), else the rule's DEFAULT_LEARNING_RATE
+    (1.0 for the rate-free rules: DoG, DoWG, COCOB, Prodigy, D-Adapt).
 
   Raises:
     ValueError: both or neither of optimizer and optimizer_fn; no rate
@@ -116,8 +117,8 @@ def ResolveOptimizer(owner, p):
   if p.optimizer is not None and p.optimizer_fn is not None:
     raise ValueError(
         'Learner %r: both optimizer and optimizer_fn are set; set only one '
-        '(optimizer=<params> or optimizer_fn=<factory or callable>).' %
-        path)
+        '(optimizer=<params> or optimizer_fn=<factory or callable>; from the '
+        'command line add <learner>.optimizer : None).' % path)
   if p.optimizer is None and p.optimizer_fn is None:
     raise ValueError(
         'Learner %r: neither optimizer nor optimizer_fn is set; e.g. '
@@ -144,6 +145,8 @@ def ResolveOptimizer(owner, p):
       p.lr_schedule) and fn_lr is None:
     return opt_params, 1.0  # A Keras schedule gives the rate itself.
   if p.learning_rate is None:
+    if fn_lr is None and opt_params.cls.DEFAULT_LEARNING_RATE is not None:
+      return opt_params, float(opt_params.cls.DEFAULT_LEARNING_RATE)
     if fn_lr is None:
       raise ValueError(
           'Learner %r: learning_rate is None and the optimizer gives no '

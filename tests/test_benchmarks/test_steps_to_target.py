@@ -214,10 +214,32 @@ def test_target_lines_for_soap_and_the_rate_free_rules():
   text = '\n'.join(stt.TargetLines(results))
   # 200 / 300 = 0.667 and 144 / 160 = 0.9.
   assert 'SOAP/Adam steps to target on mnist1d.ConvNet: 0.667' in text
-  assert 'on lm.CharTransformer: 0.900 (want <= 0.8): MISSED' in text
+  assert 'on lm.CharTransformer: 0.900 (want <= 0.8 for Shampoo or SOAP): ' \
+      'MISSED' in text
   # (0.951 - 0.767) / 0.951 = 19.3 % worse; (0.951 - 0.912) / 0.951 = 4.1 %.
   assert "dog within 5 % of tuned Adam's metric on mnist1d.ConvNet: " \
       "0.767 vs 0.951 (+19.3 %): MISSED" in text
   assert '0.912 vs 0.951 (+4.1 %): met' in text
   # (3.373 - 3.032) / 3.032 = 11.2 % worse.
   assert '3.373 vs 3.032 (+11.2 %): MISSED' in text
+
+
+def test_normuon_and_shampoo_rows():
+  from learner import optimizers
+  from learner.training.jobs import cli as cli_lib
+  p = cli_lib.LoadExperimentParams('lm.CharTransformer', max_steps=10)
+  rows = {r.name: r for r in stt.RULES}
+  lps = stt.RuleLearners(p.task.train.learner, rows['normuon'],
+                         {'muon_learning_rate': 0.02, 'learning_rate': 3e-3},
+                         100, r'/stack/.*/w\w*$')
+  assert [lp.optimizer.cls for lp in lps] == [optimizers.NorMuon,
+                                               optimizers.AdamW]
+  lps = stt.RuleLearners(p.task.train.learner, rows['shampoo'],
+                         {'learning_rate': 0.1}, 100, '')
+  shampoo = lps[1].optimizer
+  assert shampoo.cls is optimizers.DistributedShampoo
+  assert (shampoo.start_preconditioning_steps,
+          shampoo.preconditioning_compute_steps) == (10, 10)
+  # Simplified AdEMAMix's range is Adam's over ~30 (m sums ~100 gradients).
+  assert rows['simplified_ademamix'].space == (
+      ('learning_rate', 3e-5, 1e-3),)

@@ -133,9 +133,14 @@ def test_c_not_callable_a_plain_value_names_optimizer_fn():
 
 
 def test_c_not_callable_both_optimizer_and_optimizer_fn_is_an_error():
-  with pytest.raises(ValueError, match='optimizer_fn'):
+  with pytest.raises(ValueError) as e:
     MakeLearner(optimizer_fn=learner_lib.get_optimizer_fn(
         'sgd', learning_rate=0.1))
+  # The fix, also in the command line's form.
+  assert 'both optimizer and optimizer_fn are set; set only one' in str(
+      e.value)
+  assert 'from the command line add <learner>.optimizer : None' in str(
+      e.value)
 
 
 def test_c_not_callable_unknown_factory_name_suggests_the_closest():
@@ -209,3 +214,19 @@ def test_seed_three_level_example_factory_and_params_give_identical_updates():
   np.testing.assert_array_equal(results[0][0], results[1][0])
   np.testing.assert_array_equal(results[0][1], results[1][1])
   assert not np.allclose(results[0][0], [[3.], [4.]])
+
+
+@pytest.mark.parametrize('name', ['dog', 'dowg', 'cocob', 'prodigy',
+                                  'dadapt_adamw'])
+def test_a_rate_free_rule_without_a_rate_runs_at_rate_one(name):
+  # README: "leave the rate at 1.0"; no rate anywhere gives exactly that.
+  lrn = MakeLearner(optimizer=None, learning_rate=None,
+                    optimizer_fn=learner_lib.get_optimizer_fn(name))
+  assert lrn.base_learning_rate == 1.0
+
+
+def test_a_rule_with_a_rate_still_needs_one():
+  with pytest.raises(ValueError, match='learning_rate is None and the '
+                     'optimizer gives no rate'):
+    MakeLearner(optimizer=None, learning_rate=None,
+                optimizer_fn=learner_lib.get_optimizer_fn('adam'))

@@ -170,7 +170,8 @@ def test_lazy_sparse_updates_on_a_rule_that_densifies_warns(caplog):
     optimizers.Lion.Params().Set(name='lion', lazy_sparse_updates=True
                                  ).Instantiate()
   assert any('lazy_sparse_updates=True, but Lion does not update sparse rows'
-             in r.getMessage() for r in caplog.records)
+             in r.getMessage() and 'set lazy_sparse_updates : False on it' in
+             r.getMessage() for r in caplog.records)
   caplog.clear()
   with caplog.at_level('WARNING'):
     optimizers.Adam.Params().Set(name='adam', lazy_sparse_updates=True

@@ -210,14 +210,26 @@ def test_params_are_documented_off_by_default_and_round_trip_as_text():
     (lambda: optimizers.ScheduleFreeAdamW.Params().Set(
         decoupled_weight_decay=0.1, cautious_weight_decay=True),
      'cautious_weight_decay'),
+    (lambda: optimizers.SOAP.Params().Set(cautious_weight_decay=True),
+     'cautious_weight_decay'),
 ], ids=['cautious_int', 'cwd_str', 'cwd_without_decay', 'wrapper',
-        'schedule_free', 'schedule_free_cwd'])
+        'schedule_free', 'schedule_free_cwd', 'soap_cwd'])
 def test_refusals_are_one_line_naming_the_key(make, key):
   with pytest.raises(ValueError) as e:
     make().Set(name='o').Instantiate()
   msg = str(e.value)
   assert key in msg and '\n' not in msg.strip(), msg
   assert 'set ' in msg.lower()  # the fix
+  assert '_Step' not in msg  # no internals
+
+
+def test_soap_cautious_weight_decay_refusal_says_why_and_which_rules():
+  with pytest.raises(ValueError) as e:
+    optimizers.SOAP.Params().Set(
+        name='o', cautious_weight_decay=True).Instantiate()
+  assert ('cautious_weight_decay=True is not supported by SOAP (it decays '
+          'the weights inside its own step); use a rule such as adamw, lion '
+          'or muon, or set cautious_weight_decay=False.') in str(e.value)
 
 
 def test_zero1_sharding_of_a_cautious_rule_is_refused_in_one_line():

@@ -288,6 +288,13 @@ def test_bad_values_are_refused_in_one_line_naming_the_key(key, value):
   assert key in msg and '\n' not in msg.strip()
 
 
+def test_second_moment_averaging_refusal_says_what_the_values_mean():
+  with pytest.raises(ValueError) as e:
+    DistributedShampoo.Params().Set(second_moment_averaging=2.0).Instantiate()
+  assert "1 sums the squares (Lingvo's default), < 1 is an exponential " \
+      'average' in str(e.value)
+
+
 def test_not_elementwise():
   assert not DistributedShampoo.ELEMENTWISE
   assert not DistributedShampoo.SUPPORTS_LAZY_SPARSE

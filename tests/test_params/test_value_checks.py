@@ -504,3 +504,22 @@ def test_a_bool_for_a_float_param_is_refused_already_by_the_reader(key):
   # reader does, since the key holds a float.
   with pytest.raises(ValueError, match="wrong type for '%s'" % key):
     registry.GetParams('digits.MlpMomentum', overrides='%s : True' % key)
+
+
+def test_a_class_given_for_params_is_refused_with_the_cls_swap():
+  line = ("task.train.learner.lr_schedule : "
+          "Class('schedules.base_schedule.ConstantOne')")
+  with pytest.raises(ValueError) as e:
+    registry.GetParams('digits.MlpMomentum', overrides=line)
+  assert ("To swap the class of 'task.train.learner.lr_schedule' write "
+          "task.train.learner.lr_schedule.cls : "
+          "Class('schedules.base_schedule.ConstantOne')") in str(e.value)
+
+
+def test_a_misspelt_class_name_gets_did_you_mean():
+  line = ("task.train.learner.optimizer.cls : "
+          "Class('learner.optimizers.rules.soap.SOAPP')")
+  importlib.import_module('learner.optimizers.rules.soap')
+  with pytest.raises(ValueError) as e:
+    registry.GetParams('digits.MlpMomentum', overrides=line)
+  assert "has no 'SOAPP' (did you mean 'SOAP'?)" in str(e.value)

@@ -240,3 +240,21 @@ def test_the_trainer_class_runs_no_job_mode():
   for mode in ('evaler', 'export'):
     with pytest.raises(ValueError, match="mode '%s' is not one of" % mode):
       trainer_lib.Trainer(_Params(), '/tmp/unused', mode=mode)
+
+
+def test_kept_eval_batches_give_the_metrics_by_hand_twice(trained):
+  # EvalBatches reads the eval split once; EvalMetrics over the kept list
+  # equals the by-hand loss of the restored weights, on every reuse.
+  p = _Params()
+  task = p.task.Instantiate()
+  ckpt = checkpointer_lib.NewestCheckpoint(
+      os.path.join(str(trained), 'ckpt'))
+  tf.train.Checkpoint(task=task).read(ckpt).expect_partial()
+  batches = evaler_lib.EvalBatches(p)
+  want = _ByHand(ckpt)
+  for _ in range(2):
+    got = evaler_lib.EvalMetrics(p, task, batches=batches)
+    np.testing.assert_allclose(got['loss'], want['loss'], rtol=1e-5)
+    np.testing.assert_allclose(got['w'], want['w'], rtol=1e-7)
+  with pytest.raises(ValueError, match='The eval input yielded no batch'):
+    evaler_lib.EvalMetrics(p, task, batches=[])

@@ -44,6 +44,7 @@ class COCOB(BaseOptimizer):
 
   ELEMENTWISE = True
   SCHEDULABLE_PARAMS = ()
+  DEFAULT_LEARNING_RATE = 1.0  # Rate-free (optax's default rate).
 
   @classmethod
   def Params(cls):

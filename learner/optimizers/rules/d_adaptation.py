@@ -75,6 +75,7 @@ class _TreeWideD(BaseOptimizer):
   """
 
   ELEMENTWISE = False
+  DEFAULT_LEARNING_RATE = 1.0  # Rate-free: the rate multiplies d.
   DECAY_IN_STEP = True  # wd dlr w, with dlr = d lr bc (optax), in `_Step`.
 
   @classmethod

@@ -66,6 +66,7 @@ class DistanceOverGradients(BaseOptimizer):
 
   # Subclass: {state variable name: initial value} (float64 scalars).
   STATE = {}
+  DEFAULT_LEARNING_RATE = 1.0  # Rate-free: the rate multiplies eta.
 
   def __init__(self, params):
     p = params

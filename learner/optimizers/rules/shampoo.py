@@ -311,7 +311,8 @@ class DistributedShampoo(BaseOptimizer):
                              why='momentum 1 never lets a gradient in'),
         second_moment_averaging=checks.Real(
             0, 1, low_open=True, example=1.0,
-            why='0 keeps only the last gradient\'s statistics'),
+            why='1 sums the squares (Lingvo\'s default), < 1 is an '
+            'exponential average, 0 would keep only the last gradient'),
         initial_accumulator_value=checks.Real(0, example=0.0),
         matrix_epsilon=checks.Real(
             0, low_open=True, example=1e-6,

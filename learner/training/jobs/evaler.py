@@ -76,7 +76,7 @@ METRICS_FILE = 'metrics.json'
 DEFAULT_TIMEOUT_SECS = 3600.0
 
 
-def EvalMetrics(params, task, swaps=()):
+def EvalMetrics(params, task, swaps=(), batches=None):
   """Evaluates `task` on `params.eval_input`; returns {metric: mean}.
 
   Each metric is the mean over every evaluated batch weighted by the
@@ -93,6 +93,9 @@ def EvalMetrics(params, task, swaps=()):
       innermost first, so where one averaging optimizer wraps another the
       outermost's copy is evaluated, as `eval_restore.LoadEmaAverages`
       reads it from a checkpoint.
+    batches: None (read `params.eval_input`), or the eval batches to use
+      instead, e.g. `EvalBatches(params)` kept by a caller that evaluates
+      many times (benchmarks/steps_to_target.py).
 
   Returns:
     {metric name: float}; a metric whose weights sum to 0 is NaN.
@@ -100,30 +103,52 @@ def EvalMetrics(params, task, swaps=()):
   Raises:
     ValueError: the eval input yields no batch.
   """
-  ep = params.eval_input.Copy()
-  samples = params.task.eval.samples
-  if not samples and 'num_epochs' in ep:
-    ep.num_epochs = 1
-  input_gen = ep.Instantiate()
   sums, weights = {}, {}
-  seen = 0
   with contextlib.ExitStack() as stack:
     for ema in reversed(list(swaps)):
       stack.enter_context(ema.SwapAverages())
-    for batch in input_gen.GetDataset():
+    for batch in (_EvalBatchIterator(params) if batches is None else batches):
       metrics = summary_lib.MetricsToDict(task.EvalStep(batch))
       for name, (v, w) in metrics.items():
         sums[name] = sums.get(name, 0.0) + v * w
         weights[name] = weights.get(name, 0.0) + w
-      seen += int(tf.nest.flatten(batch)[0].shape[0])
-      if samples and seen >= samples:
-        break
   if not sums:
+    ep = params.eval_input
     raise ValueError('The eval input yielded no batch; check eval_input '
                      '(split %r, batch_size %d).' % (
                          ep.split if 'split' in ep else None, ep.batch_size))
   return {k: sums[k] / weights[k] if weights[k] else float('nan')
           for k in sums}
+
+
+def _EvalBatchIterator(params):
+  """Yields the eval batches: one pass, or up to `task.eval.samples`.
+
+  One pass sets the input's num_epochs to 1; with `samples` > 0 it stops
+  after the batch that reaches that many examples.
+  """
+  ep = params.eval_input.Copy()
+  samples = params.task.eval.samples
+  if not samples and 'num_epochs' in ep:
+    ep.num_epochs = 1
+  seen = 0
+  for batch in ep.Instantiate().GetDataset():
+    yield batch
+    seen += int(tf.nest.flatten(batch)[0].shape[0])
+    if samples and seen >= samples:
+      return
+
+
+def EvalBatches(params):
+  """The eval batches EvalMetrics reads, as a list (to evaluate repeatedly).
+
+  Args:
+    params: the experiment's params ('task', 'eval_input').
+
+  Returns:
+    A list of the input's batches (NestedMaps of tensors), in order.
+  """
+  return list(_EvalBatchIterator(params))
 
 
 def _Steps(steps):
