@@ -1,7 +1,7 @@
 """Benchmark: peak memory (RSS) a learner adds over the variables it updates.
 
     python -m benchmarks.memory [--quick] [--set=resnet50] [--steps=8]
-        [--num_batches=4] [--sharded] [--output=PATH]
+        [--num_batches=4] [--sharded [--muon]] [--output=PATH]
     python -m benchmarks.memory --table [--quick] [...]   (the memory
         table of the levers: benchmarks/memory_table.py)
 
@@ -133,6 +133,8 @@ def ParseArgs(argv):
                       help='Comma-separated modes besides the baseline.')
   parser.add_argument('--sharded', action='store_true',
                       help='Only the ZeRO-1 rows (benchmarks/sharded_memory).')
+  parser.add_argument('--muon', action='store_true',
+                      help='With --sharded: Muon\'s two learners too.')
   parser.add_argument('--child', default=None, help=argparse.SUPPRESS)
   parser.add_argument('--output', default=None)
   args = parser.parse_args(argv)
@@ -201,14 +203,15 @@ def _Sharded(args):
   """The --sharded rows: one child (2 logical CPUs), its table, the JSON."""
   res, err = child_process.SpawnChild(
       'benchmarks.sharded_memory',
-      ['--set=%s' % args.set, '--steps=%d' % args.steps], 'sharded',
+      ['--set=%s' % args.set, '--steps=%d' % args.steps,
+       '--muon=%d' % int(args.muon)], 'sharded',
       sharded_memory.RESULT_PREFIX)
   if res is None:
     raise RuntimeError('memory --sharded: the child failed: %s' % err)
   lines, check = sharded_memory.Report(res)
   print('\n'.join(lines))
   payload = dict(benchmark='memory_sharded', set=args.set, result=res,
-                 check=check)
+                 check=check, lines=lines)
   path = timing.WriteJson(
       args.output or timing.DefaultOutputPath('memory_sharded'), payload)
   print('wrote ' + path)

@@ -26,8 +26,9 @@ reports, for the device of replica 0:
   * `sent`: the bytes a replica sends per applied update in the step's
     collectives, counted from the traced graph: for each CollectiveReduceV2
     of P bytes a ring all-reduce sends 2 (N - 1) / N P, for each
-    CollectiveGatherV2 of P bytes (the replica's part) (N - 1) P. Zero for
-    N = 1. Under accumulation the applying micro-step's collectives count.
+    CollectiveGatherV2 of P bytes (the replica's part) (N - 1) P, for each
+    CollectiveAllToAllV2 of P bytes (the reduce-scatter of
+    cross_replica.ScatteredMean) (N - 1) / N P. Zero for N = 1. Under accumulation the applying micro-step's collectives count.
 Each lever is a change of the learners' (or the model's) params
 (`LEVERS`); `ideal` beside a sharded row is the fp32 row's state / N.
 
@@ -62,6 +63,7 @@ def _SetShard(lp, model_p):
     return '%s unsharded (%s: neither elementwise nor whole-tensor)' % (
         lp.name, rule.__name__)
   lp.shard_optimizer_state = True
+  lp.scatter_clipped_gradients = True  # Reduce-scatter under the clip too.
   return None
 
 
@@ -195,12 +197,21 @@ def _Categories(model_vars, optimizers_):
               accum=_Replica0Bytes(accum))
 
 
+# Bytes a replica sends per input byte of each collective, for N replicas.
+_SENT_PER_BYTE = {
+    'CollectiveReduceV2': lambda n: 2.0 * (n - 1) / n,
+    'CollectiveGatherV2': lambda n: float(n - 1),
+    'CollectiveAllToAllV2': lambda n: (n - 1) / n,
+}
+
+
 def SentBytes(concrete_fn, num_replicas):
   """Bytes replica 0 sends per call of `concrete_fn` in its collectives.
 
   Walks the function's graph and every function it calls; counts each
-  CollectiveReduceV2 input of P bytes as a ring all-reduce (2 (N-1)/N P)
-  and each CollectiveGatherV2 input as (N-1) P. Only replica 0's ops are
+  CollectiveReduceV2 input of P bytes as a ring all-reduce (2 (N-1)/N P),
+  each CollectiveGatherV2 input as (N-1) P and each CollectiveAllToAllV2
+  input as (N-1)/N P (it keeps its own 1/N). Only replica 0's ops are
   counted (the ops on the first device, or with no device).
   """
   from tensorflow.python.framework import function_def_to_graph  # pylint: disable=g-direct-tensorflow-import,g-import-not-at-top
@@ -212,12 +223,12 @@ def SentBytes(concrete_fn, num_replicas):
   graphs = [concrete_fn.graph]
   for fdef in library.values():
     kinds = {nd.op for nd in fdef.node_def}
-    if kinds & {'CollectiveReduceV2', 'CollectiveGatherV2'}:
+    if kinds & set(_SENT_PER_BYTE):
       graphs.append(function_def_to_graph.function_def_to_graph(fdef))
   total = 0.0
   for g in graphs:
     for op in g.get_operations():
-      if op.type not in ('CollectiveReduceV2', 'CollectiveGatherV2'):
+      if op.type not in _SENT_PER_BYTE:
         continue
       if op.device and not op.device.endswith(':0'):
         continue
@@ -226,8 +237,7 @@ def SentBytes(concrete_fn, num_replicas):
       if size is None:  # Not countable: say so rather than undercount.
         return None
       p = size * t.dtype.size
-      total += (2.0 * (n - 1) / n * p if op.type == 'CollectiveReduceV2'
-                else (n - 1) * p)
+      total += _SENT_PER_BYTE[op.type](n) * p
   return int(total)
 
 

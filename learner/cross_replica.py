@@ -19,6 +19,12 @@ When `strategy.run` executes eagerly (no tf.function) the strategy's own
 `ReplicaContext.all_reduce` is used: there is no graph and an eager tf.cond
 runs its branch as plain Python, so its merge_call is allowed there.
 
+`ReduceScatterSum` gives each replica only its flat slice of the packed
+sum (one all-to-all, then a local sum: TF 2.21 has no CPU reduce-scatter
+kernel). `ScatteredMean` is `AllReduceMean` for ZeRO-1's flat slices (the
+learner asks `update_step.MeanOverReplicas` which one to run) and
+`ScatteredNorms` the global norm from the slices.
+
 `AnyReplica` is the other collective: the learner's skip flags, ORed over
 the replicas in one small all-reduce per applied update, so that all
 replicas skip or apply together (docs/distributed.md, "One decision for
@@ -33,7 +39,9 @@ import threading
 import tensorflow as tf
 from tensorflow.python.ops import resource_variable_ops  # pylint: disable=g-direct-tensorflow-import
 
+from learner import gradient_pipeline as pipeline
 from learner.optimizers.var_grad import VarGrad
+from params import NestedMap
 from schedules.base_schedule import NumReplicasInSync
 
 # Registry of collective group keys, one per set of devices (explicit,
@@ -171,6 +179,88 @@ def AllGather(tensor):
       instance_key=instance_key, ordering_token=[token.handle])
 
 
+def ReduceScatterSum(tensors, extras=None):
+  """This replica's slice of the sum over replicas of the packed `tensors`.
+
+  The tensors are flattened and concatenated in order into one vector of n
+  elements, zero padded to N * s (s = ceil(n / N): the flat layout of
+  learner/optimizers/sharded_state.py); replica r gets elements
+  [r s, (r + 1) s) of the sum over the replicas of that vector. One
+  collective for all the tensors: a `CollectiveAllToAllV2` of the [N, s]
+  chunks (replica r receives every replica's chunk r), then a local sum of
+  the N received chunks in replica order. TF 2.21 has no CPU kernel for
+  `CollectiveReduceScatterV2`; the all-to-all has one (logical CPUs under
+  MirroredStrategy and workers under MultiWorkerMirroredStrategy). Each
+  replica sends (N - 1) s elements, as a ring reduce-scatter does; with the
+  all-gather of the updated slices after it, that is a ring all-reduce's
+  traffic (Patarasuk & Yuan, "Bandwidth optimal all-reduce algorithms for
+  clusters of workstations", JPDC 2009: reduce-scatter then all-gather).
+
+  Summation: the float32 sum of 2 replicas is a + b, the all-reduce's (a +
+  b == b + a exactly); with N > 2 the order is replica 0, 1, ..., N - 1,
+  which may round differently from the all-reduce's ring order.
+
+  Eagerly (strategy.run without tf.function), the strategy's all-reduce
+  of the vector, then the slice: the same numbers, the full traffic.
+
+  Args:
+    tensors: non-empty list of float Tensors (any shapes), all of one dtype;
+      summed in float32 (as `AllReduceSum`) and returned in that dtype.
+    extras: None, or a list of float32 scalars every replica needs summed
+      whole (a weight, a count): appended to each replica's chunk, so they
+      ride in the same collective (N x len(extras) more elements).
+
+  Returns:
+    A [s] Tensor of the tensors' dtype: this replica's slice of the sum;
+    with `extras`, (that slice, [the extras summed over the replicas]).
+    With one replica (or outside a replica context) the slice is the whole
+    vector ([n], s = n) and the extras are themselves.
+
+  Raises:
+    ValueError: `tensors` is empty or mixes dtypes.
+  """
+  dtypes = sorted({t.dtype.name for t in tensors})
+  if len(dtypes) != 1:
+    raise ValueError('ReduceScatterSum: tensors must be non-empty and of one '
+                     'dtype; got dtypes %s. Call it once per dtype.' % dtypes)
+  dtype = tensors[0].dtype
+  flat = [tf.reshape(tf.cast(t, tf.float32), [-1]) for t in tensors]
+  packed = tf.concat(flat, axis=0) if len(flat) > 1 else flat[0]
+  more = [tf.cast(e, tf.float32) for e in (extras or [])]
+  n = NumReplicas()
+  if n <= 1:
+    out = tf.cast(packed, dtype)
+    return out if extras is None else (out, more)
+  total = sum(int(t.shape.num_elements()) for t in flat)
+  shard = max(1, -(-total // n))
+  if shard * n > total:
+    packed = tf.concat([packed, tf.zeros([shard * n - total])], axis=0)
+  chunks = tf.reshape(packed, [n, shard])
+  if more:  # Every chunk carries the extras: each replica sums them all.
+    chunks = tf.concat([chunks, tf.tile(tf.stack(more)[None], [n, 1])], 1)
+  mine = _AllToAllSum(chunks, n)
+  out = tf.cast(mine[:shard], dtype)
+  if extras is None:
+    return out
+  return out, (tf.unstack(mine[shard:], num=len(more)) if more else [])
+
+
+def _AllToAllSum(chunks, n):
+  """Row r of the sum over replicas of `chunks` [n, k], on replica r."""
+  ctx = tf.distribute.get_replica_context()
+  if tf.executing_eagerly():
+    summed = ctx.all_reduce(tf.distribute.ReduceOp.SUM, chunks)
+    return summed[int(tf.get_static_value(ctx.replica_id_in_sync_group))]
+  group_key, instance_key, token = _Keys()
+  got = tf.raw_ops.CollectiveAllToAllV2(
+      input=chunks, group_size=n, group_key=group_key,
+      instance_key=instance_key, ordering_token=[token.handle])
+  mine = got[0]  # Rows of dim 0: contiguous slices, not copied.
+  for r in range(1, n):  # In replica order (not a tree: order documented).
+    mine = mine + got[r]
+  return mine
+
+
 def WeightedAllReduce(grads, weight, extras=()):
   """Sums `weight * grad` and `weight` (and extras) over replicas.
 
@@ -257,3 +347,69 @@ def AllReduceMean(var_grads, weight, losses_finite=None):
   return var_grads.Pack([
       VarGrad(vg.var, tf.math.divide_no_nan(g, tf.cast(wsum, g.dtype)))
       for vg, g in zip(vgs, summed)]), losses_finite, wsum <= 0.0
+
+
+def ScatteredMean(state, var_grads, weight, losses_finite=None):
+  """This replica's slices of sum(weight * grad) / sum(weight).
+
+  As AllReduceMean (a replica with weight 0 contributes
+  zeros; the losses' verdict rides along), with one reduce-scatter per
+  dtype of the flat layout instead of the all-reduce.
+
+  Args:
+    state: the learner's ShardedState (sharded_state.py; bound under N > 1):
+      its `layouts` ({dtype name: layout with `.variables`}) and
+      `ShardProxy(dtype)` are used.
+    var_grads: NestedMap of VarGrad, this replica's unweighted gradients,
+      one for every variable of the layouts (else use the all-reduce).
+    weight: float32 scalar, this replica's loss weight.
+    losses_finite: None, or a bool scalar: this replica's losses are finite.
+
+  Returns:
+    (sliced, losses_finite, empty): `sliced` a NestedMap {dtype name:
+    VarGrad(the rule's shard proxy of that dtype, [s] mean slice)}; None
+    or the bool scalar agreed over the replicas; a bool scalar, True when
+    no replica has an example.
+  """
+  grads = {id(vg.var): vg.grad for vg in var_grads.Flatten()}
+  extras = [weight]
+  if losses_finite is not None:
+    extras.append(tf.where(tf.logical_and(weight > 0.0,
+                                          tf.logical_not(losses_finite)),
+                           1.0, 0.0))
+  slices, summed = {}, None
+  for dtype, layout in sorted(state.layouts.items()):
+    weighted = [tf.math.multiply_no_nan(
+        tf.convert_to_tensor(grads[id(v)]), tf.cast(weight, v.dtype))
+                for v in layout.variables]
+    if summed is None:
+      slices[dtype], summed = ReduceScatterSum(weighted,
+                                                             extras)
+    else:
+      slices[dtype] = ReduceScatterSum(weighted)
+  wsum = summed[0]
+  if losses_finite is not None:
+    losses_finite = tf.equal(summed[1], 0.0)
+  sliced = NestedMap({
+      dtype: VarGrad(state.ShardProxy(dtype), tf.math.divide_no_nan(
+          g, tf.cast(wsum, g.dtype))) for dtype, g in slices.items()})
+  return sliced, losses_finite, wsum <= 0.0
+
+
+def ScatteredNorms(grads, prescale):
+  """The global gradient norm from this replica's slices (one collective).
+
+  Args:
+    grads: this replica's gradient slices (list of [s] tensors).
+    prescale: None or a float32 scalar multiplying the gradient.
+
+  Returns:
+    (pipeline.GradNorms(half: the slices' own sum(g^2) / 2, norm: the
+    global L2 norm, the same on every replica), {grad_norm/all: norm}).
+  """
+  half = pipeline.HalfSquaredNorms(grads)
+  (total,) = AllReduceSum([tf.add_n(half + [tf.constant(0.)])])
+  if prescale is not None:
+    total = total * prescale * prescale
+  norm = tf.sqrt(2.0 * total)
+  return pipeline.GradNorms(half, norm), {pipeline.GRAD_NORM: norm}

@@ -627,12 +627,12 @@ class Learner(BaseLayer):
       stats, window_weight = self._update_step.AccumulateOrUpdate(
           p, var_grads, weight, _Update, step_weight)
     else:
-      losses_finite, empty = kernels.AllFinite(losses), None
-      if cross_replica.NumReplicas() > 1 and not self._replica_local:
-        var_grads, losses_finite, empty = cross_replica.AllReduceMean(
-            var_grads, weight, losses_finite)
+      losses_finite = kernels.AllFinite(losses)
+      var_grads, losses_finite, empty, scattered = update_step.MeanOverReplicas(
+          p, self.optimizer, var_grads, weight, losses_finite, gradient_mask,
+          gradient_adjuster, self._replica_local)
       stats = _Update(var_grads, self.optimizer, extra_skip=empty,
-                      losses_finite=losses_finite)
+                      losses_finite=losses_finite, scattered=scattered)
       window_weight = tf.constant(1.0)
     eval_metrics = self._EvalMetrics(lr, sched, stats, window_weight)
     if tf.executing_eagerly():

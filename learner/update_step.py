@@ -30,6 +30,7 @@ import tensorflow as tf
 from learner import cross_replica
 from learner import gradient_pipeline as pipeline
 from learner.optimizers import kernels
+from learner.optimizers import sharded_state
 from learner.optimizers.kernels import AllFinite
 from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
@@ -120,7 +121,7 @@ class UpdateStep:
 
   def PipelineAndApply(self, p, tracker, var_grads, lr, gradient_mask,
                        gradient_adjuster, applier, extra_skip=None,
-                       grad_prescale=None, losses_finite=None):
+                       grad_prescale=None, losses_finite=None, scattered=None):
     """The whole update: the pipeline's stages, the skip decision, the update.
 
     Runs learner/gradient_pipeline.py's stages, decides the skip (alone or
@@ -141,6 +142,7 @@ class UpdateStep:
       grad_prescale: optional float32 scalar: the gradient is
         `grad_prescale * grads` (accumulation: 1 / sum(weight)).
       losses_finite: optional bool scalar, False when a loss is not finite.
+      scattered: None, or the variables `var_grads` slices (MeanOverReplicas).
 
     Returns:
       ({stat name: float32 scalar} in the order of `pipeline.MetricNames`,
@@ -160,9 +162,7 @@ class UpdateStep:
     metrics.update(m)
     grads = pipeline.Mask(variables, grads, gradient_mask)
     defer = DefersVarNorm(p)
-    norms, m = pipeline.Norms(variables, grads, grad_prescale,
-                              p.var_norm_metrics and not defer,
-                              p.per_variable_norm_metrics)
+    norms, m = _Measure(p, variables, grads, grad_prescale, defer, scattered)
     metrics.update(m)
     grads, adjusted_finite = pipeline.Adjust(var_grads, grads,
                                              gradient_adjuster)
@@ -185,7 +185,8 @@ class UpdateStep:
                            grad_prescale, metrics)
     # Under XLA the metrics (var_norm/*, l1/l2_loss read the weights) go
     # through the update's cond, so their reads end before it writes.
-    update = (lr, var_grads, grads, scaling, applier)
+    update, variables = (lr, var_grads, grads, scaling, applier), (
+        scattered or variables)  # The learner's, also when sliced.
     kw = dict(measured=variables if defer else None,
               held=metrics if kernels.InXla() else None)
     if replicated:
@@ -431,6 +432,15 @@ def UpdateFn(lr, var_grads, grads, scaling, applier):
   return _Apply, applied
 
 
+def _Measure(p, variables, grads, prescale, defer, scattered):
+  """pipeline.Norms, or the global norm from slices (`scattered`)."""
+  if scattered is not None:
+    return cross_replica.ScatteredNorms(grads, prescale)
+  return pipeline.Norms(variables, grads, prescale,
+                        p.var_norm_metrics and not defer,
+                        p.per_variable_norm_metrics)
+
+
 def _Clip(p, variables, grads, norms, has_nan_or_inf, prescale, metrics):
   """The clipping stages: ClipByNorm -> Scale -> [ClipAdaptive] ->
   ClipByValue; returns (grads, Scaling) and adds their metrics."""
@@ -462,6 +472,98 @@ def SkipReason(has_nan_or_inf, losses_finite):
 # With the Learner's var_norm_metrics alone the weights' norm is taken where
 # the update reads them anyway: inside a fused apply op (a
 # kernels.WeightMeasure handed down the apply), else in one read before it.
+
+
+def ScatterReason(p, optimizer, gradient_mask=None, gradient_adjuster=None):
+  """None when the learner's gradients can be reduce-scattered, else why not.
+
+  ZeRO-1's flat slices (learner/optimizers/sharded_state.py): a replica
+  updates only its slice of each dtype's flat vector, so it needs only its
+  slice of the weighted gradient sum (cross_replica.ScatteredMean: one
+  reduce-scatter per dtype). Then `PipelineAndApply(scattered=...)` runs
+  the pipeline on the slices, which is right only when every stage reads
+  whole-gradient scalars (the global norm: one scalar all-reduce of the
+  slices' squared norms, `cross_replica.ScatteredNorms`; the NaN/Inf check
+  reads it, clipping scales by it). With the weights' all-gather after the
+  update a replica sends what a ring all-reduce sends (ZeRO, Rajbhandari
+  et al. SC 2020, section 7.2.1). With 2 replicas the slices are the
+  all-reduce's bit for bit (a + b); the norm is summed in another order
+  (slice by slice, then over replicas), so a clipped update may differ
+  from the unsharded one in the last bit of the clip scale: only with
+  `scatter_clipped_gradients` does a norm that clips or tracks allow it.
+
+  Args:
+    p: the Learner's params.
+    optimizer: the learner's built, bound optimizer.
+    gradient_mask, gradient_adjuster: as given to `Learner.Apply`.
+
+  Returns:
+    None, or a str naming the first thing that keeps the all-reduce.
+  """
+  state = sharded_state.StateOf(optimizer)
+  checks = [
+      (state is None or not state.sharded or
+       not isinstance(state, sharded_state.ShardedState),
+       'no flat-slice sharded state'),
+      (sharded_state.Chain(optimizer)[1] is not optimizer,
+       'a wrapper or accumulation around the rule'),
+      ((p.clip_gradient_norm_to_value or p.grad_norm_to_clip_to_zero or
+        p.grad_norm_tracker is not None) and not p.scatter_clipped_gradients,
+       'the global norm clips or tracks (scatter_clipped_gradients=False)'),
+      (p.l1_regularizer_weight is not None or
+       p.l2_regularizer_weight is not None, 'an L1/L2 regularizer'),
+      (p.per_variable_norm_metrics, 'per_variable_norm_metrics'),
+      (p.clip_gradient_single_norm_to_value, 'single-norm clipping'),
+      (p.adaptive_clip_ratio, 'adaptive clipping'),
+      (gradient_mask is not None, 'a gradient mask'),
+      (gradient_adjuster is not None, 'a gradient adjuster'),
+      (kernels.InXla(), 'XLA'),
+  ]
+  for failed, why in checks:
+    if failed:
+      return why
+  return None
+
+
+def CoversAll(state, var_grads):
+  """True when `var_grads` has a gradient for every variable `state` shards
+  (a flat slice spans variables; without one, the all-reduce path raises
+  the sharded state's own error)."""
+  have = {id(vg.var) for vg in var_grads.Flatten() if vg.grad is not None}
+  return all(id(v) in have for layout in state.layouts.values()
+             for v in layout.variables)
+
+
+def MeanOverReplicas(p, optimizer, var_grads, weight, losses_finite,
+                     gradient_mask=None, gradient_adjuster=None,
+                     replica_local=False):
+  """The weighted mean gradient over the replicas: whole, or sliced.
+
+  Args:
+    p, optimizer: the learner's params and built, bound optimizer.
+    var_grads: NestedMap of VarGrad, this replica's unweighted gradients.
+    weight: float32 scalar, this replica's loss weight.
+    losses_finite: None or a bool scalar: this replica's losses are finite.
+    gradient_mask, gradient_adjuster: as given to `Learner.Apply`.
+    replica_local: True when each replica trains its own copy (no mean).
+
+  Returns:
+    (var_grads, losses_finite, empty, scattered): the inputs, None, None
+    with one replica or replica_local; else cross_replica.AllReduceMean's
+    three and None; or, when `ScatterReason` allows it,
+    cross_replica.ScatteredMean's three and the learner's variables
+    (`PipelineAndApply`'s `scattered`).
+  """
+  if cross_replica.NumReplicas() <= 1 or replica_local:
+    return var_grads, losses_finite, None, None
+  state = sharded_state.StateOf(optimizer)
+  if (ScatterReason(p, optimizer, gradient_mask, gradient_adjuster) is None
+      and CoversAll(state, var_grads)):
+    variables = [vg.var for vg in var_grads.Flatten()]
+    return cross_replica.ScatteredMean(state, var_grads, weight,
+                                       losses_finite) + (variables,)
+  return cross_replica.AllReduceMean(var_grads, weight,
+                                     losses_finite) + (None,)
 
 
 def DefersVarNorm(p):

@@ -165,8 +165,7 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     return specs
 
   SUPPORTS_LAZY_SPARSE = False
-  # The params `hyper_schedules` may name: those this class reads through
-  # `Hyper(name)` in its update (a subclass extends or empties the tuple).
+  # Params `hyper_schedules` may name: those its update reads by `Hyper`.
   SCHEDULABLE_PARAMS = ('decoupled_weight_decay',)
   # True when a subclass's Apply takes `_grad_scale` (ApplyScaled uses it).
   APPLY_TAKES_GRAD_SCALE = False
@@ -410,7 +409,7 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     multi-tensor op or a raw TF op when its accelerator runs, else `_Step`
     on the variable (its slots read and stored in `slot_dtype`), on the
     rows of a lazy sparse gradient, or on this replica's flat shard
-    (`UseStateSharding`).
+    (`UseStateSharding`; then `var_grads` may be its gradient slices).
 
     Args:
       lr: float32 scalar tensor, the scheduled learning rate.
@@ -426,12 +425,14 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     """
     lr = tf.convert_to_tensor(lr, tf.float32)
     present = [vg for vg in var_grads.Flatten() if vg.grad is not None]
-    for vg in present:
+    sharding = self.__dict__.get('_state_sharding')
+    on = sharding is not None and sharding.sharded
+    view = sharding.UpdateView(present) if on else present  # Slices: vars.
+    for vg in view:
       self._CheckBound(vg.var)
     with self.HyperScope():
-      update = self._BeginUpdate(lr, present, _grad_scale)
-      sharding = self.__dict__.get('_state_sharding')
-      if sharding is not None and sharding.sharded:
+      update = self._BeginUpdate(lr, view, _grad_scale)
+      if on:
         ops = [sharding.Apply(present, lambda items: [
             self._ApplyOne(update, var, grad, slots)
             for var, grad, slots in items])]
@@ -472,9 +473,8 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     Args:
       vgs: non-empty list of VarGrad with a gradient each.
     """
-    sharding = self.__dict__.get('_state_sharding')
-    if sharding is not None and sharding.sharded:
-      return sharding.REASON
+    if getattr(self.state_sharding, 'sharded', False):
+      return self.state_sharding.REASON
     accelerator, reason = _AcceleratorOf(type(self))
     if reason is None and accelerator.multi is None:
       reason = 'no fused kernel for this rule'

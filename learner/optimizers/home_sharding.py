@@ -360,6 +360,11 @@ class HomeState(tf.Module):
       self._buffers[dtype] = _Buffer(tf.as_dtype(dtype), rows, rule.path)
     self.buffers = [self._buffers[d].var for d in sorted(self._buffers)]
 
+  def UpdateView(self, var_grads):
+    """`var_grads` itself: a homed rule gets whole gradients (the learner
+    never reduce-scatters for it, update_step.ScatterReason)."""
+    return var_grads
+
   def Apply(self, var_grads, step_fn):
     """The homed update (module doc); returns the op (None eagerly).
 

@@ -17,8 +17,9 @@ One update, on replica r (inside `strategy.run`, no merge_call):
   1. The learner's pipeline runs as unsharded on the all-reduced full
      gradient (one packed all-reduce, learner/cross_replica.py): norms,
      clip, the skip decision agreed over the replicas, L1/L2, all exact.
-  2. The gradient shard g_r and the weight shard w_r are sliced out of the
-     full gradients and weights (static slices).
+     Or, when it can, on g_r reduce-scattered (update_step.ScatterReason).
+  2. The gradient shard g_r (unless given) and the weight shard w_r are
+     sliced out of the full gradients and weights (static slices).
   3. The rule's `Apply` (BaseOptimizer: the rule's `_Step`, or its raw
      op, on one variable) updates a per-replica shard variable holding
      w_r, with slots of shape [s] (ON_READ variables: one copy per device,
@@ -39,8 +40,8 @@ checkpoint holds per variable each element's code and its block's absmax
 restore on the same replica count is bit-identical, one on another count
 requantizes once; it restores under ZeRO-1 only (unsharded keys differ).
 
-Rules that declare `ELEMENTWISE` are sliced this way (schedule-free's x, z
-too); `WHOLE_TENSOR` rules get a home replica per variable (home_sharding.py).
+`ELEMENTWISE` rules are sliced (schedule-free's x, z too), `WHOLE_TENSOR`
+ones homed per variable (home_sharding.py).
 Wrappers between an optional outermost GradientAccumulation and the rule:
 `SHARDS_WITH_RULE` (Ema, Lookahead, SWA: copies in the flat layout,
 sharded_wrappers.py) or `SHARDS_INNER` (Lars). Others: refused in one line.
@@ -124,19 +125,13 @@ def Chain(optimizer):
   return wrappers, node
 
 
-def _Shardable(cls):
-  """True for a rule class whose state may be sharded by flat slices (its
-  eval weights, if any, are slots: schedule-free's x, read gathered)."""
-  return cls.ELEMENTWISE
-
-
 def ShardableRuleNames():
   """The registered rules (rules.RULES) sliced by flat slices, by name."""
-  return [r.cls.__name__ for r in rules_lib.RULES if _Shardable(r.cls)]
+  return [r.cls.__name__ for r in rules_lib.RULES if r.cls.ELEMENTWISE]
 
 
 def DefineParams(p):
-  """Defines the Learner param `shard_optimizer_state` on `p` (in place)."""
+  """Defines the Learner's ZeRO-1 params on `p` (in place)."""
   p.Define(
       'shard_optimizer_state', False,
       'ZeRO-1: with N > 1 replicas each keeps and updates 1/N of the '
@@ -145,6 +140,12 @@ def DefineParams(p):
       'the updated weights are all-gathered; the same numbers as False. '
       'Others are refused in one line (docs/distributed.md, "Sharded '
       'optimizer state (ZeRO-1)"). No-op with one replica.')
+  p.Define(
+      'scatter_clipped_gradients', False,
+      'Flat-slice ZeRO-1: reduce-scatter the gradients also when the global '
+      'norm clips or tracks them (summed slice by slice: the update may '
+      'differ from unsharded in the last bit). False all-reduces them then '
+      '(docs/distributed.md, "Gradient communication").')
   return p
 
 
@@ -181,7 +182,7 @@ def Install(path, optimizer, p, all_gather):
         'agree to apply, and a sharded update all-gathers the weights, which '
         'needs every replica. Set one of them False.' % path)
   rule = RuleToShard(path, optimizer)
-  if _Shardable(type(rule)):
+  if type(rule).ELEMENTWISE:  # Eval weights, if any, are slots (gathered).
     state = ShardedState(rule, all_gather)
   else:
     state = home_sharding.HomeState(rule, all_gather)
@@ -359,7 +360,7 @@ class ShardedState(tf.Module):
 
     Args:
       var_grads: list of VarGrad with a gradient: every bound variable
-        (a flat shard spans variables).
+        (a flat shard spans variables), or one slice per dtype.
       step_fn: callable([(shard var, gradient shard, shard slots)]) ->
         list of ops: the rule's update of one variable, run on each shard.
 
@@ -370,22 +371,25 @@ class ShardedState(tf.Module):
       ValueError: a bound variable has no gradient.
     """
     rule = self.rule
-    grads = {id(vg.var): vg.grad for vg in var_grads}
-    _CheckKnown(rule, self._layouts, [vg.var for vg in var_grads], 'Apply')
     replica = _ReplicaId()
+    sliced = self.UpdateView(var_grads) is not var_grads  # Dtype keys.
+    grads = {vg.var.dtype.name if sliced else id(vg.var): vg.grad
+             for vg in var_grads}
+    _CheckKnown(rule, self._layouts, [] if sliced else [
+        vg.var for vg in var_grads], 'Apply')
     items, ops = [], []
     for dtype, layout in sorted(self._layouts.items()):
-      missing = [var_grad_lib.VarName(v) for v in layout.variables
-                 if id(v) not in grads]
-      if missing:
+      if missing := [var_grad_lib.VarName(v) for v in layout.variables
+                     if not sliced and id(v) not in grads]:
         raise ValueError(
             '%s: shard_optimizer_state needs a gradient for every bound '
             'variable (a flat shard spans variables); none for %s. Exclude '
             'them with bprop_variable_exclusion.' % (rule.path, missing))
       shard = self._shards[dtype]
       w = layout.Slice([v.read_value() for v in layout.variables], replica)
-      g = layout.Slice([tf.convert_to_tensor(grads[id(v)])
-                        for v in layout.variables], replica)
+      g = grads[dtype] if sliced else layout.Slice(
+          [tf.convert_to_tensor(grads[id(v)]) for v in layout.variables],
+          replica)
       ops.append(tf.raw_ops.AssignVariableOp(resource=shard.handle, value=w))
       items.append((self._proxies[dtype], g, self.shard_slots[dtype]))
     with tf.control_dependencies([o for o in ops if o is not None]):
@@ -409,6 +413,16 @@ class ShardedState(tf.Module):
     if tf.executing_eagerly():
       return None
     return tf.group(done + writes)
+
+  def UpdateView(self, var_grads):
+    """`var_grads`; for cross_replica.ScatteredMean's slices (on our
+    proxies) VarGrad(v, None) of every variable: what the rule checks as
+    bound and its `_BeginUpdate` sees."""
+    proxies = {id(p) for p in getattr(self, '_proxies', {}).values()}
+    if not var_grads or any(id(vg.var) not in proxies for vg in var_grads):
+      return var_grads
+    return [var_grad_lib.VarGrad(v, None) for layout in
+            self._layouts.values() for v in layout.variables]
 
   @contextlib.contextmanager
   def AfterStep(self, move):

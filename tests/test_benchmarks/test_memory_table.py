@@ -59,9 +59,13 @@ def test_memory_table_small_set_bytes_per_replica(tmp_path):
   assert cells[('zero1+accum4_nosync', 1)]['accum'] == 4 * P
   # Bytes sent: none on one replica; on two, a ring all-reduce of the
   # gradients (2 (N-1)/N x 4P = 4P) plus five float32 scalars of the step
-  # (two packed with the gradients, three in one more all-reduce: 20 B),
-  # and under ZeRO-1 the all-gather of each replica's updated half
-  # ((N-1) x 4 P/2).
+  # (two packed with the gradients, three in one more all-reduce: 20 B).
+  # ZeRO-1 reduce-scatters instead (cross_replica.ScatteredMean): an
+  # all-to-all of [2, P/2 + 2] (each half carries the weight and the loss
+  # flag) keeps its own row and sends the other, 4 (P/2 + 2) B; then the
+  # norm (4 B in a ring all-reduce of [1]), the three flags (12 B) and the
+  # all-gather of each replica's updated half ((N-1) x 4 P/2): 4P + 24 B.
   assert cells[('fp32', 1)]['sent'] == 0
   assert cells[('fp32', 2)]['sent'] == 4 * P + 20
-  assert cells[('zero1', 2)]['sent'] == 4 * P + 20 + 4 * (P // 2)
+  assert cells[('zero1', 2)]['sent'] == 4 * (P // 2 + 2) + 4 + 12 + 4 * (
+      P // 2)

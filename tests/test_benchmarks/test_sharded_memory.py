@@ -27,6 +27,12 @@ def test_memory_sharded_rows_hold_half_the_adam_state(tmp_path):
   assert sorted(copies.values()) == [4 * (n // 2)] * 2
   for row in res['rows'].values():
     assert row['step']['median_s'] > 0
+  # The collectives of the floor, on n float32 in the same run.
+  assert res['rows']['all_reduce']['sent_bytes'] == 4 * n
+  assert res['rows']['reduce_scatter_a2a']['sent_bytes'] == 2 * n
+  assert res['rows']['all_gather']['sent_bytes'] == 2 * n
+  assert any(line.startswith('floor: unsharded step >= all_reduce')
+             for line in payload['lines'])
 
 
 @pytest.mark.slow
@@ -35,7 +41,11 @@ def test_collectives_quickest_run_times_all_reduce_and_all_gather():
       'benchmarks.collectives', ['--elements=1000', '--steps=2'],
       'collectives', collectives.RESULT_PREFIX)
   assert res is not None, err
-  assert res['all_reduce']['median_s'] > 0
-  assert res['all_gather']['median_s'] > 0
+  for row in collectives.ROWS:  # Sizes of 1000 float32, 2 replicas.
+    assert res[row]['median_s'] > 0
+  assert res['all_reduce']['sent_bytes'] == 4000  # 2 (N-1)/N x 4000 B.
+  assert res['all_gather']['sent_bytes'] == 2000  # (N-1) x 500 x 4 B.
+  assert res['all_to_all']['sent_bytes'] == 2000  # (N-1)/N x 4000 B.
+  assert res['reduce_scatter_a2a']['sent_bytes'] == 2000
   # TF 2.21 has no reduce-scatter on CPU: said in the note, not a failure.
   assert 'reduce_scatter' in res or 'not available' in res['note']

@@ -476,6 +476,27 @@ def test_two_workers_sharded_equals_unsharded(two_workers):
 
 
 @pytest.mark.slow
+def test_two_workers_reduce_scattered_equal_unsharded(two_workers):
+  """Momentum, Adam, AdamW with no wrapper: the gradients reduce-scattered
+  across 2 processes (update_step.MeanOverReplicas). Without clipping the
+  unsharded weights bit for bit (a + b is the all-reduce's sum); with it
+  within 1e-6 (the norm is summed slice by slice). Step 3's NaN is
+  skipped on both workers, and both end with the same weights."""
+  for name in sorted(cases.OPTS):
+    for clip in (0.0, 0.5):
+      key = 'scatter_%s_clip%g' % (name, clip)
+      for r in two_workers:
+        assert r[key]['plain_skipped'] == r[key]['sharded_skipped'] == 1
+        for k, want in r[key]['plain'].items():
+          if clip:
+            np.testing.assert_allclose(r[key]['sharded'][k], want, rtol=1e-6,
+                                       atol=1e-7, err_msg=(key, k))
+          else:
+            assert r[key]['sharded'][k] == want, (key, k)
+      assert two_workers[0][key]['sharded'] == two_workers[1][key]['sharded']
+
+
+@pytest.mark.slow
 def test_two_workers_homes_equal_unsharded(two_workers):
   """Muon, Adafactor (factored and not), LAMB and LARS homed
   (test_home_sharding.py), accumulation of 4, clip, a NaN micro-batch,

@@ -8,7 +8,9 @@ accumulation of 4 micro-batches, micro-step 5 NaN on replica 1; the same
 with the whole-tensor rules homed (sharded_cases.HOME_WORKER_CASES: Muon,
 Adafactor factored and not, LAMB, LARS); then schedule-free SGD and AdamW,
 Ema, Lookahead and SWA around Adam (sharded_cases.AVERAGING; accumulation
-of 2, clipping; their eval weights too), with shard_optimizer_state False
+of 2, clipping; their eval weights too); Momentum, Adam and AdamW alone
+(their gradients reduce-scattered), 8 steps, step 3 NaN on replica 1, with
+and without clipping; each with shard_optimizer_state False
 and True, and writes <out_dir>/result_<task index>.json: {case:
 {'plain'|'sharded': {variable: values}}, plus each run's
 num_dropped_microbatches}. One launch serves every case: each launch is two
@@ -44,6 +46,19 @@ def main(argv):
       result[name][label] = {k: v[0].tolist() for k, v in weights.items()}
       result[name][label + '_dropped'] = int(
           lrn.optimizer.num_dropped_microbatches.numpy())
+  # Gradients reduce-scattered (update_step.MeanOverReplicas: no wrapper),
+  # a NaN on replica 1 at step 3; with clip and without.
+  for name in sorted(cases.OPTS):
+    for clip in (0.0, 0.5):
+      key = 'scatter_%s_clip%g' % (name, clip)
+      result[key] = {}
+      for label, shard in (('plain', False), ('sharded', True)):
+        task, lrn = cases.Run(strategy, cases.OPTS[name](), shard, steps=8,
+                              nan_at=(3, 1), clip_gradient_norm_to_value=clip,
+                              scatter_clipped_gradients=True)
+        result[key][label] = {k: v[0].tolist() for k, v in
+                              cases.Weights(strategy, task).items()}
+        result[key][label + '_skipped'] = int(lrn.num_skipped_steps.numpy())
   # Averages sharded (issue 38 item 1B): weights and gathered eval weights.
   for name in sorted(cases.AVERAGING):
     result[name] = {}

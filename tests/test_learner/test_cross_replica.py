@@ -220,3 +220,68 @@ def test_partial_window_survives_a_checkpoint_under_mirrored(strategy,
                                [-1.625, -1.625], rtol=1e-6)
     np.testing.assert_allclose(task2.vars.w.values[r].numpy(),
                                task.vars.w.values[r].numpy(), rtol=1e-6)
+
+
+def _ScatterOnReplicas(strategy, make, eager=False):
+  """Each replica's ReduceScatterSum of make(replica id) (local order)."""
+  def Fn():
+    rid = tf.distribute.get_replica_context().replica_id_in_sync_group
+    return cross_replica.ReduceScatterSum(make(tf.cast(rid, tf.float32)))
+  run = (lambda: strategy.run(Fn)) if eager else tf.function(
+      lambda: strategy.run(Fn))
+  return [t.numpy() for t in strategy.experimental_local_results(run())]
+
+
+@pytest.mark.parametrize('eager', [False, True])
+def test_reduce_scatter_sum_gives_each_replica_its_padded_slice(
+    strategy, eager):
+  # Replica r packs [a (2x2), b (3)] = 1..7 + 10 r: 7 elements, padded to
+  # 2 x 4. The sum is 2 * (1..7) + 10 = 12, 14, ..., 24, then 0 (padding):
+  # replica 0 gets 12, 14, 16, 18; replica 1 gets 20, 22, 24, 0.
+  def Make(r):
+    v = tf.range(1.0, 8.0) + 10.0 * r
+    return [tf.reshape(v[:4], [2, 2]), v[4:]]
+  got = _ScatterOnReplicas(strategy, Make, eager)
+  np.testing.assert_array_equal(got[0], [12.0, 14.0, 16.0, 18.0])
+  np.testing.assert_array_equal(got[1], [20.0, 22.0, 24.0, 0.0])
+
+
+def test_reduce_scatter_sum_is_the_all_reduce_bit_for_bit(strategy):
+  # Two replicas: each element is a + b (a + b == b + a in float32), so
+  # the slices are exactly the all-reduce's; bfloat16 sums in float32 and
+  # comes back as bfloat16 (1 + 2**-8 + 2**-8 rounds to 1 + 2**-7).
+  rng = np.random.default_rng(0)
+  vals = rng.standard_normal([2, 1001]).astype(np.float32)
+
+  def Both():
+    rid = tf.distribute.get_replica_context().replica_id_in_sync_group
+    x = tf.gather(tf.constant(vals), rid)
+    half = tf.fill([3], tf.where(rid == 0, tf.constant(1.5, tf.bfloat16),
+                                 tf.constant(0.25, tf.bfloat16)))
+    return (cross_replica.ReduceScatterSum([x]),
+            cross_replica.AllReduceSum([x])[0],
+            cross_replica.ReduceScatterSum([half]))
+  out = tf.function(lambda: strategy.run(Both))()
+  res = [[t.numpy() for t in strategy.experimental_local_results(o)]
+         for o in out]
+  full = vals[0] + vals[1]
+  np.testing.assert_array_equal(res[1][0], full)
+  np.testing.assert_array_equal(res[0][0], full[:501])
+  np.testing.assert_array_equal(res[0][1][:500], full[501:])
+  assert res[0][1][500] == 0.0  # 1001 elements padded to 2 x 501.
+  assert res[2][0].dtype == tf.bfloat16.as_numpy_dtype
+  np.testing.assert_array_equal(res[2][0].astype(np.float32),
+                                [1.75, 1.75])
+  np.testing.assert_array_equal(res[2][1].astype(np.float32), [1.75, 0.0])
+
+
+def test_reduce_scatter_sum_refuses_mixed_dtypes_in_one_line():
+  with pytest.raises(ValueError, match=r'of one dtype; got dtypes '
+                     r"\['bfloat16', 'float32'\]\. Call it once per dtype"):
+    cross_replica.ReduceScatterSum([tf.zeros([2]),
+                                    tf.zeros([2], tf.bfloat16)])
+
+
+def test_reduce_scatter_sum_with_one_replica_is_the_packed_vector():
+  got = cross_replica.ReduceScatterSum([tf.ones([2, 2]), tf.zeros([1])])
+  np.testing.assert_array_equal(got.numpy(), [1, 1, 1, 1, 0])
