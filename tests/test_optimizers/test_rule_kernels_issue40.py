@@ -14,30 +14,19 @@ import pytest
 import tensorflow as tf
 
 from learner.optimizers import kernels
-from learner.optimizers.kernels import loader
 from learner.optimizers.rules import ademamix
 from learner.optimizers.rules import cocob
 from learner.optimizers.rules import madgrad
 from learner.optimizers.rules import simplified_ademamix
 from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
-from schedules.polynomial import LinearSchedule
 import test_rule_kernels as base_cases
 
 
-@pytest.fixture(autouse=True)
-def fused_on(monkeypatch):
-  """The default (the switch unset): the fused path on."""
-  monkeypatch.delenv(loader.ENV_SWITCH, raising=False)
-  if kernels.Unavailable() is not None:
-    pytest.fail('the kernels must build here: %s' % kernels.Unavailable())
-
-
-def _Linear(init, end, steps):
-  return LinearSchedule.Params().Set(start=(0, init), limit=(steps, end))
-
-
-_WD = {'decoupled_weight_decay': _Linear(0.0, 0.2, 4)}
+# The autouse fixture of test_rule_kernels.py: the fused path on, built.
+fused_on = base_cases.fused_on
+_Linear = base_cases._Linear
+_WD = base_cases._WD
 
 # name -> (params, fused op type); the bit-for-bit ones.
 EXACT = {
