@@ -271,7 +271,8 @@ def _CocobMulti(variables, grads, slots, s, grad_factor, wd_rate, decay,
   # The step's lr (g f) runs as g (f lr) in a traced step (grappler's
   # arithmetic optimizer joins the two scalars, MinimizeBroadcasts), so
   # with a clip scale the kernel takes f lr as its factor and a rate of 1
-  # (exact): the traced pure-TF numbers bit for bit.
+  # (exact): the traced pure-TF numbers bit for bit (eagerly, or with
+  # grappler's arithmetic optimizer off, to float32 rounding).
   lr, factor = s.lr, _Factor(grad_factor, s)
   if factor is not None:
     lr, factor = tf.constant(1.0, s.lr.dtype), factor * s.lr
