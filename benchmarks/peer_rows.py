@@ -30,12 +30,15 @@ import tensorflow as tf
 # The rules with fused kernels in learner/optimizers/kernels/
 # multi_tensor_rules.cc: only the learner rows run them (no peer rows).
 RULE_OPTIMIZERS = ('lion', 'nadam', 'amsgrad', 'sf_sgd', 'sf_adamw')
-# Issue 39's rules, no fused kernel (their `learner` row is the pure-TF
-# path): learner rows only, timed with Adam's learner rows (issue 40's
-# targets compare them). mechanic_adam is Mechanic around Adam.
+# Issue 39's rules: learner rows only, timed with Adam's learner rows
+# (issue 40's targets compare them). mechanic_adam is Mechanic around Adam.
 NEW_RULES = ('soap', 'dog', 'dowg', 'cocob', 'madgrad', 'prodigy',
              'dadapt_adamw', 'mechanic_adam', 'ademamix',
              'simplified_ademamix', 'cautious_adamw', 'shampoo')
+# Those of NEW_RULES with a fused kernel (issue 40, item 3; `learner` runs
+# it, `learner_fallback` the pure-TF path); the others' `learner` row is
+# the pure-TF path.
+FUSED_NEW_RULES = ('ademamix', 'simplified_ademamix', 'cocob', 'madgrad')
 # Learning-rate free: the rate is a multiplier, 1.
 RATE_FREE = ('dog', 'dowg', 'cocob', 'prodigy', 'dadapt_adamw')
 # Every optimizer other than Momentum and Adam (learner rows, no numpy

@@ -47,8 +47,10 @@ in the same rounds, Adam's (`adam_learner`, `adam_learner_jit`, for issue
 sf_sgd, sf_adamw) RULE_ROWS; issue 39's rules (soap: preconditioner
 refreshed every 10 updates, dog, dowg, cocob, madgrad, prodigy,
 dadapt_adamw, mechanic_adam: Mechanic around Adam, ademamix,
-simplified_ademamix, cautious_adamw: AdamW with cautious=True), which have
-no kernel (`learner` is the pure-TF path), NEW_RULE_ROWS (and SOAP's
+simplified_ademamix, cautious_adamw: AdamW with cautious=True), which but
+for ademamix, simplified_ademamix, cocob and madgrad (fused kernels since
+issue 40, also `learner_fallback`) have no kernel (`learner` is the
+pure-TF path), NEW_RULE_ROWS (and SOAP's
 `learner_loop`, whose 10 steps per call hold one refresh: its per-step
 cost; the per-call median misses the refresh); Muon (learner_row.
 MuonLearners: Muon.TwoLearners, Muon on the variables of rank >= 2, AdamW
@@ -96,9 +98,10 @@ PROBE = '_bandwidth_probe'
 # The rows run for the peer_rows.RULE_OPTIMIZERS, plus the trainer's form
 # and, for those in rule_peers.PEERED_RULES, the peers there.
 RULE_ROWS = ('learner', 'learner_fallback', 'learner_jit', 'learner_loop')
-# The rows of peer_rows.NEW_RULES (no kernel: `learner` is the pure-TF
-# path; SOAP also in the trainer's form, whose 10 steps per call hold one
-# preconditioner refresh) and of Muon (two learners; peers in rule_peers).
+# The rows of peer_rows.NEW_RULES (`learner` is the pure-TF path but for
+# peer_rows.FUSED_NEW_RULES, which also run `learner_fallback`; SOAP also
+# in the trainer's form, whose 10 steps per call hold one preconditioner
+# refresh) and of Muon (two learners; peers in rule_peers).
 NEW_RULE_ROWS = ('learner', 'learner_jit')
 MUON_ROWS = ('learner', 'learner_jit', 'learner_loop')
 # Adam's learner rows, timed in the same rounds as a rule's (issue 40's
@@ -224,6 +227,8 @@ def _OtherBuilders(cfg, specs, weights, grads, builders):
     keep = RULE_ROWS
   else:
     keep = NEW_RULE_ROWS + (('learner_loop',) if name == 'soap' else ())
+    if name in peer_rows.FUSED_NEW_RULES:
+      keep += ('learner_fallback',)
   out = [(n, b) for n, b in builders if n in keep]
   if name == 'mechanic_adam':
     out = [(n, _Unjudged(b, _MECHANIC_NOTE) if n == 'learner_jit' else b)

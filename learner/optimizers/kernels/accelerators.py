@@ -235,6 +235,63 @@ def _AMSGradMulti(variables, grads, slots, s, grad_factor, wd_rate, decay,
       wd_rate, decay, measure)
 
 
+# ---- AdEMAMix: s = {lr, beta1, one_minus_beta1, beta2, one_minus_beta2,
+#      beta3, one_minus_beta3, correction1, correction2, alpha, epsilon} ---
+
+def _AdEMAMixMulti(variables, grads, slots, s, grad_factor, wd_rate, decay,
+                   measure):
+  scalars = (s.lr, s.beta1, s.one_minus_beta1, s.beta2, s.one_minus_beta2,
+             s.beta3, s.one_minus_beta3, s.correction1, s.correction2,
+             s.alpha, s.epsilon)
+  return multi_tensor.ApplyAdEMAMix(
+      variables, *[[x[k] for x in slots] for k in ('m1', 'm2', 'nu')], grads,
+      scalars, _Factor(grad_factor, s), wd_rate, decay, measure)
+
+
+# ---- Simplified AdEMAMix: s = {lr, beta1, beta2, one_minus_beta2,
+#      correction2, alpha, epsilon} ----------------------------------------
+
+def _SimplifiedAdEMAMixMulti(variables, grads, slots, s, grad_factor,
+                             wd_rate, decay, measure):
+  scalars = (s.lr, s.beta1, s.beta2, s.one_minus_beta2, s.correction2,
+             s.alpha, s.epsilon)
+  return multi_tensor.ApplySimplifiedAdEMAMix(
+      variables, [x['m'] for x in slots], [x['nu'] for x in slots], grads,
+      scalars, _Factor(grad_factor, s), wd_rate, decay, measure)
+
+
+# ---- COCOB: s = {lr, alpha, first} ------------------------------------------
+
+_COCOB_SLOTS = ('x0', 'scale', 'subgradients', 'reward',
+                'cumulative_gradients')
+
+
+def _CocobMulti(variables, grads, slots, s, grad_factor, wd_rate, decay,
+                measure):
+  # The step's lr (g f) runs as g (f lr) in a traced step (grappler's
+  # arithmetic optimizer joins the two scalars, MinimizeBroadcasts), so
+  # with a clip scale the kernel takes f lr as its factor and a rate of 1
+  # (exact): the traced pure-TF numbers bit for bit (eagerly, or with
+  # grappler's arithmetic optimizer off, to float32 rounding).
+  lr, factor = s.lr, _Factor(grad_factor, s)
+  if factor is not None:
+    lr, factor = tf.constant(1.0, s.lr.dtype), factor * s.lr
+  return multi_tensor.ApplyCOCOB(
+      variables, [[x[k] for x in slots] for k in _COCOB_SLOTS], grads,
+      s.first, (lr, s.alpha), factor, wd_rate, decay, measure)
+
+
+# ---- MADGRAD: s = {lr, lamb, epsilon, momentum, one_minus_momentum, first} -
+
+def _MadgradMulti(variables, grads, slots, s, grad_factor, wd_rate, decay,
+                  measure):
+  scalars = (s.lamb, s.epsilon, s.momentum, s.one_minus_momentum)
+  return multi_tensor.ApplyMADGRAD(
+      variables, *[[x[k] for x in slots] for k in ('x0', 's', 'grad_sum_sq')],
+      grads, s.first, scalars, _Factor(grad_factor, s), wd_rate, decay,
+      measure)
+
+
 # The table. Keys are the rules' ACCELERATOR names.
 ACCELERATORS = {
     'sgd': Accelerator(_SgdDense, None, _SgdMulti, exact=True),
@@ -249,6 +306,13 @@ ACCELERATORS = {
     'schedule_free': Accelerator(None, None, _ScheduleFreeMulti, exact=True),
     'nadam': Accelerator(None, None, _NadamMulti, exact=True),
     'amsgrad': Accelerator(None, None, _AMSGradMulti, exact=True),
+    'ademamix': Accelerator(None, None, _AdEMAMixMulti, exact=True),
+    'simplified_ademamix': Accelerator(None, None, _SimplifiedAdEMAMixMulti,
+                                       exact=True),
+    'cocob': Accelerator(None, None, _CocobMulti, exact=True),
+    # Not bit for bit: the kernel's cube root is TF's Pow to float32
+    # rounding (PowThird, multi_tensor_rules.cc).
+    'madgrad': Accelerator(None, None, _MadgradMulti, exact=False),
 }
 
 

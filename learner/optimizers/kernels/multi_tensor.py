@@ -315,6 +315,102 @@ def ApplyScheduleFree(variables, zs, xs, vs, grads, first, scalars,
               measure=measure, decay=decay, scale_grad=scale)
 
 
+def _ApplyRule(op_fn, variables, slot_groups, grads, head, scalars,
+               grad_factor, wd_rate, decay, measure):
+  """One op of multi_tensor_rules.cc: variables, each slot group, grads,
+  the `head` inputs (e.g. `first`), scalars, factor, wd_rate."""
+  scale, factor = _Factor(grad_factor)
+  handles = [[t.handle for t in group] for group in [variables] + slot_groups]
+  return _Run(op_fn, variables, *handles, grads, *head, *scalars, factor,
+              wd_rate, measure=measure, decay=decay, scale_grad=scale)
+
+
+def ApplyAdEMAMix(variables, m1s, m2s, nus, grads, scalars, grad_factor,
+                  wd_rate, decay, measure=None):
+  """AdEMAMix over lists (TfLearnerMultiApplyAdEMAMix, multi_tensor_rules.cc).
+
+  AdEMAMix's step (learner/optimizers/rules/ademamix.py), with
+  g * grad_factor folded in.
+
+  Args:
+    variables, m1s, m2s, nus, grads: aligned lists (float32; dense grads).
+    scalars: (lr, b1, 1 - b1, b2, 1 - b2, b3, 1 - b3, 1 - b1^t, 1 - b2^t,
+      alpha, eps): float32 scalars as the pure-TF path computes them.
+    grad_factor, wd_rate, decay, measure: as `ApplyAdam`.
+
+  Returns:
+    As `ApplySGD`.
+  """
+  return _ApplyRule(loader.Library().tf_learner_multi_apply_ad_ema_mix,
+                    variables, [m1s, m2s, nus], grads, (), scalars,
+                    grad_factor, wd_rate, decay, measure)
+
+
+def ApplySimplifiedAdEMAMix(variables, ms, nus, grads, scalars, grad_factor,
+                            wd_rate, decay, measure=None):
+  """Simplified AdEMAMix over lists (TfLearnerMultiApplySimplifiedAdEMAMix).
+
+  The step of learner/optimizers/rules/simplified_ademamix.py, with
+  g * grad_factor folded in.
+
+  Args:
+    variables, ms, nus, grads: aligned lists.
+    scalars: (lr, b1, b2, 1 - b2, 1 - b2^t, alpha, eps): float32 scalars.
+    grad_factor, wd_rate, decay, measure: as `ApplyAdam`.
+
+  Returns:
+    As `ApplySGD`.
+  """
+  lib = loader.Library()
+  return _ApplyRule(lib.tf_learner_multi_apply_simplified_ad_ema_mix,
+                    variables, [ms, nus], grads, (), scalars, grad_factor,
+                    wd_rate, decay, measure)
+
+
+def ApplyCOCOB(variables, slot_groups, grads, first, scalars, grad_factor,
+               wd_rate, decay, measure=None):
+  """COCOB-Backprop over lists (TfLearnerMultiApplyCOCOB).
+
+  The step of learner/optimizers/rules/cocob.py on g * grad_factor.
+
+  Args:
+    variables, grads: aligned lists; slot_groups: five aligned lists, the
+      slots x0, scale (L), subgradients (G), reward (R),
+      cumulative_gradients (C).
+    first: bool scalar, True at the first update (x0 is taken from w).
+    scalars: (lr, alpha): float32 scalars.
+    grad_factor, wd_rate, decay, measure: as `ApplyAdam`.
+
+  Returns:
+    As `ApplySGD`.
+  """
+  return _ApplyRule(loader.Library().tf_learner_multi_apply_cocob,
+                    variables, slot_groups, grads, (first,), scalars,
+                    grad_factor, wd_rate, decay, measure)
+
+
+def ApplyMADGRAD(variables, x0s, ss, nus, grads, first, scalars, grad_factor,
+                 wd_rate, decay, measure=None):
+  """MADGRAD over lists (TfLearnerMultiApplyMADGRAD, multi_tensor_rules.cc).
+
+  The step of learner/optimizers/rules/madgrad.py on g * grad_factor; its
+  cube root is TF's Pow to float32 rounding, not bit for bit (see
+  PowThird there).
+
+  Args:
+    variables, x0s, ss, nus (grad_sum_sq), grads: aligned lists.
+    first: bool scalar, True at the first update (x0 is taken from w).
+    scalars: (lambda_k, eps, momentum, 1 - momentum): float32 scalars.
+    grad_factor, wd_rate, decay, measure: as `ApplyAdam`.
+
+  Returns:
+    As `ApplySGD`.
+  """
+  return _ApplyRule(loader.Library().tf_learner_multi_apply_madgrad,
+                    variables, [x0s, ss, nus], grads, (first,), scalars,
+                    grad_factor, wd_rate, decay, measure)
+
+
 def Accumulate(accumulators, grads, weight):
   """acc += weight * g for every pair if every g is finite, in one op.
 

@@ -43,7 +43,7 @@ using ::tensorflow::Tensor;
 using CPUDevice = Eigen::ThreadPoolDevice;
 
 constexpr int64_t kChunk = 1 << 14;  // 16384 floats = 64 KiB per array.
-constexpr int kMaxSlots = 4;
+constexpr int kMaxSlots = 5;  // COCOB's five slots.
 
 struct Chunk {
   int tensor;
@@ -419,7 +419,7 @@ class MultiApplyOp : public OpKernel {
     ForEachChunkReversed(ctx, chunks.size(), [&](int64_t c) {
       const Chunk& k = chunks[c];
       const int64_t len = k.end - k.begin;
-      float* slots[kMaxSlots] = {nullptr, nullptr, nullptr, nullptr};
+      float* slots[kMaxSlots] = {};
       for (int s = 0; s < Rule::kSlots; ++s) {
         slots[s] = vars.data((s + 1) * n_ + k.tensor) + k.begin;
       }

@@ -6,6 +6,10 @@
 //   TfLearnerMultiApplyAMSGrad  AMSGrad in optax's form          slots m, v, v_max
 //   TfLearnerMultiApplyScheduleFreeSGD    schedule-free SGD     slots z, x
 //   TfLearnerMultiApplyScheduleFreeAdamW  schedule-free AdamW   slots z, x, v
+//   TfLearnerMultiApplyAdEMAMix  AdEMAMix (issue 40)         slots m1, m2, nu
+//   TfLearnerMultiApplySimplifiedAdEMAMix  simplified AdEMAMix  slots m, nu
+//   TfLearnerMultiApplyCOCOB     COCOB-Backprop    slots x0, L, G, R, C
+//   TfLearnerMultiApplyMADGRAD   MADGRAD           slots x0, s, nu
 //
 // (AdamW with epsilon_form='optax' needs no op of its own: it is the TF form
 // with epsilon hat = epsilon sqrt(1 - beta2^t), so TfLearnerMultiApplyAdam of
@@ -21,9 +25,14 @@
 // the pure-TF path's elementwise expressions, in its order of operations;
 // with -ffp-contract=off (no fused multiply-add) both paths round alike:
 // the tests compare them bit for bit
-// (tests/test_optimizers/test_rule_kernels.py).
+// (tests/test_optimizers/test_rule_kernels.py, test_rule_kernels_issue40.py).
 // A division by a correction of exactly 1 (AMSGrad without bias correction)
-// is exact, so one loop serves both settings.
+// is exact, so one loop serves both settings. One exception: MADGRAD's cube
+// root (PowThird below) is TF's Pow to within its own rounding, not bit for
+// bit (its accelerator says exact=False).
+
+#include <cstdint>
+#include <cstring>
 
 #include "multi_tensor_common.h"
 
@@ -162,6 +171,179 @@ struct ScheduleFreeRule : RuleBase {
   float one_minus_b1 = 1.f, b2 = 0.f, c2 = 0.f, k2 = 1.f, eps = 0.f;
 };
 
+// TfLearnerMultiApplyAdEMAMix: AdEMAMix's step (learner/optimizers/rules/
+// ademamix.py): a bias-corrected fast EMA m1 plus alpha times the slow
+// EMA m2, over Adam's sqrt(nu_hat) + eps.
+struct AdEMAMixRule : RuleBase {
+  static constexpr int kSlots = 3;
+
+  explicit AdEMAMixRule(ScalarInputs* in) {
+    in->Read(&lr, &b1, &c1, &b2, &c2, &b3, &c3, &k1, &k2, &alpha, &eps,
+             &factor, &wd);
+  }
+
+  float Step(int64_t i, float w, float g, float* m1, float* m2,
+             float* nu) const {
+    const float a = b1 * m1[i] + c1 * g;
+    const float b = b3 * m2[i] + c3 * g;
+    const float n = b2 * nu[i] + c2 * (g * g);
+    m1[i] = a;
+    m2[i] = b;
+    nu[i] = n;
+    const float numer = a / k1 + alpha * b;
+    return w - (lr * numer) / (std::sqrt(n / k2) + eps);
+  }
+
+  float lr = 0.f, b1 = 0.f, c1 = 0.f, b2 = 0.f, c2 = 0.f, b3 = 0.f;
+  float c3 = 0.f, k1 = 1.f, k2 = 1.f, alpha = 0.f, eps = 0.f;
+};
+
+// TfLearnerMultiApplySimplifiedAdEMAMix: simplified AdEMAMix's step
+// (learner/optimizers/rules/simplified_ademamix.py): the undamped sum m
+// plus alpha g, over sqrt(nu_hat) + eps.
+struct SimplifiedAdEMAMixRule : RuleBase {
+  static constexpr int kSlots = 2;
+
+  explicit SimplifiedAdEMAMixRule(ScalarInputs* in) {
+    in->Read(&lr, &b1, &b2, &c2, &k2, &alpha, &eps, &factor, &wd);
+  }
+
+  float Step(int64_t i, float w, float g, float* m, float* nu) const {
+    const float mi = b1 * m[i] + g;
+    const float n = b2 * nu[i] + c2 * (g * g);
+    m[i] = mi;
+    nu[i] = n;
+    return w - (lr * (mi + alpha * g)) / (std::sqrt(n / k2) + eps);
+  }
+
+  float lr = 0.f, b1 = 0.f, b2 = 0.f, c2 = 0.f, k2 = 1.f, alpha = 0.f;
+  float eps = 0.f;
+};
+
+// TfLearnerMultiApplyCOCOB: COCOB-Backprop's step (learner/optimizers/
+// rules/cocob.py) on g <- lr g. `flag` is the input `first` (x0 is taken
+// from w then, and written only then: it never changes after). The rule
+// gives the new weights as w - (w - new), as its pure-TF path subtracts
+// the delta (not equal to `new` in float32).
+struct COCOBRule : RuleBase {
+  static constexpr int kSlots = 5;
+  static constexpr bool kHasFlag = true;
+
+  explicit COCOBRule(ScalarInputs* in) {
+    in->Read(&flag, &lr, &alpha, &factor, &wd);
+  }
+
+  template <bool kFirst, bool kDecay>
+  float Step(int64_t i, float w, float g, float* x0, float* scale,
+             float* subgrads, float* reward, float* cumulative) const {
+    const float gl = lr * g;
+    const float x = kFirst ? w : x0[i];
+    const float a = std::fabs(gl);
+    const float l = MaxNaN(scale[i], a);
+    const float s = subgrads[i] + a;
+    const float r = MaxNaN(reward[i] - gl * (w - x), 0.f);
+    const float c = cumulative[i] - gl;
+    if (kFirst) x0[i] = x;
+    scale[i] = l;
+    subgrads[i] = s;
+    reward[i] = r;
+    cumulative[i] = c;
+    const float bet = c / (l * MaxNaN(s + l, alpha * l));
+    const float next = x + bet * (l + r);
+    return w - (w - next);
+  }
+
+  float lr = 0.f, alpha = 1.f;
+};
+
+// x^p for x = MADGRAD's nu and p the float32 nearest 1/3, as TF's Pow to
+// within its own rounding (TF's Eigen packet pow is 1 ulp off the rounded
+// x^p for about a quarter of the floats, and a packet's tail takes powf:
+// no loop can repeat it bit for bit). Here to about 1e-13 relative before
+// the one rounding (1 ulp off the rounded x^p for 0.5 % of the floats):
+// p = 1/3 + d with d = 2^-25 / 3, so x^p = cbrt(x) x^d = cbrt(x) (1 + d ln
+// x) (|d ln x| < 1.1e-6, the dropped term < 1e-12); cbrt(x) from fdlibm's
+// bit guess and two Halley steps y <- y (y^3 + 2x) / (2 y^3 + x) in double
+// (cubic: 4e-5, then < 1e-13); ln x from the high word (error < 0.06,
+// times d: < 1e-9). No call and no branch: the loop vectorizes.
+inline float PowThird(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof(u));
+  const int32_t xb = static_cast<int32_t>(u);
+  // mask = all ones iff 0 < x < inf (xb in (0, 0x7f800000)), from shifts,
+  // not compares: a compare lets g++ split the loop into paths, move the
+  // float arithmetic under a branch (-ftrapping-math) and not vectorize.
+  const int32_t non_negative = ~(xb >> 31);
+  const int32_t nonzero = static_cast<int32_t>(0u - u) >> 31;
+  const int32_t below_inf = static_cast<int32_t>(u - 0x7f800000u) >> 31;
+  const uint32_t mask =
+      static_cast<uint32_t>(non_negative & nonzero & below_inf);
+  const uint32_t un = (u & mask) | (0x3f800000u & ~mask);  // Edges: 1.0.
+  float xn;
+  std::memcpy(&xn, &un, sizeof(xn));
+  // In double a subnormal float is normal. fdlibm's cbrt first guess on
+  // the high word (the exponent and 20 bits, divided by 3 as a float:
+  // off by < 1e-4 of a unit in the guess), within 4 %.
+  const double xd = xn;
+  uint64_t d;
+  std::memcpy(&d, &xd, sizeof(d));
+  const int32_t hi = static_cast<int32_t>(d >> 32);
+  const int32_t guess_hi =
+      static_cast<int32_t>(static_cast<float>(hi) * (1.f / 3.f)) + 715094163;
+  const uint64_t guess_bits = static_cast<uint64_t>(
+      static_cast<uint32_t>(guess_hi)) << 32;
+  double y;
+  std::memcpy(&y, &guess_bits, sizeof(y));
+  double y3 = y * y * y;
+  y = y * (y3 + 2.0 * xd) / (2.0 * y3 + xd);
+  y3 = y * y * y;
+  y = y * (y3 + 2.0 * xd) / (2.0 * y3 + xd);
+  constexpr double kLn2 = 0.6931471805599453;
+  constexpr double kD = 1.0 / 100663296.0;  // 2^-25 / 3.
+  const double ln = kLn2 * (static_cast<double>(hi) * (1.0 / 1048576.0) -
+                            1023.0);
+  const float out = static_cast<float>(y * (1.0 + kD * ln));
+  uint32_t out_bits;
+  std::memcpy(&out_bits, &out, sizeof(out_bits));
+  // The edges, as TF: +-0 gives +0, inf inf, NaN and x < 0 NaN.
+  const uint32_t edge = (u & 0x7fffffffu) == 0u
+                            ? 0u
+                            : (u == 0x7f800000u ? 0x7f800000u : 0x7fc00000u);
+  const uint32_t r = (out_bits & mask) | (edge & ~mask);
+  float result;
+  std::memcpy(&result, &r, sizeof(result));
+  return result;
+}
+
+// TfLearnerMultiApplyMADGRAD: MADGRAD's step (learner/optimizers/rules/
+// madgrad.py) with lambda_k computed in Python. `flag` is the input
+// `first` (x0 taken from w then, and written only then). The new weights
+// come as w - (w - new), as COCOB's.
+struct MADGRADRule : RuleBase {
+  static constexpr int kSlots = 3;
+  static constexpr bool kHasFlag = true;
+
+  explicit MADGRADRule(ScalarInputs* in) {
+    in->Read(&flag, &lamb, &eps, &mom, &one_minus_mom, &factor, &wd);
+  }
+
+  template <bool kFirst, bool kDecay>
+  float Step(int64_t i, float w, float g, float* x0, float* s,
+             float* nu) const {
+    const float x = kFirst ? w : x0[i];
+    const float n = nu[i] + lamb * (g * g);
+    const float si = s[i] + lamb * g;
+    if (kFirst) x0[i] = x;
+    s[i] = si;
+    nu[i] = n;
+    const float z = x - si / (PowThird(n) + eps);
+    const float next = one_minus_mom * z + mom * w;
+    return w - (w - next);
+  }
+
+  float lamb = 0.f, eps = 0.f, mom = 0.f, one_minus_mom = 1.f;
+};
+
 }  // namespace
 
 // ---- registration -----------------------------------------------------------
@@ -261,6 +443,73 @@ REGISTER_OP("TfLearnerMultiApplyScheduleFreeAdamW")
     .Input("grad_factor: float")
     .TF_LEARNER_RULE_ATTRS;
 
+REGISTER_OP("TfLearnerMultiApplyAdEMAMix")
+    .Input("vars: N * resource")
+    .Input("m1s: N * resource")
+    .Input("m2s: N * resource")
+    .Input("nus: N * resource")
+    .Input("grads: N * float")
+    .Input("lr: float")
+    .Input("beta1: float")
+    .Input("one_minus_beta1: float")
+    .Input("beta2: float")
+    .Input("one_minus_beta2: float")
+    .Input("beta3: float")
+    .Input("one_minus_beta3: float")
+    .Input("correction1: float")
+    .Input("correction2: float")
+    .Input("alpha: float")
+    .Input("epsilon: float")
+    .Input("grad_factor: float")
+    .Input("wd_rate: float")
+    .TF_LEARNER_RULE_ATTRS;
+
+REGISTER_OP("TfLearnerMultiApplySimplifiedAdEMAMix")
+    .Input("vars: N * resource")
+    .Input("ms: N * resource")
+    .Input("nus: N * resource")
+    .Input("grads: N * float")
+    .Input("lr: float")
+    .Input("beta1: float")
+    .Input("beta2: float")
+    .Input("one_minus_beta2: float")
+    .Input("correction2: float")
+    .Input("alpha: float")
+    .Input("epsilon: float")
+    .Input("grad_factor: float")
+    .Input("wd_rate: float")
+    .TF_LEARNER_RULE_ATTRS;
+
+REGISTER_OP("TfLearnerMultiApplyCOCOB")
+    .Input("vars: N * resource")
+    .Input("x0s: N * resource")
+    .Input("scales: N * resource")
+    .Input("subgradients: N * resource")
+    .Input("rewards: N * resource")
+    .Input("cumulative_gradients: N * resource")
+    .Input("grads: N * float")
+    .Input("first: bool")
+    .Input("lr: float")
+    .Input("alpha: float")
+    .Input("grad_factor: float")
+    .Input("wd_rate: float")
+    .TF_LEARNER_RULE_ATTRS;
+
+REGISTER_OP("TfLearnerMultiApplyMADGRAD")
+    .Input("vars: N * resource")
+    .Input("x0s: N * resource")
+    .Input("ss: N * resource")
+    .Input("grad_sum_sqs: N * resource")
+    .Input("grads: N * float")
+    .Input("first: bool")
+    .Input("lambda: float")
+    .Input("epsilon: float")
+    .Input("momentum: float")
+    .Input("one_minus_momentum: float")
+    .Input("grad_factor: float")
+    .Input("wd_rate: float")
+    .TF_LEARNER_RULE_ATTRS;
+
 #undef TF_LEARNER_RULE_ATTRS
 
 REGISTER_KERNEL_BUILDER(
@@ -279,5 +528,19 @@ REGISTER_KERNEL_BUILDER(
     Name("TfLearnerMultiApplyScheduleFreeAdamW")
         .Device(::tensorflow::DEVICE_CPU),
     MultiApplyOp<ScheduleFreeRule<true>>);
+
+REGISTER_KERNEL_BUILDER(
+    Name("TfLearnerMultiApplyAdEMAMix").Device(::tensorflow::DEVICE_CPU),
+    MultiApplyOp<AdEMAMixRule>);
+REGISTER_KERNEL_BUILDER(
+    Name("TfLearnerMultiApplySimplifiedAdEMAMix")
+        .Device(::tensorflow::DEVICE_CPU),
+    MultiApplyOp<SimplifiedAdEMAMixRule>);
+REGISTER_KERNEL_BUILDER(
+    Name("TfLearnerMultiApplyCOCOB").Device(::tensorflow::DEVICE_CPU),
+    MultiApplyOp<COCOBRule>);
+REGISTER_KERNEL_BUILDER(
+    Name("TfLearnerMultiApplyMADGRAD").Device(::tensorflow::DEVICE_CPU),
+    MultiApplyOp<MADGRADRule>);
 
 }  // namespace tf_learner

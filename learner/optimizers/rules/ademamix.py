@@ -11,7 +11,9 @@ Source: Pagliardini, Ablin & Grangier, "The AdEMAMix Optimizer: Better,
 Faster, Older", ICLR 2025, arXiv:2409.03137, Algorithm 1 (m2 is not bias
 corrected; the paper's lambda theta term is lr-scaled, as the base's
 decay). optax.contrib.ademamix gives the same numbers
-(tests/test_optimizers/test_ademamix.py).
+(tests/test_optimizers/test_ademamix.py). Fused kernel:
+TfLearnerMultiApplyAdEMAMix (kernels/multi_tensor_rules.cc), the same
+numbers bit for bit.
 """
 
 import tensorflow as tf
@@ -44,6 +46,7 @@ class AdEMAMix(BaseOptimizer):
 
   SUPPORTS_LAZY_SPARSE = True
   ELEMENTWISE = True
+  ACCELERATOR = 'ademamix'  # Fused: kernels/multi_tensor_rules.cc.
   NONNEGATIVE_SLOTS = ('nu',)  # slot_dtype=tf.int8: the unsigned map.
   SCHEDULABLE_PARAMS = BaseOptimizer.SCHEDULABLE_PARAMS + (
       'beta1', 'beta2', 'beta3', 'alpha')

@@ -14,6 +14,8 @@ Through Coin Betting", NeurIPS 2017 (arXiv:1705.07795), Algorithm 2.
 optax.contrib.cocob (0.2.8) gives the same numbers
 (tests/test_optimizers/test_cocob.py); its `weight_decay` (an L2 term
 added to the gradient) is the learner's `l2_regularizer_weight` here.
+Fused kernel: TfLearnerMultiApplyCOCOB (kernels/multi_tensor_rules.cc),
+the same numbers bit for bit.
 """
 
 import tensorflow as tf
@@ -44,6 +46,7 @@ class COCOB(BaseOptimizer):
 
   ELEMENTWISE = True
   FIRST_UPDATE_SLOTS = ('x0',)  # Under XLA: base.py, first_update.py.
+  ACCELERATOR = 'cocob'  # Fused: kernels/multi_tensor_rules.cc.
   SCHEDULABLE_PARAMS = ()
   DEFAULT_LEARNING_RATE = 1.0  # Rate-free (optax's default rate).
 

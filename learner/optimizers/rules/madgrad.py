@@ -17,6 +17,8 @@ the reference PyTorch implementation, facebookresearch/madgrad).
 optax.contrib.madgrad (0.2.8) gives the same numbers
 (tests/test_optimizers/test_madgrad.py); its `weight_decay` (an L2 term
 added to the gradient) is the learner's `l2_regularizer_weight` here.
+Fused kernel: TfLearnerMultiApplyMADGRAD (kernels/multi_tensor_rules.cc),
+the same numbers but for the cube root (TF's Pow to float32 rounding).
 """
 
 import tensorflow as tf
@@ -45,6 +47,7 @@ class MADGRAD(BaseOptimizer):
 
   ELEMENTWISE = True
   FIRST_UPDATE_SLOTS = ('x0',)  # Under XLA: base.py, first_update.py.
+  ACCELERATOR = 'madgrad'  # Fused: kernels/multi_tensor_rules.cc.
 
   @classmethod
   def Params(cls):

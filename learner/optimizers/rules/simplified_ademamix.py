@@ -13,7 +13,9 @@ normalised, so one m replaces m1 and m2 and alpha needs no warmup; alpha
 = 0 is Adam with a rescaled rate and beta1. optax.contrib.
 simplified_ademamix (0.2.8) gives the same numbers
 (tests/test_optimizers/test_simplified_ademamix.py); its eps_root (inside
-the square root, default 0) is not offered here.
+the square root, default 0) is not offered here. Fused kernel:
+TfLearnerMultiApplySimplifiedAdEMAMix (kernels/multi_tensor_rules.cc),
+the same numbers bit for bit.
 """
 
 import tensorflow as tf
@@ -46,6 +48,7 @@ class SimplifiedAdEMAMix(BaseOptimizer):
 
   SUPPORTS_LAZY_SPARSE = True
   ELEMENTWISE = True
+  ACCELERATOR = 'simplified_ademamix'  # Fused: kernels/multi_tensor_rules.cc.
   NONNEGATIVE_SLOTS = ('nu',)  # slot_dtype=tf.int8: the unsigned map.
   SCHEDULABLE_PARAMS = BaseOptimizer.SCHEDULABLE_PARAMS + (
       'beta1', 'beta2', 'alpha')
