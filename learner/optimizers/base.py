@@ -24,11 +24,13 @@ new_slots), and declares `ELEMENTWISE` when one element's step reads only
 that element. Every way of applying it is derived here, once, from those:
 
   rule (`_Step`) x storage (`slot_dtype`: slots read upcast, stored
-  rounded; kernels/low_precision.py) x sharding (ZeRO-1 flat shards,
-  `UseStateSharding`, sharded_state.py) x apply path (a whole variable;
-  the rows of a lazy sparse gradient; one fused op over all variables or
-  a raw TF op: the rule's `ACCELERATOR` in kernels/accelerators.py, which
-  holds no formula, only the mapping of the scalars to the kernel).
+  rounded; kernels/low_precision.py) x sharding (ZeRO-1 flat shards or
+  home tensors, `UseStateSharding`) x apply path (a whole variable; the
+  rows of a lazy sparse gradient; one fused op over all variables or a raw
+  TF op: the rule's `ACCELERATOR` in kernels/accelerators.py, which holds
+  no formula, only the mapping of the scalars to the kernel). The pure-TF
+  path goes through `_ApplyItems`, where a rule may act on all of the
+  variables one replica steps at once (Muon's same-shape batches).
 
 A scaled gradient (`ApplyScaled`, the learner's clip scale) is folded into
 the kernel when the accelerator can (every fused op; SGD's alpha), else
@@ -167,13 +169,12 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
   # The params `hyper_schedules` may name: those this class reads through
   # `Hyper(name)` in its update (a subclass extends or empties the tuple).
   SCHEDULABLE_PARAMS = ('decoupled_weight_decay',)
-  # True when a subclass's own Apply accepts `_grad_scale` (ApplyScaled then
-  # calls it instead of materialising the scaled gradients).
+  # True when a subclass's own Apply accepts `_grad_scale` (ApplyScaled
+  # passes it instead of materialising the scaled gradients).
   APPLY_TAKES_GRAD_SCALE = False
-  # The features the runtime asks an optimizer's class about, declared here
-  # once with their defaults (a subclass sets its own; nothing probes them
+  # Features the runtime asks a class about (defaults; nothing probes them
   # with getattr). True for gradient accumulation: global steps feed one
-  # update (MicroBatchesPerUpdateOf), and it must be the outermost wrapper.
+  # update (MicroBatchesPerUpdateOf); it must be the outermost wrapper.
   IS_ACCUMULATION = False
   # True when the step needs a second forward/backward pass at perturbed
   # weights (Sam); the gradient tape finds it (gradient_tape.FindPerturber).
@@ -406,13 +407,10 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
   def Apply(self, lr, var_grads, _grad_scale=None, _measure=None):
     """Applies one update; returns the update op (None when eager).
 
-    Not converted by AutoGraph (it has no Python control flow on tensors),
-    so tracing it inside any tf.function is fast. Every way of applying the
-    rule is derived here from its `_Step` (module docstring): the fused
-    multi-tensor op or a raw TF op when its accelerator runs, else `_Step`
-    on the variable (its slots read and stored in `slot_dtype`), on the
-    rows of a lazy sparse gradient, or on this replica's flat shard
-    (`UseStateSharding`).
+    Not converted by AutoGraph (no Python control flow on tensors: fast to
+    trace). Every way of applying the rule derives from its `_Step`: the
+    fused op or a raw TF op of its accelerator, else `_ApplyItems` (`_Step`
+    per variable, its rows, or this replica's part: `UseStateSharding`).
 
     Args:
       lr: float32 scalar tensor, the scheduled learning rate.
@@ -434,9 +432,8 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
       update = self._BeginUpdate(lr, present, _grad_scale)
       sharding = self.__dict__.get('_state_sharding')
       if sharding is not None and sharding.sharded:
-        ops = [sharding.Apply(present, lambda items: [
-            self._ApplyOne(update, var, grad, slots)
-            for var, grad, slots in items])]
+        ops = [sharding.Apply(present, lambda items: self._ApplyItems(
+            update, items))]
       else:
         ops = self._ApplyAll(update, present, _measure)
       ops = ops + self._EndUpdate(update, ops)
@@ -449,8 +446,8 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     if present:
       kernels.LogPath('%s update' % type(self).__name__, reason)
     if reason:
-      return [self._ApplyOne(update, vg.var, vg.grad, self.GetSlots(vg.var))
-              for vg in present]
+      return self._ApplyItems(update, [(vg.var, vg.grad, self.GetSlots(vg.var))
+                                       for vg in present])
     variables = [vg.var for vg in present]
     grads = [tf.convert_to_tensor(vg.grad) for vg in present]  # Sums dups.
     on = self.WeightDecayOn()
@@ -463,6 +460,14 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     return [self.Accelerator().multi(variables, grads, slots, s,
                                      update.grad_scale, wd_rate, decay,
                                      measure)]
+
+  def _ApplyItems(self, update, items):
+    """The pure-TF update of `items` [(var, grad, slots)], a list of ops:
+    `_ApplyOne` on each. The hook where a rule acts on them all at once
+    (Muon: one Newton-Schulz chain per shape); `items` are the update's
+    variables, or under ZeRO-1 the ones this replica computes."""
+    return [self._ApplyOne(update, var, grad, slots)
+            for var, grad, slots in items]
 
   def FusedApplyReason(self, vgs):
     """None if `Apply(lr, vgs)` runs as one fused op, else why not (str).
@@ -752,14 +757,10 @@ def _AcceleratorOf(cls):
 
 
 def DefineLingvoBaseParams(p):
-  """Defines Lingvo 0.14.2's optimizer.Base params on `p` (in place).
-
-  For the classes under a Lingvo name, so a ported config that sets them
-  keeps working. Here: `use_bf16_gradients_ar` must stay False (refused at
-  construction otherwise); `add_summary_in_apply` has no effect (the
-  learner already reports the rate as the eval metric 'learning_rate');
-  `clear_variable_scope` has no effect (TF2 has no variable scopes).
-  """
+  """Defines Lingvo 0.14.2's optimizer.Base params on `p` (in place), so a
+  ported config that sets them keeps working: `use_bf16_gradients_ar` must
+  stay False (refused at construction); `add_summary_in_apply` (the learner
+  reports 'learning_rate') and `clear_variable_scope` have no effect."""
   p.Define('use_bf16_gradients_ar', False, 'Lingvo: all-reduce gradients in '
            'bfloat16. Only False is supported here.')
   p.Define('add_summary_in_apply', True, 'Lingvo: write the rate summary in '
