@@ -14,15 +14,16 @@ Two measurements, printed:
            (with - without) / with, and the median share over the rounds
            (a round with NS and the next without share the machine's load).
 
-  parts    (issue 40 item 2) one process builds a Muon step in four
-           variants (VARIANTS: full; Newton-Schulz replaced by the division
-           by the norm; also no momentum arithmetic; Muon's update left
-           out), times them alternately (rounds of `steps` steps, medians)
-           and prints each part's share: Newton-Schulz, momentum, scaling/
-           apply, the rest (AdamW learner, clip norms; forward/backward for
-           lm). Target 'lm' (lm.CharTransformerMuon's train step) or
-           'resnet50' (update_step's Muon two-learner row). For before and
-           after, run it under each version's PYTHONPATH.
+  parts    (issue 40 item 2) one process builds a Muon step per variable
+           (batch_shapes=False, the default) and batched by shape (True),
+           each in three variants (full; Newton-Schulz replaced by the
+           division by the norm; also no momentum arithmetic), plus the step
+           with Muon's update left out; times them alternately (rounds of
+           `steps` steps, medians) and prints each part's share of each
+           form: Newton-Schulz, momentum, scaling/apply, the rest (AdamW
+           learner, clip norms; forward/backward for lm), and batched / per
+           variable over paired rounds. Target 'lm' (lm.CharTransformerMuon's
+           train step) or 'resnet50' (update_step's Muon two-learner row).
 
   update   the Muon learner's update alone (its optimizer's Apply in a
            tf.function on lm.CharTransformerMuon's matrices, fixed
@@ -196,9 +197,12 @@ VARIANTS = ('full', '-ns', '-ns-mom', 'no_muon')
 
 
 def _PartSteps(target):
-  """{variant: traced step} of `target`: 'lm' (lm.CharTransformerMuon's
-  train step on one batch) or 'resnet50' (benchmarks.update_step's Muon
-  two-learner `learner` row on the resnet50 set)."""
+  """{(batch_shapes, variant): traced step} of `target`: 'lm'
+  (lm.CharTransformerMuon's train step on one batch) or 'resnet50'
+  (benchmarks.update_step's Muon two-learner `learner` row on the resnet50
+  set); no_muon once (batch_shapes None)."""
+  keys = [(b, v) for b in (False, True) for v in VARIANTS[:3]] + [
+      (None, 'no_muon')]
   fns = {}
   if target == 'resnet50':
     from benchmarks import learner_row  # pylint: disable=g-import-not-at-top
@@ -206,48 +210,64 @@ def _PartSteps(target):
     from benchmarks import variable_sets  # pylint: disable=g-import-not-at-top
     specs = variable_sets.Specs('resnet50')
     weights, grads = variable_sets.MakeValues(specs)
-    for name in VARIANTS:
-      row = learner_row.LearnerRow(peer_rows.UpdateConfig('muon'), specs,
-                                   weights, grads)
-      with _Variant(name):
-        row.step()  # Traced now.
-      fns[name] = row.step
+    original = learner_row.MuonLearners
+    for batch, name in keys:
+      learner_row.MuonLearners = lambda *a, b=batch, **k: [
+          lp.Set(optimizer=lp.optimizer.Set(batch_shapes=b))
+          if lp.optimizer.cls is muon_lib.Muon and b is not None else lp
+          for lp in original(*a, **k)]
+      try:
+        row = learner_row.LearnerRow(peer_rows.UpdateConfig('muon'), specs,
+                                     weights, grads)
+        with _Variant(name):
+          row.step()  # Traced now.
+      finally:
+        learner_row.MuonLearners = original
+      fns[batch, name] = row.step
     return fns
-  for name in VARIANTS:
+  for batch, name in keys:
     with _Variant(name):
-      fns[name] = _Step('lm.CharTransformerMuon', True)
+      fns[batch, name] = _Step('lm.CharTransformerMuon', True,
+                               batch_shapes=batch)
   return fns
 
 
 def Parts(rounds=30, steps=5, target='lm'):
-  """Prints each part's share of the Muon step, variants alternating:
-  Newton-Schulz = full - (-ns); momentum = (-ns) - (-ns-mom); scaling and
-  apply (slot and weight assignments, the division by the norm) =
-  (-ns-mom) - no_muon; the rest = no_muon (the AdamW learner, the clip's
-  norms; for 'lm' also forward and backward). Run it once per version of
-  the code (PYTHONPATH) to compare them."""
+  """Prints each part's share of the Muon step, per variable
+  (batch_shapes=False) and batched (True), every variant alternating in
+  rounds: Newton-Schulz = full - (-ns); momentum = (-ns) - (-ns-mom);
+  scaling and apply (slot and weight assignments, the division by the
+  norm) = (-ns-mom) - no_muon; the rest = no_muon (the AdamW learner, the
+  clip's norms; for 'lm' also forward and backward)."""
   fns = _PartSteps(target)
-  times = {name: [] for name in fns}
+  times = {key: [] for key in fns}
   for _ in range(rounds):
-    for name, fn in fns.items():
+    for key, fn in fns.items():
       fn()
       start = time.perf_counter()
       for _ in range(steps):
         fn()
-      times[name].append((time.perf_counter() - start) / steps)
+      times[key].append((time.perf_counter() - start) / steps)
   med = {k: float(np.median(v)) for k, v in times.items()}
-  for name, t in times.items():
-    print('%-8s median %.2f ms  p10-p90 %.2f-%.2f ms' % (
-        name, 1e3 * med[name], 1e3 * np.percentile(t, 10),
+  for (batch, name), t in times.items():
+    print('batch_shapes=%-5s %-8s median %.2f ms  p10-p90 %.2f-%.2f ms' % (
+        batch, name, 1e3 * med[batch, name], 1e3 * np.percentile(t, 10),
         1e3 * np.percentile(t, 90)))
-  full = med['full']
-  parts = (('Newton-Schulz', full - med['-ns']),
-           ('momentum', med['-ns'] - med['-ns-mom']),
-           ('scaling/apply', med['-ns-mom'] - med['no_muon']),
-           ('rest (AdamW learner%s)' % (', fwd/bwd' if target == 'lm' else
-                                       ''), med['no_muon']))
-  print('%s: step %.2f ms; ' % (target, 1e3 * full) + ', '.join(
-      '%s %.1f %% (%.2f ms)' % (k, 100 * v / full, 1e3 * v) for k, v in parts))
+  rest = med[None, 'no_muon']
+  for batch in (False, True):
+    full = med[batch, 'full']
+    parts = (('Newton-Schulz', full - med[batch, '-ns']),
+             ('momentum', med[batch, '-ns'] - med[batch, '-ns-mom']),
+             ('scaling/apply', med[batch, '-ns-mom'] - rest),
+             ('rest (AdamW learner%s)' % (', fwd/bwd' if target == 'lm'
+                                         else ''), rest))
+    print('%s batch_shapes=%s: step %.2f ms; ' % (target, batch, 1e3 * full)
+          + ', '.join('%s %.1f %% (%.2f ms)' % (k, 100 * v / full, 1e3 * v)
+                      for k, v in parts))
+  ratios = [a / b for a, b in zip(times[True, 'full'], times[False, 'full'])]
+  print('batched / per variable, full step, paired rounds: median %.3f '
+        '(p10-p90 %.3f-%.3f)' % (np.median(ratios), np.percentile(ratios, 10),
+                                 np.percentile(ratios, 90)))
 
 
 def NsCost(key='lm.CharTransformerMuon', rounds=30, steps=5):

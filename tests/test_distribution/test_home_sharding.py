@@ -375,7 +375,7 @@ def test_bf16_master_checkpoint_restores_across_counts(strategy, tmp_path):
 
 
 def _SameShapeMuonRun(strategy, shard, stacks, steps=3):
-  """Muon (decay 0.1) on four [4, 3] matrices and a [3, 5] one, 2 replicas;
+  """Muon (decay 0.1, batch_shapes) on four [4, 3] matrices and a [3, 5] one, 2 replicas;
   appends the leading dim of every Newton-Schulz input traced to `stacks`.
   Returns the weights (replica 0's copy)."""
   rng = np.random.RandomState(0)
@@ -386,7 +386,8 @@ def _SameShapeMuonRun(strategy, shard, stacks, steps=3):
   p = Learner.Params().Set(
       name='x', loss_name='loss', learning_rate=0.05,
       lr_schedule=ConstantOne.Params(), shard_optimizer_state=shard,
-      optimizer=Muon.Params().Set(decoupled_weight_decay=0.1))
+      optimizer=Muon.Params().Set(decoupled_weight_decay=0.1,
+                                  batch_shapes=True))
   with strategy.scope():
     vs = NestedMap({'w%d' % i: tf.Variable(w, name='w%d' % i)
                     for i, w in enumerate(init)})

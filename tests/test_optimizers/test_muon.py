@@ -437,7 +437,7 @@ def test_a_stack_of_one_recorded_case_matches_optax(rule):
 @pytest.mark.parametrize('batch_shapes', [True, False])
 def test_one_newton_schulz_chain_per_shape(monkeypatch, batch_shapes):
   # Three matrices [4, 3] (w0, w1, the kernel w2) and two [3, 5]: one stack
-  # each (the default), or a stack of one per variable.
+  # each, or (the default) one matrix at a time.
   stacks = []
   original = muon_lib.NewtonSchulz
 
@@ -451,4 +451,4 @@ def test_one_newton_schulz_chain_per_shape(monkeypatch, batch_shapes):
   if batch_shapes:
     assert stacks == [[3, 4, 3], [2, 3, 5]]
   else:
-    assert stacks == [[1, 4, 3]] * 3 + [[1, 3, 5]] * 2
+    assert stacks == [[4, 3]] * 3 + [[3, 5]] * 2

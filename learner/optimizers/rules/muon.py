@@ -187,18 +187,19 @@ class Muon(BaseOptimizer):
   (tests/test_optimizers/test_muon.py). Keras gives a conv kernel to AdamW;
   we flatten it to one matrix, as optax with reduction axes (0, 1, 2).
 
-  With batch_shapes=True (the default; issue 40 item 2) the matrices of one
-  shape and dtype that one apply steps (every Muon variable of the update,
-  or under ZeRO-1 the ones this replica is the home of) are orthogonalised
-  as one stack [n, fan_in, fan_out]: one batched matmul chain per shape
-  instead of one per variable (`_ApplyItems`, the base's hook). Newton-
-  Schulz always runs as a batched matmul (a single matrix as a stack of
-  one), which rounds each matrix the same in any batch, so the grouping
-  changes no number (ZeRO-1 stays bit-identical to unsharded); the
-  momentum is three elementwise ops (the Nesterov mix's bias corrections
-  folded into two scalars) and the weight decay is merged into the one
-  assignment of the weights. False: the base's per-variable path (the
-  decay a second assignment; within 1e-6).
+  With batch_shapes=True (issue 40 item 2; off by default, which keeps
+  the per-variable numbers bit for bit, as the checkpoints recorded at
+  eb19daa require) the matrices of one shape and dtype that one apply
+  steps (every Muon variable of the update, or under ZeRO-1 the ones this
+  replica is the home of) are orthogonalised as one stack [n, fan_in,
+  fan_out]: one batched matmul chain per shape instead of one per variable
+  (`_ApplyItems`, the base's hook), the decay merged into the one
+  assignment of the weights. A single matrix goes through the same batched
+  matmul as a stack of one: a batched matmul rounds a matrix the same in
+  any batch (this project's CPU, oneDNN on), so the grouping changes no
+  number and ZeRO-1 stays bit-identical to unsharded; against
+  batch_shapes=False, within 1e-6 (a batched matmul rounds differently
+  from a single one).
 
   Not a matrix, not Muon: optax.contrib.muon routes every non-2-D variable
   to its own AdamW; we refuse them at `Bind` instead, so the split is
@@ -248,11 +249,12 @@ class Muon(BaseOptimizer):
     p.Define('rate_scaling', 'width', 'width: s = sqrt(max(1, fan_out / '
              'fan_in)) (optax, K. Jordan); moonlight: s = rms_rate * '
              'sqrt(max(fan_in, fan_out)) (Liu et al. 2025, Keras).')
-    p.Define('batch_shapes', True, 'Orthogonalise the variables of one '
+    p.Define('batch_shapes', False, 'Orthogonalise the variables of one '
              '[fan_in, fan_out] and dtype that an apply steps (under ZeRO-1: '
              'one replica\'s homes) as one stack: one batched Newton-Schulz '
-             'matmul chain per shape instead of one per variable. False: '
-             'per variable (the decay assigned apart: within 1e-6).')
+             'matmul chain per shape instead of one per variable (within '
+             '1e-6 of False: a batched matmul rounds differently). False '
+             'keeps the per-variable numbers bit for bit.')
     p.Define('rms_rate', 0.2, 'The update RMS that rate_scaling=moonlight '
              'aims at (AdamW\'s, ~0.2); unused by width.')
     return p
@@ -323,21 +325,17 @@ class Muon(BaseOptimizer):
       t = tf.cast(self.num_updates + 1, dtype)
       s.correction = 1. - tf.pow(beta, t)
       s.next_correction = 1. - tf.pow(beta, t + 1.)
-    # u = m_coeff * m_new + g_coeff * g: the Nesterov mix with its bias
-    # corrections folded into two scalars (three elementwise ops, not six).
-    if p.nesterov and p.momentum_form == 'optax':
-      s.m_coeff = beta / s.next_correction
-      s.g_coeff = s.one_minus_beta / s.correction
-    elif p.nesterov:
-      s.m_coeff, s.g_coeff = beta, s.one_minus_beta
     return s
 
   def _Direction(self, s, g, m_new):
     """u, the tensor Newton-Schulz orthogonalises (g's shape and dtype)."""
     p = self.params
-    if p.nesterov:
-      return s.m_coeff * m_new + s.g_coeff * g
-    return m_new if p.momentum_form == 'reference' else m_new / s.correction
+    if p.momentum_form == 'reference':
+      return s.beta * m_new + (1. - s.beta) * g if p.nesterov else m_new
+    if not p.nesterov:
+      return m_new / s.correction
+    return (s.beta * m_new / s.next_correction +
+            (1. - s.beta) * g / s.correction)
 
   def _Scale(self, fan_in, fan_out):
     """s, the shape-dependent multiplier of the rate (a Python float)."""
@@ -372,17 +370,10 @@ class Muon(BaseOptimizer):
         new_slots)
 
   def _Step(self, s, w, g, slots):
-    """Muon on a whole variable (only `w`'s shape is read).
-
-    Newton-Schulz runs on a stack of one [1, fan_in, fan_out]: a batched
-    matmul rounds a matrix the same whatever the batch it is in (checked on
-    this project's CPU), but not as a single matmul does, so every path
-    (this one, the batched one, a ZeRO-1 home's subset) gives the same
-    numbers.
-    """
+    """Muon on a whole variable (only `w`'s shape is read)."""
     shape = w.shape.as_list()
     u, new = self._Momentum(s, g, slots)
-    o = self._Orthogonalize(tf.reshape(u, [1] + MatrixShape(shape)))[0]
+    o = self._Orthogonalize(tf.reshape(u, MatrixShape(shape)))
     delta, new = self._Finish(s, o, self._AsMatrix(slots, shape), new)
     return tf.reshape(delta, shape), new
 
