@@ -85,6 +85,10 @@ MUON_VARIANTS = {
 def MuonLearners(learner_params, cfg, variant=None):
   """[Muon learner params, AdamW learner params] of Muon.TwoLearners.
 
+  For cfg 'normuon': NorMuon (its defaults: pytorch-optimizer's; the same
+  Newton-Schulz steps and coefficients set explicitly) on the matrices and
+  AdamW (no weight decay) on the rest; `variant` must be None. Else:
+
   Muon with 5 Newton-Schulz steps and coefficients (3.4445, -4.7750,
   2.0315) set explicitly (rule_peers.NS_STEPS / NS_COEFFS, the peers'),
   beta 0.95, rate cfg.lr; AdamW (no weight decay) at cfg.adamw_lr, which
@@ -93,11 +97,17 @@ def MuonLearners(learner_params, cfg, variant=None):
 
   Args:
     learner_params: Learner params to copy (clip, schedule, ...).
-    cfg: peer_rows.UpdateConfig('muon').
+    cfg: peer_rows.UpdateConfig('muon') or ('normuon').
     variant: a key of MUON_VARIANTS (None: 'optax', the timed default).
   """
   from benchmarks import rule_peers  # pylint: disable=g-import-not-at-top
   from learner import optimizers  # pylint: disable=g-import-not-at-top
+  if cfg.optimizer == 'normuon':
+    return optimizers.NorMuon.TwoLearners(
+        learner_params, MUON_MATRICES, muon=optimizers.NorMuon.Params().Set(
+            ns_steps=rule_peers.NS_STEPS, ns_coeffs=list(rule_peers.NS_COEFFS)),
+        adamw=optimizers.AdamW.Params().Set(decoupled_weight_decay=0.0),
+        muon_learning_rate=cfg.lr, adamw_learning_rate=cfg.adamw_lr)
   muon_kw, adamw_kw = MUON_VARIANTS[variant or 'optax']
   muon = optimizers.Muon.Params().Set(
       beta=0.95, ns_steps=rule_peers.NS_STEPS,
@@ -193,7 +203,7 @@ class LearnerRow(object):
     per-call cost of a tf.function (binding, its captured variables'
     inputs, the executor's start) is paid once per call. For cfg 'muon'
     the step runs Muon.TwoLearners' two learners (MuonLearners; `variant`
-    picks the numbers a peer is checked against)."""
+    picks the numbers a peer is checked against; 'normuon': NorMuon's)."""
     if steps_per_call < 1:
       raise ValueError('LearnerRow: steps_per_call=%r; expected an int >= 1.'
                        % (steps_per_call,))
@@ -211,7 +221,7 @@ class LearnerRow(object):
         name='bench', loss_name='loss', learning_rate=cfg.lr,
         clip_gradient_norm_to_value=cfg.clip if clip else 0.0,
         lr_schedule=CosineScheduleParams(cfg.total_steps, cfg.alpha))
-    if cfg.optimizer == 'muon':
+    if cfg.optimizer in ('muon', 'normuon'):  # peer_rows.MUON_RULES
       lps = MuonLearners(p, cfg, variant)
     else:
       lps = [p.Set(optimizer=OptimizerParams(cfg, accumulate_batches))]

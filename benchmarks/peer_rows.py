@@ -34,11 +34,14 @@ RULE_OPTIMIZERS = ('lion', 'nadam', 'amsgrad', 'sf_sgd', 'sf_adamw')
 # (issue 40's targets compare them). mechanic_adam is Mechanic around Adam.
 NEW_RULES = ('soap', 'dog', 'dowg', 'cocob', 'madgrad', 'prodigy',
              'dadapt_adamw', 'mechanic_adam', 'ademamix',
-             'simplified_ademamix', 'cautious_adamw', 'shampoo')
+             'simplified_ademamix', 'cautious_adamw', 'shampoo', 'normuon')
 # Those of NEW_RULES with a fused kernel (issue 40, item 3; `learner` runs
 # it, `learner_fallback` the pure-TF path); the others' `learner` row is
 # the pure-TF path.
 FUSED_NEW_RULES = ('ademamix', 'simplified_ademamix', 'cocob', 'madgrad')
+# The rules run as Muon.TwoLearners (the rule on the matrices, AdamW on the
+# rest: learner_row.MuonLearners), at Muon's rate and clip.
+MUON_RULES = ('muon', 'normuon')
 # Learning-rate free: the rate is a multiplier, 1.
 RATE_FREE = ('dog', 'dowg', 'cocob', 'prodigy', 'dadapt_adamw')
 # Every optimizer other than Momentum and Adam (learner rows, no numpy
@@ -52,15 +55,15 @@ class UpdateConfig(object):
   Attributes:
     optimizer: 'momentum', 'adam' or one of OTHER_OPTIMIZERS.
     lr: base learning rate (float): 0.1 for SGD-type rules, 1 for the
-      RATE_FREE rules, 0.02 for Muon, else 1e-3.
-    adamw_lr: Muon's AdamW part's base rate, 1e-3.
+      RATE_FREE rules, 0.02 for the MUON_RULES (Muon, NorMuon), else 1e-3.
+    adamw_lr: the MUON_RULES' AdamW part's base rate, 1e-3.
     total_steps: cosine schedule length in applied updates. The default 4
       makes the rate differ at each of the 3 checked steps (so the numpy check
       sees a wrong schedule or a wrong Momentum form); later steps run the
       same ops on the clamped rate.
     alpha: cosine floor, a fraction of lr.
-    clip: global-norm clip value (> 0); for Muon 1e6 (never fires) unless
-      given otherwise.
+    clip: global-norm clip value (> 0); for the MUON_RULES 1e6 (never
+      fires) unless given otherwise.
     momentum: Momentum's velocity decay.
     beta1, beta2, epsilon: Adam's knobs (epsilon in TF's form).
   """
@@ -77,13 +80,13 @@ class UpdateConfig(object):
     # weights by less than XLA's float32 reassociation changes them).
     default = (0.1 if optimizer in ('momentum', 'sf_sgd') else
                1.0 if optimizer in RATE_FREE else
-               0.02 if optimizer == 'muon' else 1e-3)
+               0.02 if optimizer in MUON_RULES else 1e-3)
     self.lr = lr if lr is not None else default
     self.adamw_lr = 1e-3
     # Muon: our two learners clip each over its own variables, the peers
     # over all; a clip that never fires (the resnet50 set's norm is ~5e3)
     # keeps the norm's work and makes both give the same numbers.
-    if optimizer == 'muon' and clip == 1.0:
+    if optimizer in MUON_RULES and clip == 1.0:
       clip = 1e6
     self.total_steps = total_steps
     self.alpha = alpha

@@ -47,7 +47,9 @@ in the same rounds, Adam's (`adam_learner`, `adam_learner_jit`, for issue
 sf_sgd, sf_adamw) RULE_ROWS; issue 39's rules (soap: preconditioner
 refreshed every 10 updates, dog, dowg, cocob, madgrad, prodigy,
 dadapt_adamw, mechanic_adam: Mechanic around Adam, ademamix,
-simplified_ademamix, cautious_adamw: AdamW with cautious=True), which but
+simplified_ademamix, cautious_adamw: AdamW with cautious=True, shampoo:
+DistributedShampoo, normuon: NorMuon on the variables of rank >= 2 and
+AdamW on the rest, as learner_row.MuonLearners splits them), which but
 for ademamix, simplified_ademamix, cocob and madgrad (fused kernels since
 issue 40, also `learner_fallback`) have no kernel (`learner` is the
 pure-TF path), NEW_RULE_ROWS (and SOAP's

@@ -14,16 +14,16 @@ Two measurements, printed:
            (with - without) / with, and the median share over the rounds
            (a round with NS and the next without share the machine's load).
 
-  parts    (issue 40 item 2) one process builds lm.CharTransformerMuon's
-           step in five variants: Muon per variable (batch_shapes=False,
-           'before') and batched by shape ('after'), each also with NS
-           replaced by the division by the norm ('-ns'), and with Muon's
-           update left out entirely ('no_muon'); plus lm.CharTransformer
-           (Adam) for scale. Times them alternately (rounds of 5 steps,
-           median and p10-p90 over the rounds) and prints each part's
-           share of the full step: NS = full - (-ns); Muon's momentum,
-           scaling and assignments = (-ns) - no_muon; the rest (forward,
-           backward, AdamW learner) = no_muon.
+  parts    (issue 40 item 2) one process builds a Muon step per variable
+           (batch_shapes=False, the default) and batched by shape (True),
+           each in three variants (full; Newton-Schulz replaced by the
+           division by the norm; also no momentum arithmetic), plus the step
+           with Muon's update left out; times them alternately (rounds of
+           `steps` steps, medians) and prints each part's share of each
+           form: Newton-Schulz, momentum, scaling/apply, the rest (AdamW
+           learner, clip norms; forward/backward for lm), and batched / per
+           variable over paired rounds. Target 'lm' (lm.CharTransformerMuon's
+           train step) or 'resnet50' (update_step's Muon two-learner row).
 
   update   the Muon learner's update alone (its optimizer's Apply in a
            tf.function on lm.CharTransformerMuon's matrices, fixed
@@ -37,10 +37,11 @@ Usage, from the repository root:
     python tools/measure_muon.py curves lm.CharTransformer /tmp/base 400
     python tools/measure_muon.py curves lm.CharTransformerMuon /tmp/muon 300
     python tools/measure_muon.py ns_cost
-    python tools/measure_muon.py parts [rounds]
+    python tools/measure_muon.py parts [rounds] [steps] [lm|resnet50]
     python tools/measure_muon.py update [rounds] [key]
 """
 
+import contextlib
 import re
 import sys
 import time
@@ -166,42 +167,107 @@ def UpdateParts(rounds=40, key='lm.CharTransformerMuon', steps=10):
         np.percentile(ratios, 90)))
 
 
-def Parts(rounds=30, steps=5):
-  """Prints the shares of NS, Muon's elementwise part and the rest, before
-  (per variable) and after (batched by shape)."""
-  key = 'lm.CharTransformerMuon'
-  fns = {
-      'before': _Step(key, True, batch_shapes=False),
-      'before-ns': _Step(key, False, batch_shapes=False),
-      'after': _Step(key, True, batch_shapes=True),
-      'after-ns': _Step(key, False, batch_shapes=True),
-      'no_muon': _Step(key, True, muon_update=False),
-      'adam': _Step('lm.CharTransformer', True),
-  }
-  times = {name: [] for name in fns}
+@contextlib.contextmanager
+def _Variant(name):
+  """Muon traced as variant `name` of VARIANTS (patches undone after)."""
+  original = (muon_lib.NewtonSchulz, muon_lib.Muon._Momentum,  # pylint: disable=protected-access
+              muon_lib.Muon.__dict__.get('_ApplyAll'))
+  if name in ('-ns', '-ns-mom'):
+    muon_lib.NewtonSchulz = lambda x, steps, coeffs, eps, safety=0.0: x / (
+        tf.norm(x, axis=[-2, -1], keepdims=True) + eps)
+  if name == '-ns-mom':  # u = g, m <- g: no momentum arithmetic.
+    muon_lib.Muon._Momentum = lambda self, s, g, slots: (g, {'m': g})  # pylint: disable=protected-access
+  if name == 'no_muon':
+    muon_lib.Muon._ApplyAll = lambda self, update, present, measure: []  # pylint: disable=protected-access
+  try:
+    yield
+  finally:
+    muon_lib.NewtonSchulz, muon_lib.Muon._Momentum = original[:2]  # pylint: disable=protected-access
+    if original[2] is None:
+      if '_ApplyAll' in muon_lib.Muon.__dict__:
+        del muon_lib.Muon._ApplyAll  # pylint: disable=protected-access
+    else:
+      muon_lib.Muon._ApplyAll = original[2]  # pylint: disable=protected-access
+
+
+# full: the step; -ns: Newton-Schulz replaced by the division by the norm;
+# -ns-mom: also no momentum arithmetic (u = g); no_muon: Muon's update left
+# out (the rest: the AdamW learner, the clip's norms, forward/backward).
+VARIANTS = ('full', '-ns', '-ns-mom', 'no_muon')
+
+
+def _PartSteps(target):
+  """{(batch_shapes, variant): traced step} of `target`: 'lm'
+  (lm.CharTransformerMuon's train step on one batch) or 'resnet50'
+  (benchmarks.update_step's Muon two-learner `learner` row on the resnet50
+  set); no_muon once (batch_shapes None)."""
+  keys = [(b, v) for b in (False, True) for v in VARIANTS[:3]] + [
+      (None, 'no_muon')]
+  fns = {}
+  if target == 'resnet50':
+    from benchmarks import learner_row  # pylint: disable=g-import-not-at-top
+    from benchmarks import peer_rows  # pylint: disable=g-import-not-at-top
+    from benchmarks import variable_sets  # pylint: disable=g-import-not-at-top
+    specs = variable_sets.Specs('resnet50')
+    weights, grads = variable_sets.MakeValues(specs)
+    original = learner_row.MuonLearners
+    for batch, name in keys:
+      learner_row.MuonLearners = lambda *a, b=batch, **k: [
+          lp.Set(optimizer=lp.optimizer.Set(batch_shapes=b))
+          if lp.optimizer.cls is muon_lib.Muon and b is not None else lp
+          for lp in original(*a, **k)]
+      try:
+        row = learner_row.LearnerRow(peer_rows.UpdateConfig('muon'), specs,
+                                     weights, grads)
+        with _Variant(name):
+          row.step()  # Traced now.
+      finally:
+        learner_row.MuonLearners = original
+      fns[batch, name] = row.step
+    return fns
+  for batch, name in keys:
+    with _Variant(name):
+      fns[batch, name] = _Step('lm.CharTransformerMuon', True,
+                               batch_shapes=batch)
+  return fns
+
+
+def Parts(rounds=30, steps=5, target='lm'):
+  """Prints each part's share of the Muon step, per variable
+  (batch_shapes=False) and batched (True), every variant alternating in
+  rounds: Newton-Schulz = full - (-ns); momentum = (-ns) - (-ns-mom);
+  scaling and apply (slot and weight assignments, the division by the
+  norm) = (-ns-mom) - no_muon; the rest = no_muon (the AdamW learner, the
+  clip's norms; for 'lm' also forward and backward)."""
+  fns = _PartSteps(target)
+  times = {key: [] for key in fns}
   for _ in range(rounds):
-    for name, fn in fns.items():
+    for key, fn in fns.items():
       fn()
       start = time.perf_counter()
       for _ in range(steps):
         fn()
-      times[name].append((time.perf_counter() - start) / steps)
+      times[key].append((time.perf_counter() - start) / steps)
   med = {k: float(np.median(v)) for k, v in times.items()}
-  for name, t in times.items():
-    print('%-10s median %.2f ms  p10-p90 %.2f-%.2f ms  x adam %.3f' % (
-        name, 1e3 * med[name], 1e3 * np.percentile(t, 10),
-        1e3 * np.percentile(t, 90), med[name] / med['adam']))
-  for when in ('before', 'after'):
-    full, no_ns = med[when], med[when + '-ns']
-    print('%s: NS %.1f %%, Muon momentum/scaling/assign %.1f %%, rest %.1f '
-          '%% of %.2f ms' % (when, 100 * (full - no_ns) / full,
-                             100 * (no_ns - med['no_muon']) / full,
-                             100 * med['no_muon'] / full, 1e3 * full))
-  # Paired per round (same load): after / before.
-  ratios = [a / b for a, b in zip(times['after'], times['before'])]
-  print('after / before, paired rounds: median %.3f (p10-p90 %.3f-%.3f)' % (
-      np.median(ratios), np.percentile(ratios, 10),
-      np.percentile(ratios, 90)))
+  for (batch, name), t in times.items():
+    print('batch_shapes=%-5s %-8s median %.2f ms  p10-p90 %.2f-%.2f ms' % (
+        batch, name, 1e3 * med[batch, name], 1e3 * np.percentile(t, 10),
+        1e3 * np.percentile(t, 90)))
+  rest = med[None, 'no_muon']
+  for batch in (False, True):
+    full = med[batch, 'full']
+    parts = (('Newton-Schulz', full - med[batch, '-ns']),
+             ('momentum', med[batch, '-ns'] - med[batch, '-ns-mom']),
+             ('scaling/apply', med[batch, '-ns-mom'] - rest),
+             ('rest (AdamW learner%s)' % (', fwd/bwd' if target == 'lm'
+                                         else ''), rest))
+    print('%s batch_shapes=%s: step %.2f ms; ' % (target, batch, 1e3 * full)
+          + ', '.join('%s %.1f %% (%.2f ms)' % (k, 100 * v / full, 1e3 * v)
+                      for k, v in parts))
+  ratios = [a / b for a, b in zip(times[True, 'full'], times[False, 'full'])]
+  print('batched / per variable, full step, paired rounds: median %.3f '
+        '(p10-p90 %.3f-%.3f)' % (np.median(ratios), np.percentile(ratios, 10),
+                                 np.percentile(ratios, 90)))
 
 
 def NsCost(key='lm.CharTransformerMuon', rounds=30, steps=5):
@@ -233,6 +299,6 @@ if __name__ == '__main__':
   elif sys.argv[1] == 'update':
     UpdateParts(*([int(a) for a in sys.argv[2:3]] + sys.argv[3:4]))
   elif sys.argv[1] == 'parts':
-    Parts(*[int(a) for a in sys.argv[2:3]])
+    Parts(*([int(a) for a in sys.argv[2:4]] + sys.argv[4:5]))
   else:
     NsCost()

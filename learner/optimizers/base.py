@@ -24,11 +24,13 @@ new_slots), and declares `ELEMENTWISE` when one element's step reads only
 that element. Every way of applying it is derived here, once, from those:
 
   rule (`_Step`) x storage (`slot_dtype`: slots read upcast, stored
-  rounded; kernels/low_precision.py) x sharding (ZeRO-1 flat shards,
-  `UseStateSharding`, sharded_state.py) x apply path (a whole variable;
-  the rows of a lazy sparse gradient; one fused op over all variables or
-  a raw TF op: the rule's `ACCELERATOR` in kernels/accelerators.py, which
-  holds no formula, only the mapping of the scalars to the kernel).
+  rounded; kernels/low_precision.py) x sharding (ZeRO-1 flat shards or
+  home tensors, `UseStateSharding`) x apply path (a whole variable; the
+  rows of a lazy sparse gradient; one fused op over all variables or a raw
+  TF op: the rule's `ACCELERATOR` in kernels/accelerators.py, which holds
+  no formula, only the mapping of the scalars to the kernel). The pure-TF
+  path goes through `_ApplyItems`, where a rule may act on all of the
+  variables one replica steps at once (Muon's same-shape batches).
 
 A scaled gradient (`ApplyScaled`, the learner's clip scale) is folded into
 the kernel when the accelerator can (every fused op; SGD's alpha), else
@@ -64,16 +66,18 @@ from params import BaseLayer
 from params import NestedMap
 from params import checks
 from learner.optimizers import cautious as cautious_lib
-from learner.optimizers import first_update
 from learner.optimizers import home_sharding
 from learner.optimizers import hyper as hyper_lib
+from learner.optimizers import rule_flags
 from learner.optimizers import kernels
 from learner.optimizers.kernels import accelerators
+from learner.optimizers.kernels import first_update
 from learner.optimizers.kernels import low_precision
 from learner.optimizers import var_grad as var_grad_lib
 
 
-class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
+class BaseOptimizer(rule_flags.RuleFlags, hyper_lib.ScheduledHyperparams,
+                    BaseLayer):
   """Base class of optimizers and optimizer wrappers.
 
   Class attribute SUPPORTS_LAZY_SPARSE: True when `lazy_sparse_updates`
@@ -163,46 +167,6 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     specs = super().ValueChecks()
     specs['decoupled_weight_decay'] = checks.Real(0, example=0.01)
     return specs
-
-  SUPPORTS_LAZY_SPARSE = False
-  # Params `hyper_schedules` may name: those its update reads by `Hyper`.
-  SCHEDULABLE_PARAMS = ('decoupled_weight_decay',)
-  # True when a subclass's Apply takes `_grad_scale` (ApplyScaled uses it).
-  APPLY_TAKES_GRAD_SCALE = False
-  # The features the runtime asks a class about (nothing probes getattr).
-  # True for gradient accumulation: global steps feed one update
-  # (MicroBatchesPerUpdateOf), and it must be the outermost wrapper.
-  IS_ACCUMULATION = False
-  # True when the step needs a second forward/backward pass at perturbed
-  # weights (Sam); the gradient tape finds it (gradient_tape.FindPerturber).
-  NEEDS_SECOND_PASS = False
-  # True for a wrapper whose replicas train their own copies (Easgd).
-  REPLICA_LOCAL = False
-  EVAL_WEIGHTS_LABEL = None  # The jobs' name of evaluated copies (None).
-  WEIGHT_SLOTS = ()  # Slots that start at the weights (ZeRO-1 fills them).
-  DEFAULT_LEARNING_RATE = None  # 1.0 for rate-free rules (resolve.py).
-  SHARDS_WITH_RULE = False  # A wrapper ZeRO-1 shards with (wrapper.py).
-  # True when `_Step` on one element reads only that element's weight,
-  # gradient, slots and the scalars: the base may run it on the rows of a
-  # lazy sparse gradient and on a flat shard (ZeRO-1, sharded_state.py).
-  ELEMENTWISE = False
-  # True when `_Step` on a variable reads only it (and the scalars): ZeRO-1
-  # gives each a home replica (home_sharding.py).
-  WHOLE_TENSOR = False
-  # The rule's entry in kernels.ACCELERATORS, or None (`_Step`'s TF ops).
-  ACCELERATOR = None
-  # True when `_Step` returns the new weights, not a delta (schedule-free's
-  # y, where y - (y - y_new) != y_new in the last bit): the base assigns.
-  STEP_GIVES_WEIGHTS = False
-  # True when `_Step` applies decoupled weight decay itself (schedule-free
-  # decays inside its direction u); the base then adds none after it.
-  DECAY_IN_STEP = False
-  # Slots `_Step` sets to w when `_Scalars`' `first` (first_update.py).
-  FIRST_UPDATE_SLOTS = ()
-  # The slots that are never negative (second moments, accumulators): with
-  # slot_dtype=tf.int8 they use the unsigned dynamic map (twice the codes
-  # in [0, 1]); the others the signed one.
-  NONNEGATIVE_SLOTS = ()
 
   def __init__(self, params):
     super().__init__(params)
@@ -403,13 +367,11 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
   def Apply(self, lr, var_grads, _grad_scale=None, _measure=None):
     """Applies one update; returns the update op (None when eager).
 
-    Not converted by AutoGraph (it has no Python control flow on tensors),
-    so tracing it inside any tf.function is fast. Every way of applying the
-    rule is derived here from its `_Step` (module docstring): the fused
-    multi-tensor op or a raw TF op when its accelerator runs, else `_Step`
-    on the variable (its slots read and stored in `slot_dtype`), on the
-    rows of a lazy sparse gradient, or on this replica's flat shard
-    (`UseStateSharding`; then `var_grads` may be its gradient slices).
+    Not converted by AutoGraph (no Python control flow on tensors: fast to
+    trace). Every way of applying the rule derives from its `_Step`: the
+    fused op or a raw TF op of its accelerator, else `_ApplyItems` (`_Step`
+    per variable, its rows, or this replica's part: `UseStateSharding`;
+    then `var_grads` may be its gradient slices).
 
     Args:
       lr: float32 scalar tensor, the scheduled learning rate.
@@ -433,9 +395,8 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     with self.HyperScope():
       update = self._BeginUpdate(lr, view, _grad_scale)
       if on:
-        ops = [sharding.Apply(present, lambda items: [
-            self._ApplyOne(update, var, grad, slots)
-            for var, grad, slots in items])]
+        ops = [sharding.Apply(present, lambda items: self._ApplyItems(
+            update, items))]
       else:
         ops = self._ApplyAll(update, present, _measure)
       ops = ops + self._EndUpdate(update, ops)
@@ -449,8 +410,8 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
       kernels.LogPath('%s update' % type(self).__name__, reason)
     if reason:
       update.first_taken = first_update.TakeFirstSlots(self, update, present)
-      return [self._ApplyOne(update, vg.var, vg.grad, self.GetSlots(vg.var))
-              for vg in present]
+      return self._ApplyItems(update, [(vg.var, vg.grad, self.GetSlots(vg.var))
+                                       for vg in present])
     variables = [vg.var for vg in present]
     grads = [tf.convert_to_tensor(vg.grad) for vg in present]  # Sums dups.
     on = self.WeightDecayOn()
@@ -463,6 +424,14 @@ class BaseOptimizer(hyper_lib.ScheduledHyperparams, BaseLayer):
     return [self.Accelerator().multi(variables, grads, slots, s,
                                      update.grad_scale, wd_rate, decay,
                                      measure)]
+
+  def _ApplyItems(self, update, items):
+    """The pure-TF update of `items` [(var, grad, slots)], a list of ops:
+    `_ApplyOne` on each. The hook where a rule acts on them all at once
+    (Muon: one Newton-Schulz chain per shape); `items` are the update's
+    variables, or under ZeRO-1 the ones this replica computes."""
+    return [self._ApplyOne(update, var, grad, slots)
+            for var, grad, slots in items]
 
   def FusedApplyReason(self, vgs):
     """None if `Apply(lr, vgs)` runs as one fused op, else why not (str).
@@ -753,14 +722,10 @@ def _AcceleratorOf(cls):
 
 
 def DefineLingvoBaseParams(p):
-  """Defines Lingvo 0.14.2's optimizer.Base params on `p` (in place).
-
-  For the classes under a Lingvo name, so a ported config that sets them
-  keeps working. Here: `use_bf16_gradients_ar` must stay False (refused at
-  construction otherwise); `add_summary_in_apply` has no effect (the
-  learner already reports the rate as the eval metric 'learning_rate');
-  `clear_variable_scope` has no effect (TF2 has no variable scopes).
-  """
+  """Defines Lingvo 0.14.2's optimizer.Base params on `p` (in place), so a
+  ported config that sets them keeps working: `use_bf16_gradients_ar` must
+  stay False (refused at construction); `add_summary_in_apply` (the learner
+  reports 'learning_rate') and `clear_variable_scope` have no effect."""
   p.Define('use_bf16_gradients_ar', False, 'Lingvo: all-reduce gradients in '
            'bfloat16. Only False is supported here.')
   p.Define('add_summary_in_apply', True, 'Lingvo: write the rate summary in '

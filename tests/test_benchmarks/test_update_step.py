@@ -315,3 +315,25 @@ def test_rule_rows_run_with_adams_rows_and_their_peers(tmp_path):
         assert r['max_rel_err'] > update_step.CHECK_TOLERANCE
       else:
         assert r['check_ok'], (opt, name, r['max_rel_err'])
+
+
+def test_normuon_row_is_two_learners_checked_against_the_pure_tf_path():
+  # Issue 39's leftover: NorMuon on the matrices (a conv kernel flattened),
+  # AdamW on the bias; its XLA row is checked against a fresh pure-TF
+  # learner over the checked steps, and that check fails on Muon's numbers.
+  specs = variable_sets.Specs('small')[:2] + [
+      variable_sets.VariableSpec('conv/w', (3, 3, 4, 8))]
+  w, g = variable_sets.MakeValues(specs)
+  cfg = peer_rows.UpdateConfig('normuon')
+  assert (cfg.lr, cfg.clip) == (0.02, 1e6)
+  row = learner_row.LearnerRow(cfg, specs, w, g, jit_compile=True)
+  assert [type(l.optimizer).__name__ for l in row.learners] == [
+      'NorMuon', 'AdamW']
+  for _ in range(update_step.CHECK_STEPS):
+    row.step()
+  ref = update_step.Reference(cfg, specs, w, g, 'learner')
+  err = numpy_reference.MaxRelativeError(w, row.Weights(), ref)
+  assert err < 1e-4
+  muon = update_step.Reference(peer_rows.UpdateConfig('muon'), specs, w, g,
+                               'optax')
+  assert numpy_reference.MaxRelativeError(w, row.Weights(), muon) > 0.1

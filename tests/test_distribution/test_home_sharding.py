@@ -25,6 +25,7 @@ from learner.optimizers import home_sharding
 from learner.optimizers import sharded_state
 from learner.optimizers.rules.adafactor import Adafactor
 from learner.optimizers.rules.adam import Adam
+from learner.optimizers.rules import muon as muon_lib
 from learner.optimizers.rules.muon import Muon
 from learner.optimizers.var_grad import VarGrad
 from learner.training.cluster import distribution
@@ -368,3 +369,63 @@ def test_bf16_master_checkpoint_restores_across_counts(strategy, tmp_path):
   plain1 = _Save(one, 'muon', False, str(tmp_path / 'p1'), rule=rule)
   cases.AssertBitEqual(_Continue(strategy, 'muon', True, plain1, rule=rule),
                   _Continue(strategy, 'muon', False, plain1, rule=rule))
+
+
+# ---- Muon's same-shape batches inside a replica (issue 40 item 2) -----------
+
+
+def _SameShapeMuonRun(strategy, shard, stacks, steps=3):
+  """Muon (decay 0.1, batch_shapes) on four [4, 3] matrices and a [3, 5] one, 2 replicas;
+  appends the leading dim of every Newton-Schulz input traced to `stacks`.
+  Returns the weights (replica 0's copy)."""
+  rng = np.random.RandomState(0)
+  shapes = [(4, 3)] * 4 + [(3, 5)]
+  init = [rng.randn(*s).astype(np.float32) for s in shapes]
+  grads = [[rng.randn(*s).astype(np.float32) for s in shapes]
+           for _ in range(steps)]
+  p = Learner.Params().Set(
+      name='x', loss_name='loss', learning_rate=0.05,
+      lr_schedule=ConstantOne.Params(), shard_optimizer_state=shard,
+      optimizer=Muon.Params().Set(decoupled_weight_decay=0.1,
+                                  batch_shapes=True))
+  with strategy.scope():
+    vs = NestedMap({'w%d' % i: tf.Variable(w, name='w%d' % i)
+                    for i, w in enumerate(init)})
+    lrn = p.Instantiate()
+    lrn.Bind(vs)
+  original = muon_lib.NewtonSchulz
+
+  def Recording(x, *args, **kw):
+    stacks.append(int(x.shape[0]))
+    return original(x, *args, **kw)
+
+  def _Replica(g):
+    lrn.ApplyGradients(NestedMap({k: VarGrad(vs[k], g[i])
+                                  for i, k in enumerate(sorted(vs))}))
+
+  step = tf.function(lambda g: strategy.run(_Replica, args=(g,)))
+  muon_lib.NewtonSchulz = Recording
+  try:
+    for g in grads:
+      step([tf.constant(x) for x in g])
+  finally:
+    muon_lib.NewtonSchulz = original
+  return [strategy.experimental_local_results(vs[k])[0].numpy()
+          for k in sorted(vs)], sharded_state.StateOf(lrn.optimizer)
+
+
+def test_muon_batches_same_shapes_within_each_home_replica(strategy):
+  # Unsharded, each replica steps all five: a stack of four [4, 3] and one
+  # of one [3, 5]; sharded, a replica stacks only its own homes. The
+  # grouping changes no number: batched matmuls round a matrix the same in
+  # any batch, so the runs are equal bit for bit.
+  plain_stacks, sharded_stacks = [], []
+  plain, _ = _SameShapeMuonRun(strategy, False, plain_stacks)
+  sharded, state = _SameShapeMuonRun(strategy, True, sharded_stacks)
+  assert sorted(set(plain_stacks)) == [1, 4]
+  homes = state.homes  # Of w0..w3 [4, 3] and w4 [3, 5].
+  assert 0 < homes[:4].count(0) < 4
+  expected = {homes[:4].count(0), homes[:4].count(1), 1}
+  assert set(sharded_stacks) == expected
+  for a, b in zip(plain, sharded):
+    np.testing.assert_array_equal(b, a)

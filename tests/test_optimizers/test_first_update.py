@@ -1,5 +1,5 @@
 """Under XLA, the slots taken from the weights at the first update
-(learner/optimizers/first_update.py): MADGRAD's and COCOB's x0,
+(learner/optimizers/kernels/first_update.py): MADGRAD's and COCOB's x0,
 schedule-free's z and x.
 
 They are taken in one conditional before the step instead of by a select
@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 from learner import optimizers
-from learner.optimizers import first_update
+from learner.optimizers.kernels import first_update
 from learner.optimizers.var_grad import VarGrad
 from params import NestedMap
 import optax_references as refs

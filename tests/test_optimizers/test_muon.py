@@ -432,3 +432,23 @@ def test_a_stack_of_one_recorded_case_matches_optax(rule):
     out.append([v.numpy() for v in vs])
   for i in range(3):
     ox.AssertMatches(np.stack([o[i] for o in out]), case, rtol=1e-6)
+
+
+@pytest.mark.parametrize('batch_shapes', [True, False])
+def test_one_newton_schulz_chain_per_shape(monkeypatch, batch_shapes):
+  # Three matrices [4, 3] (w0, w1, the kernel w2) and two [3, 5]: one stack
+  # each, or (the default) one matrix at a time.
+  stacks = []
+  original = muon_lib.NewtonSchulz
+
+  def Recording(x, *args, **kw):
+    stacks.append(x.shape.as_list())
+    return original(x, *args, **kw)
+
+  monkeypatch.setattr(muon_lib, 'NewtonSchulz', Recording)
+  p = optimizers.Muon.Params().Set(batch_shapes=batch_shapes)
+  _RunMany(p, (0, 1, 2, 3, 4), steps=1, mode='function')
+  if batch_shapes:
+    assert stacks == [[3, 4, 3], [2, 3, 5]]
+  else:
+    assert stacks == [[4, 3]] * 3 + [[3, 5]] * 2

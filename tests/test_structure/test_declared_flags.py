@@ -3,7 +3,8 @@
 Every feature flag the runtime asks an optimizer's class about
 (IS_ACCUMULATION, NEEDS_SECOND_PASS, REPLICA_LOCAL, EVAL_WEIGHTS_LABEL,
 APPLY_TAKES_GRAD_SCALE, SUPPORTS_LAZY_SPARSE, SCHEDULABLE_PARAMS) has its
-default on `BaseOptimizer`, so code reads it as an attribute; a
+default on `RuleFlags` (learner/optimizers/rule_flags.py, a base of
+`BaseOptimizer`), so code reads it as an attribute; a
 `getattr(x, 'FLAG', default)` probe for an upper-case name, which hides a
 flag no base declares, is caught here.
 """
@@ -14,6 +15,7 @@ import re
 import pytest
 
 from learner.optimizers import base as base_optimizer
+from learner.optimizers import rule_flags
 from learner.optimizers import wrappers  # pylint: disable=unused-import
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -54,7 +56,9 @@ def test_no_product_module_probes_a_flag():
 
 @pytest.mark.parametrize('flag', FLAGS)
 def test_each_flag_has_its_default_on_the_base(flag):
-  assert flag in vars(base_optimizer.BaseOptimizer), flag
+  assert flag in vars(rule_flags.RuleFlags), flag
+  assert issubclass(base_optimizer.BaseOptimizer, rule_flags.RuleFlags)
+  assert flag not in vars(base_optimizer.BaseOptimizer), flag  # Once.
 
 
 def test_the_subclasses_set_the_flags_they_stand_for():

@@ -45,7 +45,7 @@ class COCOB(BaseOptimizer):
   """
 
   ELEMENTWISE = True
-  FIRST_UPDATE_SLOTS = ('x0',)  # Under XLA: base.py, first_update.py.
+  FIRST_UPDATE_SLOTS = ('x0',)  # Under XLA: kernels/first_update.py.
   ACCELERATOR = 'cocob'  # Fused: kernels/multi_tensor_rules.cc.
   SCHEDULABLE_PARAMS = ()
   DEFAULT_LEARNING_RATE = 1.0  # Rate-free (optax's default rate).

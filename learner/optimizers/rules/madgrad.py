@@ -46,7 +46,7 @@ class MADGRAD(BaseOptimizer):
   """
 
   ELEMENTWISE = True
-  FIRST_UPDATE_SLOTS = ('x0',)  # Under XLA: base.py, first_update.py.
+  FIRST_UPDATE_SLOTS = ('x0',)  # Under XLA: kernels/first_update.py.
   ACCELERATOR = 'madgrad'  # Fused: kernels/multi_tensor_rules.cc.
 
   @classmethod

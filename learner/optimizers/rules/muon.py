@@ -187,16 +187,19 @@ class Muon(BaseOptimizer):
   (tests/test_optimizers/test_muon.py). Keras gives a conv kernel to AdamW;
   we flatten it to one matrix, as optax with reduction axes (0, 1, 2).
 
-  With batch_shapes=True (issue 40 item 2; off by default, which keeps the
-  per-variable numbers), several matrices of one shape in one Apply are
-  orthogonalised as one stack [n, fan_in, fan_out]:
-  one batched matmul chain per shape instead of one per variable, on
-  whatever subset of the variables Apply receives; within 1e-6 of the
-  per-variable numbers (a batched matmul rounds differently). On this
-  project's 2-core CPU NS is ~88 % of the Muon update on
-  lm.CharTransformerMuon's 8 matrices and batching did not measurably
-  speed it up (tools/measure_muon.py update; the win is fewer kernel
-  launches on an accelerator).
+  With batch_shapes=True (issue 40 item 2; off by default, which keeps
+  the per-variable numbers bit for bit, as the checkpoints recorded at
+  eb19daa require) the matrices of one shape and dtype that one apply
+  steps (every Muon variable of the update, or under ZeRO-1 the ones this
+  replica is the home of) are orthogonalised as one stack [n, fan_in,
+  fan_out]: one batched matmul chain per shape instead of one per variable
+  (`_ApplyItems`, the base's hook), the decay merged into the one
+  assignment of the weights. A single matrix goes through the same batched
+  matmul as a stack of one: a batched matmul rounds a matrix the same in
+  any batch (this project's CPU, oneDNN on), so the grouping changes no
+  number and ZeRO-1 stays bit-identical to unsharded; against
+  batch_shapes=False, within 1e-6 (a batched matmul rounds differently
+  from a single one).
 
   Not a matrix, not Muon: optax.contrib.muon routes every non-2-D variable
   to its own AdamW; we refuse them at `Bind` instead, so the split is
@@ -247,10 +250,11 @@ class Muon(BaseOptimizer):
              'fan_in)) (optax, K. Jordan); moonlight: s = rms_rate * '
              'sqrt(max(fan_in, fan_out)) (Liu et al. 2025, Keras).')
     p.Define('batch_shapes', False, 'Orthogonalise the variables of one '
-             '[fan_in, fan_out] and dtype that an Apply receives as one '
-             'stack: one batched Newton-Schulz matmul chain instead of one '
-             'per variable (the same numbers within 1e-6: a batched matmul '
-             'rounds differently).')
+             '[fan_in, fan_out] and dtype that an apply steps (under ZeRO-1: '
+             'one replica\'s homes) as one stack: one batched Newton-Schulz '
+             'matmul chain per shape instead of one per variable (within '
+             '1e-6 of False: a batched matmul rounds differently). False '
+             'keeps the per-variable numbers bit for bit.')
     p.Define('rms_rate', 0.2, 'The update RMS that rate_scaling=moonlight '
              'aims at (AdamW\'s, ~0.2); unused by width.')
     return p
@@ -368,9 +372,8 @@ class Muon(BaseOptimizer):
   def _Step(self, s, w, g, slots):
     """Muon on a whole variable (only `w`'s shape is read)."""
     shape = w.shape.as_list()
-    matrix = MatrixShape(shape)
     u, new = self._Momentum(s, g, slots)
-    o = self._Orthogonalize(tf.reshape(u, matrix))
+    o = self._Orthogonalize(tf.reshape(u, MatrixShape(shape)))
     delta, new = self._Finish(s, o, self._AsMatrix(slots, shape), new)
     return tf.reshape(delta, shape), new
 
@@ -384,86 +387,71 @@ class Muon(BaseOptimizer):
 
   # ---- several matrices of one shape in one chain ---------------------------
 
-  def _BatchReason(self, present):
-    """None if `present` may be stepped in same-shape batches, else why not."""
+  def _BatchReason(self, variables):
+    """None if `variables` may be stepped in same-shape batches, else why
+    not."""
     if not self.params.batch_shapes:
       return 'batch_shapes=False'
     if self.params.slot_dtype is not None:
       return 'slot_dtype (slots read and stored per variable)'
     if cautious_lib.Reason(self.params):
       return cautious_lib.Reason(self.params)
-    if any(low_precision.HasMaster(self, vg.var) for vg in present):
+    if any(low_precision.HasMaster(self, v) for v in variables):
       return low_precision.MASTER_REASON
     return None
 
-  def _ApplyAll(self, update, present, measure):
-    """Variables of one [fan_in, fan_out] and dtype orthogonalised as one
-    stack (issue 40 item 2).
+  def _ApplyItems(self, update, items):
+    """The variables of one [fan_in, fan_out] and dtype orthogonalised as
+    one stack (issue 40 item 2; the base's hook, BaseOptimizer._ApplyItems).
 
-    Whatever subset of the bound variables `present` holds (a caller may
-    apply some of them: whole-tensor sharding over replicas), those that
-    share a matrix shape and dtype go through one batched `_Orthogonalize`
-    of their stacked directions [n, fan_in, fan_out] (`_ApplyStack`); the
-    momentum, `_Finish` and the weight decay stay per variable, as in
-    `_ApplyOne` (stacking them copied the weights, gradients and slots and
-    measured slower). A shape held by one variable, or a reason in
-    `_BatchReason`, takes the per-variable path.
+    `items` [(var, grad, slots)] are every variable of the update, or the
+    ones this replica is the home of (ZeRO-1 whole-tensor sharding): those
+    that share a matrix shape and dtype go through one `_ApplyStack`; a
+    reason in `_BatchReason` takes the base's per-variable path.
     """
-    if self._BatchReason(present):
-      return super()._ApplyAll(update, present, measure)
+    if self._BatchReason([var for var, _, _ in items]):
+      return super()._ApplyItems(update, items)
     groups = collections.OrderedDict()
-    for vg in present:
-      key = (tuple(MatrixShape(vg.var.shape.as_list())), vg.var.dtype)
-      groups.setdefault(key, []).append(vg)
-    ops = []
-    for vgs in groups.values():
-      if len(vgs) == 1:
-        ops.append(self._ApplyOne(update, vgs[0].var, vgs[0].grad,
-                                  self.GetSlots(vgs[0].var)))
-      else:
-        ops.extend(self._ApplyStack(update, vgs))
-    return ops
+    for item in items:
+      key = (tuple(MatrixShape(item[0].shape.as_list())), item[0].dtype)
+      groups.setdefault(key, []).append(item)
+    return [self._ApplyStack(update, group) for group in groups.values()]
 
-  def _ApplyStack(self, update, vgs):
-    """The update of `vgs` (one matrix shape and dtype): `_Momentum` and
-    `_Finish` per variable, as `_ApplyOne`, and one `_Orthogonalize` of
-    their stacked directions (stacking only u: the weights, gradients and
-    slots are not copied)."""
-    variables = [vg.var for vg in vgs]
-    matrix, dtype = MatrixShape(variables[0].shape.as_list()), vgs[0].var.dtype
+  def _ApplyStack(self, update, items):
+    """The update of `items` (one matrix shape and dtype): `_Momentum` and
+    `_Finish` per variable (no copy of the weights, gradients or slots),
+    one `_Orthogonalize` of their stacked directions [n, fan_in, fan_out],
+    and per variable one assignment of the slots and one of the weights:
+    w <- w - (delta + lr * wd * w_old), the decay merged into the update."""
+    matrix = MatrixShape(items[0][0].shape.as_list())
+    dtype = items[0][0].dtype
     s = self._Scalars(update, dtype)
-    slot_vars = [self.GetSlots(v) for v in variables]
-    directions, news, decays = [], [], []
-    for vg, slots in zip(vgs, slot_vars):
-      var = vg.var
-      g = accelerators.Scaled(tf.convert_to_tensor(vg.grad), update.grad_scale)
-      u, new = self._Momentum(s, g, {k: x.read_value()
-                                     for k, x in slots.items()})
+    rate = None
+    if self.WeightDecayOn() and not type(self).DECAY_IN_STEP:
+      rate = tf.cast(update.lr * self.Hyper('decoupled_weight_decay'), dtype)
+    olds, directions, news = [], [], []
+    for _, grad, slots in items:
+      g = accelerators.Scaled(tf.convert_to_tensor(grad), update.grad_scale)
+      olds.append({k: x.read_value() for k, x in slots.items()})
+      u, new = self._Momentum(s, g, olds[-1])
       directions.append(tf.reshape(u, matrix))
       news.append(new)
-      decays.append(None)
-      if (self.WeightDecayOn() and not type(self).DECAY_IN_STEP and
-          self._decay_mask.get(var_grad_lib.VarName(var), True)):
-        rate = tf.cast(update.lr * self.Hyper('decoupled_weight_decay'),
-                       dtype)
-        decays[-1] = rate * tf.identity(var.read_value())
     o = tf.unstack(self._Orthogonalize(tf.stack(directions)))
     ops = []
-    for i, (var, slots) in enumerate(zip(variables, slot_vars)):
+    for i, (var, _, slots) in enumerate(items):
       shape = var.shape.as_list()
-      delta, new = self._Finish(
-          s, o[i], self._AsMatrix({k: x.read_value() for k, x in
-                                   slots.items()}, shape), news[i])
+      delta, new = self._Finish(s, o[i], self._AsMatrix(olds[i], shape),
+                                news[i])
+      delta = tf.reshape(delta, shape)
+      if rate is not None and self._decay_mask.get(
+          var_grad_lib.VarName(var), True):
+        delta += rate * tf.identity(var.read_value())
       assigns = [slots[k].assign(tf.reshape(v, slots[k].shape),
                                  read_value=False)
                  for k, v in sorted(new.items())]
       with tf.control_dependencies(assigns):
-        op = var.assign_sub(tf.reshape(delta, shape), read_value=False)
-      if decays[i] is not None:
-        with tf.control_dependencies([op]):
-          op = var.assign_sub(decays[i], read_value=False)
-      ops.append(op)
-    return [None if tf.executing_eagerly() else tf.group(ops)]
+        ops.append(var.assign_sub(delta, read_value=False))
+    return None if tf.executing_eagerly() else tf.group(ops)
 
   @classmethod
   def TwoLearners(cls, learner, matrices, muon=None, adamw=None,

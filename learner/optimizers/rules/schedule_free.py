@@ -118,7 +118,7 @@ class _ScheduleFree(BaseOptimizer):
   DECAY_IN_STEP = True  # wd * y is added to the direction u (`_Average`).
   EVAL_WEIGHTS_LABEL = 'schedule-free average x'
   WEIGHT_SLOTS = ('z', EVAL_SLOT)  # ZeRO-1 fills each shard's at Bind.
-  FIRST_UPDATE_SLOTS = WEIGHT_SLOTS  # Under XLA: first_update.py.
+  FIRST_UPDATE_SLOTS = WEIGHT_SLOTS  # Under XLA: kernels/first_update.py.
 
   @classmethod
   def Params(cls):
