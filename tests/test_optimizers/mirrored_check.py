@@ -1,5 +1,5 @@
-"""The check the rules' MirroredStrategy tests share (Muon, NorMuon, SOAP,
-DistributedShampoo): under MirroredStrategy every replica applies the same
+"""The check the rules' MirroredStrategy tests share (Muon, NorMuon, SOAP, Prodigy,
+D-Adapt AdamW, Mechanic, DistributedShampoo): under MirroredStrategy every replica applies the same
 all-reduced gradient, so each replica's copy must equal a single-device
 run of the same rule.
 """

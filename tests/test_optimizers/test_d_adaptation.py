@@ -21,6 +21,7 @@ from learner.optimizers.var_grad import VarGrad
 from learner.training.cluster import distribution
 from params import NestedMap
 import optax_references as refs
+import mirrored_check  # pylint: disable=g-bad-import-order
 
 _DATA = refs.Load('lr_free_d')
 _TORCH = refs.Load('lr_free', prefix='torch')
@@ -182,21 +183,8 @@ def test_mirrored_replicas_apply_as_a_single_device_run(cls):
   grads = [tf.constant([[0.5, -1.0, 0.25], [1.0, 0.0, -0.5]]),
            tf.constant([[0.5, -2.0, 0.75], [1.0, 1.0, -0.5]])]
   p = cls.Params().Set(name='opt', decoupled_weight_decay=0.1)
-  with strategy.scope():
-    w = tf.Variable(init, name='w')
-    opt = p.Instantiate().Bind([w])
-  w_ref = tf.Variable(init, name='w')
-  ref = p.Instantiate().Bind([w_ref])
-
-  @tf.function
-  def Step(g):
-    strategy.run(lambda: opt.Apply(1.0, NestedMap(w=VarGrad(w, g))))
-
-  for g in grads + grads:
-    Step(g)
-    ref.Apply(1.0, NestedMap(w=VarGrad(w_ref, g)))
-  for value in strategy.experimental_local_results(w):
-    np.testing.assert_allclose(value.numpy(), w_ref.numpy(), rtol=1e-6)
+  opt, _, ref, w_ref = mirrored_check.MirroredEqualsOneDevice(
+      strategy, p, init, grads + grads, lr=1.0)
   for d in strategy.experimental_local_results(opt.d):
     assert float(d.numpy()) == float(ref.d.numpy()) > 1e-6
   assert not np.allclose(w_ref.numpy(), init)

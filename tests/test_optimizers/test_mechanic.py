@@ -19,6 +19,7 @@ from learner.training.cluster import distribution
 from params import NestedMap
 import optax_references as refs
 import test_d_adaptation as lr_free
+import mirrored_check  # pylint: disable=g-bad-import-order
 
 _DATA = refs.Load('lr_free_d')
 _RULES = ('mechanic_momentum', 'mechanic_sgd_alt')
@@ -128,21 +129,8 @@ def test_mirrored_replicas_apply_as_a_single_device_run():
            tf.constant([[0.5, -2.0, 0.75], [1.0, 1.0, -0.5]])]
   p = Mechanic.Params().Set(name='opt', s_init=0.05,
                             optimizer=optimizers.Adam.Params())
-  with strategy.scope():
-    w = tf.Variable(init, name='w')
-    opt = p.Instantiate().Bind([w])
-  w_ref = tf.Variable(init, name='w')
-  ref = p.Instantiate().Bind([w_ref])
-
-  @tf.function
-  def Step(g):
-    strategy.run(lambda: opt.Apply(0.1, NestedMap(w=VarGrad(w, g))))
-
-  for g in grads + grads:
-    Step(g)
-    ref.Apply(0.1, NestedMap(w=VarGrad(w_ref, g)))
-  for value in strategy.experimental_local_results(w):
-    np.testing.assert_allclose(value.numpy(), w_ref.numpy(), rtol=1e-6)
+  opt, _, ref, w_ref = mirrored_check.MirroredEqualsOneDevice(
+      strategy, p, init, grads + grads, lr=0.1)
   for s in strategy.experimental_local_results(opt._s):  # pylint: disable=protected-access
     np.testing.assert_allclose(s.numpy(), ref._s.numpy(), rtol=1e-6)  # pylint: disable=protected-access
   assert not np.allclose(w_ref.numpy(), init)
