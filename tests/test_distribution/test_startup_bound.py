@@ -149,7 +149,7 @@ def _Start(tf_config, logdir, onednn):
 def failed_startups(tmp_path_factory, onednn_module):
   """A lone worker 1 (no leader) and two workers both given index 0.
 
-  Once with oneDNN forced off and once on (tests/conftest.py): the one
+  With oneDNN forced on (tests/conftest.py, the strict case): the one
   line each worker prints must not depend on the CPU.
   """
   root = tmp_path_factory.mktemp('startup')

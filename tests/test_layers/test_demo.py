@@ -52,8 +52,8 @@ def test_python_m_layers_demo_runs():
 def test_python_m_layers_demo_prints_no_tf_start_up_lines(onednn):
   # README's demo, as a new user runs it (TF_CPP_MIN_LOG_LEVEL unset): the
   # package quiets TensorFlow before loading it, as the trainer does (it
-  # printed absl's preamble, oneDNN and cpu_feature_guard lines). Under
-  # both oneDNN settings (tests/conftest.py). --tf_log_level=0 shows them.
+  # printed absl's preamble, oneDNN and cpu_feature_guard lines). With
+  # oneDNN forced on (tests/conftest.py). --tf_log_level=0 shows them.
   root = os.path.dirname(os.path.dirname(layers.__file__))
   env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS=onednn,
              CUDA_VISIBLE_DEVICES='')

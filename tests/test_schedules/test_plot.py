@@ -164,7 +164,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
 def module_run(onednn_module):
   """`python -m schedules.plot` on params text, TF_CPP_MIN_LOG_LEVEL unset.
 
-  Once with oneDNN forced off and once on (tests/conftest.py).
+  With oneDNN forced on, the strict case (tests/conftest.py).
   """
   text = sch.CosineDecay.Params().Set(total_steps=100).ToText()
   env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS=onednn_module)

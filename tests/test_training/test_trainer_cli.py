@@ -86,7 +86,7 @@ def test_missing_logdir_or_model_is_one_line_not_the_usage_page(capsys):
 
 @pytest.fixture(scope='module')
 def help_run(onednn_module):
-  """`python -m learner.trainer --help`, once per oneDNN setting."""
+  """`python -m learner.trainer --help`, oneDNN forced on (conftest.py)."""
   env = dict(_ENV, TF_ENABLE_ONEDNN_OPTS=onednn_module)
   env.pop('TF_CPP_MIN_LOG_LEVEL')  # The trainer's own quiet default.
   return subprocess.run(_Cmd('--help'), env=env, capture_output=True,
