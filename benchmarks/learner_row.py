@@ -2,10 +2,14 @@
 
 The learner takes symbolic gradients of its loss inside `tf.function`
 (docs/DESIGN.md, "Gradients"). To hand it the same fixed gradients as the peer
-rows without adding work they do not do, the loss is a sum of one
-`FixedGradientTerm` per variable: a scalar 0 whose custom gradient with
-respect to the variable is the fixed gradient, read from a variable (so no
-100 MB constant is baked into the graph and nothing can be constant-folded).
+rows without adding work they do not do, the loss is `FixedGradientsLoss`:
+one scalar 0 whose custom gradient with respect to each variable is the
+fixed gradient, read from a variable (so no 100 MB constant is baked into
+the graph and nothing can be constant-folded). One term for all variables,
+not one per variable: the per-variable form cost 4 graph nodes per variable
+per step (a zero, its identity, an IdentityN, a ZerosLike) and an AddN,
+work no trainer's backward pass does (benchmarks/README.md, "The small-set
+step in the trainer's form").
 """
 
 import numpy as np
@@ -25,26 +29,47 @@ def LearnerAvailable():
   return True, ''
 
 
-def FixedGradientTerm(var, grad_var):
-  """A float32 scalar 0 whose gradient w.r.t. `var` is `grad_var`'s value.
+def FixedGradientsLoss(variables, grad_vars):
+  """A float32 scalar 0 whose gradient w.r.t. variables[i] is grad_vars[i].
+
+  One custom gradient over all the variables: tf.gradients of it reads each
+  gradient variable once and adds nothing per variable but that read.
 
   Args:
-    var: a tf.Variable.
-    grad_var: a tf.Variable of the same shape and dtype holding the gradient.
+    variables: list of tf.Variables.
+    grad_vars: list of tf.Variables aligned with `variables` (same shapes
+      and dtypes), holding the gradients.
 
   Returns:
     A float32 scalar tensor (always 0). The upstream gradient is ignored: the
-    benchmark's loss is a plain sum, whose upstream gradient is 1.
+    benchmark's loss is this scalar (or a plain sum of them), whose upstream
+    gradient is 1.
+
+  Raises:
+    ValueError: if the two lists differ in length.
   """
+  if len(variables) != len(grad_vars):
+    raise ValueError('FixedGradientsLoss: %d variables but %d gradient '
+                     'variables; pass one gradient variable per variable.'
+                     % (len(variables), len(grad_vars)))
 
   @tf.custom_gradient
-  def Term(x):
+  def Term(*xs):
+    del xs
+
     def Grad(dy):
       del dy
-      return grad_var.read_value()
+      return [g.read_value() for g in grad_vars]
     return tf.zeros([], tf.float32), Grad
 
-  return Term(var)
+  return Term(*variables)
+
+
+def FixedGradientTerm(var, grad_var):
+  """`FixedGradientsLoss([var], [grad_var])`: a float32 scalar 0 whose
+  gradient w.r.t. the tf.Variable `var` is `grad_var`'s value (a variable of
+  the same shape and dtype); for a loss summed from terms."""
+  return FixedGradientsLoss([var], [grad_var])
 
 
 def CosineScheduleParams(total_steps, alpha):
@@ -248,8 +273,7 @@ class LearnerRow(object):
     self.step = _Step
 
   def _Step(self):
-    loss = tf.add_n([FixedGradientTerm(v, g)
-                     for v, g in zip(self.vars, self.grads)])
+    loss = FixedGradientsLoss(self.vars, self.grads)
     metrics = {'loss': (loss, tf.constant(1.0))}
     fetched = {}
     for i, learner in enumerate(self.learners):

@@ -130,6 +130,28 @@ def test_loop_row_runs_its_steps_as_the_per_call_row_bit_for_bit():
     learner_row.LearnerRow(cfg, specs, weights, grads, steps_per_call=0)
 
 
+def test_fixed_gradients_loss_gives_each_variable_its_gradient_variable():
+  # The harness's loss is 0 and its gradient w.r.t. variable i is the value
+  # of gradient variable i (here [1, 2] and [[3]]), read when the step runs.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  xs = [tf.Variable([5.0, 6.0]), tf.Variable([[7.0]])]
+  gs = [tf.Variable([1.0, 2.0]), tf.Variable([[3.0]])]
+
+  @tf.function
+  def Grads():
+    loss = learner_row.FixedGradientsLoss(xs, gs)
+    return loss, tf.gradients(loss, xs)
+
+  loss, (g0, g1) = Grads()
+  assert float(loss) == 0.0
+  np.testing.assert_array_equal(g0.numpy(), [1.0, 2.0])
+  np.testing.assert_array_equal(g1.numpy(), [[3.0]])
+  gs[1].assign([[4.0]])
+  np.testing.assert_array_equal(Grads()[1][1].numpy(), [[4.0]])
+  with pytest.raises(ValueError, match='2 variables but 1 gradient'):
+    learner_row.FixedGradientsLoss(xs, gs[:1])
+
+
 def test_folded_clip_prototype_matches_momentum_when_the_clip_scale_changes():
   # tf_fused_folded stores u = v / c_t; with momentum' = a*c_{t-1}/c_t and
   # lr' = lr*c_t its weights must equal v = a*v + c_t*g, w -= lr_t*v, also
