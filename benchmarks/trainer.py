@@ -2,8 +2,7 @@
 
     python -m benchmarks.trainer [--model=all|digits.MlpMomentum|
                                   lm.CharTransformer|mnist1d.ConvNet]
-                                 [--quick] [--sides=ours,keras,loop,...,
-                                            ours_muon]
+                                 [--quick] [--sides=ours,keras,loop,...]
                                  [--steps=N] [--warmup_steps=W]
                                  [--repeats=N] [--output=PATH]
 
@@ -32,10 +31,7 @@ line is judged (met / MISSED) only from MIN_JUDGED_STEPS steady steps on.
 
 lm.CharTransformer (`--model=lm.CharTransformer`; 400 steps, W = 50; quick
 20 steps, W = 10): ours is the registered experiment through the Trainer
-(two learners, checkpoints and summaries as configured); `ours_muon` is
-lm.CharTransformerMuon (the same model, data and clipping; Muon on the 8
-body matrices, AdamW on the rest) through the Trainer, target (issue 40):
-its steady step <= 1.05x ours' (steady/s ratio >= 1 / 1.05); Keras is
+(two learners, checkpoints and summaries as configured); Keras is
 benchmarks/char_lm_keras.py's twin (keras.layers MultiHeadAttention,
 LayerNormalization, Dense; a tied embedding layer), started from OUR
 initial weights (copied; the parameter counts must be equal, 410,087), the
@@ -85,13 +81,10 @@ _JIT_SIDES = ('ours_jit', 'loop_jit')
 MODELS = {DIGITS: dict(steps=(1200, 200), warmup=(100, 100),
                        sides=('ours', 'keras')),
           CHAR_LM: dict(steps=(400, 20), warmup=(50, 10),
-                        sides=('ours', 'keras', 'loop') + _JIT_SIDES +
-                        ('ours_muon',)),
+                        sides=('ours', 'keras', 'loop') + _JIT_SIDES),
           CONVNET: dict(steps=(600, 20), warmup=(50, 10),
                         sides=('ours', 'keras', 'loop') + _JIT_SIDES)}
-SIDES = ('ours', 'keras', 'loop') + _JIT_SIDES + ('ours_muon',)
-# Side `ours_muon`: the model's Muon twin through our Trainer (issue 40).
-_MUON_TWIN = {CHAR_LM: 'lm.CharTransformerMuon'}
+SIDES = ('ours', 'keras', 'loop') + _JIT_SIDES
 _RESULT_PREFIX = 'TRAINER_RESULT '
 _LOG_LINE = re.compile(r'^step (\d+)/')
 
@@ -150,11 +143,10 @@ def _KernelsActive():
   return loader.Enabled() and loader.Unavailable() is None
 
 
-def RunOurs(model, steps, warmup, jit_compile=False, side=None):
+def RunOurs(model, steps, warmup, jit_compile=False):
   """Trains `model` with our Trainer for `steps` steps; returns a result dict.
 
   jit_compile: sets the task's train.jit_compile (side `ours_jit`).
-  side: the result's side name (default 'ours' or 'ours_jit').
   """
   from learner.training.jobs import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   params = _ExperimentParams(model, steps)
@@ -168,8 +160,8 @@ def RunOurs(model, steps, warmup, jit_compile=False, side=None):
                                   stream=clock).Run()
     wall = time.perf_counter() - start
   loss = metrics.get('train/loss', metrics.get('loss'))
-  return dict(side=side or ('ours_jit' if jit_compile else 'ours'),
-              steps=steps, wall_s=wall, steps_per_s=steps / wall,
+  return dict(side='ours_jit' if jit_compile else 'ours', steps=steps,
+              wall_s=wall, steps_per_s=steps / wall,
               steady_steps_per_s=_Steady(clock.times, steps, warmup),
               steady_cpu_s_per_step=_SteadyCpu(clock.cpu_times, steps,
                                                warmup),
@@ -351,8 +343,6 @@ def RunSide(model, side, steps, warmup):
   """Runs one side in this process; returns its result dict."""
   if side == 'keras':
     return RunKeras(model, steps, warmup)
-  if side == 'ours_muon':
-    return RunOurs(_MUON_TWIN[model], steps, warmup, side=side)
   run = RunLoop if side.startswith('loop') else RunOurs
   return run(model, steps, warmup, jit_compile=side.endswith('_jit'))
 
@@ -442,10 +432,7 @@ _TARGETS = {
     DIGITS: [('ours', 'keras', 'steps_per_s', 1.0)],
     CHAR_LM: [('ours', 'keras', 'steady_steps_per_s', 1.25),
               ('ours', 'loop', 'steady_steps_per_s', 0.95),
-              ('ours_jit', 'loop_jit', 'steady_steps_per_s', 0.95),
-              # Issue 40: Muon's steady step <= 1.05x Adam's (printed
-              # 0.95; judged against 1 / 1.05 = 0.952).
-              ('ours_muon', 'ours', 'steady_steps_per_s', 1 / 1.05)],
+              ('ours_jit', 'loop_jit', 'steady_steps_per_s', 0.95)],
     CONVNET: [('ours', 'keras', 'steady_steps_per_s', 1.0),
               ('ours', 'loop', 'steady_steps_per_s', 0.95),
               ('ours_jit', 'loop_jit', 'steady_steps_per_s', 0.95)],

@@ -27,12 +27,14 @@ Two measurements, printed:
            per variable pure-TF over paired rounds. Target 'lm' (lm.CharTransformerMuon's
            train step) or 'resnet50' (update_step's Muon two-learner row).
 
-  update   the Muon learner's update alone (its optimizer's Apply in a
-           tf.function on lm.CharTransformerMuon's matrices, fixed
-           gradients): per variable and batched, each with and without NS,
-           and an Apply with no variable (the call's floor); paired rounds,
-           medians and p10-p90; the shares of NS and of the rest (momentum,
-           scaling, slot and weight assignments) in each.
+  update   the Muon learner's update alone (its optimizer's ApplyScaled in
+           a tf.function on lm.CharTransformerMuon's matrices, fixed
+           gradients, a clip factor): per variable on the pure-TF path
+           ('before') and fused ('after'), each with and without NS,
+           batched fused, pure-TF under XLA, and an Apply with no variable
+           (the call's floor); paired rounds, medians and p10-p90; the
+           shares of NS and of the rest (momentum, scaling, slot and weight
+           assignments) in each.
 
 Usage, from the repository root:
 
@@ -102,29 +104,37 @@ def _Step(key, with_ns, batch_shapes=None, muon_update=True):
 
 
 def _UpdateFn(variables, grads, batch_shapes, with_ns, present=True,
-              xla=False):
-  """A tf.function applying Muon (lr 0.02) to `variables` (or to none),
-  jit_compile=xla."""
-  original = muon_lib.NewtonSchulz
+              xla=False, fused=True):
+  """A tf.function applying Muon (lr 0.02, the gradients scaled by a clip
+  factor 0.5 held in a variable, as the trainer's) to `variables` (or to
+  none), jit_compile=xla; fused=False keeps Muon on its pure-TF path."""
+  original = muon_lib.NewtonSchulz, muon_lib.Muon.FusedApplyReason
   if not with_ns:
     muon_lib.NewtonSchulz = lambda x, steps, coeffs, eps, safety=0.0: x / (
         tf.norm(x, axis=[-2, -1], keepdims=True) + eps)
+  if not fused:
+    muon_lib.Muon.FusedApplyReason = lambda self, vgs: 'measure_muon: pure-TF'
   try:
     opt = muon_lib.Muon.Params().Set(
         name='muon', batch_shapes=batch_shapes).Instantiate()
     opt.Bind(variables)
+    scale = tf.Variable(0.5)
     vgs = {'v%d' % i: VarGrad(v, g) for i, (v, g) in enumerate(
         zip(variables, grads))} if present else {}
-    fn = tf.function(lambda: opt.Apply(0.02, NestedMap(vgs)) and None,
+    fn = tf.function(lambda: opt.ApplyScaled(
+        tf.constant(0.02), NestedMap(vgs), scale.read_value()) and None,
                      jit_compile=xla)
-    fn()  # Traced now, with the NewtonSchulz chosen above.
+    fn()  # Traced now, with the NewtonSchulz and path chosen above.
   finally:
-    muon_lib.NewtonSchulz = original
+    muon_lib.NewtonSchulz, muon_lib.Muon.FusedApplyReason = original
   return fn
 
 
 def UpdateParts(rounds=40, key='lm.CharTransformerMuon', steps=10):
-  """Prints the Muon update's time, per variable against batched."""
+  """Prints the Muon update's time: per variable on the pure-TF path
+  ('before', main's before issue 40 item 2's fusion) and fused ('after'),
+  batched by shape and fused ('batched'), each per variable with and
+  without Newton-Schulz; pure-TF under XLA; an Apply with no variable."""
   p = registry.GetParams(key)
   task = p.task.Instantiate()
   lp = [l for l in p.task.train.learner if l.optimizer.cls is muon_lib.Muon]
@@ -136,12 +146,12 @@ def UpdateParts(rounds=40, key='lm.CharTransformerMuon', steps=10):
                            name='m%d' % i) for i, s in enumerate(shapes)]
   grads = [tf.constant(rng.randn(*s).astype(np.float32)) for s in shapes]
   print('%s: %d matrices %s' % (key, len(shapes), shapes))
-  fns = {'before': _UpdateFn(variables, grads, False, True),
-         'before-ns': _UpdateFn(variables, grads, False, False),
-         'after': _UpdateFn(variables, grads, True, True),
-         'after-ns': _UpdateFn(variables, grads, True, False),
+  fns = {'before': _UpdateFn(variables, grads, False, True, fused=False),
+         'before-ns': _UpdateFn(variables, grads, False, False, fused=False),
+         'after': _UpdateFn(variables, grads, False, True),
+         'after-ns': _UpdateFn(variables, grads, False, False),
+         'batched': _UpdateFn(variables, grads, True, True),
          'before-xla': _UpdateFn(variables, grads, False, True, xla=True),
-         'after-xla': _UpdateFn(variables, grads, True, True, xla=True),
          'empty': _UpdateFn(variables, grads, True, True, present=False)}
   times = {name: [] for name in fns}
   for _ in range(rounds):
@@ -161,9 +171,8 @@ def UpdateParts(rounds=40, key='lm.CharTransformerMuon', steps=10):
     print('%s: %.3f ms; NS %.1f %%, momentum/scaling/assign %.1f %%, the '
           'call %.1f %%' % (when, 1e3 * full, 100 * (full - no_ns) / full,
                            100 * (no_ns - floor) / full, 100 * floor / full))
-  for name in ('after', 'after-ns', 'after-xla', 'before-xla'):
-    base = 'before' if name == 'before-xla' else name.replace('after',
-                                                             'before')
+  for name, base in (('after', 'before'), ('after-ns', 'before-ns'),
+                     ('batched', 'before'), ('before-xla', 'before')):
     ratios = [a / b for a, b in zip(times[name], times[base])]
     print('%s / %s, paired rounds: median %.3f (p10-p90 %.3f-%.3f)' % (
         name, base, np.median(ratios), np.percentile(ratios, 10),

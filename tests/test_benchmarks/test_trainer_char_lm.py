@@ -123,31 +123,6 @@ def test_targets_are_judged_from_min_judged_steps_on():
   assert [r['met'] for r in short] == [None, None]
 
 
-def test_muon_target_is_its_step_within_five_percent_of_adams():
-  # Issue 40: Muon's steady step <= 1.05x Adam's, i.e. steady/s ratio >=
-  # 1 / 1.05 = 0.952: 9.6 / 10 = 0.96 (a 1.042x step) meets it, 9.4 / 10
-  # = 0.94 (1.064x) misses it.
-  for muon, met in ((9.6, True), (9.4, False)):
-    results = {'ours': {'steady_steps_per_s': 10.0},
-               'ours_muon': {'steady_steps_per_s': muon}}
-    rows = trainer._Targets(trainer.CHAR_LM, results,
-                            trainer.MIN_JUDGED_STEPS)
-    assert [(r['target'], r['value'], r['met']) for r in rows] == [
-        ('ours_muon steady steps/s / ours >= 0.95', muon / 10.0, met)]
-
-
-@pytest.mark.slow
-def test_trainer_char_lm_muon_side_trains_the_muon_twin(tmp_path):
-  part = _QuickestRun(tmp_path, trainer.CHAR_LM, 'ours_muon')
-  assert sorted(part['results']) == ['ours_muon']
-  r = part['results']['ours_muon']
-  assert r['steps'] == 2 and r['steady_steps_per_s'] > 0
-  # Two updates at the warm-up's smallest rates leave the loss near its
-  # initial 6.57 nats (as the other sides').
-  assert 5.0 < r['final_loss'] < 7.5, r['final_loss']
-  assert part['targets'] == []  # No `ours` side: nothing to judge.
-
-
 def test_steady_rates_leave_out_the_first_w_steps():
   # Log lines at steps 20 and 60: 40 steps in 8 s wall (5 steps/s) and in
   # 10 CPU seconds (0.25 s per step); without a line at W there is none.
