@@ -38,7 +38,11 @@ initial weights (copied; the parameter counts must be equal, 410,087), the
 same batches, Adam(0.9, 0.98, 1e-9), TransformerSchedule and per-learner
 clipping (a `train_step` override). Before the clock starts the Keras
 child checks that both compute the same loss on the first batch (to
-1e-5). Target (issue 16): steady steps/s ours / Keras >= 1.0.
+1e-5). Target (issue 16): steady steps/s ours / Keras >= 1.0. Side
+`ours_muon` is lm.CharTransformerMuon (Muon on the matrices, AdamW on the
+rest) through the Trainer, alternating with the others in the same run;
+target (issue 40): its steady step <= 1.05x `ours`' (steady steps/s
+ours_muon / ours >= 1 / 1.05).
 
 digits.MlpMomentum (1200 steps, W = 100; quick 200):
   * `ours`: `learner.trainer.Trainer(mode='train')` on the registered
@@ -75,16 +79,20 @@ from benchmarks import timing
 DIGITS = 'digits.MlpMomentum'
 CHAR_LM = 'lm.CharTransformer'
 CONVNET = 'mnist1d.ConvNet'
+# The char LM's Muon twin (Muon.TwoLearners: Muon on the matrices, AdamW on
+# the rest), run as the char LM's side `ours_muon` (issue 40).
+CHAR_LM_MUON = 'lm.CharTransformerMuon'
 # Per model: steps (full, quick), the steps left out of steady/s (W) and the
 # sides it has (the loop writes Adam only).
 _JIT_SIDES = ('ours_jit', 'loop_jit')
 MODELS = {DIGITS: dict(steps=(1200, 200), warmup=(100, 100),
                        sides=('ours', 'keras')),
           CHAR_LM: dict(steps=(400, 20), warmup=(50, 10),
-                        sides=('ours', 'keras', 'loop') + _JIT_SIDES),
+                        sides=('ours', 'keras', 'loop') + _JIT_SIDES +
+                        ('ours_muon',)),
           CONVNET: dict(steps=(600, 20), warmup=(50, 10),
                         sides=('ours', 'keras', 'loop') + _JIT_SIDES)}
-SIDES = ('ours', 'keras', 'loop') + _JIT_SIDES
+SIDES = ('ours', 'keras', 'loop') + _JIT_SIDES + ('ours_muon',)
 _RESULT_PREFIX = 'TRAINER_RESULT '
 _LOG_LINE = re.compile(r'^step (\d+)/')
 
@@ -143,10 +151,11 @@ def _KernelsActive():
   return loader.Enabled() and loader.Unavailable() is None
 
 
-def RunOurs(model, steps, warmup, jit_compile=False):
+def RunOurs(model, steps, warmup, jit_compile=False, side=None):
   """Trains `model` with our Trainer for `steps` steps; returns a result dict.
 
   jit_compile: sets the task's train.jit_compile (side `ours_jit`).
+  side: the result's side name (default `ours` or `ours_jit`).
   """
   from learner.training.jobs import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   params = _ExperimentParams(model, steps)
@@ -160,7 +169,8 @@ def RunOurs(model, steps, warmup, jit_compile=False):
                                   stream=clock).Run()
     wall = time.perf_counter() - start
   loss = metrics.get('train/loss', metrics.get('loss'))
-  return dict(side='ours_jit' if jit_compile else 'ours', steps=steps,
+  side = side or ('ours_jit' if jit_compile else 'ours')
+  return dict(side=side, steps=steps,
               wall_s=wall, steps_per_s=steps / wall,
               steady_steps_per_s=_Steady(clock.times, steps, warmup),
               steady_cpu_s_per_step=_SteadyCpu(clock.cpu_times, steps,
@@ -343,6 +353,8 @@ def RunSide(model, side, steps, warmup):
   """Runs one side in this process; returns its result dict."""
   if side == 'keras':
     return RunKeras(model, steps, warmup)
+  if side == 'ours_muon':
+    return RunOurs(CHAR_LM_MUON, steps, warmup, side=side)
   run = RunLoop if side.startswith('loop') else RunOurs
   return run(model, steps, warmup, jit_compile=side.endswith('_jit'))
 
@@ -427,12 +439,14 @@ def _Ratio(results, key, side='ours', base='keras'):
   return ours / other if ours and other else None
 
 
-# Per model: (side, base, key, bound) of each target (issues 8, 16, 27).
+# Per model: (side, base, key, bound) of each target (issues 8, 16, 27, 40).
 _TARGETS = {
     DIGITS: [('ours', 'keras', 'steps_per_s', 1.0)],
     CHAR_LM: [('ours', 'keras', 'steady_steps_per_s', 1.25),
               ('ours', 'loop', 'steady_steps_per_s', 0.95),
-              ('ours_jit', 'loop_jit', 'steady_steps_per_s', 0.95)],
+              ('ours_jit', 'loop_jit', 'steady_steps_per_s', 0.95),
+              # Issue 40: Muon's steady step <= 1.05x Adam's.
+              ('ours_muon', 'ours', 'steady_steps_per_s', 1 / 1.05)],
     CONVNET: [('ours', 'keras', 'steady_steps_per_s', 1.0),
               ('ours', 'loop', 'steady_steps_per_s', 0.95),
               ('ours_jit', 'loop_jit', 'steady_steps_per_s', 0.95)],
@@ -453,10 +467,13 @@ def _Targets(model, results, steady_steps):
     value = _Ratio(results, key, side, base)
     if value is not None:
       met = value >= bound if steady_steps >= MIN_JUDGED_STEPS else None
-      rows.append(dict(target='%s %s / %s >= %.2f' % (
+      text = '%s %s / %s >= %.2f' % (
           side, key.replace('_steps_per_s', ' steps/s').replace(
-              'steps_per_s', 'steps/s'), base, bound),
-                       value=value, met=met))
+              'steps_per_s', 'steps/s'), base, bound)
+      if side == 'ours_muon':
+        text += ' (%s step <= %.2fx %s\'s, issue 40)' % (
+            CHAR_LM_MUON, 1 / bound, model)
+      rows.append(dict(target=text, value=value, met=met))
   return rows
 
 

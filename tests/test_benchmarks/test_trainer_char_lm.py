@@ -123,6 +123,32 @@ def test_targets_are_judged_from_min_judged_steps_on():
   assert [r['met'] for r in short] == [None, None]
 
 
+def test_muon_side_is_judged_against_ours_as_a_step_ratio():
+  # Issue 40: lm.CharTransformerMuon's steady step <= 1.05x the char LM's,
+  # i.e. steady/s ours_muon / ours >= 1 / 1.05 = 0.952: 10 vs 10.4 steps/s
+  # (a step 1.04x as long) meets it, 10 vs 10.6 (1.06x) misses it.
+  for muon, met in ((10.0, True), (10.0, False)):
+    results = {'ours': {'steady_steps_per_s': 10.4 if met else 10.6},
+               'ours_muon': {'steady_steps_per_s': muon}}
+    rows = trainer._Targets(trainer.CHAR_LM, results,
+                            trainer.MIN_JUDGED_STEPS)
+    assert len(rows) == 1
+    assert rows[0]['target'] == (
+        'ours_muon steady steps/s / ours >= 0.95 (lm.CharTransformerMuon '
+        'step <= 1.05x lm.CharTransformer\'s, issue 40)')
+    assert rows[0]['met'] is met, rows[0]
+
+
+def test_muon_side_trains_the_muon_experiment(monkeypatch):
+  seen = []
+  monkeypatch.setattr(trainer, 'RunOurs', lambda model, steps, warmup, **kw:
+                      seen.append((model, steps, warmup, kw)) or {})
+  trainer.RunSide(trainer.CHAR_LM, 'ours_muon', 20, 10)
+  trainer.RunSide(trainer.CHAR_LM, 'ours', 20, 10)
+  assert seen == [('lm.CharTransformerMuon', 20, 10, {'side': 'ours_muon'}),
+                  ('lm.CharTransformer', 20, 10, {'jit_compile': False})]
+
+
 def test_steady_rates_leave_out_the_first_w_steps():
   # Log lines at steps 20 and 60: 40 steps in 8 s wall (5 steps/s) and in
   # 10 CPU seconds (0.25 s per step); without a line at W there is none.
