@@ -15,22 +15,26 @@ Two measurements, printed:
            (a round with NS and the next without share the machine's load).
 
   parts    (issue 40 item 2) one process builds a Muon step per variable
-           (batch_shapes=False, the default) and batched by shape (True),
-           each in three variants (full; Newton-Schulz replaced by the
-           division by the norm; also no momentum arithmetic), plus the step
-           with Muon's update left out; times them alternately (rounds of
-           `steps` steps, medians) and prints each part's share of each
-           form: Newton-Schulz, momentum, scaling/apply, the rest (AdamW
-           learner, clip norms; forward/backward for lm), and batched / per
-           variable over paired rounds. Target 'lm' (lm.CharTransformerMuon's
+           (batch_shapes=False, the default) on the pure-TF path and on the
+           fused one (two fused ops around Newton-Schulz), and batched by
+           shape (True) fused, each in three variants (full; Newton-Schulz
+           replaced by the division by the norm; also no momentum
+           arithmetic: fused, no momentum op), plus the step with Muon's
+           update left out; times them alternately (rounds of `steps`
+           steps, medians) and prints each part's share of each form:
+           Newton-Schulz, momentum, scaling/apply, the rest (AdamW
+           learner, clip norms; forward/backward for lm), and each form /
+           per variable pure-TF over paired rounds. Target 'lm' (lm.CharTransformerMuon's
            train step) or 'resnet50' (update_step's Muon two-learner row).
 
-  update   the Muon learner's update alone (its optimizer's Apply in a
-           tf.function on lm.CharTransformerMuon's matrices, fixed
-           gradients): per variable and batched, each with and without NS,
-           and an Apply with no variable (the call's floor); paired rounds,
-           medians and p10-p90; the shares of NS and of the rest (momentum,
-           scaling, slot and weight assignments) in each.
+  update   the Muon learner's update alone (its optimizer's ApplyScaled in
+           a tf.function on lm.CharTransformerMuon's matrices, fixed
+           gradients, a clip factor): per variable on the pure-TF path
+           ('before') and fused ('after'), each with and without NS,
+           batched fused, pure-TF under XLA, and an Apply with no variable
+           (the call's floor); paired rounds, medians and p10-p90; the
+           shares of NS and of the rest (momentum, scaling, slot and weight
+           assignments) in each.
 
 Usage, from the repository root:
 
@@ -53,6 +57,7 @@ from learner.optimizers.var_grad import VarGrad
 from learner.optimizers.var_grad import VarName
 from params import NestedMap
 from params import registry
+from learner.optimizers.kernels import accelerators
 from learner.optimizers.rules import muon as muon_lib
 from learner.training.jobs import trainer as trainer_lib
 import configs.lm  # pylint: disable=unused-import
@@ -99,29 +104,37 @@ def _Step(key, with_ns, batch_shapes=None, muon_update=True):
 
 
 def _UpdateFn(variables, grads, batch_shapes, with_ns, present=True,
-              xla=False):
-  """A tf.function applying Muon (lr 0.02) to `variables` (or to none),
-  jit_compile=xla."""
-  original = muon_lib.NewtonSchulz
+              xla=False, fused=True):
+  """A tf.function applying Muon (lr 0.02, the gradients scaled by a clip
+  factor 0.5 held in a variable, as the trainer's) to `variables` (or to
+  none), jit_compile=xla; fused=False keeps Muon on its pure-TF path."""
+  original = muon_lib.NewtonSchulz, muon_lib.Muon.FusedApplyReason
   if not with_ns:
     muon_lib.NewtonSchulz = lambda x, steps, coeffs, eps, safety=0.0: x / (
         tf.norm(x, axis=[-2, -1], keepdims=True) + eps)
+  if not fused:
+    muon_lib.Muon.FusedApplyReason = lambda self, vgs: 'measure_muon: pure-TF'
   try:
     opt = muon_lib.Muon.Params().Set(
         name='muon', batch_shapes=batch_shapes).Instantiate()
     opt.Bind(variables)
+    scale = tf.Variable(0.5)
     vgs = {'v%d' % i: VarGrad(v, g) for i, (v, g) in enumerate(
         zip(variables, grads))} if present else {}
-    fn = tf.function(lambda: opt.Apply(0.02, NestedMap(vgs)) and None,
+    fn = tf.function(lambda: opt.ApplyScaled(
+        tf.constant(0.02), NestedMap(vgs), scale.read_value()) and None,
                      jit_compile=xla)
-    fn()  # Traced now, with the NewtonSchulz chosen above.
+    fn()  # Traced now, with the NewtonSchulz and path chosen above.
   finally:
-    muon_lib.NewtonSchulz = original
+    muon_lib.NewtonSchulz, muon_lib.Muon.FusedApplyReason = original
   return fn
 
 
 def UpdateParts(rounds=40, key='lm.CharTransformerMuon', steps=10):
-  """Prints the Muon update's time, per variable against batched."""
+  """Prints the Muon update's time: per variable on the pure-TF path
+  ('before', main's before issue 40 item 2's fusion) and fused ('after'),
+  batched by shape and fused ('batched'), each per variable with and
+  without Newton-Schulz; pure-TF under XLA; an Apply with no variable."""
   p = registry.GetParams(key)
   task = p.task.Instantiate()
   lp = [l for l in p.task.train.learner if l.optimizer.cls is muon_lib.Muon]
@@ -133,12 +146,12 @@ def UpdateParts(rounds=40, key='lm.CharTransformerMuon', steps=10):
                            name='m%d' % i) for i, s in enumerate(shapes)]
   grads = [tf.constant(rng.randn(*s).astype(np.float32)) for s in shapes]
   print('%s: %d matrices %s' % (key, len(shapes), shapes))
-  fns = {'before': _UpdateFn(variables, grads, False, True),
-         'before-ns': _UpdateFn(variables, grads, False, False),
-         'after': _UpdateFn(variables, grads, True, True),
-         'after-ns': _UpdateFn(variables, grads, True, False),
+  fns = {'before': _UpdateFn(variables, grads, False, True, fused=False),
+         'before-ns': _UpdateFn(variables, grads, False, False, fused=False),
+         'after': _UpdateFn(variables, grads, False, True),
+         'after-ns': _UpdateFn(variables, grads, False, False),
+         'batched': _UpdateFn(variables, grads, True, True),
          'before-xla': _UpdateFn(variables, grads, False, True, xla=True),
-         'after-xla': _UpdateFn(variables, grads, True, True, xla=True),
          'empty': _UpdateFn(variables, grads, True, True, present=False)}
   times = {name: [] for name in fns}
   for _ in range(rounds):
@@ -158,9 +171,8 @@ def UpdateParts(rounds=40, key='lm.CharTransformerMuon', steps=10):
     print('%s: %.3f ms; NS %.1f %%, momentum/scaling/assign %.1f %%, the '
           'call %.1f %%' % (when, 1e3 * full, 100 * (full - no_ns) / full,
                            100 * (no_ns - floor) / full, 100 * floor / full))
-  for name in ('after', 'after-ns', 'after-xla', 'before-xla'):
-    base = 'before' if name == 'before-xla' else name.replace('after',
-                                                             'before')
+  for name, base in (('after', 'before'), ('after-ns', 'before-ns'),
+                     ('batched', 'before'), ('before-xla', 'before')):
     ratios = [a / b for a, b in zip(times[name], times[base])]
     print('%s / %s, paired rounds: median %.3f (p10-p90 %.3f-%.3f)' % (
         name, base, np.median(ratios), np.percentile(ratios, 10),
@@ -168,21 +180,32 @@ def UpdateParts(rounds=40, key='lm.CharTransformerMuon', steps=10):
 
 
 @contextlib.contextmanager
-def _Variant(name):
-  """Muon traced as variant `name` of VARIANTS (patches undone after)."""
+def _Variant(name, fused=True):
+  """Muon traced as variant `name` of VARIANTS (patches undone after);
+  fused=False keeps Muon on its pure-TF path (the other learners keep
+  theirs)."""
   original = (muon_lib.NewtonSchulz, muon_lib.Muon._Momentum,  # pylint: disable=protected-access
               muon_lib.Muon.__dict__.get('_ApplyAll'))
+  reason = muon_lib.Muon.FusedApplyReason
+  entry = accelerators.ACCELERATORS['muon']
+  if not fused:
+    muon_lib.Muon.FusedApplyReason = lambda self, vgs: 'measure_muon: pure-TF'
   if name in ('-ns', '-ns-mom'):
     muon_lib.NewtonSchulz = lambda x, steps, coeffs, eps, safety=0.0: x / (
         tf.norm(x, axis=[-2, -1], keepdims=True) + eps)
   if name == '-ns-mom':  # u = g, m <- g: no momentum arithmetic.
     muon_lib.Muon._Momentum = lambda self, s, g, slots: (g, {'m': g})  # pylint: disable=protected-access
+    # Fused: no momentum op (u = g, m not written).
+    accelerators.ACCELERATORS['muon'] = entry._replace(
+        multi=entry.multi._replace(before=lambda grads, *_: list(grads)))
   if name == 'no_muon':
     muon_lib.Muon._ApplyAll = lambda self, update, present, measure: []  # pylint: disable=protected-access
   try:
     yield
   finally:
     muon_lib.NewtonSchulz, muon_lib.Muon._Momentum = original[:2]  # pylint: disable=protected-access
+    muon_lib.Muon.FusedApplyReason = reason
+    accelerators.ACCELERATORS['muon'] = entry
     if original[2] is None:
       if '_ApplyAll' in muon_lib.Muon.__dict__:
         del muon_lib.Muon._ApplyAll  # pylint: disable=protected-access
@@ -196,13 +219,21 @@ def _Variant(name):
 VARIANTS = ('full', '-ns', '-ns-mom', 'no_muon')
 
 
+# The forms `parts` times: (batch_shapes, the fused path).
+FORMS = ((False, False), (False, True), (True, True))
+
+
+def _FormName(form):
+  return '%s %s' % ('batched' if form[0] else 'per-var',
+                    'fused' if form[1] else 'pure-TF')
+
+
 def _PartSteps(target):
-  """{(batch_shapes, variant): traced step} of `target`: 'lm'
+  """{(form, variant): traced step} of `target`: 'lm'
   (lm.CharTransformerMuon's train step on one batch) or 'resnet50'
   (benchmarks.update_step's Muon two-learner `learner` row on the resnet50
-  set); no_muon once (batch_shapes None)."""
-  keys = [(b, v) for b in (False, True) for v in VARIANTS[:3]] + [
-      (None, 'no_muon')]
+  set); each form of FORMS; no_muon once (form None)."""
+  keys = [(f, v) for f in FORMS for v in VARIANTS[:3]] + [(None, 'no_muon')]
   fns = {}
   if target == 'resnet50':
     from benchmarks import learner_row  # pylint: disable=g-import-not-at-top
@@ -211,7 +242,8 @@ def _PartSteps(target):
     specs = variable_sets.Specs('resnet50')
     weights, grads = variable_sets.MakeValues(specs)
     original = learner_row.MuonLearners
-    for batch, name in keys:
+    for form, name in keys:
+      batch = form and form[0]
       learner_row.MuonLearners = lambda *a, b=batch, **k: [
           lp.Set(optimizer=lp.optimizer.Set(batch_shapes=b))
           if lp.optimizer.cls is muon_lib.Muon and b is not None else lp
@@ -219,23 +251,23 @@ def _PartSteps(target):
       try:
         row = learner_row.LearnerRow(peer_rows.UpdateConfig('muon'), specs,
                                      weights, grads)
-        with _Variant(name):
+        with _Variant(name, form is None or form[1]):
           row.step()  # Traced now.
       finally:
         learner_row.MuonLearners = original
-      fns[batch, name] = row.step
+      fns[form, name] = row.step
     return fns
-  for batch, name in keys:
-    with _Variant(name):
-      fns[batch, name] = _Step('lm.CharTransformerMuon', True,
-                               batch_shapes=batch)
+  for form, name in keys:
+    with _Variant(name, form is None or form[1]):
+      fns[form, name] = _Step('lm.CharTransformerMuon', True,
+                              batch_shapes=form and form[0])
   return fns
 
 
 def Parts(rounds=30, steps=5, target='lm'):
-  """Prints each part's share of the Muon step, per variable
-  (batch_shapes=False) and batched (True), every variant alternating in
-  rounds: Newton-Schulz = full - (-ns); momentum = (-ns) - (-ns-mom);
+  """Prints each part's share of the Muon step in each form of FORMS
+  (per variable or batched, pure-TF or fused), every variant alternating
+  in rounds: Newton-Schulz = full - (-ns); momentum = (-ns) - (-ns-mom);
   scaling and apply (slot and weight assignments, the division by the
   norm) = (-ns-mom) - no_muon; the rest = no_muon (the AdamW learner, the
   clip's norms; for 'lm' also forward and backward)."""
@@ -249,25 +281,29 @@ def Parts(rounds=30, steps=5, target='lm'):
         fn()
       times[key].append((time.perf_counter() - start) / steps)
   med = {k: float(np.median(v)) for k, v in times.items()}
-  for (batch, name), t in times.items():
-    print('batch_shapes=%-5s %-8s median %.2f ms  p10-p90 %.2f-%.2f ms' % (
-        batch, name, 1e3 * med[batch, name], 1e3 * np.percentile(t, 10),
-        1e3 * np.percentile(t, 90)))
+  for (form, name), t in times.items():
+    print('%-17s %-8s median %.2f ms  p10-p90 %.2f-%.2f ms' % (
+        _FormName(form) if form else '-', name, 1e3 * med[form, name],
+        1e3 * np.percentile(t, 10), 1e3 * np.percentile(t, 90)))
   rest = med[None, 'no_muon']
-  for batch in (False, True):
-    full = med[batch, 'full']
-    parts = (('Newton-Schulz', full - med[batch, '-ns']),
-             ('momentum', med[batch, '-ns'] - med[batch, '-ns-mom']),
-             ('scaling/apply', med[batch, '-ns-mom'] - rest),
+  for form in FORMS:
+    full = med[form, 'full']
+    parts = (('Newton-Schulz', full - med[form, '-ns']),
+             ('momentum', med[form, '-ns'] - med[form, '-ns-mom']),
+             ('scaling/apply', med[form, '-ns-mom'] - rest),
              ('rest (AdamW learner%s)' % (', fwd/bwd' if target == 'lm'
                                          else ''), rest))
-    print('%s batch_shapes=%s: step %.2f ms; ' % (target, batch, 1e3 * full)
+    print('%s %s: step %.2f ms; ' % (target, _FormName(form), 1e3 * full)
           + ', '.join('%s %.1f %% (%.2f ms)' % (k, 100 * v / full, 1e3 * v)
                       for k, v in parts))
-  ratios = [a / b for a, b in zip(times[True, 'full'], times[False, 'full'])]
-  print('batched / per variable, full step, paired rounds: median %.3f '
-        '(p10-p90 %.3f-%.3f)' % (np.median(ratios), np.percentile(ratios, 10),
-                                 np.percentile(ratios, 90)))
+  base = FORMS[0]
+  for form in FORMS[1:]:
+    ratios = [a / b for a, b in zip(times[form, 'full'],
+                                    times[base, 'full'])]
+    print('%s / %s, full step, paired rounds: median %.3f (p10-p90 '
+          '%.3f-%.3f)' % (_FormName(form), _FormName(base), np.median(ratios),
+                          np.percentile(ratios, 10),
+                          np.percentile(ratios, 90)))
 
 
 def NsCost(key='lm.CharTransformerMuon', rounds=30, steps=5):

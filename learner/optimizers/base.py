@@ -421,9 +421,16 @@ class BaseOptimizer(rule_flags.RuleFlags, hyper_lib.ScheduledHyperparams,
     wd_rate = tf.cast(update.lr * wd, tf.float32) if on else tf.constant(0.0)
     slots = [self.GetSlots(v) for v in variables]
     s = self._Scalars(update, variables[0].dtype)
-    return [self.Accelerator().multi(variables, grads, slots, s,
-                                     update.grad_scale, wd_rate, decay,
-                                     measure)]
+    return [self._FusedApply(variables, grads, slots, s, update.grad_scale,
+                             wd_rate, decay, measure)]
+
+  def _FusedApply(self, variables, grads, slots, s, grad_scale, wd_rate,
+                  decay, measure):
+    """The fused update of every variable: the accelerator's `multi` op
+    (its arguments). A rule whose entry is `accelerators.Staged` chains the
+    stages around its own middle here (Muon's Newton-Schulz)."""
+    return self.Accelerator().multi(variables, grads, slots, s, grad_scale,
+                                    wd_rate, decay, measure)
 
   def _ApplyItems(self, update, items):
     """The pure-TF update of `items` [(var, grad, slots)], a list of ops:

@@ -90,7 +90,11 @@ def _Cases(kind):
 def test_every_entry_belongs_to_a_registered_rule():
   assert sorted(OWNERS) == sorted(accelerators.ACCELERATORS)
   for name, cls in OWNERS.items():
-    assert cls.ELEMENTWISE, name  # An accelerator runs elementwise kernels.
+    # An accelerator runs elementwise kernels; a whole-tensor rule only as
+    # stages around its own middle (Muon's Newton-Schulz).
+    staged = isinstance(accelerators.ACCELERATORS[name].multi,
+                        accelerators.Staged)
+    assert cls.ELEMENTWISE or (cls.WHOLE_TENSOR and staged), name
 
 
 @pytest.mark.parametrize('name, kw', _Cases('dense'))

@@ -19,7 +19,10 @@ uses an entry only for the class that named it (a subclass that changes
       tf.IndexedSlices (grad already scaled).
   multi(variables, grads, slots, s, grad_factor, wd_rate, decay, measure)
       -> op: every variable in one fused op (the arguments of
-      multi_tensor.ApplySGD & co; slots a list of {name: variable}).
+      multi_tensor.ApplySGD & co; slots a list of {name: variable}); for a
+      whole-tensor rule whose step has a middle no elementwise kernel can
+      run (Muon's Newton-Schulz), a `Staged` pair of fused ops that the
+      rule's `_FusedApply` chains around its middle.
   exact: True when the entry gives `_Step`'s numbers bit for bit
       (tests/test_optimizers/test_accelerators.py checks every entry, bit
       for bit or to float32 rounding).
@@ -34,6 +37,9 @@ from learner.optimizers.kernels import shared_ops
 
 Accelerator = collections.namedtuple(
     'Accelerator', ['dense', 'sparse', 'multi', 'exact'])
+# before: the elementwise part before the rule's middle (its inputs the
+# gradients); after: the one after it, which writes the weights.
+Staged = collections.namedtuple('Staged', ['before', 'after'])
 
 
 def Scaled(grad, grad_scale):
@@ -292,6 +298,46 @@ def _MadgradMulti(variables, grads, slots, s, grad_factor, wd_rate, decay,
       measure)
 
 
+# ---- Muon: s = {lr, beta, one_minus_beta, one_minus_beta_f32, nesterov,
+#      and for momentum_form 'optax' correction, next_correction} --------
+# Staged: the momentum op gives the directions u, the rule orthogonalises
+# them (Newton-Schulz, in TF) and computes each variable's rate lr * s, the
+# apply op writes w - rate * O (and the decay).
+
+def _GrapplerJoinsScalars():
+  """True when the op is traced into a graph that grappler's arithmetic
+  optimizer rewrites (a tf.function with TF's default optimizer options)."""
+  if tf.executing_eagerly():
+    return False
+  options = tf.config.optimizer.get_experimental_options()
+  return not (options.get('disable_meta_optimizer') or
+              options.get('arithmetic_optimization') is False)
+
+
+def _MuonBefore(grads, slots, s, grad_factor):
+  correct = 'correction' in s  # momentum_form 'optax'.
+  one = tf.constant(1.0, s.beta.dtype)  # Unused by the op without it.
+  c1, factor = s.one_minus_beta, _Factor(grad_factor, s)
+  if factor is not None and not s.nesterov and _GrapplerJoinsScalars():
+    # Without Nesterov the scaled g = g f has one consumer, (1 - beta) g,
+    # so in a traced step grappler's arithmetic optimizer joins the two
+    # scalars (MinimizeBroadcasts): the pure-TF step computes ((1 - beta)
+    # f) g there, and c1 (g f) eagerly. The op takes the same scalars:
+    # bit for bit both ways (tests/test_optimizers/test_muon_fused.py).
+    c1, factor = c1 * factor, None
+  scalars = (s.beta, c1, s.one_minus_beta_f32,
+             s.correction if correct else one,
+             s.next_correction if correct else one)
+  return multi_tensor.MuonMomentum([x['m'] for x in slots], grads, scalars,
+                                   factor, s.nesterov, correct)
+
+
+def _MuonAfter(variables, directions, rates, wd_rate, decay, merged_decay,
+               measure):
+  return multi_tensor.ApplyMuon(variables, directions, tf.stack(rates),
+                                wd_rate, decay, merged_decay, measure)
+
+
 # The table. Keys are the rules' ACCELERATOR names.
 ACCELERATORS = {
     'sgd': Accelerator(_SgdDense, None, _SgdMulti, exact=True),
@@ -313,6 +359,8 @@ ACCELERATORS = {
     # Not bit for bit: the kernel's cube root is TF's Pow to float32
     # rounding (PowThird, multi_tensor_rules.cc).
     'madgrad': Accelerator(None, None, _MadgradMulti, exact=False),
+    'muon': Accelerator(None, None, Staged(_MuonBefore, _MuonAfter),
+                        exact=True),
 }
 
 

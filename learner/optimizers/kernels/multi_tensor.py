@@ -411,6 +411,54 @@ def ApplyMADGRAD(variables, x0s, ss, nus, grads, first, scalars, grad_factor,
                     grad_factor, wd_rate, decay, measure)
 
 
+def MuonMomentum(ms, grads, scalars, grad_factor, nesterov,
+                 bias_correction):
+  """Muon's momentum and directions over lists (TfLearnerMultiMuonMomentum).
+
+  m <- beta m + (1 - beta) g in place and u, the direction Newton-Schulz
+  orthogonalises (learner/optimizers/rules/muon.py, `Muon._Momentum`), in
+  one op, g * grad_factor folded in.
+
+  Args:
+    ms: float32 slot variables; grads: aligned dense float32 tensors.
+    scalars: (beta, 1 - beta rounded from float64, 1 - beta computed in
+      float32, 1 - beta^t, 1 - beta^(t+1)): float32 scalars as the pure-TF
+      path computes them (the corrections unused when not bias_correction).
+    grad_factor: None (f = 1) or a float32 scalar multiplying each g.
+    nesterov, bias_correction: Python bools (Muon's nesterov, and its
+      momentum_form 'optax').
+
+  Returns:
+    A list of float32 tensors u, each its gradient's shape.
+  """
+  scale, factor = _Factor(grad_factor)
+  return loader.Library().tf_learner_multi_muon_momentum(
+      [m.handle for m in ms], grads, *scalars, factor, nesterov=nesterov,
+      bias_correction=bias_correction, scale_grad=scale)
+
+
+def ApplyMuon(variables, directions, rates, wd_rate, decay, merged_decay,
+              measure=None):
+  """w <- w - rate * o for every pair, in one op (TfLearnerMultiApplyMuon).
+
+  Muon's last step (rules/muon.py, `Muon._Finish`): o the orthogonalised
+  direction, shaped as its variable.
+
+  Args:
+    variables, directions: aligned lists (float32).
+    rates: float32 vector, one rate lr * s per variable.
+    wd_rate, decay, measure: as `ApplySGD`.
+    merged_decay: Python bool: subtract the decay in the same delta, w -
+      (rate o + wd_rate w_old) (Muon's batched path), instead of after it.
+
+  Returns:
+    As `ApplySGD`.
+  """
+  return _Run(loader.Library().tf_learner_multi_apply_muon, variables,
+              [v.handle for v in variables], directions, rates, wd_rate,
+              measure=measure, decay=decay, merged_decay=merged_decay)
+
+
 def Accumulate(accumulators, grads, weight):
   """acc += weight * g for every pair if every g is finite, in one op.
 

@@ -240,6 +240,9 @@ class ScalarInputs {
  private:
   void ReadOne(float* out) { *out = ctx_->input(next_++).scalar<float>()(); }
   void ReadOne(bool* out) { *out = ctx_->input(next_++).scalar<bool>()(); }
+  // A const Tensor** takes the input itself (a vector: one value per
+  // tensor, RuleBase::kPerTensor).
+  void ReadOne(const Tensor** out) { *out = &ctx_->input(next_++); }
 
   OpKernelContext* ctx_;
   int next_;
@@ -320,6 +323,10 @@ inline auto FlagIf(bool value) {
 //                         input order). A rule with kHasFlag or
 //                         kDecayInStep declares it
 //                         template <bool kFlag, bool kDecay>.
+//   kPerTensor            (optional) the rule has values per tensor (Muon's
+//                         rates): Check(ctx, N) validates them once, and
+//                         before each chunk of tensor t a copy of the rule
+//                         is given ForTensor(t).
 // Errors (InvalidArgument): decay without N entries (at construction); a
 // variable or slot whose shape is not its gradient's (in Compute, before
 // any element is written).
@@ -334,6 +341,14 @@ struct RuleBase {
   static constexpr bool kHasFlag = false;
   // Step applies the decay itself (template argument kDecay) with `wd`.
   static constexpr bool kDecayInStep = false;
+  // The rule's values differ per tensor: see ForTensor.
+  static constexpr bool kPerTensor = false;
+
+  // OK, or fails ctx (InvalidArgument) and returns false: a per-tensor
+  // input that has not one value per tensor (n tensors).
+  bool Check(OpKernelContext*, int) const { return true; }
+  // Sets the values of tensor t (kPerTensor rules; here nothing).
+  void ForTensor(int) {}
 
   float factor = 1.f;
   float wd = 0.f;
@@ -410,6 +425,7 @@ class MultiApplyOp : public OpKernel {
     }
     ScalarInputs in(ctx, grads_first + n_);
     Rule rule(&in);
+    if (!rule.Check(ctx, n_)) return;
     if (Rule::kFlagAttr != nullptr) rule.flag = attr_flag_;
     Tensor* measured = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, {}, &measured));
@@ -427,7 +443,9 @@ class MultiApplyOp : public OpKernel {
           ctx->input(grads_first + k.tensor).flat<float>().data() + k.begin;
       float* w = vars.data(k.tensor) + k.begin;
       if (measure_) partial[c] = SumSquares(w, len);
-      RunChunk(rule, w, g, len, slots, static_cast<bool>(decay_[k.tensor]),
+      Rule r = rule;  // Loop copies it anyway; per tensor if kPerTensor.
+      if (Rule::kPerTensor) r.ForTensor(k.tensor);
+      RunChunk(r, w, g, len, slots, static_cast<bool>(decay_[k.tensor]),
                std::make_index_sequence<Rule::kSlots>{});
     });
     measured->scalar<float>()() =

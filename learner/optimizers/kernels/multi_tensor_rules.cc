@@ -10,6 +10,12 @@
 //   TfLearnerMultiApplySimplifiedAdEMAMix  simplified AdEMAMix  slots m, nu
 //   TfLearnerMultiApplyCOCOB     COCOB-Backprop    slots x0, L, G, R, C
 //   TfLearnerMultiApplyMADGRAD   MADGRAD           slots x0, s, nu
+//   TfLearnerMultiMuonMomentum   Muon's momentum and direction  slot m
+//   TfLearnerMultiApplyMuon      Muon's w <- w - rate * O (- decay)
+//
+// (Muon, issue 40 item 2, is a whole-tensor rule: its Newton-Schulz
+// iteration runs in TF between its two elementwise ops, so the momentum
+// op outputs the directions u instead of updating the weights.)
 //
 // (AdamW with epsilon_form='optax' needs no op of its own: it is the TF form
 // with epsilon hat = epsilon sqrt(1 - beta2^t), so TfLearnerMultiApplyAdam of
@@ -39,8 +45,17 @@
 namespace tf_learner {
 namespace {
 
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using common::Chunk;
+using common::ForEachChunkReversed;
+using common::LockedVariables;
+using common::MakeChunks;
 using common::MultiApplyOp;
 using common::RuleBase;
+using common::SameShapes;
 using common::ScalarInputs;
 
 // TF's Sign on floats: -1 or 1, +0 for either zero, NaN for NaN (checked
@@ -344,6 +359,135 @@ struct MADGRADRule : RuleBase {
   float lamb = 0.f, eps = 0.f, mom = 0.f, one_minus_mom = 1.f;
 };
 
+// ---- Muon (learner/optimizers/rules/muon.py) --------------------------------
+
+// TfLearnerMultiMuonMomentum's scalars, read in its registration order.
+struct MuonScalars {
+  explicit MuonScalars(ScalarInputs* in) {
+    in->Read(&beta, &c1, &c1_f32, &k, &k_next, &factor);
+  }
+
+  // beta; c1 = 1 - beta rounded from float64 (the m update's); c1_f32 = 1 -
+  // beta computed in float32 (the direction's g term); k, k_next = 1 -
+  // beta^t, 1 - beta^(t+1) (bias correction; unused without it).
+  float beta = 0.f, c1 = 0.f, c1_f32 = 0.f, k = 1.f, k_next = 1.f;
+  float factor = 1.f;
+};
+
+// Muon._Momentum and _Direction on n elements: m <- beta m + c1 g, and u,
+// the direction Newton-Schulz orthogonalises, in the pure-TF path's order
+// of operations (kCorrect: momentum_form 'optax', bias-corrected).
+template <bool kScale, bool kNesterov, bool kCorrect>
+__attribute__((noinline)) void MuonMomentumLoop(const MuonScalars& scalars,
+                                                float* __restrict__ m,
+                                                const float* __restrict__ g,
+                                                float* __restrict__ u,
+                                                int64_t n) {
+  const MuonScalars s = scalars;
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = kScale ? g[i] * s.factor : g[i];
+    const float mi = s.beta * m[i] + s.c1 * gi;
+    m[i] = mi;
+    if (kCorrect) {
+      u[i] = kNesterov ? (s.beta * mi) / s.k_next + (s.c1_f32 * gi) / s.k
+                       : mi / s.k;
+    } else {
+      u[i] = kNesterov ? s.beta * mi + s.c1_f32 * gi : mi;
+    }
+  }
+}
+
+// Inputs: ms (N resources), grads (N), then MuonScalars' scalars. Attrs:
+// nesterov, bias_correction, scale_grad (g <- g * grad_factor first).
+// Outputs: directions (N tensors, each its gradient's shape). m is updated
+// in place. Errors (InvalidArgument): a slot whose shape is not its
+// gradient's (before any element is written).
+class MultiMuonMomentumOp : public OpKernel {
+ public:
+  explicit MultiMuonMomentumOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("N", &n_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("nesterov", &nesterov_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("bias_correction", &correct_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("scale_grad", &scale_grad_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    std::vector<int> inputs(n_);
+    for (int i = 0; i < n_; ++i) inputs[i] = i;
+    LockedVariables ms(ctx, inputs);
+    if (!ctx->status().ok()) return;
+    if (!SameShapes(ctx, ms, 1, n_, n_, /*name_group=*/true)) return;
+    ScalarInputs in(ctx, 2 * n_);
+    const MuonScalars scalars(&in);
+    std::vector<int64_t> sizes(n_);
+    std::vector<const float*> g(n_);
+    std::vector<float*> u(n_);
+    for (int i = 0; i < n_; ++i) {
+      const Tensor& grad = ctx->input(n_ + i);
+      Tensor* out = nullptr;
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(i, grad.shape(), &out));
+      sizes[i] = grad.NumElements();
+      g[i] = grad.flat<float>().data();
+      u[i] = out->flat<float>().data();
+    }
+    const std::vector<Chunk> chunks = MakeChunks(sizes);
+    // Reversed: the gradient norm op read g forward just before.
+    ForEachChunkReversed(ctx, chunks.size(), [&](int64_t c) {
+      const Chunk& k = chunks[c];
+      common::WithFlags(
+          [&](auto s, auto nesterov, auto correct) {
+            MuonMomentumLoop<decltype(s)::value, decltype(nesterov)::value,
+                             decltype(correct)::value>(
+                scalars, ms.data(k.tensor) + k.begin, g[k.tensor] + k.begin,
+                u[k.tensor] + k.begin, k.end - k.begin);
+          },
+          scale_grad_, nesterov_, correct_);
+    });
+  }
+
+ private:
+  int n_ = 0;
+  bool nesterov_ = false;
+  bool correct_ = false;
+  bool scale_grad_ = false;
+};
+
+// TfLearnerMultiApplyMuon: w <- w - rate_t * O, O the orthogonalised
+// direction (the op's "gradient" input) and rate_t = lr * s of variable t
+// (Muon._Rate, computed in TF). Decay as the pure-TF path subtracts it:
+// separately, (w - rate O) - wd w_old, or (`flag`, attr merged_decay: the
+// batched path, Muon._ApplyStack) in one delta, w - (rate O + wd w_old).
+struct MuonRule : RuleBase {
+  static constexpr int kSlots = 0;
+  static constexpr bool kScaleGrad = false;
+  static constexpr const char* kFlagAttr = "merged_decay";
+  static constexpr bool kHasFlag = true;
+  static constexpr bool kDecayInStep = true;
+  static constexpr bool kPerTensor = true;
+
+  explicit MuonRule(ScalarInputs* in) { in->Read(&rates, &wd); }
+
+  bool Check(OpKernelContext* ctx, int n) const {
+    if (rates->dims() == 1 && rates->NumElements() == n) return true;
+    ctx->CtxFailure(tensorflow::errors::InvalidArgument(
+        "rates has shape ", rates->shape().DebugString(), ", expected [", n,
+        "] (one rate per variable)"));
+    return false;
+  }
+
+  void ForTensor(int t) { rate = rates->flat<float>()(t); }
+
+  template <bool kMerged, bool kDecay>
+  float Step(int64_t, float w, float o) const {
+    if (!kDecay) return w - rate * o;
+    if (kMerged) return w - (rate * o + wd * w);
+    return (w - rate * o) - wd * w;
+  }
+
+  const Tensor* rates = nullptr;
+  float rate = 0.f;
+};
+
 }  // namespace
 
 // ---- registration -----------------------------------------------------------
@@ -510,7 +654,37 @@ REGISTER_OP("TfLearnerMultiApplyMADGRAD")
     .Input("wd_rate: float")
     .TF_LEARNER_RULE_ATTRS;
 
+REGISTER_OP("TfLearnerMultiApplyMuon")
+    .Input("vars: N * resource")
+    .Input("directions: N * float")
+    .Input("rates: float")
+    .Input("wd_rate: float")
+    .Attr("merged_decay: bool = false")
+    .TF_LEARNER_RULE_ATTRS;
+
 #undef TF_LEARNER_RULE_ATTRS
+
+REGISTER_OP("TfLearnerMultiMuonMomentum")
+    .Input("ms: N * resource")
+    .Input("grads: N * float")
+    .Input("beta: float")
+    .Input("one_minus_beta: float")
+    .Input("one_minus_beta_f32: float")
+    .Input("correction: float")
+    .Input("next_correction: float")
+    .Input("grad_factor: float")
+    .Output("directions: N * float")
+    .Attr("N: int >= 1")
+    .Attr("nesterov: bool")
+    .Attr("bias_correction: bool")
+    .Attr("scale_grad: bool = false")
+    .SetIsStateful()
+    .SetShapeFn([](::tensorflow::shape_inference::InferenceContext* c) {
+      int n;
+      TF_RETURN_IF_ERROR(c->GetAttr("N", &n));
+      for (int i = 0; i < n; ++i) c->set_output(i, c->input(n + i));
+      return absl::OkStatus();
+    });
 
 REGISTER_KERNEL_BUILDER(
     Name("TfLearnerMultiApplyLion").Device(::tensorflow::DEVICE_CPU),
@@ -542,5 +716,11 @@ REGISTER_KERNEL_BUILDER(
 REGISTER_KERNEL_BUILDER(
     Name("TfLearnerMultiApplyMADGRAD").Device(::tensorflow::DEVICE_CPU),
     MultiApplyOp<MADGRADRule>);
+REGISTER_KERNEL_BUILDER(
+    Name("TfLearnerMultiMuonMomentum").Device(::tensorflow::DEVICE_CPU),
+    MultiMuonMomentumOp);
+REGISTER_KERNEL_BUILDER(
+    Name("TfLearnerMultiApplyMuon").Device(::tensorflow::DEVICE_CPU),
+    MultiApplyOp<MuonRule>);
 
 }  // namespace tf_learner

@@ -201,6 +201,14 @@ class Muon(BaseOptimizer):
   batch_shapes=False, within 1e-6 (a batched matmul rounds differently
   from a single one).
 
+  Fused path (issue 40 item 2; on one CPU device, without XLA or a
+  strategy, float32, as every fused op: kernels/multi_tensor.py): the
+  momentum and the directions of every variable in one op, Newton-Schulz
+  in TF, then w <- w - lr s O (and the decay) of every variable in one op
+  (`_FusedApply`, accelerators.py's 'muon' entry); the pure-TF path's
+  float32 operations in its order, so the numbers are the same bit for bit
+  (tests/test_optimizers/test_muon_fused.py).
+
   Not a matrix, not Muon: optax.contrib.muon routes every non-2-D variable
   to its own AdamW; we refuse them at `Bind` instead, so the split is
   explicit: two learners, Muon on the matrices of the body, AdamW on
@@ -217,6 +225,8 @@ class Muon(BaseOptimizer):
   # ZeRO-1 homes each matrix on one replica (home_sharding.py), balanced by
   # its Newton-Schulz FLOPs (`ShardCost`).
   WHOLE_TENSOR = True
+  # Two fused ops around the Newton-Schulz iteration (`_FusedApply`).
+  ACCELERATOR = 'muon'
 
   def ShardCost(self, var):
     """The FLOPs of `var`'s Newton-Schulz iterations (home_sharding.py)."""
@@ -315,12 +325,15 @@ class Muon(BaseOptimizer):
 
   def _Scalars(self, update, dtype):
     """lr, beta and 1 - beta (constants of `dtype`, not rounded through
-    float32) and, for momentum_form 'optax', the bias corrections
-    1 - beta^t and 1 - beta^(t+1) with t = num_updates + 1."""
+    float32: the momentum's), 1 - beta computed in `dtype` (the direction's
+    g term: eb19daa's numbers), the Python bool nesterov and, for
+    momentum_form 'optax', the bias corrections 1 - beta^t and
+    1 - beta^(t+1) with t = num_updates + 1."""
     p = self.params
     beta = tf.constant(p.beta, dtype)
     s = NestedMap(lr=tf.cast(update.lr, dtype), beta=beta,
-                  one_minus_beta=tf.constant(1. - p.beta, dtype))
+                  one_minus_beta=tf.constant(1. - p.beta, dtype),
+                  one_minus_beta_f32=1. - beta, nesterov=p.nesterov)
     if p.momentum_form == 'optax':
       t = tf.cast(self.num_updates + 1, dtype)
       s.correction = 1. - tf.pow(beta, t)
@@ -331,11 +344,12 @@ class Muon(BaseOptimizer):
     """u, the tensor Newton-Schulz orthogonalises (g's shape and dtype)."""
     p = self.params
     if p.momentum_form == 'reference':
-      return s.beta * m_new + (1. - s.beta) * g if p.nesterov else m_new
+      return s.beta * m_new + s.one_minus_beta_f32 * g if p.nesterov else (
+          m_new)
     if not p.nesterov:
       return m_new / s.correction
     return (s.beta * m_new / s.next_correction +
-            (1. - s.beta) * g / s.correction)
+            s.one_minus_beta_f32 * g / s.correction)
 
   def _Scale(self, fan_in, fan_out):
     """s, the shape-dependent multiplier of the rate (a Python float)."""
@@ -365,9 +379,11 @@ class Muon(BaseOptimizer):
     every matrix of a batch has the same [fan_in, fan_out].
     """
     del slots
-    fan_in, fan_out = o.shape.as_list()[-2:]
-    return s.lr * tf.constant(self._Scale(fan_in, fan_out), o.dtype) * o, (
-        new_slots)
+    return self._Rate(s, *o.shape.as_list()[-2:]) * o, new_slots
+
+  def _Rate(self, s, fan_in, fan_out):
+    """lr * s of a [fan_in, fan_out] matrix: a scalar of s.lr's dtype."""
+    return s.lr * tf.constant(self._Scale(fan_in, fan_out), s.lr.dtype)
 
   def _Step(self, s, w, g, slots):
     """Muon on a whole variable (only `w`'s shape is read)."""
@@ -384,6 +400,49 @@ class Muon(BaseOptimizer):
     return {k: tf.reshape(v, MatrixShape(shape))
             if v.shape.as_list() == list(shape) else v
             for k, v in slots.items()}
+
+  # ---- the fused path: two ops around Newton-Schulz -------------------------
+
+  def FusedApplyReason(self, vgs):
+    """The base's reasons, and a subclass that changes a part of the
+    step the fused ops repeat (`_Momentum`, `_Direction`, `_Finish`)."""
+    for name in ('_Momentum', '_Direction', '_Finish'):
+      if getattr(type(self), name) is not getattr(Muon, name):
+        return '%s overrides %s of Muon' % (type(self).__name__, name)
+    return super().FusedApplyReason(vgs)
+
+  def _FusedApply(self, variables, grads, slots, s, grad_scale, wd_rate,
+                  decay, measure):
+    """Muon in two fused ops (issue 40 item 2): the momentum op (m and
+    the directions u of every variable), `_Orthogonalize` in TF (batched by
+    shape with batch_shapes), the apply op (w <- w - lr s O, the decay as
+    the pure-TF path subtracts it). The same float32 operations in the
+    same order as `_ApplyItems`: the same numbers bit for bit."""
+    stages = self.Accelerator().multi
+    directions = stages.before(grads, slots, s, grad_scale)
+    matrices = [MatrixShape(v.shape.as_list()) for v in variables]
+    o = self._OrthogonalizeAll([tf.reshape(u, m) for u, m in zip(
+        directions, matrices)])
+    return stages.after(
+        variables, [tf.reshape(x, v.shape) for x, v in zip(o, variables)],
+        [self._Rate(s, *m) for m in matrices], wd_rate, decay,
+        self.params.batch_shapes, measure)
+
+  def _OrthogonalizeAll(self, directions):
+    """`_Orthogonalize` of each of `directions` ([fan_in, fan_out]
+    tensors), one stack per shape and dtype with batch_shapes (as
+    `_ApplyItems` groups them)."""
+    if not self.params.batch_shapes:
+      return [self._Orthogonalize(u) for u in directions]
+    groups = collections.OrderedDict()
+    for i, u in enumerate(directions):
+      groups.setdefault((tuple(u.shape.as_list()), u.dtype), []).append(i)
+    out = [None] * len(directions)
+    for group in groups.values():
+      stacked = self._Orthogonalize(tf.stack([directions[i] for i in group]))
+      for i, o in zip(group, tf.unstack(stacked)):
+        out[i] = o
+    return out
 
   # ---- several matrices of one shape in one chain ---------------------------
 
