@@ -215,8 +215,56 @@ def Report(res):
         'all_reduce %.1f ms' % (
             ms('all_reduce'), floor, replicas, ms('adam_sharded') - floor,
             ms('adam_unsharded') - ms('all_reduce')))
+  targets = Targets(res)
+  if targets:
+    lines.append('targets:')
+    for t in targets:
+      lines.append('  %-78s %6.2f  %s' % (t['target'], t['value'],
+                                          'met' if t['met'] else 'MISSED'))
   return lines, dict(sharded_bytes=sharded, unsharded_bytes=plain,
-                     bound_bytes=bound, within_bound=sharded <= bound)
+                     bound_bytes=bound, within_bound=sharded <= bound,
+                     targets=targets)
+
+
+# Issue 40: a sharded step on the same strategy at most this many times the
+# unsharded one (same run).
+SHARDED_STEP_BOUND = 1.25
+
+
+def Targets(res):
+  """Issue 40's targets from a child's result: [{target, value, met}].
+
+  For each rule run both ways, sharded step / unsharded step <=
+  SHARDED_STEP_BOUND (medians, same run); where the collectives were timed,
+  Adam's step beyond the collectives' floor (sharded step - reduce-scatter -
+  all-gather) / (unsharded step - all-reduce), the part that is ours, against
+  the same bound; and the bytes one replica sends per sharded Adam step
+  (reduce-scatter by all-to-all + all-gather of its part,
+  collectives.SentBytes) / the unsharded all-reduce's <= 1.0.
+  """
+  n, replicas = res['num_params'], res['num_replicas']
+  rows = res['rows']
+  ms = lambda k: rows[k]['step']['median_s'] * 1e3
+  out = []
+
+  def Add(text, value, bound):
+    out.append(dict(target='%s <= %.2f (issue 40)' % (text, bound),
+                    value=value, met=bool(value <= bound)))
+
+  for rule in ('adam', 'muon'):
+    if rule + '_sharded' in rows and rule + '_unsharded' in rows:
+      Add('%s step sharded / unsharded, %d replicas' % (rule, replicas),
+          ms(rule + '_sharded') / ms(rule + '_unsharded'), SHARDED_STEP_BOUND)
+  if all(k in rows for k in ('all_reduce', 'reduce_scatter_a2a', 'all_gather',
+                             'adam_sharded', 'adam_unsharded')):
+    Add('adam step beyond the collectives\' floor, sharded / unsharded',
+        (ms('adam_sharded') - ms('reduce_scatter_a2a') - ms('all_gather')) /
+        (ms('adam_unsharded') - ms('all_reduce')), SHARDED_STEP_BOUND)
+    sent = lambda k: collectives.SentBytes(k, n, replicas)
+    Add('adam bytes sent per replica and step, sharded / unsharded',
+        (sent('reduce_scatter_a2a') + sent('all_gather')) / sent('all_reduce'),
+        1.0)
+  return out
 
 
 def main(argv):

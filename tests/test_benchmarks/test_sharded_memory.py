@@ -9,6 +9,7 @@ import pytest
 from benchmarks import child_process
 from benchmarks import collectives
 from benchmarks import memory
+from benchmarks import sharded_memory
 
 
 @pytest.mark.slow
@@ -33,6 +34,29 @@ def test_memory_sharded_rows_hold_half_the_adam_state(tmp_path):
   assert res['rows']['all_gather']['sent_bytes'] == 2 * n
   assert any(line.startswith('floor: unsharded step >= all_reduce')
              for line in payload['lines'])
+  assert 'targets:' in payload['lines']
+  assert [t['target'].split(',')[0] for t in check['targets']] == [
+      'adam step sharded / unsharded', 'adam step beyond the collectives\' '
+      'floor', 'adam bytes sent per replica and step']
+
+
+def test_sharded_targets_by_hand():
+  # Medians in s; 1000 float32 on 2 replicas.
+  step = lambda ms: dict(step=dict(median_s=ms / 1e3))
+  res = dict(num_params=1000, num_replicas=2, rows=dict(
+      adam_unsharded=step(100.), adam_sharded=step(130.),
+      muon_unsharded=step(400.), muon_sharded=step(480.),
+      all_reduce=step(40.), reduce_scatter_a2a=step(30.),
+      all_gather=step(20.)))
+  got = {t['target'].split(',')[0]: (t['value'], t['met'])
+         for t in sharded_memory.Targets(res)}
+  assert got['adam step sharded / unsharded'] == (1.3, False)
+  assert got['muon step sharded / unsharded'] == (1.2, True)
+  # (130 - 30 - 20) / (100 - 40) = 80 / 60.
+  value, met = got['adam step beyond the collectives\' floor']
+  assert abs(value - 80. / 60.) < 1e-12 and not met
+  # a2a 2000 B + all-gather 2000 B against the all-reduce's 4000 B.
+  assert got['adam bytes sent per replica and step'] == (1.0, True)
 
 
 @pytest.mark.slow
