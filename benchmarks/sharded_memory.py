@@ -72,7 +72,7 @@ def _Learners(shard, muon):
       shard_optimizer_state=shard, scatter_clipped_gradients=True)
   if not muon:
     return [base]
-  cfg = NestedMap(lr=0.02, adamw_lr=1e-3)
+  cfg = NestedMap(optimizer='muon', lr=0.02, adamw_lr=1e-3)
   return learner_row.MuonLearners(base, cfg)
 
 

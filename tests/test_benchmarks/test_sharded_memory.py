@@ -73,3 +73,12 @@ def test_collectives_quickest_run_times_all_reduce_and_all_gather():
   assert res['reduce_scatter_a2a']['sent_bytes'] == 2000
   # TF 2.21 has no reduce-scatter on CPU: said in the note, not a failure.
   assert 'reduce_scatter' in res or 'not available' in res['note']
+
+
+def test_sharded_muon_run_builds_muon_and_adamw_learners():
+  # `memory --sharded --muon` builds Muon.TwoLearners' two learners, both
+  # with the sharded flag of the run.
+  for shard in (False, True):
+    learners = sharded_memory._Learners(shard, muon=True)  # pylint: disable=protected-access
+    assert [lp.optimizer.cls.__name__ for lp in learners] == ['Muon', 'Nadam']
+    assert all(lp.shard_optimizer_state == shard for lp in learners)
