@@ -356,9 +356,9 @@ ACCELERATORS = {
     'simplified_ademamix': Accelerator(None, None, _SimplifiedAdEMAMixMulti,
                                        exact=True),
     'cocob': Accelerator(None, None, _CocobMulti, exact=True),
-    # Not bit for bit: the kernel's cube root is TF's Pow to float32
-    # rounding (PowThird, multi_tensor_rules.cc).
-    'madgrad': Accelerator(None, None, _MadgradMulti, exact=False),
+    # Bit for bit: the kernel's cube root repeats MADGRAD's CubeRoot
+    # formula (multi_tensor_rules.cc), not TF's Pow.
+    'madgrad': Accelerator(None, None, _MadgradMulti, exact=True),
     'muon': Accelerator(None, None, Staged(_MuonBefore, _MuonAfter),
                         exact=True),
 }

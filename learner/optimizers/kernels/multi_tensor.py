@@ -393,9 +393,8 @@ def ApplyMADGRAD(variables, x0s, ss, nus, grads, first, scalars, grad_factor,
                  wd_rate, decay, measure=None):
   """MADGRAD over lists (TfLearnerMultiApplyMADGRAD, multi_tensor_rules.cc).
 
-  The step of learner/optimizers/rules/madgrad.py on g * grad_factor; its
-  cube root is TF's Pow to float32 rounding, not bit for bit (see
-  PowThird there).
+  The step of learner/optimizers/rules/madgrad.py on g * grad_factor, bit
+  for bit (its cube root is the rule's `CubeRoot` formula, op for op).
 
   Args:
     variables, x0s, ss, nus (grad_sum_sq), grads: aligned lists.

@@ -33,9 +33,8 @@
 // the tests compare them bit for bit
 // (tests/test_optimizers/test_rule_kernels.py, test_rule_kernels_issue40.py).
 // A division by a correction of exactly 1 (AMSGrad without bias correction)
-// is exact, so one loop serves both settings. One exception: MADGRAD's cube
-// root (PowThird below) is TF's Pow to within its own rounding, not bit for
-// bit (its accelerator says exact=False).
+// is exact, so one loop serves both settings. MADGRAD's cube root is the
+// pure-TF path's formula of plain operations (CubeRoot below), not TF's Pow.
 
 #include <cstdint>
 #include <cstring>
@@ -271,60 +270,55 @@ struct COCOBRule : RuleBase {
   float lr = 0.f, alpha = 1.f;
 };
 
-// x^p for x = MADGRAD's nu and p the float32 nearest 1/3, as TF's Pow to
-// within its own rounding (TF's Eigen packet pow is 1 ulp off the rounded
-// x^p for about a quarter of the floats, and a packet's tail takes powf:
-// no loop can repeat it bit for bit). Here to about 1e-13 relative before
-// the one rounding (1 ulp off the rounded x^p for 0.5 % of the floats):
-// p = 1/3 + d with d = 2^-25 / 3, so x^p = cbrt(x) x^d = cbrt(x) (1 + d ln
-// x) (|d ln x| < 1.1e-6, the dropped term < 1e-12); cbrt(x) from fdlibm's
-// bit guess and two Halley steps y <- y (y^3 + 2x) / (2 y^3 + x) in double
-// (cubic: 4e-5, then < 1e-13); ln x from the high word (error < 0.06,
-// times d: < 1e-9). No call and no branch: the loop vectorizes.
-inline float PowThird(float x) {
+// MADGRAD's cube root: `CubeRoot` of learner/optimizers/rules/madgrad.py,
+// its float32 operations in its order (the pure-TF path's bits; its
+// docstring has the method and the accuracy: within 1 ulp of the rounded
+// root). The integer steps and the selects are written as masks from
+// shifts, not compares: a compare lets g++ split the loop into paths, move
+// the float arithmetic under a branch (-ftrapping-math) and not vectorize.
+// They give the pure-TF path's tf.where exactly. No call and no branch:
+// the loop vectorizes (g++ 12, -march=native: packed conversions and
+// divisions in every MADGRAD loop).
+inline float CubeRoot(float x) {
+  constexpr float kThird = 1.f / 3.f;
+  constexpr float kMagic = 1419910656.f;  // 0x54a21e00.
   uint32_t u;
   std::memcpy(&u, &x, sizeof(u));
-  const int32_t xb = static_cast<int32_t>(u);
-  // mask = all ones iff 0 < x < inf (xb in (0, 0x7f800000)), from shifts,
-  // not compares: a compare lets g++ split the loop into paths, move the
-  // float arithmetic under a branch (-ftrapping-math) and not vectorize.
-  const int32_t non_negative = ~(xb >> 31);
-  const int32_t nonzero = static_cast<int32_t>(0u - u) >> 31;
-  const int32_t below_inf = static_cast<int32_t>(u - 0x7f800000u) >> 31;
-  const uint32_t mask =
-      static_cast<uint32_t>(non_negative & nonzero & below_inf);
-  const uint32_t un = (u & mask) | (0x3f800000u & ~mask);  // Edges: 1.0.
-  float xn;
-  std::memcpy(&xn, &un, sizeof(xn));
-  // In double a subnormal float is normal. fdlibm's cbrt first guess on
-  // the high word (the exponent and 20 bits, divided by 3 as a float:
-  // off by < 1e-4 of a unit in the guess), within 4 %.
-  const double xd = xn;
-  uint64_t d;
-  std::memcpy(&d, &xd, sizeof(d));
-  const int32_t hi = static_cast<int32_t>(d >> 32);
-  const int32_t guess_hi =
-      static_cast<int32_t>(static_cast<float>(hi) * (1.f / 3.f)) + 715094163;
-  const uint64_t guess_bits = static_cast<uint64_t>(
-      static_cast<uint32_t>(guess_hi)) << 32;
-  double y;
-  std::memcpy(&y, &guess_bits, sizeof(y));
-  double y3 = y * y * y;
-  y = y * (y3 + 2.0 * xd) / (2.0 * y3 + xd);
-  y3 = y * y * y;
-  y = y * (y3 + 2.0 * xd) / (2.0 * y3 + xd);
-  constexpr double kLn2 = 0.6931471805599453;
-  constexpr double kD = 1.0 / 100663296.0;  // 2^-25 / 3.
-  const double ln = kLn2 * (static_cast<double>(hi) * (1.0 / 1048576.0) -
-                            1023.0);
-  const float out = static_cast<float>(y * (1.0 + kD * ln));
-  uint32_t out_bits;
-  std::memcpy(&out_bits, &out, sizeof(out_bits));
-  // The edges, as TF: +-0 gives +0, inf inf, NaN and x < 0 NaN.
-  const uint32_t edge = (u & 0x7fffffffu) == 0u
-                            ? 0u
-                            : (u == 0x7f800000u ? 0x7f800000u : 0x7fc00000u);
-  const uint32_t r = (out_bits & mask) | (edge & ~mask);
+  const uint32_t ua = u & 0x7fffffffu;  // |x|'s bits.
+  // sub = all ones iff ua < 0x00800000 (0 or subnormal).
+  const uint32_t sub =
+      static_cast<uint32_t>(static_cast<int32_t>(ua - 0x00800000u) >> 31);
+  // A subnormal as x 2^150: its bits as an integer, times 2 (exact).
+  const float scaled = static_cast<float>(static_cast<int32_t>(ua)) * 2.f;
+  uint32_t scaled_bits;
+  std::memcpy(&scaled_bits, &scaled, sizeof(scaled_bits));
+  const uint32_t xs_bits = (scaled_bits & sub) | (ua & ~sub);
+  float xs;
+  std::memcpy(&xs, &xs_bits, sizeof(xs));
+  // fdlibm's bit guess, for x^(-1/3).
+  const float guess =
+      kMagic - static_cast<float>(static_cast<int32_t>(xs_bits)) * kThird;
+  const uint32_t w_bits = static_cast<uint32_t>(static_cast<int32_t>(guess));
+  float w;
+  std::memcpy(&w, &w_bits, sizeof(w));
+  // Two Newton steps w <- w (4 - x w^3) / 3, in the pure-TF path's form.
+  w = w - (w * (xs * w * w * w) - w) * kThird;
+  w = w - (w * (xs * w * w * w) - w) * kThird;
+  float y = xs * w * w;
+  y = y + (xs / (y * y) - y) * kThird;
+  // 2^-50 (0x26800000) for a subnormal, else 1.
+  const uint32_t scale_bits = (0x26800000u & sub) | (0x3f800000u & ~sub);
+  float scale;
+  std::memcpy(&scale, &scale_bits, sizeof(scale));
+  y = y * scale;
+  uint32_t y_bits;
+  std::memcpy(&y_bits, &y, sizeof(y_bits));
+  const uint32_t signed_bits = y_bits | (u ^ ua);
+  // ok = all ones iff 0 < ua < 0x7f800000; else x itself (+-0, inf, NaN).
+  const int32_t nonzero = static_cast<int32_t>(0u - ua) >> 31;
+  const int32_t below_inf = static_cast<int32_t>(ua - 0x7f800000u) >> 31;
+  const uint32_t ok = static_cast<uint32_t>(nonzero & below_inf);
+  const uint32_t r = (signed_bits & ok) | (u & ~ok);
   float result;
   std::memcpy(&result, &r, sizeof(result));
   return result;
@@ -351,7 +345,7 @@ struct MADGRADRule : RuleBase {
     if (kFirst) x0[i] = x;
     s[i] = si;
     nu[i] = n;
-    const float z = x - si / (PowThird(n) + eps);
+    const float z = x - si / (CubeRoot(n) + eps);
     const float next = one_minus_mom * z + mom * w;
     return w - (w - next);
   }
