@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 
-def SpawnChild(module, flags, label, result_prefix):
+def SpawnChild(module, flags, label, result_prefix, timeout_s=900):
   """Runs `python -m module *flags`; returns (result, None) or (None, error).
 
   Args:
@@ -19,6 +19,8 @@ def SpawnChild(module, flags, label, result_prefix):
     flags: list of command-line flags for the child (including --child=...).
     label: names the child in the error message (its mode or side).
     result_prefix: the prefix of the child's JSON result line.
+    timeout_s: seconds before the child is killed (None: no limit); a
+      timeout raises subprocess.TimeoutExpired.
 
   Returns:
     (the decoded JSON of the first line starting with `result_prefix`, None),
@@ -29,7 +31,7 @@ def SpawnChild(module, flags, label, result_prefix):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='2')
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                        cwd=root, timeout=900, check=False)
+                        cwd=root, timeout=timeout_s, check=False)
   for line in proc.stdout.splitlines():
     if line.startswith(result_prefix):
       return json.loads(line[len(result_prefix):]), None

@@ -216,6 +216,27 @@ def test_rule_optimizers_run_learner_rows_equal_to_the_pure_tf_path(tmp_path):
 
 
 
+@pytest.mark.slow
+def test_isolated_set_runs_each_rule_in_a_child(tmp_path, monkeypatch):
+  # A set in ISOLATED_SETS runs each (set, rule) in a child process; its
+  # result comes back as the in-process one would (the check's error 0 as
+  # in the test above, numbers as floats), and a child that prints no
+  # result leaves a note naming the pair and the run goes on.
+  monkeypatch.setattr(update_step, 'ISOLATED_SETS', ('small',))
+  payload = update_step.main([
+      '--sets=small', '--optimizers=lion,no_such_rule', '--steps=1',
+      '--warmup=0', '--rows=learner', '--output=%s' % (tmp_path / 'u.json')])
+  [res] = payload['results']
+  assert res['optimizer'] == 'lion' and res['bytes_per_param'] == 20
+  row = res['rows']['learner']
+  assert row['max_rel_err'] == 0.0 and row['check_ok']
+  assert isinstance(row['median_s'], float) and row['median_s'] > 0
+  assert any(n.startswith('small/no_such_rule: child exited 1')
+             for n in payload['notes'])
+  with open(tmp_path / 'u.json') as f:
+    assert [r['optimizer'] for r in json.load(f)['results']] == ['lion']
+
+
 def test_issue39_rules_with_kernels_run_the_fallback_row(tmp_path):
   # Issue 40's kernels (AdEMAMix, simplified AdEMAMix, COCOB, MADGRAD):
   # `learner` fused, `learner_fallback` the pure-TF path, checked against
