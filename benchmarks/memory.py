@@ -140,6 +140,12 @@ def ParseArgs(argv):
   args = parser.parse_args(argv)
   if args.set is None:
     args.set = 'small' if args.quick else 'resnet50'
+  if args.set not in variable_sets.SET_NAMES:
+    parser.error('--set=%s: unknown set; choose from %s.' % (
+        args.set, ', '.join(variable_sets.SET_NAMES)))
+  if args.muon and not args.sharded:
+    parser.error('--muon: only with --sharded (Muon\'s two learners beside '
+                 'Adam\'s ZeRO-1 rows); add --sharded or drop --muon.')
   if args.steps < args.num_batches:
     parser.error('--steps=%d must be >= --num_batches=%d so an applying step '
                  'runs.' % (args.steps, args.num_batches))

@@ -15,8 +15,8 @@ divides a side's steady/s by the loop's (by loop_jit's for a _jit side).
 Quick mode's W = 10 leaves XLA's first compiled steps in the jit sides'
 steady/s: compare the jit sides on full runs.
 
-One table per model (default both, in one run). Both sides of a model run
-in their own subprocess (so each one's peak RSS is its own), one after the
+One table per model (default all three, in one run). Each side of a model
+runs in its own subprocess (so each one's peak RSS is its own), one after the
 other in the same run, on the same data pipeline (the experiment's
 `train_input`), for `--steps` steps.
 
@@ -406,6 +406,11 @@ def ParseArgs(argv):
     parser.error('--sides=%s: %s; choose from %s.' % (
         ','.join(args.sides), 'unknown side %s' % ', '.join(unknown)
         if unknown else 'no side', ', '.join(SIDES)))
+  models = sorted(MODELS) if args.model == 'all' else [args.model]
+  if not any(x in MODELS[m]['sides'] for m in models for x in args.sides):
+    parser.error('--sides=%s: --model=%s has none of them; its sides: %s.' % (
+        ','.join(args.sides), args.model, ', '.join(
+            x for x in SIDES if any(x in MODELS[m]['sides'] for m in models))))
   return args
 
 

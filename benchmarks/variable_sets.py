@@ -58,6 +58,8 @@ def ResNet50Specs():
 
 
 _SETS = {'small': SmallSpecs, 'resnet50': ResNet50Specs}
+# The set names the benchmarks' --sets / --set take.
+SET_NAMES = tuple(sorted(_SETS))
 
 
 def Specs(set_name):
@@ -67,8 +69,8 @@ def Specs(set_name):
     ValueError: for an unknown set name (the message lists the known ones).
   """
   if set_name not in _SETS:
-    raise ValueError('Unknown variable set %r; expected one of %s, e.g. '
-                     '--sets=small,resnet50.' % (set_name, sorted(_SETS)))
+    raise ValueError('Unknown variable set %r; expected one of %s.' %
+                     (set_name, sorted(_SETS)))
   return _SETS[set_name]()
 
 

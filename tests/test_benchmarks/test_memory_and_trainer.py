@@ -20,6 +20,31 @@ def test_memory_steps_below_num_batches_is_refused():
     memory.ParseArgs(['--steps=1', '--num_batches=2'])
 
 
+@pytest.mark.parametrize('argv, words', [
+    (['--set=smal'], ['--set=smal', 'choose from resnet50, small']),
+    (['--muon'], ['--muon', '--sharded'])])
+def test_memory_bad_set_or_muon_alone_is_refused_in_one_line(
+    argv, words, capsys):
+  with pytest.raises(SystemExit) as e:
+    memory.ParseArgs(argv)
+  assert e.value.code == 2
+  err = capsys.readouterr().err.strip().splitlines()[-1]
+  assert all(w in err for w in words), err
+
+
+def test_trainer_side_the_model_lacks_is_refused(capsys):
+  # digits has only ours and keras: ours_muon alone would run nothing.
+  with pytest.raises(SystemExit) as e:
+    trainer.ParseArgs(['--model=%s' % trainer.DIGITS, '--sides=ours_muon'])
+  assert e.value.code == 2
+  err = capsys.readouterr().err.strip().splitlines()[-1]
+  assert '--sides=ours_muon' in err and 'its sides: ours, keras' in err
+  # With another side it has, the run goes on (ours_muon is skipped there).
+  args = trainer.ParseArgs(['--model=%s' % trainer.DIGITS,
+                            '--sides=ours,ours_muon'])
+  assert args.sides == ['ours', 'ours_muon']
+
+
 def test_memory_quickest_run_reports_growth_and_allowance(tmp_path):
   payload = memory.main(['--quick', '--steps=2', '--num_batches=2',
                          '--modes=learner_accum',

@@ -90,6 +90,20 @@ def test_bad_steps_flag_is_refused():
     update_step.ParseArgs(['--steps=0'])
 
 
+@pytest.mark.parametrize('flag, value', [
+    ('--optimizers', 'lion,adamm'), ('--sets', 'smal'), ('--rows', 'lerner'),
+    ('--sets', ',')])
+def test_unknown_names_are_refused_in_one_line_before_any_work(
+    flag, value, capsys):
+  # Checked in ParseArgs, before the bandwidth probe and any file: the
+  # message names the flag, the value and the names to choose from.
+  with pytest.raises(SystemExit) as e:
+    update_step.ParseArgs(['%s=%s' % (flag, value)])
+  assert e.value.code == 2
+  err = capsys.readouterr().err.strip().splitlines()[-1]
+  assert '%s=%s' % (flag, value) in err and 'choose from' in err
+
+
 def test_quickest_run_every_row_matches_its_numpy_reference(tmp_path):
   out = tmp_path / 'update_step.json'
   payload = update_step.main(['--sets=small', '--steps=3', '--warmup=0',
@@ -223,18 +237,21 @@ def test_isolated_set_runs_each_rule_in_a_child(tmp_path, monkeypatch):
   # in the test above, numbers as floats), and a child that prints no
   # result leaves a note naming the pair and the run goes on.
   monkeypatch.setattr(update_step, 'ISOLATED_SETS', ('small',))
-  payload = update_step.main([
-      '--sets=small', '--optimizers=lion,no_such_rule', '--steps=1',
-      '--warmup=0', '--rows=learner', '--output=%s' % (tmp_path / 'u.json')])
+  flags = ['--sets=small', '--optimizers=lion', '--steps=1', '--warmup=0',
+           '--rows=learner']
+  payload = update_step.main(flags + ['--output=%s' % (tmp_path / 'u.json')])
   [res] = payload['results']
   assert res['optimizer'] == 'lion' and res['bytes_per_param'] == 20
   row = res['rows']['learner']
   assert row['max_rel_err'] == 0.0 and row['check_ok']
   assert isinstance(row['median_s'], float) and row['median_s'] > 0
-  assert any(n.startswith('small/no_such_rule: child exited 1')
-             for n in payload['notes'])
   with open(tmp_path / 'u.json') as f:
     assert [r['optimizer'] for r in json.load(f)['results']] == ['lion']
+  # A child that prints no result (here: it refuses its flags).
+  notes = []
+  assert update_step._RunInChild(  # pylint: disable=protected-access
+      'small', 'no_such_rule', update_step.ParseArgs(flags), notes) is None
+  assert notes[0].startswith('small/no_such_rule: child exited 2')
 
 
 def test_issue39_rules_with_kernels_run_the_fallback_row(tmp_path):
