@@ -47,6 +47,8 @@ RATE_FREE = ('dog', 'dowg', 'cocob', 'prodigy', 'dadapt_adamw')
 # Every optimizer other than Momentum and Adam (learner rows, no numpy
 # reference: checked against a fresh pure-TF learner).
 OTHER_OPTIMIZERS = RULE_OPTIMIZERS + ('muon',) + NEW_RULES
+# Every optimizer the rows take (update_step's --optimizers).
+OPTIMIZERS = ('momentum', 'adam') + OTHER_OPTIMIZERS
 
 
 class UpdateConfig(object):
@@ -70,11 +72,10 @@ class UpdateConfig(object):
 
   def __init__(self, optimizer, lr=None, total_steps=4, alpha=0.1,
                clip=1.0):
-    if optimizer not in ('momentum', 'adam') + OTHER_OPTIMIZERS:
+    if optimizer not in OPTIMIZERS:
       raise ValueError("UpdateConfig: optimizer=%r; expected one of %s "
                        "(e.g. --optimizers=momentum,adam)." %
-                       (optimizer, ['momentum', 'adam'] +
-                        list(OTHER_OPTIMIZERS)))
+                       (optimizer, list(OPTIMIZERS)))
     self.optimizer = optimizer
     # SGD-type rules take SGD's rate (schedule-free SGD at 1e-3 moves the
     # weights by less than XLA's float32 reassociation changes them).

@@ -122,12 +122,6 @@ ADAM_ROWS = ('adam_learner', 'adam_learner_jit')
 # peaked at 3.7 GB for two rows.
 ISOLATED_SETS = ('resnet50',)
 CHILD_RESULT_PREFIX = 'UPDATE_STEP_CHILD_RESULT '
-# Every name --optimizers takes (after the shorthands), and every row name.
-OPTIMIZER_NAMES = ('momentum', 'adam') + tuple(peer_rows.OTHER_OPTIMIZERS)
-ROW_NAMES = ('learner', 'learner_fallback', 'learner_jit',
-             'learner_jit_metrics', 'learner_loop', 'learner_checked',
-             'tf_fused', 'tf_fused_jit', 'tf_fused_folded', 'keras',
-             'optax_jit', 'optax_jit_loop', 'torch') + ADAM_ROWS
 # --optimizers shorthands.
 GROUPS = {'issue39': peer_rows.NEW_RULES,
           'issue40': ('lion', 'nadam', 'amsgrad', 'sf_adamw', 'muon')}
@@ -180,7 +174,7 @@ def ParseArgs(argv):
     parser.error('--warmup=%d must be >= 0.' % args.warmup)
   for flag, given, known in (
       ('--sets', args.sets, variable_sets.SET_NAMES),
-      ('--optimizers', args.optimizers, OPTIMIZER_NAMES),
+      ('--optimizers', args.optimizers, peer_rows.OPTIMIZERS),
       ('--rows', args.rows, ROW_NAMES)):
     names = [x for x in given.split(',') if x]
     unknown = [x for x in names if x not in known]
@@ -191,9 +185,10 @@ def ParseArgs(argv):
   return args
 
 
-def BuildRows(cfg, specs, weights, grads, wanted, notes):
-  """Builds the rows for one (set, optimizer); appends skip notes to notes."""
-  builders = [
+def _Builders(cfg, specs, weights, grads):
+  """[(row name, builder)] of the rows of Momentum and Adam; a builder is
+  called only to build its row, so the names can be read with None args."""
+  return [
       ('learner', lambda: learner_row.LearnerRow(cfg, specs, weights, grads)),
       ('learner_fallback', lambda: learner_row.LearnerRow(
           cfg, specs, weights, grads, fused=False)),
@@ -219,6 +214,17 @@ def BuildRows(cfg, specs, weights, grads, wanted, notes):
           cfg, weights, grads, steps_per_call=LOOP_STEPS)),
       ('torch', lambda: torch_rows.TorchRow(cfg, weights, grads)),
   ]
+
+
+# Every row name --rows takes: Momentum's and Adam's, and Adam's learner
+# rows beside another rule's.
+ROW_NAMES = tuple(n for n, _ in _Builders(None, None, None, None)) + (
+    ADAM_ROWS)
+
+
+def BuildRows(cfg, specs, weights, grads, wanted, notes):
+  """Builds the rows for one (set, optimizer); appends skip notes to notes."""
+  builders = _Builders(cfg, specs, weights, grads)
   if cfg.optimizer in peer_rows.OTHER_OPTIMIZERS:
     builders = _OtherBuilders(cfg, specs, weights, grads, builders)
   have_learner, note = learner_row.LearnerAvailable()
