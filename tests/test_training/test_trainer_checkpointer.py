@@ -148,6 +148,74 @@ def test_missing_state_file_resumes_from_newest_complete_checkpoint(tmp_path):
   assert tf.train.latest_checkpoint(str(tmp_path / 'ckpt')).endswith('ckpt-6')
   assert checkpointer.CompleteCheckpoints(str(tmp_path / 'ckpt')) == [
       str(tmp_path / 'ckpt' / 'ckpt-3'), str(tmp_path / 'ckpt' / 'ckpt-6')]
+  # A second start before any save resumes from it too (the rewritten state
+  # once had no timestamps, so the manager listed nothing and a restart
+  # began again at step 0), and the manager rotates both.
+  m, ck, out = _Restorer(tmp_path)
+  assert ck.Restore().endswith('ckpt-6') and out == []
+  np.testing.assert_array_equal(m.enc.vars.w.numpy(), [6.0, 6.0])
+  assert [os.path.basename(p) for p in ck._manager.checkpoints] == [
+      'ckpt-3', 'ckpt-6']
+
+
+def _StaleStateFile(tmp_path):
+  """ckpt-3, 6, 9 saved; the state file put back to what it was after
+  ckpt-6 (a save killed after ckpt-9's files, before the state file)."""
+  _SaveSteps(tmp_path, [3, 6])
+  with open(tmp_path / 'ckpt' / 'checkpoint', 'rb') as f:
+    after_6 = f.read()
+  _SaveSteps(tmp_path, [9])
+  with open(tmp_path / 'ckpt' / 'checkpoint', 'wb') as f:
+    f.write(after_6)
+
+
+def test_complete_checkpoint_newer_than_the_state_file_is_resumed_from(
+    tmp_path):
+  # Seen on a 2-worker group killed 50 ms after a SIGTERM: ckpt-200 was
+  # complete, the state file still named ckpt-160, and the next launch lost
+  # 40 steps. The newer complete checkpoint wins, reported in one line; the
+  # state file lists it after the ones it listed (rotation unchanged).
+  _StaleStateFile(tmp_path)
+  m, ck, out = _Restorer(tmp_path)
+  assert ck.latest_checkpoint.endswith('ckpt-9')
+  assert ck.Restore().endswith('ckpt-9')
+  np.testing.assert_array_equal(m.enc.vars.w.numpy(), [9.0, 9.0])
+  assert len(out) == 1, out
+  assert 'names ckpt-6, but ckpt-9 beside it is complete' in out[0]
+  assert '(state file updated)' in out[0]
+  directory = str(tmp_path / 'ckpt')
+  state = tf.train.get_checkpoint_state(directory)
+  assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] == [
+      'ckpt-3', 'ckpt-6', 'ckpt-9']
+  assert checkpointer.NewestCheckpoint(directory).endswith('ckpt-9')
+  # A second start finds the state file up to date: no warning.
+  _, ck, out = _Restorer(tmp_path)
+  assert ck.Restore().endswith('ckpt-9') and out == []
+
+
+def test_read_only_job_resumes_from_the_newer_checkpoint_leaving_the_state(
+    tmp_path):
+  _StaleStateFile(tmp_path)
+  with open(tmp_path / 'ckpt' / 'checkpoint', 'rb') as f:
+    stale = f.read()
+  directory = str(tmp_path / 'ckpt')
+  assert checkpointer.NewestCheckpoint(directory).endswith('ckpt-9')
+  m, ck, out = _Restorer(tmp_path, read_only=True)
+  assert ck.Restore().endswith('ckpt-9')
+  np.testing.assert_array_equal(m.enc.vars.w.numpy(), [9.0, 9.0])
+  assert len(out) == 1 and '(state file updated)' not in out[0]
+  with open(tmp_path / 'ckpt' / 'checkpoint', 'rb') as f:
+    assert f.read() == stale
+
+
+def test_incomplete_newer_checkpoint_does_not_override_the_state_file(
+    tmp_path):
+  # ckpt-9 without its data shard is not complete: the state file's ckpt-6.
+  _StaleStateFile(tmp_path)
+  for f in glob.glob(str(tmp_path / 'ckpt' / 'ckpt-9.data-*')):
+    os.remove(f)
+  _, ck, out = _Restorer(tmp_path)
+  assert ck.Restore().endswith('ckpt-6') and out == []
 
 
 @pytest.mark.parametrize('content', [b'\x00\xff garbage {{', b''])

@@ -7,7 +7,10 @@ task.train.checkpoint_input_iterator is False; `Restore(optional=...)` takes
 a checkpoint with or without it). Saves go through
 `tf.train.CheckpointManager`, which writes the checkpoint files first and
 then atomically replaces the small `checkpoint` state file, so a crash while
-saving leaves the state pointing at the previous, complete checkpoint. If
+saving leaves the state pointing at the previous, complete checkpoint. A
+kill after the files and before the state file leaves a complete checkpoint
+newer than the state names: it is found from the files (`NewerComplete`),
+reported in one line and resumed from, so those steps are not lost. If
 the newest checkpoint still cannot be read (a truncated or corrupted file),
 `Restore` reports it and falls back to the previous one.
 
@@ -150,6 +153,53 @@ def CompleteCheckpoints(directory, prefix='ckpt'):
   return [b for _, b in sorted(found)]
 
 
+def _Step(path):
+  """The N of a checkpoint path prefix `.../<prefix>-<N>` (-1 if none)."""
+  m = re.search(r'-(\d+)$', path or '')
+  return int(m.group(1)) if m else -1
+
+
+def NewerComplete(directory, latest):
+  """The complete checkpoints of `directory` newer than `latest`, oldest first.
+
+  A save killed after its files were written and before the state file was
+  replaced leaves such a checkpoint (`CompleteCheckpoints` finds it from
+  its files); the state file still names `latest`.
+
+  Args:
+    directory: the checkpoint directory.
+    latest: path prefix of the newest checkpoint the state file names.
+
+  Returns:
+    list of str path prefixes, by step; [] when there is none.
+  """
+  newest = _Step(latest)
+  return [c for c in CompleteCheckpoints(directory) if _Step(c) > newest]
+
+
+def _WriteStateFile(directory, paths, state=None):
+  """Writes the state file listing `paths` (oldest first; the last newest).
+
+  CheckpointManager rotates only the listed checkpoints whose timestamp is
+  after the state's `last_preserved_timestamp`, and lists (so restores)
+  only those: each path keeps its timestamp from `state` (the previous
+  state file) or gets its index file's time, so every one is rotated and
+  restorable as if the manager had saved it.
+  """
+  old = {}
+  preserved = 0.0
+  if state is not None:
+    preserved = state.last_preserved_timestamp
+    old = dict(zip(state.all_model_checkpoint_paths,
+                   state.all_model_checkpoint_timestamps))
+  stamps = [old.get(p) or max(os.path.getmtime(p + '.index'), preserved + 1e-3)
+            for p in paths]
+  tf.compat.v1.train.update_checkpoint_state(
+      directory, paths[-1], all_model_checkpoint_paths=paths,
+      all_model_checkpoint_timestamps=stamps,
+      last_preserved_timestamp=preserved)
+
+
 def _ReadStateFile(directory):
   """(problem or None): why the state file of `directory` cannot be used."""
   path = os.path.join(directory, STATE_FILE)
@@ -216,7 +266,7 @@ class Checkpointer:
       return [], True
     problem = _ReadStateFile(self._directory)
     if problem is None:
-      return [], True
+      return self._FindNewerThanStateFile(read_only), True
     found = CompleteCheckpoints(self._directory)
     state = os.path.join(self._directory, STATE_FILE)
     if found:
@@ -226,8 +276,7 @@ class Checkpointer:
               state, problem, len(found), os.path.basename(found[-1]),
               '' if read_only else ' (state file rewritten)'))
       if not read_only:
-        tf.compat.v1.train.update_checkpoint_state(
-            self._directory, found[-1], all_model_checkpoint_paths=found)
+        _WriteStateFile(self._directory, found)
         return found, True
     elif tf.io.gfile.exists(state) and not read_only:
       tf.io.gfile.rename(state, state + '.unreadable', overwrite=True)
@@ -237,6 +286,38 @@ class Checkpointer:
       return [], True
     return found, not tf.io.gfile.exists(state)
 
+  def _FindNewerThanStateFile(self, read_only):
+    """The complete checkpoints newer than the (readable) state file's.
+
+    Reported in one line; unless `read_only`, appended to the state file's
+    list (its older entries unchanged, so CheckpointManager rotates what it
+    rotated before and never a checkpoint it kept aside).
+
+    Returns:
+      [] when there is none (the state file is up to date); else the state
+      file's checkpoints followed by the newer ones, oldest first.
+    """
+    state = tf.train.get_checkpoint_state(self._directory)
+    listed = list(state.all_model_checkpoint_paths) or [
+        state.model_checkpoint_path]
+    listed = [p if os.path.isabs(p) else os.path.join(self._directory, p)
+              for p in listed if p]
+    latest = state.model_checkpoint_path
+    newer = NewerComplete(self._directory, latest)
+    if not newer:
+      return []
+    self._report(
+        'WARNING: %s names %s, but %s beside it is complete and newer (a '
+        'save stopped before it updated the state file): resuming from '
+        '%s%s.' % (os.path.join(self._directory, STATE_FILE),
+                   os.path.basename(latest) if latest else 'no checkpoint',
+                   os.path.basename(newer[-1]), os.path.basename(newer[-1]),
+                   '' if read_only else ' (state file updated)'))
+    found = [p for p in listed if _Step(p) < _Step(newer[0])] + newer
+    if not read_only:
+      _WriteStateFile(self._directory, found, state)
+    return found
+
   @property
   def directory(self):
     return self._directory
@@ -245,7 +326,8 @@ class Checkpointer:
   def latest_checkpoint(self):
     """Path prefix of the newest checkpoint, or None."""
     latest = self._manager.latest_checkpoint if self._manager else None
-    return latest or (self._found[-1] if self._found else None)
+    newest = self._found[-1] if self._found else None
+    return latest if _Step(latest) >= _Step(newest) else newest
 
   def PrepareForTraining(self):
     """Before training: removes stale `*_temp` dirs, probes a write.
@@ -361,8 +443,11 @@ class Checkpointer:
         file).
       NoReadableCheckpointError: checkpoints exist but none can be read.
     """
-    candidates = list(reversed(
-        (self._manager.checkpoints if self._manager else []) or self._found))
+    listed = self._manager.checkpoints if self._manager else []
+    if self._found and (not listed or
+                        _Step(self._found[-1]) > _Step(listed[-1])):
+      listed = self._found  # Newer than the state file (read-only job).
+    candidates = list(reversed(listed))
     if not candidates:
       return None
     errors = []
@@ -591,6 +676,7 @@ def NewestCheckpoint(directory):
   if _ReadStateFile(directory) is None:
     latest = tf.train.latest_checkpoint(directory)
     if latest:
-      return latest
+      newer = NewerComplete(directory, latest)
+      return newer[-1] if newer else latest
   found = CompleteCheckpoints(directory)
   return found[-1] if found else None
