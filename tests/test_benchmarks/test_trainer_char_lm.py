@@ -139,6 +139,36 @@ def test_muon_side_is_judged_against_ours_as_a_step_ratio():
     assert rows[0]['met'] is met, rows[0]
 
 
+def test_muon_floor_is_adams_step_plus_newton_schulz_alone():
+  # ours at 10 steps/s is 100 ms a step; Newton-Schulz alone 12.5 ms: a
+  # Muon step of at least 112.5 ms, so ours_muon / ours <= 100 / 112.5.
+  results = {'ours': {'steady_steps_per_s': 10.0},
+             'ours_muon': {'steady_steps_per_s': 8.0,
+                           'newton_schulz_s': 0.0125}}
+  rows = trainer._Targets(trainer.CHAR_LM, results, trainer.MIN_JUDGED_STEPS)
+  assert rows[0]['floor'] == pytest.approx(1 / 1.125)
+  del results['ours_muon']['newton_schulz_s']
+  rows = trainer._Targets(trainer.CHAR_LM, results, trainer.MIN_JUDGED_STEPS)
+  assert rows[0]['floor'] is None
+
+
+def test_newton_schulz_seconds_times_the_muon_learners_matrices(monkeypatch):
+  # lm.CharTransformerMuon: 8 matrices (w_qkv, w_post, w1, w2 of 2 blocks),
+  # each orthogonalised once per call by its Muon learner's rule.
+  from learner.optimizers.rules import muon as muon_lib
+  shapes = []
+  original = muon_lib.Muon._Orthogonalize
+  monkeypatch.setattr(muon_lib.Muon, '_Orthogonalize', lambda self, u: (
+      shapes.append(u.shape.as_list()) or original(self, u)))
+  params = trainer._ExperimentParams(trainer.CHAR_LM_MUON, 10)
+  seconds = trainer.NewtonSchulzSeconds(params, calls=2)
+  assert seconds > 0
+  assert sorted(shapes) == sorted([[128, 384], [128, 128], [128, 512],
+                                   [512, 128]] * 2)
+  assert trainer.NewtonSchulzSeconds(
+      trainer._ExperimentParams(trainer.CHAR_LM, 10)) is None
+
+
 def test_muon_side_trains_the_muon_experiment(monkeypatch):
   seen = []
   monkeypatch.setattr(trainer, 'RunOurs', lambda model, steps, warmup, **kw:
