@@ -382,16 +382,12 @@ def RunOne(set_name, opt_name, args, gbps, notes):
   bytes_per_param = bandwidth.BYTES_PER_PARAM.get(opt_name)
   limit_s = (bandwidth.LimitSeconds(n, bytes_per_param, run_gbps)
              if bytes_per_param else None)
-  # Per step: a looping row's call ran steps_per_call steps.
-  peer_medians = [stats[p].median / checked[p]['steps_per_call']
-                  for p in PEERS if p in stats]
-  best_peer = min(peer_medians) if peer_medians else None
   result = dict(set=set_name, optimizer=opt_name, num_params=n,
                 num_variables=len(specs), bytes_per_param=bytes_per_param,
                 bandwidth_gbps=run_gbps,
                 bandwidth_gbps_p10_p90=[probe.Gbps(probe_stats['p90_s']),
                                         probe.Gbps(probe_stats['p10_s'])],
-                limit_s=limit_s, best_peer_s=best_peer, rows={})
+                limit_s=limit_s, rows={})
   for name in active:
     r = dict(stats[name])
     r.update(checked[name])
@@ -399,12 +395,41 @@ def RunOne(set_name, opt_name, args, gbps, notes):
     for k in ('median_s', 'p10_s', 'p90_s'):
       r[k] /= r['steps_per_call']
     r['ratio_to_limit'] = r['median_s'] / limit_s if limit_s else None
-    r['ratio_to_best_peer'] = (r['median_s'] / best_peer
-                               if best_peer else None)
     result['rows'][name] = r
+  AddPeerRatios(result)
   del rows, active
   gc.collect()
   return result
+
+
+def _Looping(row):
+  """Whether a result row runs several steps per call (`*_loop`)."""
+  return row['steps_per_call'] > 1
+
+
+def BestPeer(rows, looping):
+  """The fastest per-step median of the PEERS among result `rows` of one
+  call form: per-call peers (looping False) or looping ones (True), or None.
+
+  A per-call row's `x_best_peer` divides by the per-call peers only and a
+  looping row's (`learner_loop`) by the looping ones (`optax_jit_loop`):
+  a loop pays a tf.function's or jitted call's cost once per LOOP_STEPS
+  steps, so the forms are not peers of each other (benchmarks/README.md).
+  """
+  medians = [rows[p]['median_s'] for p in PEERS
+             if p in rows and _Looping(rows[p]) == looping]
+  return min(medians) if medians else None
+
+
+def AddPeerRatios(result):
+  """Sets `result`'s best_peer_s (per-call peers) and best_loop_peer_s
+  (looping peers) and each row's ratio_to_best_peer (`x_best_peer`) against
+  the one of its own call form (BestPeer); rows hold per-step medians."""
+  result['best_peer_s'] = BestPeer(result['rows'], looping=False)
+  result['best_loop_peer_s'] = BestPeer(result['rows'], looping=True)
+  for r in result['rows'].values():
+    best = result['best_loop_peer_s' if _Looping(r) else 'best_peer_s']
+    r['ratio_to_best_peer'] = r['median_s'] / best if best else None
 
 
 def FormatResult(result):

@@ -398,3 +398,25 @@ def test_normuon_row_is_two_learners_checked_against_the_pure_tf_path():
   muon = update_step.Reference(peer_rows.UpdateConfig('muon'), specs, w, g,
                                'optax')
   assert numpy_reference.MaxRelativeError(w, row.Weights(), muon) > 0.1
+
+
+def test_per_call_rows_compare_with_per_call_peers_only():
+  # The looping peer (0.4 ms per step) is faster than every per-call peer
+  # (fastest optax_jit, 1.6), but is no peer of `learner`: 1.0 / 1.6;
+  # `learner_loop` against it: 0.5 / 0.4.
+  row = lambda ms, k=1: dict(median_s=ms / 1e3, steps_per_call=k)
+  result = dict(rows={'learner': row(1.0), 'learner_loop': row(0.5, 10),
+                      'tf_fused': row(2.0), 'optax_jit': row(1.6),
+                      'optax_jit_loop': row(0.4, 10),
+                      'tf_fused_folded': row(0.1)})  # No peer.
+  update_step.AddPeerRatios(result)
+  ratios = {k: round(r['ratio_to_best_peer'], 6)
+            for k, r in result['rows'].items()}
+  assert ratios == {'learner': 0.625, 'learner_loop': 1.25, 'tf_fused': 1.25,
+                    'optax_jit': 1.0, 'optax_jit_loop': 1.0,
+                    'tf_fused_folded': 0.0625}
+  # Without a looping peer a looping row has no ratio.
+  del result['rows']['optax_jit_loop']
+  update_step.AddPeerRatios(result)
+  assert result['rows']['learner_loop']['ratio_to_best_peer'] is None
+  assert result['best_peer_s'] == 1.6e-3
