@@ -435,7 +435,7 @@ def AddPeerRatios(result):
 def FormatResult(result):
   """The text table of one (set, optimizer) result."""
   header = ['row', 'median_ms', 'p10_ms', 'p90_ms', 'x_limit', 'x_best_peer',
-            'first_ms', 'err', 'check']
+            'first_ms', 'err', 'check (tol %s)' % _Tol(CHECK_TOLERANCE)]
   lines = []
   for name, r in result['rows'].items():
     lines.append([name, timing.Ms(r['median_s']), timing.Ms(r['p10_s']),
@@ -445,21 +445,34 @@ def FormatResult(result):
   if result['limit_s']:
     lines.append(['limit', timing.Ms(result['limit_s']), None, None, 1.0,
                   None, None, None, None])
-  title = ('%s (%d vars, %.2f M params), %s + clip %.1f + cosine; limit = '
-           '%s B/param at %.1f GB/s (numpy probe timed with the rows)' %
+  if result['bytes_per_param']:
+    limit = 'limit = %s B/param at' % result['bytes_per_param']
+  else:  # No traffic model (Muon, issue 39's rules): no limit row.
+    limit = 'limit: none (no bytes model for this rule); bandwidth'
+  title = ('%s (%d vars, %.2f M params), %s + clip %.1f + cosine; %s %.1f '
+           'GB/s (numpy probe timed with the rows)' %
            (result['set'], result['num_variables'], result['num_params'] / 1e6,
-            result['optimizer'], 1.0, result['bytes_per_param'] or '(no model)',
-            result['bandwidth_gbps']))
+            result['optimizer'], 1.0, limit, result['bandwidth_gbps']))
   notes = ['%s: %s (timed, not checked)' % (name, r['form_note'])
            for name, r in result['rows'].items() if r.get('form_note')]
   return '\n'.join([title, timing.FormatTable(header, lines)] + notes)
 
 
 def _Check(r):
-  """The check column: ok, FAIL, or 'form' (a different formula)."""
+  """The check column: ok, FAIL, or 'form' (a different formula); a row
+  checked to another tolerance than the header's names it (torch's Muon:
+  Newton-Schulz in bfloat16, 3e-2)."""
   if r['check_ok'] is None:
     return 'form'
-  return 'ok' if r['check_ok'] else 'FAIL'
+  verdict = 'ok' if r['check_ok'] else 'FAIL'
+  if r['check_tolerance'] != CHECK_TOLERANCE:
+    verdict += ' (tol %s)' % _Tol(r['check_tolerance'])
+  return verdict
+
+
+def _Tol(x):
+  """A tolerance as README writes it: 2e-3, 3e-2."""
+  return ('%.0e' % x).replace('e-0', 'e-')
 
 
 def Targets(results):

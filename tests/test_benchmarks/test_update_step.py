@@ -420,3 +420,35 @@ def test_per_call_rows_compare_with_per_call_peers_only():
   update_step.AddPeerRatios(result)
   assert result['rows']['learner_loop']['ratio_to_best_peer'] is None
   assert result['best_peer_s'] == 1.6e-3
+
+
+
+def _Result(bytes_per_param, tolerance):
+  row = dict(median_s=1e-3, p10_s=1e-3, p90_s=1e-3, ratio_to_limit=None,
+             ratio_to_best_peer=1.0, first_call_s=0.1, max_rel_err=1.4e-2,
+             check_ok=1.4e-2 <= tolerance, check_tolerance=tolerance,
+             form_note=None)
+  return dict(set='small', num_variables=20, num_params=1030400,
+              optimizer='muon', bytes_per_param=bytes_per_param,
+              bandwidth_gbps=9.3, limit_s=None, rows={'torch': row})
+
+
+def test_table_shows_the_tolerance_each_row_is_checked_against():
+  # torch's Muon (Newton-Schulz in bfloat16) is checked to 3e-2, the rest
+  # to the header's 2e-3: its err 1.4e-2 is ok, and the row says to what.
+  header, _, torch_row = update_step.FormatResult(
+      _Result(None, 3e-2)).splitlines()[1:4]
+  assert header.split()[-3:] == ['check', '(tol', '2e-3)']
+  assert torch_row.split()[-4:] == ['1.4e-02', 'ok', '(tol', '3e-2)']
+  plain = update_step.FormatResult(_Result(None, 2e-3)).splitlines()[3]
+  assert plain.split()[-2:] == ['1.4e-02', 'FAIL']
+
+
+def test_title_of_a_rule_without_bytes_model_says_there_is_no_limit():
+  title = update_step.FormatResult(_Result(None, 3e-2)).splitlines()[0]
+  assert title.endswith('muon + clip 1.0 + cosine; limit: none (no bytes '
+                        'model for this rule); bandwidth 9.3 GB/s (numpy '
+                        'probe timed with the rows)')
+  title = update_step.FormatResult(_Result(20, 3e-2)).splitlines()[0]
+  assert title.endswith('; limit = 20 B/param at 9.3 GB/s (numpy probe timed '
+                        'with the rows)')
