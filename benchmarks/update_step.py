@@ -69,7 +69,11 @@ relative error of the weight change; a row over 2e-3 is flagged FAIL), the
 first of these calls timed separately (`first_ms`: tracing and compilation);
 then `--warmup` untimed steps; then `--steps` timed steps, interleaved over
 the rows in rounds. The table gives the median and p10-p90 in ms and the
-median as a ratio to the limit and to the best peer row (b-d). A JSON file
+median as a ratio to the limit and to the best peer row (b-d) of the same
+call form (`x_best_peer`: a per-call row's against the per-call peers, a
+looping row's against the looping ones). The `targets:` lines are judged
+(met / MISSED) from MIN_JUDGED_STEPS (100) timed steps on; a shorter run
+(--quick) prints them `not judged`, as benchmarks.trainer does. A JSON file
 with everything goes to --output (default benchmarks/results/, gitignored).
 Each (set, optimizer) of the resnet50 set runs in a child process of its
 own (ISOLATED_SETS), so a run over many rules holds one rule's memory at a
@@ -101,6 +105,9 @@ LOOP_STEPS = 10
 CHECK_TOLERANCE = 2e-3
 PEERS = ('tf_fused', 'tf_fused_jit', 'keras', 'optax_jit', 'optax_jit_loop',
          'torch')
+# Targets are judged from this many timed steps per row on (the default
+# --steps; --quick times 20): timing.MIN_JUDGED_STEPS, as benchmarks.trainer.
+MIN_JUDGED_STEPS = timing.MIN_JUDGED_STEPS
 PROBE = '_bandwidth_probe'
 # The rows run for the peer_rows.RULE_OPTIMIZERS, plus the trainer's form
 # and, for those in rule_peers.PEERED_RULES, the peers there.
@@ -133,8 +140,9 @@ def ParseArgs(argv):
       prog='python -m benchmarks.update_step', description=__doc__,
       formatter_class=argparse.RawDescriptionHelpFormatter)
   parser.add_argument('--quick', action='store_true',
-                      help='Few steps (20 timed, 2 warm-up); Momentum on '
-                      'both sets, Adam on the small set only: 2-3 min.')
+                      help='Few steps (20 timed, 2 warm-up; targets not '
+                      'judged); Momentum on both sets, Adam on the small set '
+                      'only: 2-3 min.')
   parser.add_argument('--sets', default='small,resnet50',
                       help='Comma-separated variable sets: small, resnet50.')
   parser.add_argument('--optimizers', default=None,
@@ -549,6 +557,29 @@ def Issue40Targets(results):
   return out
 
 
+def ElsewhereTargets(results):
+  """Issue 40's resnet50 targets of the rules this run timed on another set
+  only: [(target, why it is not judged here)], so a run on the small set
+  says where its rule's target is judged instead of printing nothing (the
+  small set's step says nothing about resnet50's; resnet50 Momentum, whose
+  issue 40 target is the small set's, has issue 8 and 16's lines)."""
+  ran = {(res['set'], res['optimizer']) for res in results}
+  out = []
+  for set_name, opts, _, _, bound, label in ISSUE40_TARGETS:
+    if set_name != 'resnet50':
+      continue
+    for res in results:
+      opt = res['optimizer']
+      if opt not in opts or (set_name, opt) in ran:
+        continue
+      text = label % opt if '%s' in label else label
+      line = ('%s %s <= %.1f (issue 40)' % (set_name, text, bound),
+              'judged on resnet50 only; this run: %s' % res['set'])
+      if line not in out:
+        out.append(line)
+  return out
+
+
 def FusedTargets(res):
   """Issue 16's targets of one result, and learner / learner_fallback."""
   rows = res['rows']
@@ -571,6 +602,25 @@ def FusedTargets(res):
     out.append(('%s %s learner / learner_fallback < 1' %
                 (res['set'], res['optimizer']), value, value < 1.0))
   return out
+
+
+def JudgedTargets(results, steps):
+  """The `targets:` block of a run of `steps` timed steps per row:
+  [{target, value, met, not_judged}], Targets' lines, then
+  ElsewhereTargets' (value None). Below MIN_JUDGED_STEPS timed steps the
+  ratios are given but not judged: met None, not_judged the reason."""
+  too_few = timing.TooFewSteps(steps, 'timed steps', MIN_JUDGED_STEPS)
+  return [dict(target=t, value=v, met=None if too_few else ok,
+               not_judged=too_few) for t, v, ok in Targets(results)] + [
+                   dict(target=t, value=None, met=None, not_judged=why)
+                   for t, why in ElsewhereTargets(results)]
+
+
+def TargetLine(t):
+  """One printed line of the `targets:` block (JudgedTargets' dict)."""
+  value = '-' if t['value'] is None else '%.2f' % t['value']
+  return '  %-78s %6s  %s' % (t['target'], value,
+                              timing.Verdict(t['met'], t['not_judged']))
 
 
 def _JsonValue(o):
@@ -645,18 +695,17 @@ def main(argv=None):
       print(FormatResult(res))
       sys.stdout.flush()
   gbps_end = bandwidth.MeasureBandwidth(threads=2)
-  targets = Targets(results)
+  targets = JudgedTargets(results, args.steps)
   if targets:
     print('\ntargets:')
-    for t, v, ok in targets:
-      print('  %-78s %6.2f  %s' % (t, v, 'met' if ok else 'MISSED'))
+    for t in targets:
+      print(TargetLine(t))
   for note in notes:
     print('note: ' + note)
   payload = dict(benchmark='update_step', bandwidth_gbps=gbps,
                  bandwidth_gbps_at_end=gbps_end, steps=args.steps,
                  warmup=args.warmup, results=results, notes=notes,
-                 targets=[dict(target=t, value=v, met=ok)
-                          for t, v, ok in targets],
+                 targets=targets,
                  cpu_count=os.cpu_count())
   path = timing.WriteJson(out_path, payload)
   print('wrote ' + path)

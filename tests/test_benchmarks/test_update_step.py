@@ -400,6 +400,47 @@ def test_normuon_row_is_two_learners_checked_against_the_pure_tf_path():
   assert numpy_reference.MaxRelativeError(w, row.Weights(), muon) > 0.1
 
 
+def _MomentumSmallLoop(learner_loop_s):
+  # Issue 40's small Momentum target: learner_loop / optax_jit_loop <= 1.0.
+  return dict(set='small', optimizer='momentum', limit_s=1.0,
+              rows={'learner_loop': {'median_s': learner_loop_s},
+                    'optax_jit_loop': {'median_s': 1.0}})
+
+
+def test_targets_are_not_judged_below_100_timed_steps():
+  # --quick times 20 steps: the ratio is printed, not judged (as the
+  # trainer's below 100 steady steps); from 100 on, met / MISSED.
+  results = [_MomentumSmallLoop(0.9)]
+  assert update_step.MIN_JUDGED_STEPS == 100
+  [quick] = update_step.JudgedTargets(results, steps=20)
+  assert (quick['value'], quick['met']) == (0.9, None)
+  assert update_step.TargetLine(quick).endswith(
+      ' 0.90  not judged (20 timed steps < 100)')
+  [full] = update_step.JudgedTargets(results, steps=100)
+  assert (full['met'], full['not_judged']) == (True, None)
+  assert update_step.TargetLine(full).endswith(' 0.90  met')
+  [missed] = update_step.JudgedTargets([_MomentumSmallLoop(1.1)], steps=100)
+  assert update_step.TargetLine(missed).endswith(' 1.10  MISSED')
+
+
+def test_small_set_muon_says_its_target_is_resnet50s():
+  # Muon's issue 40 target is resnet50's: a small-set run says so instead
+  # of printing no line; with resnet50 in the run its own line stands.
+  small = dict(set='small', optimizer='muon',
+               rows={'learner_loop': {'median_s': 3.0},
+                     'optax_jit_loop': {'median_s': 2.0}})
+  [t] = update_step.JudgedTargets([small], steps=100)
+  assert t['target'].startswith('resnet50 muon two-learner step')
+  assert (t['value'], t['met']) == (None, None)
+  assert update_step.TargetLine(t).endswith(
+      '(issue 40)      -  not judged (judged on resnet50 only; this run: '
+      'small)')
+  big = dict(small, set='resnet50')
+  assert [(x['target'].split()[0], x['value'], x['met']) for x in
+          update_step.JudgedTargets([small, big], steps=100)] == [
+              ('resnet50', 1.5, False)]
+
+
 def test_per_call_rows_compare_with_per_call_peers_only():
   # The looping peer (0.4 ms per step) is faster than every per-call peer
   # (fastest optax_jit, 1.6), but is no peer of `learner`: 1.0 / 1.6;
