@@ -26,7 +26,8 @@ slots (RULE_SLOTS) for the rule modes. Growth above the allowance
 means hidden copies of variables or gradients (e.g. a materialised scaled
 gradient). `--sharded` adds the rows of benchmarks/sharded_memory.py
 instead (ZeRO-1: optimizer-state bytes per replica and step time, sharded
-vs not, Adam, 2 replicas). On the `small` set (--quick) the allowance is below the noise of
+vs not, Adam, 2 replicas; its step-time targets are judged on resnet50
+only). On the `small` set (--quick) the allowance is below the noise of
 TF's own allocations, so only `resnet50` results mean something.
 """
 
