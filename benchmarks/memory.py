@@ -136,6 +136,12 @@ def ParseArgs(argv):
                       help='Only the ZeRO-1 rows (benchmarks/sharded_memory).')
   parser.add_argument('--muon', action='store_true',
                       help='With --sharded: Muon\'s two learners too.')
+  parser.add_argument('--table', action='store_true',
+                      help='The memory table of the levers instead '
+                      '(benchmarks/memory_table.py), with its own flags: '
+                      '--quick, --sets=resnet50,char_large,small, '
+                      '--replicas=1,2,4, --levers=fp32,zero1,..., '
+                      '--output=PATH.')
   parser.add_argument('--child', default=None, help=argparse.SUPPRESS)
   parser.add_argument('--output', default=None)
   args = parser.parse_args(argv)
@@ -156,7 +162,8 @@ def ParseArgs(argv):
 def main(argv=None):
   """Runs the children; prints the table; returns the JSON payload."""
   argv = sys.argv[1:] if argv is None else argv
-  if '--table' in argv:  # The memory table: benchmarks/memory_table.py.
+  if '--table' in argv and not {'-h', '--help'} & set(argv):
+    # The memory table: benchmarks/memory_table.py.
     return memory_table.main([a for a in argv if a != '--table'])
   args = ParseArgs(argv)
   if args.child:
