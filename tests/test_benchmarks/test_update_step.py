@@ -5,6 +5,7 @@ and each row's agreement with its numpy reference.
 """
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -463,7 +464,6 @@ def test_per_call_rows_compare_with_per_call_peers_only():
   assert result['best_peer_s'] == 1.6e-3
 
 
-
 def _Result(bytes_per_param, tolerance):
   row = dict(median_s=1e-3, p10_s=1e-3, p90_s=1e-3, ratio_to_limit=None,
              ratio_to_best_peer=1.0, first_call_s=0.1, max_rel_err=1.4e-2,
@@ -493,3 +493,30 @@ def test_title_of_a_rule_without_bytes_model_says_there_is_no_limit():
   title = update_step.FormatResult(_Result(20, 3e-2)).splitlines()[0]
   assert title.endswith('; limit = 20 B/param at 9.3 GB/s (numpy probe timed '
                         'with the rows)')
+
+
+def test_rows_trace_once_and_raise_no_retracing_warning():
+  # Five rows of one class, each its own tf.function traced once: TF's
+  # retracing warning counted them as one function (they share the code
+  # of LearnerRow._Step) and warned; per row it has nothing to say.
+  specs = variable_sets.Specs('small')[:2]
+  w, g = variable_sets.MakeValues(specs)
+  cfg = peer_rows.UpdateConfig('momentum')
+  records = []
+  handler = logging.Handler()
+  handler.emit = records.append
+  logger = logging.getLogger('tensorflow')
+  logger.addHandler(handler)
+  try:
+    rows = [learner_row.LearnerRow(cfg, specs, w, g) for _ in range(5)] + [
+        learner_row.LearnerRow(cfg, specs, w, g, steps_per_call=2)]
+    for _ in range(3):
+      for row in rows:
+        row.step()
+  finally:
+    logger.removeHandler(handler)
+  retracing = [r.getMessage()[:120] for r in records
+               if 'retracing' in r.getMessage()]
+  assert not retracing, retracing
+  assert [[f.experimental_get_tracing_count() for f in row.functions]
+          for row in rows] == [[1]] * 5 + [[1, 1]]
