@@ -77,7 +77,7 @@ class TfAccumulateRow(object):
     self._weight_sum = tf.Variable(0.0, trainable=False)
     self._dropped = tf.Variable(0, dtype=tf.int64, trainable=False)
     self._mode = mode
-    self.step = tf.function(self._Step)
+    self.step = peer_rows.RowFunction(self._Step)
 
   def _Step(self):
     w = tf.constant(self.weight, tf.float32)

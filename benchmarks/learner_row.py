@@ -12,9 +12,12 @@ work no trainer's backward pass does (benchmarks/README.md, "The small-set
 step in the trainer's form").
 """
 
+import functools
+
 import numpy as np
 import tensorflow as tf
 
+from benchmarks import peer_rows
 from params import NestedMap
 
 
@@ -259,10 +262,13 @@ class LearnerRow(object):
     self.learner = self.learners[0]
     self._fetch_metrics = fetch_metrics or steps_per_call > 1
     self.steps_per_call = steps_per_call
-    one_step = tf.function(self._Step, jit_compile=jit_compile)
+    one_step = peer_rows.RowFunction(self._Step, jit_compile=jit_compile)
     traced = one_step
     if steps_per_call > 1:
-      traced = tf.function(lambda: _Loop(one_step, steps_per_call))
+      traced = peer_rows.RowFunction(
+          functools.partial(_Loop, one_step, steps_per_call))
+    # Each traces once (a test checks it).
+    self.functions = [one_step] + ([traced] if steps_per_call > 1 else [])
 
     def _Step():
       # The path is fixed when the step is traced (the fused one is the

@@ -26,7 +26,8 @@ slots (RULE_SLOTS) for the rule modes. Growth above the allowance
 means hidden copies of variables or gradients (e.g. a materialised scaled
 gradient). `--sharded` adds the rows of benchmarks/sharded_memory.py
 instead (ZeRO-1: optimizer-state bytes per replica and step time, sharded
-vs not, Adam, 2 replicas). On the `small` set (--quick) the allowance is below the noise of
+vs not, Adam, 2 replicas; its step-time targets are judged on resnet50
+only). On the `small` set (--quick) the allowance is below the noise of
 TF's own allocations, so only `resnet50` results mean something.
 """
 
@@ -135,6 +136,12 @@ def ParseArgs(argv):
                       help='Only the ZeRO-1 rows (benchmarks/sharded_memory).')
   parser.add_argument('--muon', action='store_true',
                       help='With --sharded: Muon\'s two learners too.')
+  parser.add_argument('--table', action='store_true',
+                      help='The memory table of the levers instead '
+                      '(benchmarks/memory_table.py), with its own flags: '
+                      '--quick, --sets=resnet50,char_large,small, '
+                      '--replicas=1,2,4, --levers=fp32,zero1,..., '
+                      '--output=PATH.')
   parser.add_argument('--child', default=None, help=argparse.SUPPRESS)
   parser.add_argument('--output', default=None)
   args = parser.parse_args(argv)
@@ -155,7 +162,8 @@ def ParseArgs(argv):
 def main(argv=None):
   """Runs the children; prints the table; returns the JSON payload."""
   argv = sys.argv[1:] if argv is None else argv
-  if '--table' in argv:  # The memory table: benchmarks/memory_table.py.
+  if '--table' in argv and not {'-h', '--help'} & set(argv):
+    # The memory table: benchmarks/memory_table.py.
     return memory_table.main([a for a in argv if a != '--table'])
   args = ParseArgs(argv)
   if args.child:

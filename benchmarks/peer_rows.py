@@ -21,6 +21,7 @@ Rows:
     `bench` extra).
 """
 
+import functools
 import math
 
 import numpy as np
@@ -106,6 +107,20 @@ def TfCosineRate(cfg, step):
   return cfg.lr * mult
 
 
+def RowFunction(step, **kwargs):
+  """tf.function(step, **kwargs) whose retracing is counted on its own.
+
+  Each row builds a tf.function of its class's `_Step` and traces it once.
+  TF's "N out of the last M calls to ... triggered tf.function retracing"
+  warning counts the traces of every tf.function of one Python code object
+  together, so five rows of one class (update_step's learner rows) read as
+  one function retracing (500 characters a warning, several per
+  `update_step --quick`). A functools.partial has no code object: TF counts
+  the row's function alone, and still warns if that row does retrace.
+  """
+  return tf.function(functools.partial(step), **kwargs)
+
+
 class TfFusedRow(object):
   """(b) hand-written tf.function with TF's fused ResourceApply* kernels.
 
@@ -136,7 +151,7 @@ class TfFusedRow(object):
                     for _ in range(1 if cfg.optimizer == 'momentum' else 2)]
                    for w in weights]
     self._t = tf.Variable(0, dtype=tf.int64, trainable=False)
-    self.step = tf.function(self._Step, jit_compile=jit_compile)
+    self.step = RowFunction(self._Step, jit_compile=jit_compile)
 
   def _Step(self):
     cfg = self._cfg
@@ -206,7 +221,7 @@ class KerasRow(object):
           learning_rate=schedule, beta_1=cfg.beta1, beta_2=cfg.beta2,
           epsilon=cfg.epsilon, global_clipnorm=cfg.clip, **extra)
     self._opt.build(self.vars)
-    self.step = tf.function(self._Step)
+    self.step = RowFunction(self._Step)
 
   def _Step(self):
     self._opt.apply_gradients(

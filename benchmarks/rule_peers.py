@@ -174,7 +174,7 @@ class KerasRuleRow(object):
     self.grads = [tf.Variable(_Flat(g) if muon else g, trainable=False)
                   for g in grads]
     self._opt, self.form_note = KerasOptimizer(cfg, self.vars)
-    self.step = tf.function(self._Step)
+    self.step = peer_rows.RowFunction(self._Step)
 
   def _Step(self):
     self._opt.apply_gradients(

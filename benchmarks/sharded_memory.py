@@ -219,8 +219,8 @@ def Report(res):
   if targets:
     lines.append('targets:')
     for t in targets:
-      lines.append('  %-78s %6.2f  %s' % (t['target'], t['value'],
-                                          'met' if t['met'] else 'MISSED'))
+      lines.append('  %-78s %6.2f  %s' % (
+          t['target'], t['value'], timing.Verdict(t['met'], t['not_judged'])))
   return lines, dict(sharded_bytes=sharded, unsharded_bytes=plain,
                      bound_bytes=bound, within_bound=sharded <= bound,
                      targets=targets)
@@ -229,6 +229,11 @@ def Report(res):
 # Issue 40: a sharded step on the same strategy at most this many times the
 # unsharded one (same run).
 SHARDED_STEP_BOUND = 1.25
+# The sets whose step times judge issue 40's targets: on the small set
+# (`memory --quick`, whose help calls its numbers not meaningful) a step of
+# 1 M parameters is mostly the per-step cost of the strategy and the
+# collectives' calls, not the update that ZeRO-1 divides.
+JUDGED_SETS = ('resnet50',)
 
 
 def Targets(res):
@@ -241,15 +246,24 @@ def Targets(res):
   the same bound; and the bytes one replica sends per sharded Adam step
   (reduce-scatter by all-to-all + all-gather of its part,
   collectives.SentBytes) / the unsharded all-reduce's <= 1.0.
+
+  A target's `not_judged` says why it is not judged (then `met` is None):
+  the step-time targets on a set outside JUDGED_SETS. The bytes target is
+  counted, not timed, and is judged on every set.
   """
   n, replicas = res['num_params'], res['num_replicas']
   rows = res['rows']
   ms = lambda k: rows[k]['step']['median_s'] * 1e3
   out = []
+  untimed = (None if res['set'] in JUDGED_SETS else
+             'the %s set: its step times are not meaningful (memory --help); '
+             'judged on %s only' % (res['set'], ', '.join(JUDGED_SETS)))
 
-  def Add(text, value, bound):
+  def Add(text, value, bound, not_judged=untimed):
     out.append(dict(target='%s <= %.2f (issue 40)' % (text, bound),
-                    value=value, met=bool(value <= bound)))
+                    value=value,
+                    met=None if not_judged else bool(value <= bound),
+                    not_judged=not_judged))
 
   for rule in ('adam', 'muon'):
     if rule + '_sharded' in rows and rule + '_unsharded' in rows:
@@ -263,7 +277,7 @@ def Targets(res):
     sent = lambda k: collectives.SentBytes(k, n, replicas)
     Add('adam bytes sent per replica and step, sharded / unsharded',
         (sent('reduce_scatter_a2a') + sent('all_gather')) / sent('all_reduce'),
-        1.0)
+        1.0, not_judged=None)
   return out
 
 

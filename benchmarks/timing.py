@@ -87,6 +87,32 @@ def TimeRows(steps_by_row, steps, warmup, rounds=5):
   return {name: Summarize(t) for name, t in raw.items()}
 
 
+# Fewer timed steps than this judge no target (benchmarks.trainer counts its
+# steady steps, benchmarks.update_step its timed steps per row): a side's
+# first steps can still hold a retrace or a cold cache (the trainer's hand
+# loop gave 7.8 steps/s over the 10 steady steps of --quick against its 156
+# over 550), and a median of few steps on a shared 2-core machine moves
+# with one burst of load; 100 is update_step's default --steps, where its
+# --quick times 20 (benchmarks/README.md).
+MIN_JUDGED_STEPS = 100
+
+
+def TooFewSteps(steps, unit='timed steps', min_steps=MIN_JUDGED_STEPS):
+  """Why a target is not judged on `steps` steps ('20 timed steps < 100'),
+  or None when there are enough."""
+  if steps >= min_steps:
+    return None
+  return '%d %s < %d' % (steps, unit, min_steps)
+
+
+def Verdict(met, not_judged=None):
+  """A target line's verdict: 'not judged (<not_judged>)' when a reason is
+  given (then `met` is not looked at), else 'met' or 'MISSED'."""
+  if not_judged:
+    return 'not judged (%s)' % not_judged
+  return 'met' if met else 'MISSED'
+
+
 def FormatTable(header, rows):
   """Returns a fixed-width text table: header a list of str, rows of cells."""
   cells = [[str(c) for c in header]] + [[_Cell(c) for c in r] for r in rows]

@@ -503,10 +503,11 @@ _TARGETS = {
 }
 
 
-# Fewer steady steps than this judge no target: a side's first steps after
-# W can still hold a retrace or a cold cache (the hand loop's 10 steady
-# steps in --quick gave 7.8 steps/s against its 156 over 550).
-MIN_JUDGED_STEPS = 100
+# Fewer steady steps than this judge no target (timing.MIN_JUDGED_STEPS,
+# shared with benchmarks.update_step): a side's first steps after W can
+# still hold a retrace or a cold cache (the hand loop's 10 steady steps in
+# --quick gave 7.8 steps/s against its 156 over 550).
+MIN_JUDGED_STEPS = timing.MIN_JUDGED_STEPS
 
 
 def _Targets(model, results, steady_steps):
@@ -573,9 +574,10 @@ def RunModel(model, args):
                             'peak_MiB', 'final_loss'], table))
   targets = _Targets(model, results, steps - warmup)
   for target in targets:
-    verdict = {True: 'met', False: 'MISSED'}.get(
-        target['met'], 'not judged (%d steady steps < %d; run without '
-        '--quick)' % (steps - warmup, MIN_JUDGED_STEPS))
+    too_few = timing.TooFewSteps(steps - warmup, 'steady steps',
+                                 MIN_JUDGED_STEPS)
+    verdict = timing.Verdict(target['met'], too_few and
+                             too_few + '; run without --quick')
     print('target: %s: %.2f %s' % (target['target'], target['value'],
                                    verdict))
     if target.get('floor'):

@@ -4,6 +4,8 @@ Each spawns subprocesses (one per measured side); sizes and timings are not
 asserted, only that every side ran and reported what the table needs.
 """
 
+import re
+
 import pytest
 
 from benchmarks import memory
@@ -30,6 +32,19 @@ def test_memory_bad_set_or_muon_alone_is_refused_in_one_line(
   assert e.value.code == 2
   err = capsys.readouterr().err.strip().splitlines()[-1]
   assert all(w in err for w in words), err
+
+
+def test_memory_help_lists_the_table_and_table_help_runs_nothing(capsys):
+  # `--table` is taken before the flags are parsed; --help with it prints
+  # this help (which names it) instead of starting the table's children.
+  for argv in (['--help'], ['--table', '--help']):
+    with pytest.raises(SystemExit) as e:
+      memory.main(argv)
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    # An option line of its own (the docstring's usage also names it).
+    assert re.search(r'^  --table +The memory table of the levers', out,
+                     re.M), out
 
 
 def test_trainer_side_the_model_lacks_is_refused(capsys):

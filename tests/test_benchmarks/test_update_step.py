@@ -5,6 +5,7 @@ and each row's agreement with its numpy reference.
 """
 
 import json
+import logging
 
 import numpy as np
 import pytest
@@ -398,3 +399,124 @@ def test_normuon_row_is_two_learners_checked_against_the_pure_tf_path():
   muon = update_step.Reference(peer_rows.UpdateConfig('muon'), specs, w, g,
                                'optax')
   assert numpy_reference.MaxRelativeError(w, row.Weights(), muon) > 0.1
+
+
+def _MomentumSmallLoop(learner_loop_s):
+  # Issue 40's small Momentum target: learner_loop / optax_jit_loop <= 1.0.
+  return dict(set='small', optimizer='momentum', limit_s=1.0,
+              rows={'learner_loop': {'median_s': learner_loop_s},
+                    'optax_jit_loop': {'median_s': 1.0}})
+
+
+def test_targets_are_not_judged_below_100_timed_steps():
+  # --quick times 20 steps: the ratio is printed, not judged (as the
+  # trainer's below 100 steady steps); from 100 on, met / MISSED.
+  results = [_MomentumSmallLoop(0.9)]
+  assert update_step.MIN_JUDGED_STEPS == 100
+  [quick] = update_step.JudgedTargets(results, steps=20)
+  assert (quick['value'], quick['met']) == (0.9, None)
+  assert update_step.TargetLine(quick).endswith(
+      ' 0.90  not judged (20 timed steps < 100)')
+  [full] = update_step.JudgedTargets(results, steps=100)
+  assert (full['met'], full['not_judged']) == (True, None)
+  assert update_step.TargetLine(full).endswith(' 0.90  met')
+  [missed] = update_step.JudgedTargets([_MomentumSmallLoop(1.1)], steps=100)
+  assert update_step.TargetLine(missed).endswith(' 1.10  MISSED')
+
+
+def test_small_set_muon_says_its_target_is_resnet50s():
+  # Muon's issue 40 target is resnet50's: a small-set run says so instead
+  # of printing no line; with resnet50 in the run its own line stands.
+  small = dict(set='small', optimizer='muon',
+               rows={'learner_loop': {'median_s': 3.0},
+                     'optax_jit_loop': {'median_s': 2.0}})
+  [t] = update_step.JudgedTargets([small], steps=100)
+  assert t['target'].startswith('resnet50 muon two-learner step')
+  assert (t['value'], t['met']) == (None, None)
+  assert update_step.TargetLine(t).endswith(
+      '(issue 40)      -  not judged (judged on resnet50 only; this run: '
+      'small)')
+  big = dict(small, set='resnet50')
+  assert [(x['target'].split()[0], x['value'], x['met']) for x in
+          update_step.JudgedTargets([small, big], steps=100)] == [
+              ('resnet50', 1.5, False)]
+
+
+def test_per_call_rows_compare_with_per_call_peers_only():
+  # The looping peer (0.4 ms per step) is faster than every per-call peer
+  # (fastest optax_jit, 1.6), but is no peer of `learner`: 1.0 / 1.6;
+  # `learner_loop` against it: 0.5 / 0.4.
+  row = lambda ms, k=1: dict(median_s=ms / 1e3, steps_per_call=k)
+  result = dict(rows={'learner': row(1.0), 'learner_loop': row(0.5, 10),
+                      'tf_fused': row(2.0), 'optax_jit': row(1.6),
+                      'optax_jit_loop': row(0.4, 10),
+                      'tf_fused_folded': row(0.1)})  # No peer.
+  update_step.AddPeerRatios(result)
+  ratios = {k: round(r['ratio_to_best_peer'], 6)
+            for k, r in result['rows'].items()}
+  assert ratios == {'learner': 0.625, 'learner_loop': 1.25, 'tf_fused': 1.25,
+                    'optax_jit': 1.0, 'optax_jit_loop': 1.0,
+                    'tf_fused_folded': 0.0625}
+  # Without a looping peer a looping row has no ratio.
+  del result['rows']['optax_jit_loop']
+  update_step.AddPeerRatios(result)
+  assert result['rows']['learner_loop']['ratio_to_best_peer'] is None
+  assert result['best_peer_s'] == 1.6e-3
+
+
+def _Result(bytes_per_param, tolerance):
+  row = dict(median_s=1e-3, p10_s=1e-3, p90_s=1e-3, ratio_to_limit=None,
+             ratio_to_best_peer=1.0, first_call_s=0.1, max_rel_err=1.4e-2,
+             check_ok=1.4e-2 <= tolerance, check_tolerance=tolerance,
+             form_note=None)
+  return dict(set='small', num_variables=20, num_params=1030400,
+              optimizer='muon', bytes_per_param=bytes_per_param,
+              bandwidth_gbps=9.3, limit_s=None, rows={'torch': row})
+
+
+def test_table_shows_the_tolerance_each_row_is_checked_against():
+  # torch's Muon (Newton-Schulz in bfloat16) is checked to 3e-2, the rest
+  # to the header's 2e-3: its err 1.4e-2 is ok, and the row says to what.
+  header, _, torch_row = update_step.FormatResult(
+      _Result(None, 3e-2)).splitlines()[1:4]
+  assert header.split()[-3:] == ['check', '(tol', '2e-3)']
+  assert torch_row.split()[-4:] == ['1.4e-02', 'ok', '(tol', '3e-2)']
+  plain = update_step.FormatResult(_Result(None, 2e-3)).splitlines()[3]
+  assert plain.split()[-2:] == ['1.4e-02', 'FAIL']
+
+
+def test_title_of_a_rule_without_bytes_model_says_there_is_no_limit():
+  title = update_step.FormatResult(_Result(None, 3e-2)).splitlines()[0]
+  assert title.endswith('muon + clip 1.0 + cosine; limit: none (no bytes '
+                        'model for this rule); bandwidth 9.3 GB/s (numpy '
+                        'probe timed with the rows)')
+  title = update_step.FormatResult(_Result(20, 3e-2)).splitlines()[0]
+  assert title.endswith('; limit = 20 B/param at 9.3 GB/s (numpy probe timed '
+                        'with the rows)')
+
+
+def test_rows_trace_once_and_raise_no_retracing_warning():
+  # Five rows of one class, each its own tf.function traced once: TF's
+  # retracing warning counted them as one function (they share the code
+  # of LearnerRow._Step) and warned; per row it has nothing to say.
+  specs = variable_sets.Specs('small')[:2]
+  w, g = variable_sets.MakeValues(specs)
+  cfg = peer_rows.UpdateConfig('momentum')
+  records = []
+  handler = logging.Handler()
+  handler.emit = records.append
+  logger = logging.getLogger('tensorflow')
+  logger.addHandler(handler)
+  try:
+    rows = [learner_row.LearnerRow(cfg, specs, w, g) for _ in range(5)] + [
+        learner_row.LearnerRow(cfg, specs, w, g, steps_per_call=2)]
+    for _ in range(3):
+      for row in rows:
+        row.step()
+  finally:
+    logger.removeHandler(handler)
+  retracing = [r.getMessage()[:120] for r in records
+               if 'retracing' in r.getMessage()]
+  assert not retracing, retracing
+  assert [[f.experimental_get_tracing_count() for f in row.functions]
+          for row in rows] == [[1]] * 5 + [[1, 1]]
