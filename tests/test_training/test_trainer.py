@@ -19,6 +19,7 @@ from learner.optimizers.wrappers import ema as ema_lib
 from learner import optimizers
 from learner.training.jobs import eval_restore
 from learner.training.jobs import trainer as trainer_lib
+from learner.training.cluster import distribution
 from learner.training.jobs import cli as cli_lib
 from schedules.dev_based import DevBasedSchedule
 
@@ -464,13 +465,13 @@ def test_train_input_runs_without_the_autotune_thread(tmp_path, monkeypatch):
   # runs): the trainer's train input has that thread off, the same elements.
   ds = tf.data.Dataset.range(10).map(lambda x: 2 * x,
                                      num_parallel_calls=tf.data.AUTOTUNE)
-  off = trainer_lib.WithoutAutotuneThread(ds)
+  off = distribution.WithoutAutotuneThread(ds)
   assert ds.options().autotune.enabled is not False
   assert off.options().autotune.enabled is False
   assert list(off.as_numpy_iterator()) == list(range(0, 20, 2))
   seen = []
-  original = trainer_lib.WithoutAutotuneThread
-  monkeypatch.setattr(trainer_lib, 'WithoutAutotuneThread',
+  original = distribution.WithoutAutotuneThread
+  monkeypatch.setattr(distribution, 'WithoutAutotuneThread',
                       lambda d: seen.append(d) or original(d))
   _Run(tmp_path / 'run', _Params(max_steps=10), mode='train')
   assert seen, 'the train input did not go through WithoutAutotuneThread'

@@ -80,6 +80,7 @@ from learner.training.cluster.datasets import DistributeBatches  # pylint: disab
 from learner.training.cluster.datasets import DistributeDataset  # pylint: disable=unused-import
 from learner.training.cluster.datasets import ShardForWorker  # pylint: disable=unused-import
 from learner.training.cluster.datasets import WorkerDataset  # pylint: disable=unused-import
+from learner.training.cluster.datasets import WithoutAutotuneThread  # pylint: disable=unused-import
 from learner.training.cluster.replicas import AssertReplicasIdentical  # pylint: disable=unused-import
 from learner.training.cluster.replicas import PeerFailureError  # pylint: disable=unused-import
 from learner.training.cluster.replicas import RemoveWorkerLogdir  # pylint: disable=unused-import

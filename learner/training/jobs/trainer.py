@@ -415,7 +415,7 @@ class Trainer:
     """
     return iter(distribution.DistributeBatches(
         self._strategy,
-        lambda ctx: WithoutAutotuneThread(
+        lambda ctx: distribution.WithoutAutotuneThread(
             input_gen.GetDataset(skip_batches, ctx)),
         input_gen.params.batch_size, skip_batches))
 
@@ -747,24 +747,6 @@ def _DigestedWeights(task):
   for learner in task.learners:
     kept.update(learner.DigestedWeights())
   return [kept.get(id(v), v) for v in task.ModelVars().Flatten()]
-
-
-def WithoutAutotuneThread(dataset):
-  """`dataset` with tf.data's autotuning model thread off.
-
-  In TF 2.21 deleting an iterator whose autotuning thread is waiting out its
-  optimization period (which doubles up to 60 s over a long run) blocks
-  until that period ends: a train run's iterator took 30-35 s to delete
-  after "Final metrics" in about half the runs of lm.CharTransformerMuon
-  here (the thread's native stack: `Model::OptimizeLoop` in a timed wait,
-  the main thread in `~RootDataset::Iterator`). With the model thread off,
-  `num_parallel_calls=AUTOTUNE` runs at the CPU's thread count and
-  prefetch(AUTOTUNE) keeps its own buffer tuning; the elements and their
-  order are the same, and checkpoints of the iterator are read either way.
-  """
-  options = tf.data.Options()
-  options.autotune.enabled = False
-  return dataset.with_options(options)
 
 
 def _AdvanceIterator(iterator, num_batches):
