@@ -200,7 +200,6 @@ def NewtonSchulzSeconds(params, calls=20):
   Returns:
     float seconds, or None when no learner of the task is Muon.
   """
-  import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from learner.optimizers.rules import muon as muon_lib  # pylint: disable=g-import-not-at-top
   task = params.task.Instantiate()
@@ -215,13 +214,7 @@ def NewtonSchulzSeconds(params, calls=20):
   if not jobs:
     return None
   fn = tf.function(lambda: [opt._Orthogonalize(u) for opt, u in jobs])  # pylint: disable=protected-access
-  fn()
-  times = []
-  for _ in range(calls):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return float(np.median(times))
+  return timing.TimeRows({'ns': fn}, calls, warmup=1, rounds=1)['ns'].median
 
 
 def _KerasClock():
@@ -574,8 +567,7 @@ def RunModel(model, args):
                             'peak_MiB', 'final_loss'], table))
   targets = _Targets(model, results, steps - warmup)
   for target in targets:
-    too_few = timing.TooFewSteps(steps - warmup, 'steady steps',
-                                 MIN_JUDGED_STEPS)
+    too_few = timing.TooFewSteps(steps - warmup, 'steady steps')
     verdict = timing.Verdict(target['met'], too_few and
                              too_few + '; run without --quick')
     print('target: %s: %.2f %s' % (target['target'], target['value'],

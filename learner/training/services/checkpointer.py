@@ -258,9 +258,10 @@ class Checkpointer:
     checkpoint, an unreadable one is moved aside to `checkpoint.unreadable`.
 
     Returns:
-      (the complete checkpoints, oldest first, or [] when the state file
-      is fine or there is none; False if the state file exists but cannot
-      be read and was left in place).
+      (the complete checkpoints a read-only job restores from, oldest
+      first, or [] when the manager's state file lists them (fine, or
+      rewritten here) or there is none; False if the state file exists but
+      cannot be read and was left in place).
     """
     if not tf.io.gfile.isdir(self._directory):
       return [], True
@@ -275,9 +276,9 @@ class Checkpointer:
           'the newest %s: resuming from the newest readable one%s.' % (
               state, problem, len(found), os.path.basename(found[-1]),
               '' if read_only else ' (state file rewritten)'))
-      if not read_only:
+      if not read_only:  # The manager reads the rewritten file.
         _WriteStateFile(self._directory, found)
-        return found, True
+        return [], True
     elif tf.io.gfile.exists(state) and not read_only:
       tf.io.gfile.rename(state, state + '.unreadable', overwrite=True)
       self._report('WARNING: %s %s and there is no complete checkpoint '
@@ -294,15 +295,13 @@ class Checkpointer:
     rotated before and never a checkpoint it kept aside).
 
     Returns:
-      [] when there is none (the state file is up to date); else the state
-      file's checkpoints followed by the newer ones, oldest first.
+      For a read-only job with newer checkpoints, the state file's
+      checkpoints followed by the newer ones, oldest first; else [] (the
+      manager reads the state file, updated if it was behind).
     """
-    state = tf.train.get_checkpoint_state(self._directory)
-    listed = list(state.all_model_checkpoint_paths) or [
-        state.model_checkpoint_path]
-    listed = [p if os.path.isabs(p) else os.path.join(self._directory, p)
-              for p in listed if p]
+    state = tf.train.get_checkpoint_state(self._directory)  # Absolute paths.
     latest = state.model_checkpoint_path
+    listed = list(state.all_model_checkpoint_paths) or [latest]
     newer = NewerComplete(self._directory, latest)
     if not newer:
       return []
@@ -314,9 +313,10 @@ class Checkpointer:
                    os.path.basename(newer[-1]), os.path.basename(newer[-1]),
                    '' if read_only else ' (state file updated)'))
     found = [p for p in listed if _Step(p) < _Step(newer[0])] + newer
-    if not read_only:
-      _WriteStateFile(self._directory, found, state)
-    return found
+    if read_only:
+      return found
+    _WriteStateFile(self._directory, found, state)
+    return []
 
   @property
   def directory(self):
@@ -325,9 +325,9 @@ class Checkpointer:
   @property
   def latest_checkpoint(self):
     """Path prefix of the newest checkpoint, or None."""
-    latest = self._manager.latest_checkpoint if self._manager else None
-    newest = self._found[-1] if self._found else None
-    return latest if _Step(latest) >= _Step(newest) else newest
+    if self._found:  # A read-only job's, past a stale or bad state file.
+      return self._found[-1]
+    return self._manager.latest_checkpoint if self._manager else None
 
   def PrepareForTraining(self):
     """Before training: removes stale `*_temp` dirs, probes a write.
@@ -443,11 +443,8 @@ class Checkpointer:
         file).
       NoReadableCheckpointError: checkpoints exist but none can be read.
     """
-    listed = self._manager.checkpoints if self._manager else []
-    if self._found and (not listed or
-                        _Step(self._found[-1]) > _Step(listed[-1])):
-      listed = self._found  # Newer than the state file (read-only job).
-    candidates = list(reversed(listed))
+    candidates = list(reversed(self._found or (
+        self._manager.checkpoints if self._manager else [])))
     if not candidates:
       return None
     errors = []
