@@ -76,6 +76,7 @@ from learner.training.cluster.strategy import StrategyName  # pylint: disable=un
 from learner.training.cluster.strategy import TaskOf  # pylint: disable=unused-import
 from learner.training.cluster.group_stop import GroupStopSignals  # pylint: disable=unused-import
 from learner.training.cluster.group_stop import StopAgreement  # pylint: disable=unused-import
+from learner.training.cluster.datasets import AdvanceIterator  # pylint: disable=unused-import
 from learner.training.cluster.datasets import DistributeBatches  # pylint: disable=unused-import
 from learner.training.cluster.datasets import DistributeDataset  # pylint: disable=unused-import
 from learner.training.cluster.datasets import ShardForWorker  # pylint: disable=unused-import

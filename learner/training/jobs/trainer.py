@@ -41,7 +41,6 @@ import contextlib
 import json
 import os
 import sys
-import time
 
 import numpy as np
 import tensorflow as tf
@@ -462,7 +461,7 @@ class Trainer:
                   (restored, int(task.global_step.numpy())))
       step = int(task.global_step.numpy())
       if self._ReportInputState(restored, restorer.restored_objects, step):
-        _AdvanceIterator(iterator, step)  # Not in the checkpoint.
+        distribution.AdvanceIterator(iterator, step)  # Not in the checkpoint.
     elif self._init_ckpt:
       model_vars = warm_start.ByName(task.ModelVars().Flatten())
       assigned = warm_start.InitFromCheckpoint(
@@ -531,7 +530,7 @@ class Trainer:
     intervals = [tp.summary_interval_steps]
     if tp.save_interval_steps:
       intervals.append(tp.save_interval_steps)
-    saver = _SaveClock(tp)
+    saver = checkpointer_lib.SaveClock(tp)
     if evaluating:
       intervals.append(dev.interval_steps)
     # A group agrees at each loop's end on a stop: same ends, tty or not.
@@ -712,33 +711,6 @@ class Trainer:
     return None
 
 
-class _SaveClock:
-  """When the train loop saves: every save_interval_steps, else by time.
-
-  Lingvo's rule: `save_interval_steps` (when not None) supersedes
-  `save_interval_seconds`. By time, a checkpoint is due at the end of the
-  first train loop that ends `save_interval_seconds` or more after the
-  last save (or the start of this run). Several workers would each read
-  their own clock and could disagree on a save, so a multi-worker run
-  needs save_interval_steps (refused otherwise, `_CheckSaveClock`).
-  """
-
-  def __init__(self, tp):
-    self._steps = tp.save_interval_steps
-    self._seconds = tp.save_interval_seconds
-    self._last = time.monotonic()
-
-  def Due(self, step):
-    """True if a checkpoint is due at the end of a loop at global `step`."""
-    if self._steps:
-      return step % self._steps == 0
-    return time.monotonic() - self._last >= self._seconds
-
-  def Saved(self):
-    """Restarts the clock: a checkpoint was just written."""
-    self._last = time.monotonic()
-
-
 def _DigestedWeights(task):
   """The weights whose digest the workers compare: the model variables, but
   for a replica-local optimizer (Easgd, LocalSgd, whose copies differ
@@ -747,23 +719,6 @@ def _DigestedWeights(task):
   for learner in task.learners:
     kept.update(learner.DigestedWeights())
   return [kept.get(id(v), v) for v in task.ModelVars().Flatten()]
-
-
-def _AdvanceIterator(iterator, num_batches):
-  """Takes `num_batches` batches from a tf.data iterator, in one graph call.
-
-  Unlike an iterator of `dataset.skip(num_batches)`, the iterator keeps the
-  dataset of every other run (skip_batches 0), so the checkpoints that save
-  it are restored by the next run; the cost is the same (tf.data's skip
-  also produces the batches it drops).
-  """
-  def _Body(i):
-    with tf.control_dependencies(tf.nest.flatten(iterator.get_next())):
-      return (i + 1,)
-
-  tf.function(lambda n: tf.while_loop(lambda i: i < n, _Body, (
-      tf.constant(0, tf.int64),)), autograph=False)(
-          tf.constant(num_batches, tf.int64))
 
 
 # --mode=eval with no checkpoint to evaluate (a ValueError).

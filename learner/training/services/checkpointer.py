@@ -37,6 +37,7 @@ import json
 import math
 import os
 import re
+import time
 
 from absl import logging
 import tensorflow as tf
@@ -677,3 +678,35 @@ def NewestCheckpoint(directory):
       return newer[-1] if newer else latest
   found = CompleteCheckpoints(directory)
   return found[-1] if found else None
+
+
+class SaveClock:
+  """When the train loop saves: every save_interval_steps, else by time.
+
+  Lingvo's rule: `save_interval_steps` (when not None) supersedes
+  `save_interval_seconds`. By time, a checkpoint is due at the end of the
+  first train loop that ends `save_interval_seconds` or more after the
+  last save (or the start of this run). Several workers would each read
+  their own clock and could disagree on a save, so a multi-worker run
+  needs save_interval_steps (refused otherwise by the trainer's checks,
+  `validate.Experiment`).
+
+  Args:
+    tp: the task's train params (`save_interval_steps`: int steps or None;
+      `save_interval_seconds`: seconds).
+  """
+
+  def __init__(self, tp):
+    self._steps = tp.save_interval_steps
+    self._seconds = tp.save_interval_seconds
+    self._last = time.monotonic()
+
+  def Due(self, step):
+    """True if a checkpoint is due at the end of a loop at global `step`."""
+    if self._steps:
+      return step % self._steps == 0
+    return time.monotonic() - self._last >= self._seconds
+
+  def Saved(self):
+    """Restarts the clock: a checkpoint was just written."""
+    self._last = time.monotonic()
