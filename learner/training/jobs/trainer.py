@@ -619,8 +619,8 @@ class Trainer:
 
     Metrics are averaged over all evaluated batches with their weights.
     Inside, the weights of every averaging optimizer in `use_ema_layers`
-    (Ema, Lookahead, SWA) are swapped for their copies (and back after). The scalars go to the TensorBoard run
-    `summary_dir` of the logdir.
+    (Ema, Lookahead, SWA) are swapped for their copies (and back after).
+    The scalars go to the TensorBoard run `summary_dir` of the logdir.
     """
     results = evaler_lib.EvalMetrics(self._params, task, use_ema_layers)
     summary_lib.WriteScalars(self._Writer(summary_dir), step,
