@@ -100,9 +100,13 @@ def NewtonSchulz(x, steps, coeffs, eps, safety=0.0):
   triple maximises the slope at 0, so the singular values land near 1 (in
   about [0.7, 1.2]) rather than exactly on it (K. Jordan et al. 2024);
   Polar Express's per-step triples (`POLAR_EXPRESS`) bring them closer in
-  the same five steps. Runs on the wide orientation (x transposed when it
-  has more rows than columns, so X X^T is the smaller Gram matrix) and
-  transposes back. A batch of matrices [..., rows, cols] is iterated as one
+  the same five steps. The Gram matrix is the smaller one: X X^T for a
+  wide x, X^T X for a tall one, whose step is then X a + X (b G + c G^2)
+  (optax and K. Jordan transpose a tall x, iterate, and transpose back:
+  the same products, read through matmul's transpose flags, equal bit for
+  bit on this CPU and without the two transposes, which took 0.55 ms of
+  3.40 for a 512x128 matrix; benchmarks/README.md, "Newton-Schulz without
+  transposes"). A batch of matrices [..., rows, cols] is iterated as one
   batched matmul chain (each matrix its own norm).
 
   Args:
@@ -120,18 +124,20 @@ def NewtonSchulz(x, steps, coeffs, eps, safety=0.0):
     A tensor of x's shape and dtype.
   """
   table = CoefficientTable(coeffs)
-  transposed = x.shape[-2] > x.shape[-1]
-  if transposed:
-    x = tf.linalg.matrix_transpose(x)
+  tall = x.shape[-2] > x.shape[-1]
   norm = tf.norm(x, axis=[-2, -1], keepdims=True)
   if safety:
     norm *= tf.constant(1. + safety, x.dtype)
   x = x / (norm + tf.constant(eps, x.dtype))
   for i in range(steps):
     a, b, c = [tf.constant(k, x.dtype) for k in table[min(i, len(table) - 1)]]
-    gram = tf.matmul(x, x, transpose_b=True)
-    x = a * x + tf.matmul(b * gram + c * tf.matmul(gram, gram), x)
-  return tf.linalg.matrix_transpose(x) if transposed else x
+    if tall:  # G = X^T X [cols, cols]; X G^k = (G^k X^T)^T.
+      gram = tf.matmul(x, x, transpose_a=True)
+      x = a * x + tf.matmul(x, b * gram + c * tf.matmul(gram, gram))
+    else:  # G = X X^T [rows, rows].
+      gram = tf.matmul(x, x, transpose_b=True)
+      x = a * x + tf.matmul(b * gram + c * tf.matmul(gram, gram), x)
+  return x
 
 
 def MatrixShape(shape):
