@@ -103,10 +103,10 @@ def NewtonSchulz(x, steps, coeffs, eps, safety=0.0):
   the same five steps. The Gram matrix is the smaller one: X X^T for a
   wide x, X^T X for a tall one, whose step is then X a + X (b G + c G^2)
   (optax and K. Jordan transpose a tall x, iterate, and transpose back:
-  the same products, read through matmul's transpose flags, equal bit for
-  bit on this CPU and without the two transposes, which took 0.55 ms of
-  3.40 for a 512x128 matrix; benchmarks/README.md, "Newton-Schulz without
-  transposes"). A batch of matrices [..., rows, cols] is iterated as one
+  the same products, read through matmul's transpose flags, without the
+  two transposes, which took 0.55 ms of 3.40 for a 512x128 matrix; equal
+  to float32 rounding, for that matrix bit for bit; benchmarks/README.md,
+  "Newton-Schulz without transposes"). A batch of matrices [..., rows, cols] is iterated as one
   batched matmul chain (each matrix its own norm).
 
   Args:
