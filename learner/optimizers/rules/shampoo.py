@@ -48,6 +48,7 @@ import tensorflow as tf
 from learner.optimizers.base import BaseOptimizer
 from learner.optimizers.base import DefineLingvoBaseParams
 from learner.optimizers.kernels import host_eigh
+from learner.optimizers.rules import common
 from params import NestedMap
 from params import checks
 
@@ -444,8 +445,7 @@ class DistributedShampoo(BaseOptimizer):
     def Added():
       out = []
       for part, i, stat in items:
-        axes = [j for j in range(part.shape.rank) if j != i]
-        outer = tf.tensordot(part, part, axes=(axes, axes))
+        outer = common.GramAlong(part, i)
         if p.second_moment_averaging == 1.0:
           out.append(stat + outer)
         else:
@@ -461,8 +461,8 @@ class DistributedShampoo(BaseOptimizer):
   def _Precondition(self, part, b, has, slots, num_blocks):
     """One block times its roots along each dim (Lingvo's
     _compute_preconditioned_raw_grad: R_1 B R_2 for a rank-2 block with
-    both roots, else a tensordot per dim, transposing past a dim without
-    one)."""
+    both roots, else a tensordot per dim, here `common.ContractFirst`,
+    transposing past a dim without one)."""
     rank = part.shape.rank
     roots = [slots[self._Key('preconditioner', b, i, num_blocks)]
              if has[i] else None for i in range(rank)]
@@ -471,7 +471,7 @@ class DistributedShampoo(BaseOptimizer):
     out = part
     for i in range(rank):
       if has[i]:
-        out = tf.tensordot(out, roots[i], axes=([0], [0]))
+        out = common.ContractFirst(out, roots[i])
       else:
         out = tf.transpose(out, perm=list(range(1, rank)) + [0])
     return out

@@ -32,6 +32,7 @@ import tensorflow as tf
 
 from learner.optimizers import var_grad as var_grad_lib
 from learner.optimizers.base import BaseOptimizer
+from learner.optimizers.rules import common
 from params import NestedMap
 from params import checks
 
@@ -74,38 +75,16 @@ def Project(x, bases, back=False):
   Returns:
     A tensor of x's shape: each step contracts dim 0 and appends the
     rotated dim last, so after len(bases) steps the order is restored.
-    Each contraction is one matmul of x as [d_0, rest] read through its
-    transpose flag (and Q_i's, when `back`): the product tf.tensordot
-    takes, without the transposed copy of x it makes first (a tenth of
-    the resnet50 set's SOAP step; benchmarks/README.md, "SOAP without
-    transposes").
+    Each contraction is `common.ContractFirst` (one matmul, no transposed
+    copy of x).
   """
   rank = len(bases)
   for q in bases:
     if q is None:
       x = tf.transpose(x, list(range(1, rank)) + [0])
     else:
-      rest = x.shape.as_list()[1:]
-      x = tf.matmul(tf.reshape(x, [x.shape[0], -1]), q, transpose_a=True,
-                    transpose_b=back)
-      x = tf.reshape(x, rest + [q.shape[0] if back else q.shape[1]])
+      x = common.ContractFirst(x, q, transpose_q=back)
   return x
-
-
-def OuterAlong(g, i):
-  """G_(i) G_(i)^T, [d_i, d_i]: g contracted with itself over every dim but
-  i (g: the merged-shape gradient; i: a Python int). One matmul of g as
-  [d_i, rest] (or, for the last dim, [rest, d_i]) with itself through a
-  transpose flag; only a middle dim needs g's dims reordered first."""
-  rank = g.shape.rank
-  d = g.shape[i]
-  if i == rank - 1:
-    flat = tf.reshape(g, [-1, d])
-    return tf.matmul(flat, flat, transpose_a=True)
-  if i:
-    g = tf.transpose(g, [i] + [j for j in range(rank) if j != i])
-  flat = tf.reshape(g, [d, -1])
-  return tf.matmul(flat, flat, transpose_b=True)
 
 
 class SOAP(BaseOptimizer):
@@ -274,7 +253,7 @@ class SOAP(BaseOptimizer):
     for i, r in enumerate(rotated):
       if r:
         gg = slots['gg%d' % i]
-        gg = gg + s.one_minus_shampoo_beta * (OuterAlong(gm, i) - gg)
+        gg = gg + s.one_minus_shampoo_beta * (common.GramAlong(gm, i) - gg)
         new['gg%d' % i] = gg
       stats.append(new.get('gg%d' % i))
     v = tf.reshape(v, shape)
