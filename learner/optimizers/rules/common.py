@@ -61,3 +61,30 @@ def GramAlong(g, i):
     g = tf.transpose(g, [i] + [j for j in range(rank) if j != i])
   flat = tf.reshape(g, [d, -1])
   return tf.matmul(flat, flat, transpose_b=True)
+
+
+def ContractEachDim(x, qs, transpose_q=False):
+  """x contracted with qs[i] along each dim i in turn (ContractFirst).
+
+  Each step contracts dim 0 (with q's first dim, or its second when
+  transpose_q) and appends the new dim last; a None in `qs` moves dim 0
+  last unchanged. After len(qs) steps the dims are in their order again:
+  x x_0 Q_0 x_1 Q_1 ... (SOAP's rotation into and out of its eigenbases;
+  DistributedShampoo's preconditioning, Lingvo's tensordot per dim).
+
+  Args:
+    x: float tensor of rank len(qs) (static shape).
+    qs: per dim of x, a [d_i, k_i] tensor ([k_i, d_i] when transpose_q) of
+      x's dtype, or None.
+    transpose_q: Python bool.
+
+  Returns:
+    A tensor [k_0, k_1, ...] (d_i where qs[i] is None), x's dtype.
+  """
+  rank = len(qs)
+  for q in qs:
+    if q is None:
+      x = tf.transpose(x, list(range(1, rank)) + [0])
+    else:
+      x = ContractFirst(x, q, transpose_q)
+  return x

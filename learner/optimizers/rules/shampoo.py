@@ -461,20 +461,14 @@ class DistributedShampoo(BaseOptimizer):
   def _Precondition(self, part, b, has, slots, num_blocks):
     """One block times its roots along each dim (Lingvo's
     _compute_preconditioned_raw_grad: R_1 B R_2 for a rank-2 block with
-    both roots, else a tensordot per dim, here `common.ContractFirst`,
-    transposing past a dim without one)."""
+    both roots, else a tensordot per dim, transposing past a dim without
+    one: `common.ContractEachDim`)."""
     rank = part.shape.rank
     roots = [slots[self._Key('preconditioner', b, i, num_blocks)]
              if has[i] else None for i in range(rank)]
     if rank == 2 and all(has):
       return tf.matmul(tf.matmul(roots[0], part), roots[1])
-    out = part
-    for i in range(rank):
-      if has[i]:
-        out = common.ContractFirst(out, roots[i])
-      else:
-        out = tf.transpose(out, perm=list(range(1, rank)) + [0])
-    return out
+    return common.ContractEachDim(part, roots)
 
   # ---- the roots, after the update -----------------------------------------
 

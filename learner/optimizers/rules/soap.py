@@ -75,16 +75,10 @@ def Project(x, bases, back=False):
   Returns:
     A tensor of x's shape: each step contracts dim 0 and appends the
     rotated dim last, so after len(bases) steps the order is restored.
-    Each contraction is `common.ContractFirst` (one matmul, no transposed
-    copy of x).
+    (`common.ContractEachDim`: one matmul per rotated dim, no transposed
+    copy of x.)
   """
-  rank = len(bases)
-  for q in bases:
-    if q is None:
-      x = tf.transpose(x, list(range(1, rank)) + [0])
-    else:
-      x = common.ContractFirst(x, q, transpose_q=back)
-  return x
+  return common.ContractEachDim(x, bases, transpose_q=back)
 
 
 class SOAP(BaseOptimizer):
